@@ -1,0 +1,1 @@
+//! dflockd lock-server client.

@@ -1,0 +1,10 @@
+//! `sema-core`: the engine behind the `sema-native` Node addon, usable from plain Rust.
+//!
+//! - [`lockfile`]: File-Based Semaphore lock files (`pid=` / `timestamp=` / `tag=`), shared with the
+//!   `sema` and `semats` tools, with atomic acquisition, safe stale breaking, heartbeat and waiting.
+//! - [`dflockd`]: a client for the dflockd lock server (line protocol over TCP, optional TLS and auth).
+//!
+//! This crate never depends on napi: the bindings crate at the repository root is a thin layer over it.
+
+pub mod dflockd;
+pub mod lockfile;

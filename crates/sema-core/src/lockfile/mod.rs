@@ -1,0 +1,1 @@
+//! File-Based Semaphore lock files.

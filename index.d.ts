@@ -1,0 +1,365 @@
+// sema-native: the public contract. Hand-written; the generated binding.d.ts is internal.
+// Time units: milliseconds everywhere in the semats-compatible and target APIs (as semats), seconds in the
+// dflockd classes (as the dflockd TypeScript client), and seconds inside lock files (as the format).
+
+/// <reference lib="esnext.disposable" />
+
+// ───────────────────────────── errors ─────────────────────────────
+
+/** Every failure's stable type. The first eight are semats' own; the rest are sema-native additions. */
+export type SemaphoreErrorType =
+  | 'ALREADY_LOCKED'
+  | 'INVALID_PATH'
+  | 'IO_ERROR'
+  | 'NOT_LOCKED'
+  | 'TIMEOUT'
+  | 'PARSE_ERROR'
+  | 'PERMISSION_DENIED'
+  | 'PATH_TRAVERSAL'
+  | 'ABORTED'
+  | 'LOCK_LOST'
+  | 'CONNECTION_ERROR'
+  | 'AUTH_FAILED'
+  | 'PROTOCOL_ERROR'
+  | 'SERVER_ERROR'
+  | 'INVALID_ARGUMENT'
+
+/** A failure as a value (semats' shape). */
+export interface SemaphoreError {
+  type: SemaphoreErrorType
+  message: string
+  /** pid recorded in the lock file that blocked us, when it could be read. */
+  holderPid?: number
+  /** `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. */
+  lockedSince?: number
+  cause?: Error
+  /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
+  reply?: string
+}
+
+export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: SemaphoreError }
+
+/** Thrown (never returned) by `withLock`, `status`, the dflockd classes and bad arguments. */
+export declare class LockError extends Error {
+  constructor(message: string, code?: SemaphoreErrorType, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
+  /** Stable error code, one of {@link SemaphoreErrorType}. */
+  readonly code: SemaphoreErrorType
+  /** Same as `code` (semats naming). */
+  readonly type: SemaphoreErrorType
+  readonly holderPid?: number
+  readonly lockedSince?: number
+  readonly reply?: string
+}
+/** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
+export declare class AcquireTimeoutError extends LockError {
+  /** Message defaults to `timeout acquiring '<key>'` (the dflockd client's). */
+  constructor(key: string, message?: string)
+}
+/** The dflockd server refused the auth token. `code === 'AUTH_FAILED'`. */
+export declare class AuthError extends LockError {
+  constructor(message?: string)
+}
+
+// ─────────────────── lock-file format helpers (semats drop-in) ───────────────────
+
+/** What a lock file says. Extra fields sema-native writes (host, start, token) are not part of this shape. */
+export interface LockInfo {
+  pid: number
+  /** Unix seconds. */
+  timestamp: number
+  tag?: string
+}
+
+/** `{pid: process.pid, timestamp: now (s), tag}`; the `tag` key is present even when undefined (as semats). */
+export declare function createLockInfo(tag?: string): LockInfo
+/** `pid=…\ntimestamp=…\n[tag=…\n]`, the tag sanitised (C0 controls and DEL → space) and cut to `maxTagLength` (10000). */
+export declare function serializeLockInfo(info: LockInfo, maxTagLength?: number): string
+/** semats' parser: CRLF, BOM, unknown keys and blank lines accepted; `parseInt` rules for numbers. PARSE_ERROR when pid or timestamp is missing. */
+export declare function parseLockInfo(content: string): SemaphoreResult<LockInfo>
+/** Age rule only: `floor(now/1000) - timestamp > timeoutMs/1000`. */
+export declare function isLockStale(info: LockInfo, timeoutMs: number): boolean
+/** Whether a process with this pid exists on this host (EPERM counts as running, unlike semats). */
+export declare function isProcessRunning(pid: number): boolean
+
+// ─────────────────────── semats-compatible class ───────────────────────
+
+export interface SemaphoreConfig {
+  /** ms after which a lock whose holder is not running may be broken; `null` never breaks. Default 3_600_000. */
+  staleTimeout?: number | null
+  /** ms between polls while waiting (file-system events wake waiters sooner). Default 100. */
+  retryInterval?: number
+  /** ms `acquire()` waits by default; `null` waits forever. Default null. */
+  acquireTimeout?: number | null
+  /** Tags are cut to this many UTF-16 code units. Default 10000. */
+  maxTagLength?: number
+  /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. */
+  fsync?: boolean
+  /** ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(10 s, staleTimeout/4). */
+  heartbeat?: number | null | false
+}
+
+export interface SemaphoreStatus {
+  /** The lock file exists (also when it cannot be parsed: then `info` is null). */
+  locked: boolean
+  info: LockInfo | null
+  isStale: boolean
+  isOwnedByCurrentProcess: boolean
+}
+
+/** Drop-in replacement for semats' `Semaphore`: same methods, shapes, defaults (ms), error types and messages. */
+export declare class Semaphore {
+  /** Throws a plain Error with semats' messages ("Path cannot be empty", "Parent directory does not exist: …"). */
+  constructor(lockPath: string, config?: SemaphoreConfig)
+  static withDefaults(lockPath: string): Semaphore
+  /** Absolute path with symlinks resolved. */
+  getPath(): string
+  isLocked(): boolean
+  getLockInfo(): LockInfo | null
+  tryAcquire(tag?: string): SemaphoreResult<LockInfo>
+  /** Records `info.pid` as the owner and `info.tag`; the timestamp written is the time of acquisition. */
+  tryAcquireWithInfo(info: LockInfo): SemaphoreResult<LockInfo>
+  acquire(options?: { timeout?: number; tag?: string; signal?: AbortSignal }): Promise<SemaphoreResult<LockInfo>>
+  acquireTimeout(timeoutMs: number, tag?: string): Promise<SemaphoreResult<LockInfo>>
+  /** Releases a lock held by this process; `force` removes anyone's. */
+  release(force?: boolean): SemaphoreResult<void>
+  forceRelease(): SemaphoreResult<void>
+  status(): SemaphoreStatus
+  /** Removes the lock if it is stale (holder provably dead, or semats' rule for other tools' files). */
+  cleanStale(): boolean
+}
+
+// ─────────────────────── one API over any target ───────────────────────
+
+export type Backend = 'file' | 'dflockd'
+
+/** TLS for dflockd: `{}` uses the system roots; `ca` adds a PEM CA (string or Buffer). */
+export interface DflockdTlsOptions {
+  ca?: string | Buffer | Array<string | Buffer>
+  /** Server name to verify (default: the host). */
+  servername?: string
+}
+
+export interface AcquireOptions {
+  /** ms to wait; `null`/undefined waits forever (file) or `acquireTimeoutS` 10 s (dflockd, as its client). 0 = one attempt. */
+  timeout?: number | null
+  /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
+  signal?: AbortSignal
+  /** Tag written into the lock file (file targets). */
+  tag?: string
+  /** Called once if the held lock is lost (file changed or gone, renewal refused, server gone). Never throws into your code. */
+  onLost?: (lock: Lock, error: LockError) => void
+  /** File: see {@link SemaphoreConfig.staleTimeout}. */
+  staleTimeout?: number | null
+  /** File: see {@link SemaphoreConfig.retryInterval}. */
+  retryInterval?: number
+  /** File: see {@link SemaphoreConfig.fsync}. */
+  fsync?: boolean
+  /** File: see {@link SemaphoreConfig.heartbeat}. */
+  heartbeat?: number | null | false
+  /** File: see {@link SemaphoreConfig.maxTagLength}. */
+  maxTagLength?: number
+  /** File: record this pid as the owner instead of `process.pid` (e.g. a calling shell's `$$`). */
+  pid?: number
+  /** dflockd: lease in seconds (overrides `?leaseTtl=`). */
+  leaseTtl?: number
+  /** dflockd: semaphore slots (overrides `?limit=`). */
+  limit?: number
+  /** dflockd: TLS options (implies TLS). */
+  tls?: DflockdTlsOptions
+  /** dflockd: auth token (overrides the URL's `token@`). */
+  auth?: string
+  /** dflockd: TCP+TLS connect timeout in ms. */
+  connectTimeoutMs?: number
+  /** dflockd: timeout in ms for replies to non-blocking commands. */
+  socketTimeoutMs?: number
+  /** dflockd: renew when this fraction of the lease has passed (0 < r < 1). Default 0.5. */
+  renewRatio?: number
+}
+
+/** A held lock. `await using lock = …` releases it at the end of the scope. */
+export interface Lock extends LockInfo, AsyncDisposable {
+  readonly target: string
+  readonly backend: Backend
+  /** File: the ownership token in the lock file. dflockd: the server's token. */
+  readonly token?: string
+  /** dflockd: the lease in seconds last granted or renewed. */
+  readonly lease?: number
+  /** Aborted (with a LockError, code LOCK_LOST) when the lock is lost. */
+  readonly signal: AbortSignal
+  /** True once released or lost. */
+  readonly released: boolean
+  /** Releases it. Resolves true if this call released it, false if it was already released or lost. Idempotent. */
+  release(): Promise<boolean>
+}
+
+export interface LockStatus extends SemaphoreStatus {
+  target: string
+  backend: Backend
+  /** dflockd: slots held now. */
+  holders?: number
+  /** dflockd: clients queued. */
+  waiters?: number
+  /** dflockd: the key's limit (1 for a lock). */
+  limit?: number
+  /** dflockd: seconds until the holder's lease expires. */
+  leaseExpiresInS?: number
+}
+
+export interface StatusOptions {
+  /** File: stale rule used for `isStale`. */
+  staleTimeout?: number | null
+  tls?: DflockdTlsOptions
+  auth?: string
+  connectTimeoutMs?: number
+  socketTimeoutMs?: number
+}
+
+export interface ReleaseOptions {
+  /** File: remove the lock whoever holds it. */
+  force?: boolean
+}
+
+/**
+ * Waits for the lock. `target` is a path (`/var/lock/x.lock`, `file:///var/lock/x.lock`) or
+ * `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]`.
+ */
+export declare function acquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
+/** One attempt, no waiting. */
+export declare function tryAcquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
+/** Releases a `Lock`, or the lock this process holds on `target` (`force`: whoever holds it, file targets). */
+export declare function release(target: string | Lock, options?: ReleaseOptions): Promise<SemaphoreResult<void>>
+/** What the target looks like now. Rejects with LockError for a bad target or an unreachable server. */
+export declare function status(target: string, options?: StatusOptions): Promise<LockStatus>
+/** Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own error wins over a release error. */
+export declare function withLock<T>(target: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+
+// ─────────────────────── dflockd client (dflockd-client names) ───────────────────────
+
+/** Picks the server index for a key: an integer in [0, numServers). */
+export type ShardingStrategy = (key: string, numServers: number) => number
+
+/** CRC-32/IEEE of the key's UTF-8 bytes, modulo `numServers` (same as the Go, Python and TS clients). */
+export declare function stableHashShard(key: string, numServers: number): number
+
+export interface DistributedLockOptions {
+  key: string
+  /** Seconds to wait in `acquire()`. Default 10. */
+  acquireTimeoutS?: number
+  /** Lease in seconds, sent on acquire, enqueue and every renew. Default: the server's (33). */
+  leaseTtlS?: number
+  /** Default `[["127.0.0.1", 6388]]`. */
+  servers?: Array<[string, number]>
+  /** Deprecated single-server form (used when `servers` is absent). */
+  host?: string
+  port?: number
+  shardingStrategy?: ShardingStrategy
+  /** Renew when this fraction of the lease has passed. Default 0.5. */
+  renewRatio?: number
+  tls?: DflockdTlsOptions
+  auth?: string
+  /** Called (once) when renewal fails and the lock is lost. Errors it throws are reported as warnings. */
+  onLockLost?: (key: string, token: string) => void
+  connectTimeoutMs?: number
+  socketTimeoutMs?: number
+}
+
+export interface DistributedSemaphoreOptions extends DistributedLockOptions {
+  limit: number
+}
+
+export declare class DistributedLock implements AsyncDisposable {
+  constructor(options: DistributedLockOptions)
+  readonly key: string
+  readonly acquireTimeoutS: number
+  readonly leaseTtlS: number | undefined
+  readonly servers: ReadonlyArray<readonly [string, number]>
+  readonly renewRatio: number
+  /** Token of the held lock, or null. */
+  readonly token: string | null
+  /** Lease in seconds of the held lock, 0 when none. */
+  readonly lease: number
+  /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
+  readonly signal: AbortSignal
+  /** true = acquired; false = timed out. `force` closes a live connection first. */
+  acquire(options?: { force?: boolean; signal?: AbortSignal }): Promise<boolean>
+  release(): Promise<void>
+  enqueue(options?: { force?: boolean }): Promise<'acquired' | 'queued'>
+  wait(timeoutS?: number, options?: { signal?: AbortSignal }): Promise<boolean>
+  withLock<T>(fn: () => T | Promise<T>): Promise<T>
+  /** Drops the connection without releasing (the server releases on disconnect). Idempotent. */
+  close(): void
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+export declare class DistributedSemaphore extends DistributedLock {
+  constructor(options: DistributedSemaphoreOptions)
+  readonly limit: number
+}
+
+export interface StatsLock {
+  key: string
+  owner_conn_id: number
+  lease_expires_in_s: number
+  waiters: number
+}
+export interface StatsSemaphore {
+  key: string
+  limit: number
+  holders: number
+  waiters: number
+}
+export interface StatsIdleLock {
+  key: string
+  idle_s: number
+}
+export interface StatsIdleSemaphore {
+  key: string
+  idle_s: number
+}
+export interface Stats {
+  connections: number
+  locks: StatsLock[]
+  semaphores: StatsSemaphore[]
+  idle_locks: StatsIdleLock[]
+  idle_semaphores: StatsIdleSemaphore[]
+}
+
+export interface ConnectionOptions {
+  host?: string
+  port?: number
+  tls?: DflockdTlsOptions
+  auth?: string
+  connectTimeoutMs?: number
+  socketTimeoutMs?: number
+}
+
+/** Server statistics (needs a server with the `stats` command). */
+export declare function stats(options?: ConnectionOptions): Promise<Stats>
+
+export interface Grant {
+  token: string
+  /** Seconds. */
+  lease: number
+}
+
+/** One dflockd connection, one method per protocol command. Replies other than the expected ones reject with LockError. */
+export declare class Connection implements AsyncDisposable {
+  static connect(options?: ConnectionOptions): Promise<Connection>
+  /** Rejects with AcquireTimeoutError on `timeout`. */
+  acquire(key: string, acquireTimeoutS: number, leaseTtlS?: number): Promise<Grant>
+  release(key: string, token: string): Promise<void>
+  /** Resolves the lease just applied, in seconds. */
+  renew(key: string, token: string, leaseTtlS?: number): Promise<number>
+  enqueue(key: string, leaseTtlS?: number): Promise<{ status: 'acquired' | 'queued'; token: string | null; lease: number | null }>
+  waitForLock(key: string, waitTimeoutS: number): Promise<Grant>
+  semAcquire(key: string, acquireTimeoutS: number, limit: number, leaseTtlS?: number): Promise<Grant>
+  semRelease(key: string, token: string): Promise<void>
+  semRenew(key: string, token: string, leaseTtlS?: number): Promise<number>
+  semEnqueue(key: string, limit: number, leaseTtlS?: number): Promise<{ status: 'acquired' | 'queued'; token: string | null; lease: number | null }>
+  semWaitForLock(key: string, waitTimeoutS: number): Promise<Grant>
+  stats(): Promise<Stats>
+  /** Sends a raw request (validated framing) and resolves the reply line. */
+  request(cmd: string, key: string, arg: string): Promise<string>
+  close(): void
+  [Symbol.asyncDispose](): Promise<void>
+}

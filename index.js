@@ -1,0 +1,33 @@
+'use strict'
+// sema-native: the public JS layer over the native binding. index.d.ts is its contract.
+
+const errors = require('./lib/errors')
+const semaphore = require('./lib/semaphore')
+const target = require('./lib/target')
+const dflockd = require('./lib/dflockd')
+
+module.exports = {
+  // errors
+  LockError: errors.LockError,
+  AcquireTimeoutError: errors.AcquireTimeoutError,
+  AuthError: errors.AuthError,
+  // semats drop-in
+  Semaphore: semaphore.Semaphore,
+  createLockInfo: semaphore.createLockInfo,
+  serializeLockInfo: semaphore.serializeLockInfo,
+  parseLockInfo: semaphore.parseLockInfo,
+  isLockStale: semaphore.isLockStale,
+  isProcessRunning: semaphore.isProcessRunning,
+  // one API over any target
+  acquire: target.acquire,
+  tryAcquire: target.tryAcquire,
+  release: target.release,
+  status: target.status,
+  withLock: target.withLock,
+  // dflockd client
+  DistributedLock: dflockd.DistributedLock,
+  DistributedSemaphore: dflockd.DistributedSemaphore,
+  Connection: dflockd.Connection,
+  stats: dflockd.stats,
+  stableHashShard: dflockd.stableHashShard,
+}

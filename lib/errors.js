@@ -1,0 +1,65 @@
+'use strict'
+// Error classes and the conversions between the three ways a failure travels:
+// - SemaphoreError values inside SemaphoreResult (semats' shape: {type, message, holderPid?, lockedSince?, cause?}),
+// - LockError instances thrown by withLock, status and the dflockd classes (same fields plus a stable `code`),
+// - native result objects from the binding ({code, message, reply?, holderPid?, lockedSince?}).
+
+class LockError extends Error {
+  constructor(message, code = 'SERVER_ERROR', details = {}) {
+    super(message)
+    this.name = 'LockError'
+    this.code = code
+    if (details.holderPid !== undefined) this.holderPid = details.holderPid
+    if (details.lockedSince !== undefined) this.lockedSince = details.lockedSince
+    if (details.reply !== undefined) this.reply = details.reply
+    if (details.cause !== undefined) this.cause = details.cause
+  }
+
+  /** semats naming for the code. */
+  get type() {
+    return this.code
+  }
+}
+
+class AcquireTimeoutError extends LockError {
+  constructor(key, message = `timeout acquiring '${key}'`) {
+    super(message, 'TIMEOUT')
+    this.name = 'AcquireTimeoutError'
+  }
+}
+
+class AuthError extends LockError {
+  constructor(message = 'authentication failed') {
+    super(message, 'AUTH_FAILED')
+    this.name = 'AuthError'
+  }
+}
+
+/** A SemaphoreError value (plain object, semats' key order) from a native error object. */
+function semaphoreError(nativeError) {
+  const e = { type: nativeError.code ?? nativeError.type, message: nativeError.message }
+  if (nativeError.holderPid != null) e.holderPid = nativeError.holderPid
+  if (nativeError.lockedSince != null) e.lockedSince = nativeError.lockedSince
+  if (nativeError.reply != null) e.reply = nativeError.reply
+  if (nativeError.cause != null) e.cause = nativeError.cause
+  return e
+}
+
+function failure(type, message, extra) {
+  return { ok: false, error: { type, message, ...extra } }
+}
+
+/** A LockError (or its subclass for TIMEOUT / AUTH_FAILED) from a SemaphoreError or native error object. */
+function toLockError(error, key) {
+  const code = error.code ?? error.type
+  if (code === 'TIMEOUT' && key !== undefined) return new AcquireTimeoutError(key)
+  if (code === 'AUTH_FAILED') return new AuthError(error.message)
+  return new LockError(error.message, code, error)
+}
+
+/** Argument errors thrown synchronously, with a stable code. */
+function invalidArgument(message) {
+  return new LockError(message, 'INVALID_ARGUMENT')
+}
+
+module.exports = { LockError, AcquireTimeoutError, AuthError, semaphoreError, failure, toLockError, invalidArgument }

@@ -1,0 +1,205 @@
+'use strict'
+// The semats-compatible surface: format helpers and the `Semaphore` class, with semats' names, shapes,
+// defaults (ms), error types and message strings. The engine underneath is the Rust core (lock files written
+// atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
+
+const native = require('./native')
+const { semaphoreError, failure, invalidArgument } = require('./errors')
+const { withAbort } = require('./abort')
+
+const DEFAULT_CONFIG = Object.freeze({
+  staleTimeout: 3_600_000,
+  retryInterval: 100,
+  acquireTimeout: null,
+  maxTagLength: 10_000,
+  fsync: true,
+  heartbeat: undefined,
+})
+
+// ─── format helpers ───
+
+function createLockInfo(tag) {
+  return { pid: process.pid, timestamp: Math.floor(Date.now() / 1000), tag }
+}
+
+function serializeLockInfo(info, maxTagLength = 10_000) {
+  return native.serializeLockInfo(info.pid, info.timestamp, info.tag ?? null, finiteOrNull(maxTagLength))
+}
+
+function parseLockInfo(content) {
+  const r = native.parseLockInfo(String(content))
+  return r.ok ? { ok: true, value: lockInfo(r.value) } : { ok: false, error: semaphoreError(r.error) }
+}
+
+function isLockStale(info, timeoutMs) {
+  return Math.floor(Date.now() / 1000) - info.timestamp > timeoutMs / 1000
+}
+
+function isProcessRunning(pid) {
+  return typeof pid === 'number' && Number.isInteger(pid) ? native.isProcessRunning(pid) : false
+}
+
+// ─── option mapping shared with the target API (lib/file-lock.js) ───
+
+/**
+ * Native engine options from semats-style config (ms). semats merges `{...DEFAULT_CONFIG, ...config}`, so an
+ * explicit `undefined` replaces a default: undefined/null/NaN staleTimeout never expires, undefined
+ * retryInterval polls every millisecond, undefined maxTagLength does not cut. We keep that meaning.
+ */
+function engineOptions(config) {
+  const staleTimeoutMs = finiteOrNull(config.staleTimeout)
+  const heartbeatOff = config.heartbeat === null || config.heartbeat === false || config.heartbeat === 0
+  // undefined leaves the engine's default: min(10 s, staleTimeout / 4)
+  const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : positiveMs(config.heartbeat, 'heartbeat')
+  return {
+    staleTimeoutMs: staleTimeoutMs === null ? null : Math.max(0, staleTimeoutMs),
+    retryIntervalMs: Math.max(1, finiteOrNull(config.retryInterval) ?? 1),
+    fsync: config.fsync !== false,
+    heartbeatMs,
+    heartbeatOff,
+    maxTagLength: finiteOrNull(config.maxTagLength),
+  }
+}
+
+function positiveMs(value, name) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(value)}`)
+  }
+  return value
+}
+
+function finiteOrNull(v) {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null
+}
+
+/** semats' LockInfo shape from the native one: the tag key only when the file has one. */
+function lockInfo(n) {
+  const info = { pid: n.pid, timestamp: n.timestamp }
+  if (n.tag != null) info.tag = n.tag
+  return info
+}
+
+/** semats' acquire timeout: `timeout ?? config.acquireTimeout`; null or NaN waits forever; 0 or less tries once. */
+function acquireTimeoutMs(timeout) {
+  if (timeout === null || timeout === undefined || Number.isNaN(timeout)) return null
+  return Math.max(0, Number(timeout))
+}
+
+// ─── the class ───
+
+class Semaphore {
+  #path
+  #config
+  #file
+
+  constructor(lockPath, config = {}) {
+    if (typeof lockPath !== 'string') throw new TypeError('lockPath must be a string')
+    const checked = native.checkLockPath(lockPath, true)
+    if (!checked.ok) throw new Error(checked.error.message)
+    this.#path = checked.path
+    this.#config = { ...DEFAULT_CONFIG, ...config }
+    this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
+  }
+
+  static withDefaults(lockPath) {
+    return new Semaphore(lockPath)
+  }
+
+  getPath() {
+    return this.#path
+  }
+
+  isLocked() {
+    return this.#file.observe().state !== 'missing'
+  }
+
+  getLockInfo() {
+    const seen = this.#file.observe()
+    return seen.state === 'parsed' ? lockInfo(seen.info) : null
+  }
+
+  tryAcquire(tag) {
+    return this.tryAcquireWithInfo(createLockInfo(tag))
+  }
+
+  tryAcquireWithInfo(info) {
+    const ownerPid = info && info.pid !== process.pid ? info.pid : null
+    const r = this.#file.tryAcquire(info ? (info.tag ?? null) : null, ownerPid)
+    if (!r.ok) return { ok: false, error: semaphoreError(r.error) }
+    return { ok: true, value: heldInfo(r.lock) }
+  }
+
+  async acquire(options = {}) {
+    const timeout = acquireTimeoutMs(options.timeout ?? this.#config.acquireTimeout)
+    const r = await withAbort(options.signal, (cancelId) =>
+      this.#file.acquire(options.tag ?? null, null, timeout, cancelId),
+    )
+    if (!r.ok) {
+      if (r.error.code === 'TIMEOUT') {
+        return failure('TIMEOUT', `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`)
+      }
+      return { ok: false, error: semaphoreError(r.error) }
+    }
+    return { ok: true, value: heldInfo(r.lock) }
+  }
+
+  acquireTimeout(timeoutMs, tag) {
+    return this.acquire({ timeout: timeoutMs, tag })
+  }
+
+  release(force = false) {
+    const r = this.#file.releaseAsProcess(Boolean(force))
+    return r.ok ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(r.error) }
+  }
+
+  forceRelease() {
+    return this.release(true)
+  }
+
+  status() {
+    const s = this.#file.status()
+    return {
+      locked: s.locked,
+      info: s.info ? lockInfo(s.info) : null,
+      isStale: s.isStale,
+      isOwnedByCurrentProcess: s.isOwnedByCurrentProcess,
+    }
+  }
+
+  cleanStale() {
+    const r = this.#file.cleanStale()
+    return r.ok ? r.value : false
+  }
+}
+
+let exitHookInstalled = false
+/**
+ * Locks still held when the process exits normally are released, so other tools do not see a dead pid's lock
+ * (after a crash, our own stale judgement reclaims it at once). Installed on the first acquisition.
+ */
+function installExitHook() {
+  if (exitHookInstalled) return
+  exitHookInstalled = true
+  process.once('exit', () => native.releaseAllHeld())
+}
+
+/** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */
+function heldInfo(lock) {
+  installExitHook()
+  const info = lock.info()
+  return { pid: info.pid, timestamp: info.timestamp, tag: info.tag ?? undefined }
+}
+
+module.exports = {
+  Semaphore,
+  createLockInfo,
+  serializeLockInfo,
+  parseLockInfo,
+  isLockStale,
+  isProcessRunning,
+  engineOptions,
+  lockInfo,
+  acquireTimeoutMs,
+  installExitHook,
+  DEFAULT_CONFIG,
+}

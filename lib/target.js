@@ -1,0 +1,99 @@
+'use strict'
+// One API over any target string: a path, a file:// URL or a dflockd:// URL. Switching a service from one
+// machine to many is a change of this string, nothing else.
+
+const { fileURLToPath } = require('node:url')
+const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('./errors')
+const { LockHandle } = require('./lock-handle')
+const { acquireFile, releaseFile, statusFile } = require('./file-lock')
+const dflockd = require('./dflockd')
+
+/** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
+function parseTarget(target) {
+  if (typeof target !== 'string') throw invalidArgument(`target must be a string, got ${typeof target}`)
+  if (target.startsWith('dflockd://')) return { backend: 'dflockd' }
+  if (target.startsWith('file:')) {
+    try {
+      return { backend: 'file', path: fileURLToPath(target) }
+    } catch (e) {
+      throw new LockError(`Invalid file URL: ${e.message}`, 'INVALID_PATH')
+    }
+  }
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(target)) {
+    throw invalidArgument(`unsupported target scheme in '${target}' (use a path, file:// or dflockd://)`)
+  }
+  return { backend: 'file', path: target }
+}
+
+/** Like parseTarget, but a bad target becomes a failed SemaphoreResult instead of a throw. */
+function resolve(target) {
+  try {
+    return { parsed: parseTarget(target) }
+  } catch (e) {
+    return { failed: { ok: false, error: { type: e.code, message: e.message } } }
+  }
+}
+
+function acquireOn(target, options, wait) {
+  const { parsed, failed } = resolve(target)
+  if (failed) return Promise.resolve(failed)
+  return parsed.backend === 'file'
+    ? acquireFile(target, parsed.path, options, { wait })
+    : dflockd.acquireTarget(target, options, { wait })
+}
+
+function acquire(target, options = {}) {
+  return acquireOn(target, options, true)
+}
+
+function tryAcquire(target, options = {}) {
+  return acquireOn(target, options, false)
+}
+
+async function release(target, options = {}) {
+  if (target instanceof LockHandle) {
+    try {
+      return (await target.release())
+        ? { ok: true, value: undefined }
+        : { ok: false, error: { type: 'NOT_LOCKED', message: 'Lock not held' } }
+    } catch (e) {
+      return { ok: false, error: { type: e.code ?? 'IO_ERROR', message: e.message } }
+    }
+  }
+  const { parsed, failed } = resolve(target)
+  if (failed) return failed
+  return parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options)
+}
+
+async function status(target, options = {}) {
+  const parsed = parseTarget(target)
+  return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
+}
+
+/**
+ * Acquires, runs `fn(lock)`, always releases. A lock lost while `fn` ran rejects with LOCK_LOST even when `fn`
+ * succeeded (its work was not exclusive); `fn`'s own error wins over any release error.
+ */
+async function withLock(target, fn, options = {}) {
+  if (typeof fn !== 'function') throw invalidArgument('withLock needs a function')
+  const r = await acquire(target, options)
+  if (!r.ok) {
+    if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message)
+    throw toLockError(r.error)
+  }
+  const lock = r.value
+  let result
+  try {
+    result = await fn(lock)
+  } catch (e) {
+    await lock.release().catch(() => {})
+    throw e
+  }
+  const released = await lock.release()
+  if (!released) {
+    throw lock.signal.reason instanceof LockError ? lock.signal.reason : new LockError('Lock was lost', 'LOCK_LOST')
+  }
+  return result
+}
+
+module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget }

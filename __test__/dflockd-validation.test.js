@@ -1,0 +1,276 @@
+'use strict'
+// Bad input is refused client-side with LockError INVALID_ARGUMENT before anything is sent; CRC-32 sharding
+// vectors (§D5); dflockd:// URL parsing; garbage replies from a scripted server.
+const { test, describe, after, before } = require('node:test')
+const assert = require('node:assert/strict')
+const d = require('./helpers/dflockd')
+const {
+  DistributedLock,
+  DistributedSemaphore,
+  Connection,
+  stableHashShard,
+  parseDflockdUrl,
+  acquireTarget,
+} = require('../lib/dflockd')
+const { LockError, AcquireTimeoutError } = require('../lib/errors')
+
+const isInvalid = (e) => e instanceof LockError && e.code === 'INVALID_ARGUMENT'
+
+const BAD_KEYS = {
+  empty: '',
+  space: 'a b',
+  tab: 'a\tb',
+  CR: 'a\rb',
+  LF: 'a\nb',
+  NUL: 'a\0b',
+  '257 bytes': 'k'.repeat(257),
+  '257 UTF-8 bytes (129 two-byte chars)': 'é'.repeat(129),
+}
+const BAD_TIMEOUTS = { NaN: NaN, negative: -1, 'non-integer': 1.5, Infinity: Infinity, string: '5' }
+const BAD_TTLS = { zero: 0, negative: -3, 'non-integer': 2.5, NaN: NaN, string: '10' }
+
+let fake
+before(async () => {
+  // Counts connections and bytes: every bad call below must leave it untouched.
+  fake = await d.fakeServer(() => 'ok')
+})
+after(() => d.stopAll())
+
+describe('constructor validation (DistributedLock / DistributedSemaphore)', () => {
+  const base = () => ({ key: 'k', servers: [['127.0.0.1', fake.port]] })
+  for (const [name, key] of Object.entries(BAD_KEYS)) {
+    test(`key with ${name} is refused`, () => {
+      assert.throws(() => new DistributedLock({ ...base(), key }), isInvalid)
+      assert.throws(() => new DistributedSemaphore({ ...base(), key, limit: 2 }), isInvalid)
+    })
+  }
+  test('a 256-byte key is accepted', () => {
+    assert.equal(new DistributedLock({ ...base(), key: 'k'.repeat(256) }).key.length, 256)
+  })
+  for (const [name, v] of Object.entries(BAD_TIMEOUTS)) {
+    test(`acquireTimeoutS ${name} is refused`, () => {
+      assert.throws(() => new DistributedLock({ ...base(), acquireTimeoutS: v }), isInvalid)
+    })
+  }
+  for (const [name, v] of Object.entries(BAD_TTLS)) {
+    test(`leaseTtlS ${name} is refused`, () => {
+      assert.throws(() => new DistributedLock({ ...base(), leaseTtlS: v }), isInvalid)
+    })
+  }
+  test('renewRatio outside (0, 1) is refused', () => {
+    for (const r of [0, 1, -0.5, 1.5, NaN, Infinity, -Infinity]) {
+      assert.throws(() => new DistributedLock({ ...base(), renewRatio: r }), isInvalid, `renewRatio ${r}`)
+    }
+    assert.equal(new DistributedLock({ ...base(), renewRatio: 0.25 }).renewRatio, 0.25)
+  })
+  test('semaphore limit < 1 or non-integer is refused', () => {
+    for (const limit of [0, -1, 1.5, NaN, undefined, '3']) {
+      assert.throws(() => new DistributedSemaphore({ ...base(), limit }), isInvalid, `limit ${limit}`)
+    }
+    assert.equal(new DistributedSemaphore({ ...base(), limit: 3 }).limit, 3)
+  })
+  test('servers, ports, strategy, auth, tls and callbacks are checked', () => {
+    assert.throws(() => new DistributedLock({ key: 'k', servers: [] }), isInvalid)
+    assert.throws(() => new DistributedLock({ key: 'k', servers: [['127.0.0.1', 0]] }), isInvalid)
+    assert.throws(() => new DistributedLock({ key: 'k', servers: [['127.0.0.1', 70000]] }), isInvalid)
+    assert.throws(() => new DistributedLock({ key: 'k', servers: [['', 1]] }), isInvalid)
+    assert.throws(() => new DistributedLock({ ...base(), shardingStrategy: 3 }), isInvalid)
+    assert.throws(() => new DistributedLock({ ...base(), auth: 'a\nb' }), isInvalid)
+    assert.throws(() => new DistributedLock({ ...base(), tls: { rejectUnauthorized: false } }), isInvalid)
+    assert.throws(() => new DistributedLock({ ...base(), onLockLost: 'x' }), isInvalid)
+    assert.throws(() => new DistributedLock({ ...base(), connectTimeoutMs: -1 }), isInvalid)
+    assert.throws(() => new DistributedLock({ ...base(), socketTimeoutMs: NaN }), isInvalid)
+    assert.throws(() => new DistributedLock(), isInvalid)
+  })
+  test('defaults mirror dflockd-client', () => {
+    const l = new DistributedLock({ key: 'k' })
+    assert.equal(l.acquireTimeoutS, 10)
+    assert.equal(l.leaseTtlS, undefined)
+    assert.deepEqual(l.servers, [['127.0.0.1', 6388]])
+    assert.equal(l.renewRatio, 0.5)
+    assert.equal(l.shardingStrategy, stableHashShard)
+    assert.equal(l.token, null)
+    assert.equal(l.lease, 0)
+    assert.equal(l.signal.aborted, false)
+    const legacy = new DistributedLock({ key: 'k', host: '::1', port: 7000 })
+    assert.deepEqual(legacy.servers, [['::1', 7000]])
+    const servers = [['h', 1]]
+    const copy = new DistributedLock({ key: 'k', servers })
+    servers[0][1] = 2
+    assert.deepEqual(copy.servers, [['h', 1]], 'servers are copied')
+  })
+  test('nothing reached the server', () => {
+    assert.equal(fake.connections, 0)
+  })
+})
+
+describe('invalid sharding results fail at acquire time without connecting', () => {
+  for (const [name, idx] of Object.entries({ 'too big': 2, negative: -1, 'non-integer': 0.5, NaN: NaN, string: '0' })) {
+    test(`strategy returning ${name}`, async () => {
+      const l = new DistributedLock({
+        key: 'k',
+        servers: [['127.0.0.1', fake.port], ['127.0.0.1', fake.port]],
+        shardingStrategy: () => idx,
+      })
+      await assert.rejects(l.acquire(), isInvalid)
+      await assert.rejects(l.enqueue(), isInvalid)
+      assert.equal(l.token, null)
+      assert.equal(fake.connections, 0)
+    })
+  }
+  test('a throwing strategy becomes INVALID_ARGUMENT', async () => {
+    const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', fake.port]], shardingStrategy: () => { throw new Error('boom') } })
+    await assert.rejects(l.acquire(), (e) => isInvalid(e) && /boom/.test(e.message))
+    assert.equal(fake.connections, 0)
+  })
+})
+
+describe('stableHashShard (§D5 vectors)', () => {
+  test('CRC-32/IEEE vectors', () => {
+    assert.equal(stableHashShard('test-key', 3), 1) // 0x32db1f79
+    assert.equal(stableHashShard('my-key', 3), 2) // 0xd6e33ac1
+    assert.equal(stableHashShard('my-key', 5), 2)
+    assert.equal(stableHashShard('a', 3), 0) // 0xe8b7be43
+    assert.equal(stableHashShard('worker-pool', 5), 3) // 0xe746ac78
+    assert.equal(stableHashShard('ключ✓', 3), 2) // 0x91166f7b (UTF-8 bytes)
+    assert.equal(stableHashShard('', 7), 0)
+    assert.equal(stableHashShard('123456789', 1000003), 0xcbf43926 % 1000003)
+    assert.equal(stableHashShard('test-key', 0x7fffffff), 0x32db1f79 % 0x7fffffff)
+    assert.equal(stableHashShard('anything', 1), 0)
+  })
+  test('n <= 0 or non-integer throws INVALID_ARGUMENT', () => {
+    for (const n of [0, -1, 1.5, NaN]) assert.throws(() => stableHashShard('k', n), isInvalid, `n=${n}`)
+  })
+})
+
+describe('parseDflockdUrl', () => {
+  test('full form', () => {
+    assert.deepEqual(parseDflockdUrl('dflockd://s3cr%40t@db.example:7000/jobs%2Fnightly?limit=3&leaseTtl=20&tls=1'), {
+      host: 'db.example',
+      port: 7000,
+      key: 'jobs/nightly',
+      auth: 's3cr@t',
+      limit: 3,
+      leaseTtl: 20,
+      tls: true,
+    })
+  })
+  test('defaults and IPv6', () => {
+    assert.deepEqual(parseDflockdUrl('dflockd://127.0.0.1/k'), { host: '127.0.0.1', port: 6388, key: 'k', tls: false })
+    assert.deepEqual(parseDflockdUrl('dflockd://[::1]:7001/k'), { host: '::1', port: 7001, key: 'k', tls: false })
+    assert.equal(parseDflockdUrl('dflockd://h/%D0%BA%D0%BB%D1%8E%D1%87').key, 'ключ')
+    assert.equal(parseDflockdUrl('dflockd://h/k?tls=0').tls, false)
+  })
+  test('bad URLs and numbers throw INVALID_ARGUMENT', () => {
+    for (const url of [
+      'dflockd://h',
+      'dflockd://h/',
+      'dflockd:///k',
+      'http://h/k',
+      'dflockd://h:99999/k',
+      'dflockd://h:0/k',
+      'dflockd://h/a%20b',
+      'dflockd://h/a%0Ab',
+      'dflockd://h/a%00b',
+      'dflockd://h/%E0%A4%A',
+      `dflockd://h/${'k'.repeat(257)}`,
+      'dflockd://h/k?limit=0',
+      'dflockd://h/k?limit=1.5',
+      'dflockd://h/k?limit=-1',
+      'dflockd://h/k?leaseTtl=abc',
+      'dflockd://h/k?leaseTtl=0',
+      'dflockd://h/k?tls=maybe',
+      'dflockd://h/k?lease=3',
+      'dflockd://h/k#x',
+      'not a url',
+      42,
+    ]) {
+      assert.throws(() => parseDflockdUrl(url), isInvalid, String(url))
+    }
+  })
+})
+
+describe('low-level Connection refuses bad input before sending', () => {
+  let conn
+  before(async () => {
+    conn = await Connection.connect({ host: '127.0.0.1', port: fake.port })
+  })
+  after(() => conn && conn.close())
+
+  test('bad keys', async () => {
+    for (const [name, key] of Object.entries(BAD_KEYS)) {
+      await assert.rejects(conn.acquire(key, 1), isInvalid, name)
+      await assert.rejects(conn.enqueue(key), isInvalid, name)
+      await assert.rejects(conn.waitForLock(key, 1), isInvalid, name)
+      await assert.rejects(conn.release(key, 'tok'), isInvalid, name)
+      await assert.rejects(conn.renew(key, 'tok'), isInvalid, name)
+      await assert.rejects(conn.semAcquire(key, 1, 2), isInvalid, name)
+    }
+  })
+  test('bad timeouts, TTLs, limits and tokens', async () => {
+    for (const [name, t] of Object.entries(BAD_TIMEOUTS)) {
+      await assert.rejects(conn.acquire('k', t), isInvalid, `timeout ${name}`)
+      await assert.rejects(conn.waitForLock('k', t), isInvalid, `wait ${name}`)
+      await assert.rejects(conn.semAcquire('k', t, 2), isInvalid, `sem timeout ${name}`)
+    }
+    for (const [name, ttl] of Object.entries(BAD_TTLS)) {
+      await assert.rejects(conn.acquire('k', 1, ttl), isInvalid, `ttl ${name}`)
+      await assert.rejects(conn.enqueue('k', ttl), isInvalid, `enqueue ttl ${name}`)
+      await assert.rejects(conn.renew('k', 'tok', ttl), isInvalid, `renew ttl ${name}`)
+    }
+    for (const limit of [0, -2, 1.5]) await assert.rejects(conn.semAcquire('k', 1, limit), isInvalid, `limit ${limit}`)
+    for (const tok of ['', 'a b', 'a\nb', 'a\0b']) await assert.rejects(conn.release('k', tok), isInvalid, JSON.stringify(tok))
+    await assert.rejects(conn.request('l', 'k\nr', '1'), isInvalid)
+    await assert.rejects(conn.request('l\r', 'k', '1'), isInvalid)
+  })
+  test('nothing was sent on the connection', () => {
+    assert.equal(fake.received, '')
+  })
+})
+
+describe('target API refuses bad options before connecting', () => {
+  test('negative / NaN timeouts, bad lease and limit', async () => {
+    const url = `dflockd://127.0.0.1:${fake.port}/k`
+    for (const o of [{ timeout: -1 }, { timeout: NaN }, { timeout: '5' }, { leaseTtl: 0 }, { leaseTtl: 1.5 }, { limit: 0 }, { renewRatio: 1 }]) {
+      await assert.rejects(acquireTarget(url, o, { wait: true }), isInvalid, JSON.stringify(o))
+    }
+    await assert.rejects(acquireTarget('dflockd://127.0.0.1/bad key', {}, { wait: true }), isInvalid)
+    assert.equal(fake.connections, 1, 'only the low-level Connection above connected')
+  })
+})
+
+describe('garbage replies from a scripted server', () => {
+  let garbage
+  before(async () => {
+    garbage = await d.fakeServer(([cmd]) => {
+      if (cmd === 'l') return 'okay'
+      if (cmd === 'e') return 'acquired'
+      if (cmd === 'w') return 'ok '
+      if (cmd === 'r') return 'ok fine'
+      if (cmd === 'n') return 'error_something_new'
+      return 'error'
+    })
+  })
+
+  test('Connection methods reject with LockError, never resolve garbage', async () => {
+    const c = await Connection.connect({ host: '127.0.0.1', port: garbage.port })
+    try {
+      await assert.rejects(c.acquire('k', 0), (e) => e instanceof LockError && e.code === 'SERVER_ERROR' && e.reply === 'okay')
+      await assert.rejects(c.enqueue('k'), (e) => e instanceof LockError && e.code === 'SERVER_ERROR' && e.reply === 'acquired')
+      await assert.rejects(c.waitForLock('k', 0), (e) => e instanceof LockError && e.code === 'PROTOCOL_ERROR')
+      await assert.rejects(c.release('k', 'tok'), (e) => e instanceof LockError && e.reply === 'ok')
+      await assert.rejects(c.renew('k', 'tok'), (e) => e.code === 'SERVER_ERROR' && e.reply === 'error_something_new')
+      await assert.rejects(c.stats(), (e) => e.code === 'SERVER_ERROR' && e.reply === 'error')
+      assert.equal(await c.request('x', 'k', ''), 'error')
+    } finally {
+      c.close()
+    }
+  })
+  test('DistributedLock.acquire rejects a garbage grant with a LockError', async () => {
+    const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', garbage.port]], acquireTimeoutS: 0 })
+    await assert.rejects(l.acquire(), (e) => e instanceof LockError && !(e instanceof AcquireTimeoutError))
+    assert.equal(l.token, null)
+    // The failed attempt closed its connection: a new attempt is allowed without force.
+    await assert.rejects(l.acquire(), LockError)
+  })
+})

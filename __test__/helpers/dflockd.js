@@ -1,0 +1,304 @@
+'use strict'
+// Test helper: real dflockd servers (and a TLS front end) on free loopback ports.
+//
+//   const d = require('./helpers/dflockd')
+//   d.server                      → {kind: 'go'|'python'|'none', version, bin, reason?}  (scripts/dflockd-server.js)
+//   d.skipReason()                → null when some server is installed, else why not (use: t.skip(reason))
+//   d.goOnly()                    → null on the Go server, else 'needs the Go dflockd server: <why>'
+//   const s = await d.startServer({ args: ['--max-locks', '1'] })
+//       s.host, s.port, s.kind, s.url(key, query?) → 'dflockd://127.0.0.1:<port>/<key>[?query]'
+//       await s.stop()            SIGTERM, then SIGKILL after 3 s; resolves once the process is gone
+//       await s.kill('SIGKILL')   signal and wait for exit
+//       await s.restart()         same port, same args; resolves once it accepts connections again
+//       s.log()                   last ~64 KiB of the server's stdout+stderr (for assertion messages)
+//   await d.stopAll()             stops every server and proxy this process started (use in after())
+//   const certs = d.makeCerts()   → {dir, caPem, certPem, keyPem, otherCaPem} via the openssl CLI, or
+//                                   {skip: reason} when openssl is missing / fails
+//   const p = await d.startTlsProxy(s, certs)  TLS (127.0.0.1, SAN localhost + 127.0.0.1) piped to s;
+//       p.host, p.port, await p.close()
+//   const f = await d.fakeServer(reply)  a scripted TCP server: reply([cmd, key, arg]) → reply line (without \n),
+//       or null to stay silent; f.port, f.connections, f.received (all bytes as text), await f.close()
+//   await d.freePort()            a free loopback TCP port
+//   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded)
+//
+// Servers always bind 127.0.0.1 (the Python server defaults to 0.0.0.0), get `--host 127.0.0.1 --port N` before the
+// extra args, and run with the DFLOCKD_* environment (and the Python server's unprefixed variables) removed so a
+// developer's settings cannot change a test. Nothing here keeps the test process alive after stopAll().
+
+const { spawn, spawnSync } = require('node:child_process')
+const fs = require('node:fs')
+const net = require('node:net')
+const os = require('node:os')
+const path = require('node:path')
+const tls = require('node:tls')
+const { readDflockd } = require('../../scripts/dflockd-server')
+
+const server = readDflockd()
+const live = new Set()
+const tempDirs = []
+
+function skipReason() {
+  return server.kind === 'none' ? `no dflockd server installed: ${server.reason}` : null
+}
+
+function goOnly() {
+  if (server.kind === 'go') return null
+  return `needs the Go dflockd server: ${server.kind === 'python' ? `only the Python dflockd ${server.version} is installed (${server.reason || 'no Go server'})` : server.reason}`
+}
+
+function freePort(host = '127.0.0.1') {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer()
+    srv.unref()
+    srv.on('error', reject)
+    srv.listen(0, host, () => {
+      const { port } = srv.address()
+      srv.close(() => resolve(port))
+    })
+  })
+}
+
+function tryConnect(host, port) {
+  return new Promise((resolve) => {
+    const sock = net.connect({ host, port })
+    const done = (ok) => {
+      sock.destroy()
+      resolve(ok)
+    }
+    sock.setTimeout(500, () => done(false))
+    sock.once('connect', () => done(true))
+    sock.once('error', () => done(false))
+  })
+}
+
+async function waitForPort(port, { host = '127.0.0.1', timeoutMs = 10000, exited = () => false } = {}) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)
+    if (await tryConnect(host, port)) return
+    if (Date.now() > deadline) throw new Error(`nothing accepted connections on ${host}:${port} within ${timeoutMs} ms`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+function cleanEnv() {
+  const env = { ...process.env }
+  for (const k of Object.keys(env)) {
+    if (k.startsWith('DFLOCKD_')) delete env[k]
+  }
+  for (const k of ['DEFAULT_LEASE_TTL_S', 'LEASE_SWEEP_INTERVAL_S', 'GC_LOOP_SLEEP', 'GC_MAX_UNUSED_TIME', 'MAX_LOCKS']) {
+    delete env[k]
+  }
+  env.PYTHONUNBUFFERED = '1'
+  return env
+}
+
+/** Starts the installed dflockd on a free loopback port with `args`; resolves once it accepts connections. */
+async function startServer({ args = [], port, startTimeoutMs = 15000 } = {}) {
+  if (server.kind === 'none') throw new Error(skipReason())
+  const host = '127.0.0.1'
+  const s = {
+    host,
+    port: port ?? (await freePort()),
+    kind: server.kind,
+    version: server.version,
+    args,
+    proc: null,
+    url(key, query) {
+      return `dflockd://${host}:${this.port}/${encodeURIComponent(key)}${query ? `?${query}` : ''}`
+    },
+    log() {
+      return output
+    },
+    async stop() {
+      await stopProc('SIGTERM')
+    },
+    async kill(signal = 'SIGKILL') {
+      await stopProc(signal)
+    },
+    async restart() {
+      await stopProc('SIGTERM')
+      await launch()
+    },
+  }
+  let output = ''
+  let exited = true
+  let exitPromise = Promise.resolve()
+
+  async function launch() {
+    const child = spawn(server.bin, ['--host', host, '--port', String(s.port), ...args], {
+      env: cleanEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    s.proc = child
+    exited = false
+    const keep = (d) => {
+      output = (output + d.toString()).slice(-65536)
+    }
+    child.stdout.on('data', keep)
+    child.stderr.on('data', keep)
+    exitPromise = new Promise((resolve) => {
+      child.once('exit', () => {
+        exited = true
+        resolve()
+      })
+      child.once('error', (e) => {
+        output += `\nspawn error: ${e.message}`
+        exited = true
+        resolve()
+      })
+    })
+    live.add(s)
+    try {
+      await waitForPort(s.port, { host, timeoutMs: startTimeoutMs, exited: () => exited })
+    } catch (e) {
+      await stopProc('SIGKILL')
+      e.message += `\n--- ${server.bin} output ---\n${output}`
+      throw e
+    }
+  }
+
+  async function stopProc(signal) {
+    const child = s.proc
+    live.delete(s)
+    if (!child || exited) return exitPromise
+    child.kill(signal)
+    let timer
+    const forced = new Promise((resolve) => {
+      timer = setTimeout(() => {
+        if (!exited) child.kill('SIGKILL')
+        resolve()
+      }, 3000)
+    })
+    await Promise.race([exitPromise, forced.then(() => exitPromise)])
+    clearTimeout(timer)
+  }
+
+  s._close = () => stopProc('SIGKILL')
+  await launch()
+  return s
+}
+
+/** Generates a CA, a server certificate for localhost/127.0.0.1 signed by it, and an unrelated CA. */
+function makeCerts() {
+  const which = spawnSync('openssl', ['version'], { encoding: 'utf8' })
+  if (which.error || which.status !== 0) return { skip: 'the openssl command-line tool is not available' }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sema-native-tls-'))
+  tempDirs.push(dir)
+  const run = (...a) => {
+    const r = spawnSync('openssl', a, { cwd: dir, encoding: 'utf8' })
+    if (r.error || r.status !== 0) throw new Error(`openssl ${a.join(' ')} failed: ${r.error ? r.error.message : r.stderr}`)
+  }
+  try {
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']
+    const caExt = ['-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']
+    run('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=sema-native test CA', ...caExt)
+    run('req', '-x509', ...ec, '-keyout', 'other.key', '-out', 'other.pem', '-days', '2', '-subj', '/CN=unrelated CA', ...caExt)
+    run('req', '-new', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost')
+    fs.writeFileSync(
+      path.join(dir, 'server.ext'),
+      'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n' +
+        'subjectAltName=DNS:localhost,IP:127.0.0.1\n',
+    )
+    run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2',
+      '-extfile', 'server.ext', '-out', 'server.pem')
+  } catch (e) {
+    return { skip: e.message }
+  }
+  const read = (f) => fs.readFileSync(path.join(dir, f), 'utf8')
+  return { dir, caPem: read('ca.pem'), certPem: read('server.pem'), keyPem: read('server.key'), otherCaPem: read('other.pem') }
+}
+
+/** A TLS-terminating proxy on a free loopback port in front of `target` ({host, port}). */
+async function startTlsProxy(target, certs) {
+  const sockets = new Set()
+  const srv = tls.createServer({ key: certs.keyPem, cert: certs.certPem }, (client) => {
+    const upstream = net.connect({ host: target.host, port: target.port })
+    sockets.add(client)
+    sockets.add(upstream)
+    const end = () => {
+      client.destroy()
+      upstream.destroy()
+      sockets.delete(client)
+      sockets.delete(upstream)
+    }
+    client.on('error', end)
+    upstream.on('error', end)
+    client.on('close', end)
+    upstream.on('close', end)
+    client.pipe(upstream)
+    upstream.pipe(client)
+  })
+  // Failed handshakes (the plain-client and unknown-CA tests) are expected.
+  srv.on('tlsClientError', () => {})
+  const port = await freePort()
+  await new Promise((resolve, reject) => {
+    srv.once('error', reject)
+    srv.listen(port, '127.0.0.1', resolve)
+  })
+  const p = {
+    host: '127.0.0.1',
+    port,
+    async close() {
+      live.delete(p)
+      for (const s of sockets) s.destroy()
+      await new Promise((r) => srv.close(() => r()))
+    },
+  }
+  p._close = p.close
+  live.add(p)
+  return p
+}
+
+/** A TCP server that records what it receives and answers each 3-line request with `reply(lines)`. */
+async function fakeServer(reply = () => null) {
+  const sockets = new Set()
+  const f = {
+    host: '127.0.0.1',
+    port: 0,
+    connections: 0,
+    received: '',
+    async close() {
+      live.delete(f)
+      for (const s of sockets) s.destroy()
+      await new Promise((r) => srv.close(() => r()))
+    },
+  }
+  const srv = net.createServer((sock) => {
+    f.connections++
+    sockets.add(sock)
+    let buf = ''
+    const lines = []
+    sock.on('data', (d) => {
+      const text = d.toString('utf8')
+      f.received += text
+      buf += text
+      let i
+      while ((i = buf.indexOf('\n')) >= 0) {
+        lines.push(buf.slice(0, i))
+        buf = buf.slice(i + 1)
+      }
+      while (lines.length >= 3) {
+        const out = reply(lines.splice(0, 3))
+        if (out !== null && out !== undefined) sock.write(out + '\n')
+      }
+    })
+    sock.on('error', () => {})
+    sock.on('close', () => sockets.delete(sock))
+  })
+  await new Promise((resolve, reject) => {
+    srv.once('error', reject)
+    srv.listen(0, '127.0.0.1', resolve)
+  })
+  f.port = srv.address().port
+  f._close = f.close
+  live.add(f)
+  return f
+}
+
+async function stopAll() {
+  await Promise.all([...live].map((x) => x._close()))
+  for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
+}
+
+module.exports = { server, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, startTlsProxy, fakeServer, stopAll }

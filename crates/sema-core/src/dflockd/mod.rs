@@ -1,1 +1,27 @@
 //! dflockd lock-server client.
+//!
+//! - [`protocol`]: request encoding with validation (before any byte is written) and exact
+//!   reply parsing for every command (`auth`, `l r n e w`, `sl sr sn se sw`, `stats`).
+//! - [`connection`]: TCP/TLS connect, auth handshake, bounded line reader, timeouts.
+//! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,
+//!   automatic renewal, release and loss notification.
+//! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
+//! - [`stats`]: serde types of the `stats` JSON.
+//! - [`error`]: [`DflockdError`] with stable codes.
+//!
+//! Works with the Go server v1.10.0 and tolerates Python dflockd 0.5.0 (renew answers TTL−1,
+//! bare `error` where Go has specific statuses, connection closed after protocol errors).
+
+pub mod connection;
+pub mod error;
+pub mod primitive;
+pub mod protocol;
+pub mod shard;
+pub mod stats;
+
+pub use connection::{stats_json, ConnectOptions, Connection, TlsOptions};
+pub use error::{DflockdError, ErrorCode, Result};
+pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions};
+pub use protocol::{AcquireReply, EnqueueReply, Grant, Request};
+pub use shard::stable_hash_shard;
+pub use stats::{parse_stats, Stats};

@@ -1,0 +1,544 @@
+//! One client connection: TCP (optionally TLS), auth handshake, bounded line reader, timeouts.
+//!
+//! Requests are strictly one-at-a-time (`&mut self`). Any I/O error, timeout, protocol error or
+//! cancellation in the middle of a request leaves the stream in an unknown state, so the
+//! connection is closed and every later request fails with `CONNECTION_ERROR`.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::rustls::{self, pki_types::ServerName, ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
+
+use super::error::{DflockdError, ErrorCode, Result};
+use super::protocol::{
+    self, AcquireReply, EnqueueReply, Request, MAX_REPLY_LINE_BYTES, MAX_SECONDS,
+};
+use super::stats::{parse_stats, Stats};
+
+/// Default bound for TCP connect plus TLS handshake when none is configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default bound for the reply to a non-blocking command (`r n e stats auth`) when none is
+/// configured.
+pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
+/// Extra time granted to the reply of a blocking command (`l sl w sw`) beyond its own timeout,
+/// so a silent server still cannot hang the client forever.
+pub const BLOCKING_REPLY_MARGIN: Duration = Duration::from_secs(5);
+
+/// TLS settings: TLS is on when this is present.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// PEM text with one or more CA certificates to trust instead of the system roots.
+    pub ca_pem: Option<String>,
+    /// Name to verify the server certificate against (default: the host).
+    pub servername: Option<String>,
+}
+
+/// Where and how to connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port (1..=65535).
+    pub port: u16,
+    /// TLS settings (`None` = plain TCP).
+    pub tls: Option<TlsOptions>,
+    /// Auth token sent as the first request (`None` = no auth).
+    pub auth: Option<String>,
+    /// Bound for TCP connect + TLS handshake.
+    pub connect_timeout: Duration,
+    /// Bound for the reply to a non-blocking command.
+    pub socket_timeout: Duration,
+}
+
+impl ConnectOptions {
+    /// Plain TCP to `host:port` with the default timeouts.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        ConnectOptions {
+            host: host.into(),
+            port,
+            tls: None,
+            auth: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            socket_timeout: DEFAULT_SOCKET_TIMEOUT,
+        }
+    }
+
+    /// Check everything that can be checked without the network (host, port, auth token, CA PEM).
+    pub fn validate(&self) -> Result<()> {
+        if self.host.is_empty() || self.host.chars().any(|c| c.is_whitespace() || c == '\0') {
+            return Err(DflockdError::invalid(format!(
+                "invalid host {:?}",
+                self.host
+            )));
+        }
+        if self.port == 0 {
+            return Err(DflockdError::invalid("port must be between 1 and 65535"));
+        }
+        if let Some(auth) = &self.auth {
+            protocol::validate_auth(auth)?;
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(DflockdError::invalid("connect timeout must be positive"));
+        }
+        if self.socket_timeout.is_zero() {
+            return Err(DflockdError::invalid("socket timeout must be positive"));
+        }
+        if let Some(tls) = &self.tls {
+            tls_client_config(tls)?;
+            server_name(&self.host, tls)?;
+        }
+        Ok(())
+    }
+
+    fn peer(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn build_config(roots: RootCertStore) -> Result<Arc<ClientConfig>> {
+    let cfg = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| DflockdError::connection(format!("TLS setup failed: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
+fn system_config() -> Result<Arc<ClientConfig>> {
+    static SYSTEM: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    if let Some(cfg) = SYSTEM.get() {
+        return Ok(cfg.clone());
+    }
+    let mut roots = RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if roots.is_empty() {
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    }
+    let cfg = build_config(roots)?;
+    Ok(SYSTEM.get_or_init(|| cfg).clone())
+}
+
+fn tls_client_config(tls: &TlsOptions) -> Result<Arc<ClientConfig>> {
+    let Some(pem) = &tls.ca_pem else {
+        return system_config();
+    };
+    let mut roots = RootCertStore::empty();
+    let mut count = 0usize;
+    for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
+        let cert =
+            cert.map_err(|e| DflockdError::invalid(format!("tls.ca: unreadable PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| DflockdError::invalid(format!("tls.ca: unusable certificate: {e}")))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(DflockdError::invalid(
+            "tls.ca: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
+        ));
+    }
+    build_config(roots)
+}
+
+fn server_name(host: &str, tls: &TlsOptions) -> Result<ServerName<'static>> {
+    let name = tls.servername.as_deref().unwrap_or(host);
+    ServerName::try_from(name.to_string())
+        .map_err(|e| DflockdError::invalid(format!("invalid TLS server name {name:?}: {e}")))
+}
+
+fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
+    DflockdError::connection(format!("{what} {peer} failed: {e}"))
+}
+
+/// A connection to one dflockd server.
+pub struct Connection {
+    io: Option<Box<dyn Io>>,
+    buf: Vec<u8>,
+    busy: bool,
+    socket_timeout: Duration,
+    peer: String,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.peer)
+            .field("open", &self.io.is_some())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connect (TCP, then TLS when configured) within `connect_timeout`, then authenticate when
+    /// an auth token is configured (its reply bounded by `socket_timeout`).
+    pub async fn connect(opts: &ConnectOptions) -> Result<Connection> {
+        opts.validate()?;
+        let peer = opts.peer();
+        let tls = match &opts.tls {
+            Some(t) => Some((tls_client_config(t)?, server_name(&opts.host, t)?)),
+            None => None,
+        };
+        let setup = async {
+            let tcp = TcpStream::connect((opts.host.as_str(), opts.port))
+                .await
+                .map_err(|e| io_error(&peer, "connect to", e))?;
+            let _ = tcp.set_nodelay(true);
+            let io: Box<dyn Io> = match tls {
+                None => Box::new(tcp),
+                Some((cfg, name)) => {
+                    let stream = TlsConnector::from(cfg)
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| io_error(&peer, "TLS handshake with", e))?;
+                    Box::new(stream)
+                }
+            };
+            Ok::<_, DflockdError>(io)
+        };
+        let io = match tokio::time::timeout(opts.connect_timeout, setup).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(DflockdError::timeout(format!(
+                    "connect timed out after {}ms to {peer}",
+                    opts.connect_timeout.as_millis()
+                )))
+            }
+        };
+        let mut conn = Connection {
+            io: Some(io),
+            buf: Vec::with_capacity(256),
+            busy: false,
+            socket_timeout: opts.socket_timeout,
+            peer,
+        };
+        if let Some(token) = &opts.auth {
+            conn.auth(token).await?;
+        }
+        Ok(conn)
+    }
+
+    /// The `host:port` this connection goes to.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Whether the connection was closed (explicitly or after an error).
+    pub fn is_closed(&self) -> bool {
+        self.io.is_none()
+    }
+
+    /// Close the connection (drop the socket). The server auto-releases what it held.
+    pub fn close(&mut self) {
+        self.io = None;
+        self.buf = Vec::new();
+    }
+
+    fn fail(&mut self, e: DflockdError) -> DflockdError {
+        self.close();
+        e
+    }
+
+    /// Send one validated request and return the reply line.
+    pub async fn request(&mut self, req: &Request<'_>) -> Result<String> {
+        let bytes = req.encode()?;
+        self.exchange(&bytes, req.blocking_timeout_s()).await
+    }
+
+    /// Low level: send `cmd\nkey\narg\n` (validated framing, see [`protocol::encode_raw`]) and
+    /// return the raw reply line.
+    pub async fn request_raw(&mut self, cmd: &str, key: &str, arg: &str) -> Result<String> {
+        let (bytes, blocking) = protocol::encode_raw(cmd, key, arg)?;
+        self.exchange(&bytes, blocking).await
+    }
+
+    async fn exchange(&mut self, bytes: &[u8], blocking_s: Option<u64>) -> Result<String> {
+        if self.io.is_none() {
+            return Err(DflockdError::connection(format!(
+                "connection to {} is closed",
+                self.peer
+            )));
+        }
+        if self.busy {
+            // A previous request was cancelled half-way: the stream is out of sync.
+            return Err(self.fail(DflockdError::connection(format!(
+                "connection to {} was interrupted mid-request and is closed",
+                self.peer
+            ))));
+        }
+        self.busy = true;
+        let write_deadline = Instant::now() + self.socket_timeout;
+        let peer = self.peer.clone();
+        let write = async {
+            let io = self
+                .io
+                .as_mut()
+                .ok_or_else(|| DflockdError::connection("connection is closed"))?;
+            io.write_all(bytes)
+                .await
+                .map_err(|e| io_error(&peer, "write to", e))?;
+            io.flush().await.map_err(|e| io_error(&peer, "write to", e))
+        };
+        match tokio::time::timeout_at(write_deadline, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(self.fail(e)),
+            Err(_) => {
+                return Err(self.fail(DflockdError::timeout(format!(
+                    "write to {} timed out after {}ms",
+                    self.peer,
+                    self.socket_timeout.as_millis()
+                ))))
+            }
+        }
+        let limit = match blocking_s {
+            Some(s) => Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN,
+            None => self.socket_timeout,
+        };
+        let line = self.read_line(limit).await;
+        match line {
+            Ok(line) => {
+                self.busy = false;
+                Ok(line)
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Read one `\n`-terminated line (one trailing `\r` stripped) within `limit`.
+    async fn read_line(&mut self, limit: Duration) -> Result<String> {
+        let deadline = Instant::now().checked_add(limit);
+        let mut scanned = 0usize;
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
+                let end = scanned + pos;
+                if end > MAX_REPLY_LINE_BYTES + 1 {
+                    return Err(overlong());
+                }
+                let rest = self.buf.split_off(end + 1);
+                let mut line = std::mem::replace(&mut self.buf, rest);
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if line.len() > MAX_REPLY_LINE_BYTES {
+                    return Err(overlong());
+                }
+                return String::from_utf8(line).map_err(|_| {
+                    DflockdError::protocol(format!("reply from {} is not valid UTF-8", self.peer))
+                });
+            }
+            scanned = self.buf.len();
+            if self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
+                return Err(overlong());
+            }
+            let peer = self.peer.clone();
+            let io = self
+                .io
+                .as_mut()
+                .ok_or_else(|| DflockdError::connection("connection is closed"))?;
+            let read = io.read(&mut chunk);
+            let n = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, read).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(DflockdError::timeout(format!(
+                            "no reply from {peer} within {}ms",
+                            limit.as_millis()
+                        )))
+                    }
+                },
+                None => read.await,
+            }
+            .map_err(|e| io_error(&peer, "read from", e))?;
+            if n == 0 {
+                return Err(DflockdError::connection(if self.buf.is_empty() {
+                    format!("server {peer} closed the connection")
+                } else {
+                    format!("server {peer} closed the connection mid-reply")
+                }));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Send a request whose reply is parsed by `parse`; a protocol error closes the connection.
+    async fn call<T>(
+        &mut self,
+        req: Request<'_>,
+        parse: impl FnOnce(&str) -> Result<T>,
+    ) -> Result<T> {
+        let line = self.request(&req).await?;
+        match parse(&line) {
+            Err(e) if e.kind() == ErrorCode::ProtocolError => Err(self.fail(e)),
+            r => r,
+        }
+    }
+
+    /// `auth`: `ok` or `AUTH_FAILED`.
+    pub async fn auth(&mut self, token: &str) -> Result<()> {
+        let r = self
+            .call(Request::Auth { token }, protocol::parse_auth_reply)
+            .await;
+        if r.is_err() {
+            self.close();
+        }
+        r
+    }
+
+    /// `l key timeout [ttl]`.
+    pub async fn lock(
+        &mut self,
+        key: &str,
+        timeout_s: u64,
+        ttl_s: Option<u64>,
+    ) -> Result<AcquireReply> {
+        self.call(
+            Request::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+            },
+            |l| protocol::parse_acquire_reply(l, "acquire"),
+        )
+        .await
+    }
+
+    /// `sl key timeout limit [ttl]`.
+    pub async fn sem_lock(
+        &mut self,
+        key: &str,
+        timeout_s: u64,
+        limit: u64,
+        ttl_s: Option<u64>,
+    ) -> Result<AcquireReply> {
+        self.call(
+            Request::SemLock {
+                key,
+                timeout_s,
+                limit,
+                ttl_s,
+            },
+            |l| protocol::parse_acquire_reply(l, "sem_acquire"),
+        )
+        .await
+    }
+
+    /// `r key token` → exactly `ok`.
+    pub async fn release(&mut self, key: &str, token: &str) -> Result<()> {
+        self.call(Request::Release { key, token }, |l| {
+            protocol::parse_release_reply(l, "release")
+        })
+        .await
+    }
+
+    /// `sr key token` → exactly `ok`.
+    pub async fn sem_release(&mut self, key: &str, token: &str) -> Result<()> {
+        self.call(Request::SemRelease { key, token }, |l| {
+            protocol::parse_release_reply(l, "sem_release")
+        })
+        .await
+    }
+
+    /// `n key token [ttl]` → the lease the server reports (`None` for a bare `ok`).
+    pub async fn renew(
+        &mut self,
+        key: &str,
+        token: &str,
+        ttl_s: Option<u64>,
+    ) -> Result<Option<u64>> {
+        self.call(Request::Renew { key, token, ttl_s }, |l| {
+            protocol::parse_renew_reply(l, "renew")
+        })
+        .await
+    }
+
+    /// `sn key token [ttl]`.
+    pub async fn sem_renew(
+        &mut self,
+        key: &str,
+        token: &str,
+        ttl_s: Option<u64>,
+    ) -> Result<Option<u64>> {
+        self.call(Request::SemRenew { key, token, ttl_s }, |l| {
+            protocol::parse_renew_reply(l, "sem_renew")
+        })
+        .await
+    }
+
+    /// `e key [ttl]`.
+    pub async fn enqueue(&mut self, key: &str, ttl_s: Option<u64>) -> Result<EnqueueReply> {
+        self.call(Request::Enqueue { key, ttl_s }, |l| {
+            protocol::parse_enqueue_reply(l, "enqueue")
+        })
+        .await
+    }
+
+    /// `se key limit [ttl]`.
+    pub async fn sem_enqueue(
+        &mut self,
+        key: &str,
+        limit: u64,
+        ttl_s: Option<u64>,
+    ) -> Result<EnqueueReply> {
+        self.call(Request::SemEnqueue { key, limit, ttl_s }, |l| {
+            protocol::parse_enqueue_reply(l, "sem_enqueue")
+        })
+        .await
+    }
+
+    /// `w key timeout`.
+    pub async fn wait(&mut self, key: &str, timeout_s: u64) -> Result<AcquireReply> {
+        self.call(Request::Wait { key, timeout_s }, |l| {
+            protocol::parse_acquire_reply(l, "wait")
+        })
+        .await
+    }
+
+    /// `sw key timeout`.
+    pub async fn sem_wait(&mut self, key: &str, timeout_s: u64) -> Result<AcquireReply> {
+        self.call(Request::SemWait { key, timeout_s }, |l| {
+            protocol::parse_acquire_reply(l, "sem_wait")
+        })
+        .await
+    }
+
+    /// `stats` → the JSON text after `ok `.
+    pub async fn stats_json(&mut self) -> Result<String> {
+        self.call(Request::Stats, |l| {
+            protocol::parse_stats_reply(l).map(str::to_string)
+        })
+        .await
+    }
+
+    /// `stats`, parsed.
+    pub async fn stats(&mut self) -> Result<Stats> {
+        let json = self.stats_json().await?;
+        parse_stats(&json)
+    }
+}
+
+fn overlong() -> DflockdError {
+    DflockdError::protocol(format!(
+        "reply line exceeds {MAX_REPLY_LINE_BYTES} bytes without a newline"
+    ))
+}
+
+/// Connect, send `stats`, return the JSON text, close.
+pub async fn stats_json(opts: &ConnectOptions) -> Result<String> {
+    let mut conn = Connection::connect(opts).await?;
+    let r = conn.stats_json().await;
+    conn.close();
+    r
+}

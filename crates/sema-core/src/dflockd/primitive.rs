@@ -1,0 +1,728 @@
+//! A distributed lock or semaphore slot: acquire, two-phase enqueue/wait, renewal, release, loss.
+//!
+//! A lock is a semaphore with limit 1 (it speaks `l r n e w`; limit > 1 speaks `sl sr sn se sw`).
+//! Each held lock/slot owns one connection. While held, a renewal task owns that connection: it
+//! renews every `max(100 ms, lease × renew_ratio)` minus the last round-trip time and never more
+//! than `renew_max_interval` apart (the server drops connections idle for its read timeout,
+//! 23 s by default, and auto-releases their locks), always resending the TTL used at acquire.
+//! Renewal and release are serialized on that task; a release waits at most 5 s for a renew in
+//! flight. A failed renew marks the lock lost, closes the connection and fires the loss
+//! callback exactly once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::connection::{ConnectOptions, Connection};
+use super::error::{DflockdError, ErrorCode, Result};
+use super::protocol::{self, AcquireReply, EnqueueReply, Grant};
+
+/// Default cap between two renewals: well below the server's default 23 s idle limit.
+pub const DEFAULT_RENEW_MAX_INTERVAL: Duration = Duration::from_secs(15);
+/// Smallest renewal interval.
+pub const MIN_RENEW_INTERVAL: Duration = Duration::from_millis(100);
+/// How long `release()` waits for a renew that is in flight before giving up on the connection.
+pub const RELEASE_RENEW_WAIT: Duration = Duration::from_secs(5);
+
+/// Options of a [`Primitive`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrimitiveOptions {
+    /// The key.
+    pub key: String,
+    /// 1 = lock; > 1 = semaphore with that many slots.
+    pub limit: u64,
+    /// Timeout of `acquire()` in whole seconds (0 = try once).
+    pub acquire_timeout_s: u64,
+    /// Lease TTL in whole seconds, sent on acquire, enqueue and every renew (`None` = server
+    /// default, and renews then omit it too).
+    pub lease_ttl_s: Option<u64>,
+    /// The server (already chosen by sharding) and connection settings.
+    pub connect: ConnectOptions,
+    /// Fraction of the lease after which to renew (0 < r < 1).
+    pub renew_ratio: f64,
+    /// Upper bound between two renewals (keep it below 0.6 × the server's read timeout).
+    pub renew_max_interval: Duration,
+}
+
+impl PrimitiveOptions {
+    /// A lock (limit 1) on `key` with the official clients' defaults: acquire timeout 10 s,
+    /// server-default lease, renew ratio 0.5, renew cap 15 s.
+    pub fn new(key: impl Into<String>, connect: ConnectOptions) -> Self {
+        PrimitiveOptions {
+            key: key.into(),
+            limit: 1,
+            acquire_timeout_s: 10,
+            lease_ttl_s: None,
+            connect,
+            renew_ratio: 0.5,
+            renew_max_interval: DEFAULT_RENEW_MAX_INTERVAL,
+        }
+    }
+
+    /// Check every option (`INVALID_ARGUMENT`).
+    pub fn validate(&self) -> Result<()> {
+        protocol::validate_key(&self.key)?;
+        protocol::validate_limit(self.limit)?;
+        protocol::validate_timeout(self.acquire_timeout_s)?;
+        if let Some(t) = self.lease_ttl_s {
+            protocol::validate_ttl(t)?;
+        }
+        if !(self.renew_ratio.is_finite() && self.renew_ratio > 0.0 && self.renew_ratio < 1.0) {
+            return Err(DflockdError::invalid(format!(
+                "renewRatio must be a number with 0 < r < 1, got {}",
+                self.renew_ratio
+            )));
+        }
+        if self.renew_max_interval < Duration::from_millis(10) {
+            return Err(DflockdError::invalid(
+                "renewMaxIntervalMs must be at least 10 ms",
+            ));
+        }
+        self.connect.validate()
+    }
+}
+
+/// Outcome of [`Primitive::enqueue`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// Granted at once; renewal already runs.
+    Acquired,
+    /// Queued; call [`Primitive::wait`] promptly.
+    Queued,
+}
+
+/// Loss notification: `(key, token)`.
+pub type LossCallback = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+struct HeldShared {
+    token: String,
+    lease_s: AtomicU64,
+    lost: AtomicBool,
+}
+
+enum HeldCmd {
+    Release(oneshot::Sender<Result<()>>),
+}
+
+struct Held {
+    shared: Arc<HeldShared>,
+    cmd_tx: mpsc::UnboundedSender<HeldCmd>,
+    cancel: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+enum Phase {
+    Idle,
+    Busy { op: u64, cancel: CancellationToken },
+    Queued(Connection),
+    Held(Held),
+}
+
+struct State {
+    phase: Phase,
+    next_op: u64,
+    stopped: Vec<JoinHandle<()>>,
+}
+
+/// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server.
+///
+/// All methods take `&self`; concurrent misuse (e.g. two acquires at once) is rejected with
+/// `INVALID_ARGUMENT` rather than blocking.
+pub struct Primitive {
+    opts: Arc<PrimitiveOptions>,
+    state: Mutex<State>,
+    on_lost: Arc<Mutex<Option<LossCallback>>>,
+}
+
+impl std::fmt::Debug for Primitive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primitive")
+            .field("key", &self.opts.key)
+            .field("limit", &self.opts.limit)
+            .field("token", &self.token())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn join_stopped(handles: Vec<JoinHandle<()>>) {
+    for mut h in handles {
+        if tokio::time::timeout(Duration::from_secs(2), &mut h)
+            .await
+            .is_err()
+        {
+            h.abort();
+        }
+    }
+}
+
+impl Primitive {
+    /// Validate the options and build an idle primitive (no I/O).
+    pub fn new(opts: PrimitiveOptions) -> Result<Self> {
+        opts.validate()?;
+        Ok(Primitive {
+            opts: Arc::new(opts),
+            state: Mutex::new(State {
+                phase: Phase::Idle,
+                next_op: 0,
+                stopped: Vec::new(),
+            }),
+            on_lost: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &PrimitiveOptions {
+        &self.opts
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.opts.key
+    }
+
+    /// Set (or clear) the loss callback; it fires at most once per held lock, from a tokio task.
+    pub fn set_on_lost(&self, cb: Option<LossCallback>) {
+        *lock(&self.on_lost) = cb;
+    }
+
+    fn held_shared(&self) -> Option<Arc<HeldShared>> {
+        match &lock(&self.state).phase {
+            Phase::Held(h) if !h.shared.lost.load(Ordering::SeqCst) => Some(h.shared.clone()),
+            _ => None,
+        }
+    }
+
+    /// The token of the held lock/slot (`None` when not held or lost).
+    pub fn token(&self) -> Option<String> {
+        self.held_shared().map(|s| s.token.clone())
+    }
+
+    /// Lease in seconds from the last grant/renew; 0 when not held.
+    pub fn lease_s(&self) -> u64 {
+        self.held_shared()
+            .map(|s| s.lease_s.load(Ordering::SeqCst))
+            .unwrap_or(0)
+    }
+
+    /// Whether a lock/slot is currently held (and not known to be lost).
+    pub fn is_held(&self) -> bool {
+        self.held_shared().is_some()
+    }
+
+    fn begin(&self) -> Result<(u64, CancellationToken, Vec<JoinHandle<()>>)> {
+        let mut st = lock(&self.state);
+        match &st.phase {
+            Phase::Idle => {}
+            Phase::Held(h) if h.shared.lost.load(Ordering::SeqCst) => {
+                if let Phase::Held(old) = std::mem::replace(&mut st.phase, Phase::Idle) {
+                    old.cancel.cancel();
+                    st.stopped.push(old.join);
+                }
+            }
+            Phase::Held(_) => {
+                return Err(DflockdError::invalid(
+                    "already held; release() or close() first",
+                ))
+            }
+            Phase::Queued(_) => {
+                return Err(DflockdError::invalid(
+                    "an enqueue() is pending; call wait(), release() or close() first",
+                ))
+            }
+            Phase::Busy { .. } => {
+                return Err(DflockdError::invalid(
+                    "another acquire/enqueue/wait is in progress",
+                ))
+            }
+        }
+        st.next_op += 1;
+        let op = st.next_op;
+        let cancel = CancellationToken::new();
+        st.phase = Phase::Busy {
+            op,
+            cancel: cancel.clone(),
+        };
+        let old = std::mem::take(&mut st.stopped);
+        Ok((op, cancel, old))
+    }
+
+    /// End operation `op` without holding anything. `Err(ABORTED)` when it was cancelled or
+    /// superseded by `close()`.
+    fn end_op(&self, op: u64, cancel: &CancellationToken) -> Result<()> {
+        let mut st = lock(&self.state);
+        let ours = matches!(&st.phase, Phase::Busy { op: o, .. } if *o == op);
+        if ours {
+            st.phase = Phase::Idle;
+        }
+        if !ours || cancel.is_cancelled() {
+            return Err(DflockdError::aborted());
+        }
+        Ok(())
+    }
+
+    fn commit_queued(&self, op: u64, cancel: &CancellationToken, conn: Connection) -> Result<()> {
+        let mut st = lock(&self.state);
+        let ours = matches!(&st.phase, Phase::Busy { op: o, .. } if *o == op);
+        if !ours || cancel.is_cancelled() {
+            if ours {
+                st.phase = Phase::Idle;
+            }
+            drop(conn);
+            return Err(DflockdError::aborted());
+        }
+        st.phase = Phase::Queued(conn);
+        Ok(())
+    }
+
+    fn commit_held(
+        &self,
+        op: u64,
+        cancel: &CancellationToken,
+        conn: Connection,
+        grant: Grant,
+    ) -> Result<()> {
+        let mut st = lock(&self.state);
+        let ours = matches!(&st.phase, Phase::Busy { op: o, .. } if *o == op);
+        if !ours || cancel.is_cancelled() {
+            if ours {
+                st.phase = Phase::Idle;
+            }
+            drop(conn); // the server auto-releases on disconnect
+            return Err(DflockdError::aborted());
+        }
+        let shared = Arc::new(HeldShared {
+            token: grant.token,
+            lease_s: AtomicU64::new(grant.lease_s),
+            lost: AtomicBool::new(false),
+        });
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let task_cancel = CancellationToken::new();
+        let renewer = Renewer {
+            opts: self.opts.clone(),
+            shared: shared.clone(),
+            on_lost: self.on_lost.clone(),
+            cancel: task_cancel.clone(),
+            grant_lease_s: grant.lease_s,
+        };
+        let join = tokio::spawn(renewer.run(conn, cmd_rx));
+        st.phase = Phase::Held(Held {
+            shared,
+            cmd_tx,
+            cancel: task_cancel,
+            join,
+        });
+        Ok(())
+    }
+
+    /// Connect and acquire with `acquire_timeout_s`. `Ok(true)` = held (renewal started),
+    /// `Ok(false)` = timed out (connection closed). Cancellation (`cancel()`/`close()`) closes
+    /// the connection and yields `ABORTED`.
+    pub async fn acquire(&self) -> Result<bool> {
+        let (op, cancel, old) = self.begin()?;
+        join_stopped(old).await;
+        let o = &self.opts;
+        let work = async {
+            let mut conn = Connection::connect(&o.connect).await?;
+            let reply = if o.limit == 1 {
+                conn.lock(&o.key, o.acquire_timeout_s, o.lease_ttl_s)
+                    .await?
+            } else {
+                conn.sem_lock(&o.key, o.acquire_timeout_s, o.limit, o.lease_ttl_s)
+                    .await?
+            };
+            Ok::<_, DflockdError>((conn, reply))
+        };
+        let res = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(DflockdError::aborted()),
+            r = work => r,
+        };
+        match res {
+            Ok((conn, AcquireReply::Granted(g))) => {
+                self.commit_held(op, &cancel, conn, g).map(|_| true)
+            }
+            Ok((conn, AcquireReply::TimedOut)) => {
+                drop(conn);
+                self.end_op(op, &cancel).map(|_| false)
+            }
+            Err(e) => {
+                self.end_op(op, &cancel)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Phase one of a two-phase acquire: connect and send `e`/`se`. `Acquired` = held
+    /// (renewal started); `Queued` = call [`Primitive::wait`] promptly (the gap counts against
+    /// the server's idle limit, and a grant's lease runs from the grant).
+    pub async fn enqueue(&self) -> Result<EnqueueOutcome> {
+        let (op, cancel, old) = self.begin()?;
+        join_stopped(old).await;
+        let o = &self.opts;
+        let work = async {
+            let mut conn = Connection::connect(&o.connect).await?;
+            let reply = if o.limit == 1 {
+                conn.enqueue(&o.key, o.lease_ttl_s).await?
+            } else {
+                conn.sem_enqueue(&o.key, o.limit, o.lease_ttl_s).await?
+            };
+            Ok::<_, DflockdError>((conn, reply))
+        };
+        let res = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(DflockdError::aborted()),
+            r = work => r,
+        };
+        match res {
+            Ok((conn, EnqueueReply::Acquired(g))) => self
+                .commit_held(op, &cancel, conn, g)
+                .map(|_| EnqueueOutcome::Acquired),
+            Ok((conn, EnqueueReply::Queued)) => self
+                .commit_queued(op, &cancel, conn)
+                .map(|_| EnqueueOutcome::Queued),
+            Err(e) => {
+                self.end_op(op, &cancel)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Phase two: wait up to `timeout_s` for the grant after `enqueue()` answered `Queued`.
+    /// After the fast path (`Acquired`) it returns `Ok(true)` without a request. A grant is
+    /// verified with one immediate renew (a grant whose lease expired before `w` was sent
+    /// still answers `ok`); if that fails the result is `LOCK_LOST`. `Ok(false)` = timed out
+    /// (the connection is closed: its queue state is ambiguous; enqueue again).
+    pub async fn wait(&self, timeout_s: u64) -> Result<bool> {
+        protocol::validate_timeout(timeout_s)?;
+        let (op, cancel, mut conn) = {
+            let mut st = lock(&self.state);
+            match &st.phase {
+                Phase::Held(h) => {
+                    if h.shared.lost.load(Ordering::SeqCst) {
+                        return Err(DflockdError::new(
+                            ErrorCode::LockLost,
+                            "the lock granted by enqueue() was lost",
+                        ));
+                    }
+                    return Ok(true);
+                }
+                Phase::Queued(_) => {}
+                Phase::Idle => {
+                    return Err(DflockdError::invalid(
+                        "wait() needs a pending enqueue(); call enqueue() first",
+                    ))
+                }
+                Phase::Busy { .. } => {
+                    return Err(DflockdError::invalid(
+                        "another acquire/enqueue/wait is in progress",
+                    ))
+                }
+            }
+            st.next_op += 1;
+            let op = st.next_op;
+            let cancel = CancellationToken::new();
+            let prev = std::mem::replace(
+                &mut st.phase,
+                Phase::Busy {
+                    op,
+                    cancel: cancel.clone(),
+                },
+            );
+            let Phase::Queued(conn) = prev else {
+                st.phase = Phase::Idle;
+                return Err(DflockdError::invalid("wait() needs a pending enqueue()"));
+            };
+            (op, cancel, conn)
+        };
+        let o = &self.opts;
+        let work = async {
+            let reply = if o.limit == 1 {
+                conn.wait(&o.key, timeout_s).await?
+            } else {
+                conn.sem_wait(&o.key, timeout_s).await?
+            };
+            let grant = match reply {
+                AcquireReply::TimedOut => return Ok(None),
+                AcquireReply::Granted(g) => g,
+            };
+            let verify = if o.limit == 1 {
+                conn.renew(&o.key, &grant.token, o.lease_ttl_s).await
+            } else {
+                conn.sem_renew(&o.key, &grant.token, o.lease_ttl_s).await
+            };
+            match verify {
+                Ok(_) => Ok(Some(grant)),
+                Err(e) if e.kind() == ErrorCode::ServerError => {
+                    let mut lost = DflockdError::new(
+                        ErrorCode::LockLost,
+                        "wait: the granted lease had already expired (renew right after the grant was rejected)",
+                    );
+                    if let Some(r) = e.reply() {
+                        lost = lost.with_reply(r);
+                    }
+                    Err(lost)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let res = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(DflockdError::aborted()),
+            r = work => r,
+        };
+        match res {
+            Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|_| true),
+            Ok(None) => {
+                drop(conn);
+                self.end_op(op, &cancel).map(|_| false)
+            }
+            Err(e) => {
+                drop(conn);
+                self.end_op(op, &cancel)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Release the held lock/slot (`r`/`sr`) and close its connection. `NOT_LOCKED` when
+    /// nothing is held; `LOCK_LOST` when it was lost before (or the server no longer knew the
+    /// token).
+    pub async fn release(&self) -> Result<()> {
+        let held = {
+            let mut st = lock(&self.state);
+            match std::mem::replace(&mut st.phase, Phase::Idle) {
+                Phase::Held(h) => h,
+                Phase::Queued(conn) => {
+                    drop(conn);
+                    return Err(DflockdError::new(
+                        ErrorCode::NotLocked,
+                        "nothing held (the pending enqueue was abandoned)",
+                    ));
+                }
+                busy @ Phase::Busy { .. } => {
+                    st.phase = busy;
+                    return Err(DflockdError::new(
+                        ErrorCode::NotLocked,
+                        "nothing held (an acquire is in progress; use cancel())",
+                    ));
+                }
+                Phase::Idle => {
+                    return Err(DflockdError::new(ErrorCode::NotLocked, "nothing held"));
+                }
+            }
+        };
+        let lost_err =
+            || DflockdError::new(ErrorCode::LockLost, "the lock was lost before release");
+        if held.shared.lost.load(Ordering::SeqCst) {
+            held.cancel.cancel();
+            join_stopped(vec![held.join]).await;
+            return Err(lost_err());
+        }
+        let (tx, rx) = oneshot::channel();
+        let result = if held.cmd_tx.send(HeldCmd::Release(tx)).is_err() {
+            Err(lost_err())
+        } else {
+            let bound =
+                RELEASE_RENEW_WAIT + self.opts.connect.socket_timeout + Duration::from_secs(1);
+            match tokio::time::timeout(bound, rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(lost_err()),
+                Err(_) => {
+                    held.cancel.cancel();
+                    Err(DflockdError::timeout(
+                        "release got no reply; the connection was closed (the server releases on disconnect)",
+                    ))
+                }
+            }
+        };
+        held.cancel.cancel();
+        join_stopped(vec![held.join]).await;
+        result
+    }
+
+    /// Abort an in-flight `acquire`/`enqueue`/`wait`: it closes its connection and resolves
+    /// `ABORTED`. Does nothing to a held lock.
+    pub fn cancel(&self) {
+        if let Phase::Busy { cancel, .. } = &lock(&self.state).phase {
+            cancel.cancel();
+        }
+    }
+
+    /// Synchronous and idempotent: abort any operation, stop renewal and drop the connection
+    /// without sending `r` (the server auto-releases on disconnect).
+    pub fn close(&self) {
+        let mut st = lock(&self.state);
+        match std::mem::replace(&mut st.phase, Phase::Idle) {
+            Phase::Idle => {}
+            Phase::Busy { cancel, .. } => cancel.cancel(),
+            Phase::Queued(conn) => drop(conn),
+            Phase::Held(h) => {
+                h.cancel.cancel();
+                st.stopped.push(h.join);
+            }
+        }
+    }
+}
+
+impl Drop for Primitive {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+struct Renewer {
+    opts: Arc<PrimitiveOptions>,
+    shared: Arc<HeldShared>,
+    on_lost: Arc<Mutex<Option<LossCallback>>>,
+    cancel: CancellationToken,
+    grant_lease_s: u64,
+}
+
+impl Renewer {
+    fn base_interval(&self) -> Duration {
+        let secs = (self.grant_lease_s as f64 * self.opts.renew_ratio).max(0.1);
+        Duration::try_from_secs_f64(secs)
+            .unwrap_or(self.opts.renew_max_interval)
+            .max(MIN_RENEW_INTERVAL)
+    }
+
+    async fn renew(&self, conn: &mut Connection) -> Result<Option<u64>> {
+        let o = &self.opts;
+        if o.limit == 1 {
+            conn.renew(&o.key, &self.shared.token, o.lease_ttl_s).await
+        } else {
+            conn.sem_renew(&o.key, &self.shared.token, o.lease_ttl_s)
+                .await
+        }
+    }
+
+    async fn release(&self, conn: &mut Connection) -> Result<()> {
+        let o = &self.opts;
+        let r = if o.limit == 1 {
+            conn.release(&o.key, &self.shared.token).await
+        } else {
+            conn.sem_release(&o.key, &self.shared.token).await
+        };
+        conn.close();
+        match r {
+            Err(e) if e.kind() == ErrorCode::ServerError => {
+                let mut lost = DflockdError::new(
+                    ErrorCode::LockLost,
+                    "release: the server no longer held this token (lease expired)",
+                );
+                if let Some(reply) = e.reply() {
+                    lost = lost.with_reply(reply);
+                }
+                Err(lost)
+            }
+            r => r,
+        }
+    }
+
+    fn mark_lost(&self, notify: bool) {
+        if self.shared.lost.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if !notify || self.cancel.is_cancelled() {
+            return;
+        }
+        let cb = lock(&self.on_lost).clone();
+        if let Some(cb) = cb {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                cb(&self.opts.key, &self.shared.token)
+            }));
+        }
+    }
+
+    async fn run(self, mut conn: Connection, mut rx: mpsc::UnboundedReceiver<HeldCmd>) {
+        let base = self.base_interval();
+        let cap = self.opts.renew_max_interval;
+        let mut rtt = Duration::ZERO;
+        loop {
+            let delay = base.saturating_sub(rtt).min(cap);
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return,
+                cmd = rx.recv() => match cmd {
+                    Some(HeldCmd::Release(tx)) => {
+                        let r = self.release(&mut conn).await;
+                        let _ = tx.send(r);
+                        return;
+                    }
+                    None => return,
+                },
+                _ = tokio::time::sleep(delay) => {}
+            }
+            let start = Instant::now();
+            let mut pending: Option<oneshot::Sender<Result<()>>> = None;
+            let mut give_up_at: Option<Instant> = None;
+            let result = {
+                let fut = self.renew(&mut conn);
+                tokio::pin!(fut);
+                loop {
+                    let far = Instant::now() + Duration::from_secs(86_400);
+                    tokio::select! {
+                        biased;
+                        _ = self.cancel.cancelled() => return,
+                        r = &mut fut => break r,
+                        cmd = rx.recv(), if pending.is_none() => match cmd {
+                            Some(HeldCmd::Release(tx)) => {
+                                pending = Some(tx);
+                                give_up_at = Some(Instant::now() + RELEASE_RENEW_WAIT);
+                            }
+                            None => return,
+                        },
+                        _ = tokio::time::sleep_until(give_up_at.unwrap_or(far)), if give_up_at.is_some() => {
+                            if let Some(tx) = pending.take() {
+                                let _ = tx.send(Err(DflockdError::timeout(
+                                    "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)",
+                                )));
+                            }
+                            return;
+                        }
+                    }
+                }
+            };
+            match result {
+                Ok(lease) => {
+                    rtt = start.elapsed();
+                    self.shared
+                        .lease_s
+                        .store(lease.unwrap_or(self.grant_lease_s), Ordering::SeqCst);
+                    if let Some(tx) = pending.take() {
+                        let r = self.release(&mut conn).await;
+                        let _ = tx.send(r);
+                        return;
+                    }
+                }
+                Err(e) => {
+                    conn.close();
+                    match pending.take() {
+                        Some(tx) => {
+                            self.mark_lost(false);
+                            let mut lost = DflockdError::new(
+                                ErrorCode::LockLost,
+                                format!("the lock was lost before release: {}", e.message()),
+                            );
+                            if let Some(r) = e.reply() {
+                                lost = lost.with_reply(r);
+                            }
+                            let _ = tx.send(Err(lost));
+                        }
+                        None => self.mark_lost(true),
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}

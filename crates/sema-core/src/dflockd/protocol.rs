@@ -1,0 +1,658 @@
+//! The dflockd line protocol: request encoding with validation, and exact reply parsing.
+//!
+//! A request is exactly three `\n`-terminated lines `cmd\nkey\narg\n`; a reply is one line.
+//! Everything a request carries is validated BEFORE any byte is written, so a bad key or token
+//! can never corrupt the framing of the connection (errors are [`ErrorCode::InvalidArgument`]).
+
+use super::error::{DflockdError, ErrorCode, Result};
+
+/// Longest key the client sends (bytes). The Go server keeps 256 bytes per line; Python 0.5.0
+/// keeps 255 (a 256-byte key there is answered `error` and the connection closed).
+pub const MAX_KEY_BYTES: usize = 256;
+/// Longest request line (bytes, excluding the `\n`) the client writes; the server would answer
+/// `error` and close the connection for a longer one.
+pub const MAX_REQUEST_LINE_BYTES: usize = 256;
+/// Longest reply line the client accepts (bytes, excluding the `\n`). `stats` replies grow with
+/// the number of keys, so the bound is generous; a longer line is a `PROTOCOL_ERROR`.
+pub const MAX_REPLY_LINE_BYTES: usize = 1024 * 1024;
+/// Upper bound for every timeout and lease TTL in seconds (10^9 s, about 31.7 years). The Go
+/// server computes `seconds * 1e9` nanoseconds in an `i64`, which overflows at about 9.22e9 s
+/// and turns a huge timeout into an immediate `timeout`; the bound keeps well below that.
+pub const MAX_SECONDS: u64 = 1_000_000_000;
+
+/// One request of the protocol (§A4), borrowing its strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `auth\n_\n<token>\n` → `ok` | `error_auth`.
+    Auth { token: &'a str },
+    /// `l\n<key>\n<timeout> [<ttl>]\n` → `ok <token> <ttl>` | `timeout` | `error*`.
+    Lock {
+        key: &'a str,
+        timeout_s: u64,
+        ttl_s: Option<u64>,
+    },
+    /// `r\n<key>\n<token>\n` → `ok` | `error`.
+    Release { key: &'a str, token: &'a str },
+    /// `n\n<key>\n<token> [<ttl>]\n` → `ok <ttl>` | `error`.
+    Renew {
+        key: &'a str,
+        token: &'a str,
+        ttl_s: Option<u64>,
+    },
+    /// `e\n<key>\n[<ttl>]\n` → `acquired <token> <ttl>` | `queued` | `error*`.
+    Enqueue { key: &'a str, ttl_s: Option<u64> },
+    /// `w\n<key>\n<timeout>\n` → `ok <token> <ttl>` | `timeout` | `error*`.
+    Wait { key: &'a str, timeout_s: u64 },
+    /// `sl\n<key>\n<timeout> <limit> [<ttl>]\n` (Go server only).
+    SemLock {
+        key: &'a str,
+        timeout_s: u64,
+        limit: u64,
+        ttl_s: Option<u64>,
+    },
+    /// `sr\n<key>\n<token>\n` (Go server only).
+    SemRelease { key: &'a str, token: &'a str },
+    /// `sn\n<key>\n<token> [<ttl>]\n` (Go server only).
+    SemRenew {
+        key: &'a str,
+        token: &'a str,
+        ttl_s: Option<u64>,
+    },
+    /// `se\n<key>\n<limit> [<ttl>]\n` (Go server only).
+    SemEnqueue {
+        key: &'a str,
+        limit: u64,
+        ttl_s: Option<u64>,
+    },
+    /// `sw\n<key>\n<timeout>\n` (Go server only).
+    SemWait { key: &'a str, timeout_s: u64 },
+    /// `stats\n_\n\n` → `ok <json>` (Go server only).
+    Stats,
+}
+
+impl Request<'_> {
+    /// The command word.
+    pub fn cmd(&self) -> &'static str {
+        match self {
+            Request::Auth { .. } => "auth",
+            Request::Lock { .. } => "l",
+            Request::Release { .. } => "r",
+            Request::Renew { .. } => "n",
+            Request::Enqueue { .. } => "e",
+            Request::Wait { .. } => "w",
+            Request::SemLock { .. } => "sl",
+            Request::SemRelease { .. } => "sr",
+            Request::SemRenew { .. } => "sn",
+            Request::SemEnqueue { .. } => "se",
+            Request::SemWait { .. } => "sw",
+            Request::Stats => "stats",
+        }
+    }
+
+    /// For the blocking commands (`l`, `sl`, `w`, `sw`): the server-side timeout in seconds.
+    /// The reply to them is bounded by this plus a margin instead of the socket timeout.
+    pub fn blocking_timeout_s(&self) -> Option<u64> {
+        match *self {
+            Request::Lock { timeout_s, .. }
+            | Request::Wait { timeout_s, .. }
+            | Request::SemLock { timeout_s, .. }
+            | Request::SemWait { timeout_s, .. } => Some(timeout_s),
+            _ => None,
+        }
+    }
+
+    /// Validate every field and encode the three request lines.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let (key, arg): (&str, String) = match *self {
+            Request::Auth { token } => {
+                validate_auth(token)?;
+                ("_", token.to_string())
+            }
+            Request::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+            } => {
+                validate_key(key)?;
+                validate_timeout(timeout_s)?;
+                (key, with_ttl(timeout_s.to_string(), ttl_s)?)
+            }
+            Request::SemLock {
+                key,
+                timeout_s,
+                limit,
+                ttl_s,
+            } => {
+                validate_key(key)?;
+                validate_timeout(timeout_s)?;
+                validate_limit(limit)?;
+                (key, with_ttl(format!("{timeout_s} {limit}"), ttl_s)?)
+            }
+            Request::Release { key, token } | Request::SemRelease { key, token } => {
+                validate_key(key)?;
+                validate_token(token)?;
+                (key, token.to_string())
+            }
+            Request::Renew { key, token, ttl_s } | Request::SemRenew { key, token, ttl_s } => {
+                validate_key(key)?;
+                validate_token(token)?;
+                (key, with_ttl(token.to_string(), ttl_s)?)
+            }
+            Request::Enqueue { key, ttl_s } => {
+                validate_key(key)?;
+                let arg = match ttl_s {
+                    Some(t) => {
+                        validate_ttl(t)?;
+                        t.to_string()
+                    }
+                    None => String::new(),
+                };
+                (key, arg)
+            }
+            Request::SemEnqueue { key, limit, ttl_s } => {
+                validate_key(key)?;
+                validate_limit(limit)?;
+                (key, with_ttl(limit.to_string(), ttl_s)?)
+            }
+            Request::Wait { key, timeout_s } | Request::SemWait { key, timeout_s } => {
+                validate_key(key)?;
+                validate_timeout(timeout_s)?;
+                (key, timeout_s.to_string())
+            }
+            Request::Stats => ("_", String::new()),
+        };
+        frame(self.cmd(), key, &arg)
+    }
+}
+
+fn with_ttl(mut arg: String, ttl_s: Option<u64>) -> Result<String> {
+    if let Some(t) = ttl_s {
+        validate_ttl(t)?;
+        arg.push(' ');
+        arg.push_str(&t.to_string());
+    }
+    Ok(arg)
+}
+
+fn frame(cmd: &str, key: &str, arg: &str) -> Result<Vec<u8>> {
+    for (what, line) in [("command", cmd), ("key", key), ("argument", arg)] {
+        if line.len() > MAX_REQUEST_LINE_BYTES {
+            return Err(DflockdError::invalid(format!(
+                "{what} line is {} bytes; the protocol allows at most {MAX_REQUEST_LINE_BYTES}",
+                line.len()
+            )));
+        }
+        if let Some(c) = line.chars().find(|c| matches!(c, '\r' | '\n' | '\0')) {
+            return Err(DflockdError::invalid(format!(
+                "{what} contains a forbidden character {c:?} (CR, LF and NUL would break the framing)"
+            )));
+        }
+    }
+    let mut out = Vec::with_capacity(cmd.len() + key.len() + arg.len() + 3);
+    out.extend_from_slice(cmd.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(key.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(arg.as_bytes());
+    out.push(b'\n');
+    Ok(out)
+}
+
+/// Commands whose key line is a real key (validated with [`validate_key`]).
+const KEYED_COMMANDS: [&str; 10] = ["l", "r", "n", "e", "w", "sl", "sr", "sn", "se", "sw"];
+
+/// Encode a low-level request `cmd\nkey\narg\n` for [`crate::dflockd::Connection::request_raw`].
+///
+/// The command must be a lowercase word (`[a-z_]`, at most 32 bytes); for the keyed commands
+/// (`l r n e w sl sr sn se sw`) the key follows [`validate_key`]; every line must be free of
+/// CR/LF/NUL and at most 256 bytes. For `l`/`sl`/`w`/`sw` the returned timeout (first field of
+/// the argument, when it is a valid number) bounds the wait for the reply.
+pub fn encode_raw(cmd: &str, key: &str, arg: &str) -> Result<(Vec<u8>, Option<u64>)> {
+    if cmd.is_empty() || cmd.len() > 32 || !cmd.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+    {
+        return Err(DflockdError::invalid(format!(
+            "invalid command {cmd:?}: expected a lowercase protocol word such as l, r, n, e, w, sl, stats"
+        )));
+    }
+    if KEYED_COMMANDS.contains(&cmd) {
+        validate_key(key)?;
+    }
+    let blocking = match cmd {
+        "l" | "sl" | "w" | "sw" => arg
+            .split_ascii_whitespace()
+            .next()
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(|t| t.min(MAX_SECONDS)),
+        _ => None,
+    };
+    Ok((frame(cmd, key, arg)?, blocking))
+}
+
+/// A key: non-empty, at most [`MAX_KEY_BYTES`] bytes, no space, tab, CR, LF or NUL.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(DflockdError::invalid("key must not be empty"));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(DflockdError::invalid(format!(
+            "key is {} bytes; at most {MAX_KEY_BYTES} are allowed",
+            key.len()
+        )));
+    }
+    if let Some(c) = key
+        .chars()
+        .find(|c| matches!(c, ' ' | '\t' | '\r' | '\n' | '\0'))
+    {
+        return Err(DflockdError::invalid(format!(
+            "key contains a forbidden character {c:?} (space, tab, CR, LF and NUL are not allowed)"
+        )));
+    }
+    Ok(())
+}
+
+/// A lease token as sent in `r`/`n`: non-empty, no whitespace or control characters (server
+/// tokens are 32 hex characters; whitespace would split the `n` argument), at most 256 bytes.
+pub fn validate_token(token: &str) -> Result<()> {
+    if token.is_empty() {
+        return Err(DflockdError::invalid("token must not be empty"));
+    }
+    if token.len() > MAX_REQUEST_LINE_BYTES - 12 {
+        return Err(DflockdError::invalid("token is too long"));
+    }
+    if let Some(c) = token.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(DflockdError::invalid(format!(
+            "token contains a forbidden character {c:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// An auth token: non-empty, no CR/LF/NUL, at most 256 bytes.
+pub fn validate_auth(token: &str) -> Result<()> {
+    if token.is_empty() {
+        return Err(DflockdError::invalid("auth token must not be empty"));
+    }
+    if token.len() > MAX_REQUEST_LINE_BYTES {
+        return Err(DflockdError::invalid(format!(
+            "auth token is {} bytes; at most {MAX_REQUEST_LINE_BYTES} are allowed",
+            token.len()
+        )));
+    }
+    if let Some(c) = token.chars().find(|c| matches!(c, '\r' | '\n' | '\0')) {
+        return Err(DflockdError::invalid(format!(
+            "auth token contains a forbidden character {c:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// A timeout in whole seconds: `0 ..= MAX_SECONDS` (0 = try once).
+pub fn validate_timeout(timeout_s: u64) -> Result<()> {
+    if timeout_s > MAX_SECONDS {
+        return Err(DflockdError::invalid(format!(
+            "timeout {timeout_s} s is above the client bound of {MAX_SECONDS} s"
+        )));
+    }
+    Ok(())
+}
+
+/// A lease TTL in whole seconds: `1 ..= MAX_SECONDS`.
+pub fn validate_ttl(ttl_s: u64) -> Result<()> {
+    if ttl_s == 0 {
+        return Err(DflockdError::invalid("lease TTL must be at least 1 second"));
+    }
+    if ttl_s > MAX_SECONDS {
+        return Err(DflockdError::invalid(format!(
+            "lease TTL {ttl_s} s is above the client bound of {MAX_SECONDS} s"
+        )));
+    }
+    Ok(())
+}
+
+/// A semaphore limit: `1 ..= 10^9`.
+pub fn validate_limit(limit: u64) -> Result<()> {
+    if limit == 0 || limit > MAX_SECONDS {
+        return Err(DflockdError::invalid(format!(
+            "limit must be an integer between 1 and {MAX_SECONDS}, got {limit}"
+        )));
+    }
+    Ok(())
+}
+
+/// A grant: the token and the lease TTL (seconds) the server applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Opaque lease token (32 hex characters on both known servers).
+    pub token: String,
+    /// The TTL in seconds applied to this grant (not time remaining).
+    pub lease_s: u64,
+}
+
+/// Reply to `l`/`sl`/`w`/`sw`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// `ok <token> <ttl>`.
+    Granted(Grant),
+    /// `timeout`.
+    TimedOut,
+}
+
+/// Reply to `e`/`se`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnqueueReply {
+    /// `acquired <token> <ttl>`: granted at once (fast path).
+    Acquired(Grant),
+    /// `queued`: call `w` to wait for the grant.
+    Queued,
+}
+
+/// `error` or `error_*` → `SERVER_ERROR` keeping the reply; `None` for other lines.
+pub fn server_error(line: &str, what: &str) -> Option<DflockdError> {
+    let word = line.split(' ').next().unwrap_or("");
+    if word == "error" || word.starts_with("error_") {
+        let msg = match word {
+            "error" => format!("{what}: server answered 'error' (rejected request)"),
+            "error_max_locks" => format!("{what}: server lock table is full (error_max_locks)"),
+            "error_max_waiters" => {
+                format!("{what}: too many waiters queued for this key (error_max_waiters)")
+            }
+            "error_limit_mismatch" => {
+                format!("{what}: key exists with a different limit (error_limit_mismatch)")
+            }
+            "error_not_enqueued" => {
+                format!("{what}: not enqueued for this key (error_not_enqueued)")
+            }
+            "error_already_enqueued" => {
+                format!("{what}: already enqueued for this key (error_already_enqueued)")
+            }
+            "error_lease_expired" => {
+                format!("{what}: lease expired before the wait (error_lease_expired)")
+            }
+            "error_auth" => format!("{what}: authentication required or rejected (error_auth)"),
+            other => format!("{what}: server error '{other}'"),
+        };
+        return Some(DflockdError::new(ErrorCode::ServerError, msg).with_reply(line));
+    }
+    None
+}
+
+fn unexpected(line: &str, what: &str) -> DflockdError {
+    let shown: String = line.chars().take(200).collect();
+    DflockdError::protocol(format!("{what}: unexpected reply {shown:?}")).with_reply(shown)
+}
+
+fn parse_seconds(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn parse_grant_fields(line: &str, prefix: &str, what: &str) -> Result<Grant> {
+    let mut parts = line.split(' ');
+    let _ = parts.next();
+    let token = parts.next().unwrap_or("");
+    let lease = parts.next();
+    if token.is_empty() || validate_token(token).is_err() {
+        return Err(DflockdError::protocol(format!(
+            "{what}: server returned no valid token in {line:?}"
+        ))
+        .with_reply(line));
+    }
+    match (lease.and_then(parse_seconds), parts.next()) {
+        (Some(lease_s), None) => Ok(Grant {
+            token: token.to_string(),
+            lease_s,
+        }),
+        _ => Err(DflockdError::protocol(format!(
+            "{what}: malformed '{prefix}' reply {line:?} (expected '{prefix} <token> <lease>')"
+        ))
+        .with_reply(line)),
+    }
+}
+
+/// Parse the reply to `l`/`sl`/`w`/`sw`: exactly `ok <token> <ttl>` or `timeout`.
+pub fn parse_acquire_reply(line: &str, what: &str) -> Result<AcquireReply> {
+    if line == "timeout" {
+        return Ok(AcquireReply::TimedOut);
+    }
+    if line.starts_with("ok ") {
+        return parse_grant_fields(line, "ok", what).map(AcquireReply::Granted);
+    }
+    Err(server_error(line, what).unwrap_or_else(|| unexpected(line, what)))
+}
+
+/// Parse the reply to `e`/`se`: exactly `acquired <token> <ttl>` or `queued`.
+pub fn parse_enqueue_reply(line: &str, what: &str) -> Result<EnqueueReply> {
+    if line == "queued" {
+        return Ok(EnqueueReply::Queued);
+    }
+    if line.starts_with("acquired ") {
+        return parse_grant_fields(line, "acquired", what).map(EnqueueReply::Acquired);
+    }
+    Err(server_error(line, what).unwrap_or_else(|| unexpected(line, what)))
+}
+
+/// Parse the reply to `n`/`sn`: `ok <seconds>` (the lease now applied; Python 0.5.0 answers the
+/// remaining whole seconds, usually TTL−1) or bare `ok` (lease unknown → `None`).
+pub fn parse_renew_reply(line: &str, what: &str) -> Result<Option<u64>> {
+    if line == "ok" {
+        return Ok(None);
+    }
+    if let Some(rest) = line.strip_prefix("ok ") {
+        return parse_seconds(rest).map(Some).ok_or_else(|| {
+            DflockdError::protocol(format!("{what}: malformed renew reply {line:?}"))
+                .with_reply(line)
+        });
+    }
+    Err(server_error(line, what).unwrap_or_else(|| unexpected(line, what)))
+}
+
+/// Parse the reply to `r`/`sr`: exactly `ok`.
+pub fn parse_release_reply(line: &str, what: &str) -> Result<()> {
+    if line == "ok" {
+        return Ok(());
+    }
+    Err(server_error(line, what).unwrap_or_else(|| unexpected(line, what)))
+}
+
+/// Parse the reply to `auth`: `ok`; `error_auth` and everything else → `AUTH_FAILED`.
+pub fn parse_auth_reply(line: &str) -> Result<()> {
+    match line {
+        "ok" => Ok(()),
+        "error_auth" => Err(DflockdError::new(
+            ErrorCode::AuthFailed,
+            "authentication failed (error_auth)",
+        )
+        .with_reply(line)),
+        other => {
+            let shown: String = other.chars().take(200).collect();
+            Err(DflockdError::new(
+                ErrorCode::AuthFailed,
+                format!("auth failed: server answered {shown:?}"),
+            )
+            .with_reply(shown))
+        }
+    }
+}
+
+/// Parse the reply to `stats`: `ok <json>` → the JSON text.
+pub fn parse_stats_reply(line: &str) -> Result<&str> {
+    if let Some(json) = line.strip_prefix("ok ") {
+        if json.starts_with('{') {
+            return Ok(json);
+        }
+    }
+    Err(server_error(line, "stats").unwrap_or_else(|| unexpected(line, "stats")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_command() {
+        let cases: Vec<(Request<'_>, &str)> = vec![
+            (Request::Auth { token: "s3 cret" }, "auth\n_\ns3 cret\n"),
+            (
+                Request::Lock {
+                    key: "k",
+                    timeout_s: 10,
+                    ttl_s: None,
+                },
+                "l\nk\n10\n",
+            ),
+            (
+                Request::Lock {
+                    key: "k",
+                    timeout_s: 0,
+                    ttl_s: Some(20),
+                },
+                "l\nk\n0 20\n",
+            ),
+            (
+                Request::Release {
+                    key: "k",
+                    token: "t",
+                },
+                "r\nk\nt\n",
+            ),
+            (
+                Request::Renew {
+                    key: "k",
+                    token: "t",
+                    ttl_s: Some(5),
+                },
+                "n\nk\nt 5\n",
+            ),
+            (
+                Request::Renew {
+                    key: "k",
+                    token: "t",
+                    ttl_s: None,
+                },
+                "n\nk\nt\n",
+            ),
+            (
+                Request::Enqueue {
+                    key: "k",
+                    ttl_s: None,
+                },
+                "e\nk\n\n",
+            ),
+            (
+                Request::Enqueue {
+                    key: "k",
+                    ttl_s: Some(7),
+                },
+                "e\nk\n7\n",
+            ),
+            (
+                Request::Wait {
+                    key: "k",
+                    timeout_s: 3,
+                },
+                "w\nk\n3\n",
+            ),
+            (
+                Request::SemLock {
+                    key: "k",
+                    timeout_s: 10,
+                    limit: 3,
+                    ttl_s: Some(15),
+                },
+                "sl\nk\n10 3 15\n",
+            ),
+            (
+                Request::SemRelease {
+                    key: "k",
+                    token: "t",
+                },
+                "sr\nk\nt\n",
+            ),
+            (
+                Request::SemRenew {
+                    key: "k",
+                    token: "t",
+                    ttl_s: Some(9),
+                },
+                "sn\nk\nt 9\n",
+            ),
+            (
+                Request::SemEnqueue {
+                    key: "k",
+                    limit: 2,
+                    ttl_s: None,
+                },
+                "se\nk\n2\n",
+            ),
+            (
+                Request::SemWait {
+                    key: "k",
+                    timeout_s: 1,
+                },
+                "sw\nk\n1\n",
+            ),
+            (Request::Stats, "stats\n_\n\n"),
+        ];
+        for (req, want) in cases {
+            assert_eq!(req.encode().ok(), Some(want.as_bytes().to_vec()), "{req:?}");
+        }
+    }
+
+    #[test]
+    fn parses_replies_exactly() {
+        assert_eq!(
+            parse_acquire_reply("ok abc 30", "l").ok(),
+            Some(AcquireReply::Granted(Grant {
+                token: "abc".into(),
+                lease_s: 30
+            }))
+        );
+        assert_eq!(
+            parse_acquire_reply("timeout", "l").ok(),
+            Some(AcquireReply::TimedOut)
+        );
+        for bad in [
+            "ok",
+            "ok ",
+            "okay abc 30",
+            "ok abc",
+            "ok abc x",
+            "ok abc 30 1",
+            "",
+            "OK a 1",
+        ] {
+            let e = parse_acquire_reply(bad, "l").err().map(|e| e.kind());
+            assert_eq!(e, Some(ErrorCode::ProtocolError), "{bad:?}");
+        }
+        for srv in [
+            "error",
+            "error_max_locks",
+            "error_limit_mismatch",
+            "error_new_thing",
+        ] {
+            let e = parse_acquire_reply(srv, "l").err();
+            assert_eq!(e.as_ref().map(|e| e.kind()), Some(ErrorCode::ServerError));
+            assert_eq!(e.as_ref().and_then(|e| e.reply()), Some(srv));
+        }
+        assert_eq!(parse_renew_reply("ok 32", "n").ok(), Some(Some(32)));
+        assert_eq!(parse_renew_reply("ok", "n").ok(), Some(None));
+        assert!(parse_renew_reply("okay", "n").is_err());
+        assert!(parse_renew_reply("ok x", "n").is_err());
+        assert!(parse_release_reply("ok", "r").is_ok());
+        assert!(parse_release_reply("okay", "r").is_err());
+        assert!(parse_release_reply("ok 1", "r").is_err());
+        assert_eq!(
+            parse_enqueue_reply("queued", "e").ok(),
+            Some(EnqueueReply::Queued)
+        );
+        assert!(parse_enqueue_reply("acquired", "e").is_err());
+        assert!(parse_enqueue_reply("queued x", "e").is_err());
+        assert_eq!(
+            parse_auth_reply("error").err().map(|e| e.kind()),
+            Some(ErrorCode::AuthFailed)
+        );
+        assert_eq!(parse_stats_reply("ok {\"a\":1}").ok(), Some("{\"a\":1}"));
+    }
+}

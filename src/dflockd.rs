@@ -1,0 +1,534 @@
+//! napi binding of the dflockd client (thin layer over `sema_core::dflockd`).
+//!
+//! Every async method RESOLVES with a result object and never rejects for expected failures:
+//! `{ ok: true, value } | { ok: false, error: { code, message, reply? } }`. Background renewal
+//! runs as tokio tasks and loss callbacks use weak threadsafe functions, so nothing keeps Node
+//! alive except an in-flight acquire/enqueue/wait promise.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use napi::bindgen_prelude::{FnArgs, Function, Null};
+use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::{Error, Status};
+use napi_derive::napi;
+use sema_core::dflockd::{
+    self as core, ConnectOptions, Connection, DflockdError, EnqueueOutcome, Primitive,
+    PrimitiveOptions, TlsOptions,
+};
+use tokio_util::sync::CancellationToken;
+
+/// A dflockd server address (already chosen by sharding).
+#[napi(object)]
+#[derive(Clone)]
+pub struct NativeServer {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port (integer 1..65535).
+    pub port: f64,
+}
+
+/// TLS settings; TLS is used when this object is present.
+#[napi(object)]
+#[derive(Clone)]
+pub struct NativeTls {
+    /// PEM text of the CA certificate(s) to trust instead of the system roots.
+    pub ca: Option<String>,
+    /// Name to verify the server certificate against (default: the host).
+    pub servername: Option<String>,
+}
+
+/// Options of a `NativeDflockdPrimitive` (validated by the constructor).
+#[napi(object, object_to_js = false)]
+pub struct NativePrimitiveOptions {
+    /// The key: non-empty, at most 256 bytes, no space, tab, CR, LF or NUL.
+    pub key: String,
+    /// 1 = lock (`l r n e w`); > 1 = semaphore slots (`sl sr sn se sw`, Go server only).
+    pub limit: f64,
+    /// Timeout of `acquire()` in whole seconds (0 = try once), at most 1e9.
+    pub acquire_timeout_s: f64,
+    /// Lease TTL in whole seconds (>= 1), sent on acquire, enqueue and every renew; absent =
+    /// server default.
+    pub lease_ttl_s: Option<f64>,
+    /// The server to use.
+    pub server: NativeServer,
+    /// TLS settings (absent = plain TCP).
+    pub tls: Option<NativeTls>,
+    /// Auth token sent as the first request (absent = no auth; must not be empty).
+    pub auth: Option<String>,
+    /// Bound for TCP connect + TLS handshake in ms (default 10000).
+    pub connect_timeout_ms: Option<f64>,
+    /// Bound for the reply to a non-blocking command in ms (default 30000).
+    pub socket_timeout_ms: Option<f64>,
+    /// Fraction of the lease after which to renew (0 < r < 1).
+    pub renew_ratio: f64,
+    /// Upper bound between two renewals in ms (default 15000; keep below 0.6 × the server's
+    /// read timeout).
+    pub renew_max_interval_ms: Option<f64>,
+}
+
+/// Connection options of `NativeDflockdConnection.connect` and `dflockdStats`.
+#[napi(object, object_to_js = false)]
+pub struct NativeConnectOptions {
+    /// The server to use.
+    pub server: NativeServer,
+    /// TLS settings (absent = plain TCP).
+    pub tls: Option<NativeTls>,
+    /// Auth token sent as the first request (absent = no auth; must not be empty).
+    pub auth: Option<String>,
+    /// Bound for TCP connect + TLS handshake in ms (default 10000).
+    pub connect_timeout_ms: Option<f64>,
+    /// Bound for the reply to a non-blocking command in ms (default 30000).
+    pub socket_timeout_ms: Option<f64>,
+}
+
+/// A failure: a stable `code` (`TIMEOUT`, `AUTH_FAILED`, `CONNECTION_ERROR`, `PROTOCOL_ERROR`,
+/// `SERVER_ERROR`, `INVALID_ARGUMENT`, `LOCK_LOST`, `NOT_LOCKED`, `ABORTED`), a message and,
+/// when a server reply caused it, the raw reply line (e.g. `error_max_locks`).
+#[napi(object)]
+pub struct NativeError {
+    /// Stable error code.
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+    /// Raw server reply that caused the error, if any.
+    pub reply: Option<String>,
+}
+
+impl From<DflockdError> for NativeError {
+    fn from(e: DflockdError) -> Self {
+        NativeError {
+            code: e.code().to_string(),
+            message: e.message().to_string(),
+            reply: e.reply().map(str::to_string),
+        }
+    }
+}
+
+/// `{ ok: true, value: boolean } | { ok: false, error }`.
+#[napi(object)]
+pub struct NativeBoolResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// The value when `ok`.
+    pub value: Option<bool>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+/// `{ ok: true, value: string } | { ok: false, error }`.
+#[napi(object)]
+pub struct NativeStringResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// The value when `ok`.
+    pub value: Option<String>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+/// `{ ok: true, value: 'acquired' | 'queued' } | { ok: false, error }`.
+#[napi(object)]
+pub struct NativeEnqueueResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// The value when `ok`.
+    #[napi(ts_type = "'acquired' | 'queued'")]
+    pub value: Option<String>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+/// `{ ok: true, value: null } | { ok: false, value: null, error }`.
+#[napi(object)]
+pub struct NativeNullResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// Always `null`.
+    pub value: Null,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+/// `{ ok: true, value: NativeDflockdConnection } | { ok: false, error }`.
+#[napi(object, object_from_js = false)]
+pub struct NativeConnectionResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// The connection when `ok`.
+    pub value: Option<NativeDflockdConnection>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+fn bool_result(r: core::Result<bool>) -> NativeBoolResult {
+    match r {
+        Ok(v) => NativeBoolResult {
+            ok: true,
+            value: Some(v),
+            error: None,
+        },
+        Err(e) => NativeBoolResult {
+            ok: false,
+            value: None,
+            error: Some(e.into()),
+        },
+    }
+}
+
+fn string_result(r: core::Result<String>) -> NativeStringResult {
+    match r {
+        Ok(v) => NativeStringResult {
+            ok: true,
+            value: Some(v),
+            error: None,
+        },
+        Err(e) => NativeStringResult {
+            ok: false,
+            value: None,
+            error: Some(e.into()),
+        },
+    }
+}
+
+fn invalid_js(e: DflockdError) -> Error {
+    Error::new(Status::InvalidArg, format!("{}: {}", e.code(), e.message()))
+}
+
+fn invalid(msg: String) -> DflockdError {
+    DflockdError::new(core::ErrorCode::InvalidArgument, msg)
+}
+
+/// An integer-valued JS number in `min..=max`.
+fn int_arg(name: &str, v: f64, min: u64, max: u64) -> core::Result<u64> {
+    if !v.is_finite() || v.fract() != 0.0 || v < min as f64 || v > max as f64 {
+        return Err(invalid(format!(
+            "{name} must be an integer between {min} and {max}, got {v}"
+        )));
+    }
+    Ok(v as u64)
+}
+
+/// A positive millisecond count (fractions rounded up), at most ~31.7 years.
+fn ms_arg(name: &str, v: Option<f64>, default: Duration) -> core::Result<Duration> {
+    match v {
+        None => Ok(default),
+        Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 1e12 => {
+            Ok(Duration::from_millis(ms.ceil() as u64))
+        }
+        Some(ms) => Err(invalid(format!(
+            "{name} must be a positive number of milliseconds, got {ms}"
+        ))),
+    }
+}
+
+fn connect_options(
+    server: &NativeServer,
+    tls: &Option<NativeTls>,
+    auth: &Option<String>,
+    connect_timeout_ms: Option<f64>,
+    socket_timeout_ms: Option<f64>,
+) -> core::Result<ConnectOptions> {
+    let port = int_arg("server.port", server.port, 1, 65535)?;
+    let mut opts = ConnectOptions::new(server.host.clone(), port as u16);
+    opts.tls = tls.as_ref().map(|t| TlsOptions {
+        ca_pem: t.ca.clone(),
+        servername: t.servername.clone(),
+    });
+    opts.auth = auth.clone();
+    opts.connect_timeout = ms_arg(
+        "connectTimeoutMs",
+        connect_timeout_ms,
+        core::connection::DEFAULT_CONNECT_TIMEOUT,
+    )?;
+    opts.socket_timeout = ms_arg(
+        "socketTimeoutMs",
+        socket_timeout_ms,
+        core::connection::DEFAULT_SOCKET_TIMEOUT,
+    )?;
+    opts.validate()?;
+    Ok(opts)
+}
+
+fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOptions> {
+    let connect = connect_options(
+        &o.server,
+        &o.tls,
+        &o.auth,
+        o.connect_timeout_ms,
+        o.socket_timeout_ms,
+    )?;
+    let max = core::protocol::MAX_SECONDS;
+    let mut p = PrimitiveOptions::new(o.key.clone(), connect);
+    p.limit = int_arg("limit", o.limit, 1, max)?;
+    p.acquire_timeout_s = int_arg("acquireTimeoutS", o.acquire_timeout_s, 0, max)?;
+    p.lease_ttl_s = match o.lease_ttl_s {
+        Some(t) => Some(int_arg("leaseTtlS", t, 1, max)?),
+        None => None,
+    };
+    p.renew_ratio = o.renew_ratio;
+    p.renew_max_interval = ms_arg(
+        "renewMaxIntervalMs",
+        o.renew_max_interval_ms,
+        core::primitive::DEFAULT_RENEW_MAX_INTERVAL,
+    )?;
+    p.validate()?;
+    Ok(p)
+}
+
+/// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
+/// automatic renewal. One connection per held lock/slot.
+#[napi]
+pub struct NativeDflockdPrimitive {
+    inner: Arc<Primitive>,
+}
+
+#[napi]
+impl NativeDflockdPrimitive {
+    /// Validate the options (throws synchronously with a message starting
+    /// `"INVALID_ARGUMENT: "` on bad options). No I/O happens here.
+    #[napi(constructor)]
+    pub fn new(options: NativePrimitiveOptions) -> napi::Result<Self> {
+        let opts = primitive_options(&options).map_err(invalid_js)?;
+        let inner = Primitive::new(opts).map_err(invalid_js)?;
+        Ok(NativeDflockdPrimitive {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
+    /// held (renewal started), `{ok: true, value: false}` on timeout.
+    #[napi(ts_return_type = "Promise<NativeBoolResult>")]
+    pub async fn acquire(&self) -> napi::Result<NativeBoolResult> {
+        let p = self.inner.clone();
+        Ok(bool_result(p.acquire().await))
+    }
+
+    /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
+    /// `'queued'` (call `wait()` promptly).
+    #[napi(ts_return_type = "Promise<NativeEnqueueResult>")]
+    pub async fn enqueue(&self) -> napi::Result<NativeEnqueueResult> {
+        let p = self.inner.clone();
+        Ok(match p.enqueue().await {
+            Ok(outcome) => NativeEnqueueResult {
+                ok: true,
+                value: Some(
+                    match outcome {
+                        EnqueueOutcome::Acquired => "acquired",
+                        EnqueueOutcome::Queued => "queued",
+                    }
+                    .to_string(),
+                ),
+                error: None,
+            },
+            Err(e) => NativeEnqueueResult {
+                ok: false,
+                value: None,
+                error: Some(e.into()),
+            },
+        })
+    }
+
+    /// Phase two: wait up to `timeoutS` whole seconds for the grant. `true` = held (verified by
+    /// an immediate renew; a stale grant gives `LOCK_LOST`), `false` = timed out (connection
+    /// closed; enqueue again). After an `'acquired'` enqueue it resolves `true` at once.
+    #[napi(ts_return_type = "Promise<NativeBoolResult>")]
+    pub async fn wait(&self, timeout_s: f64) -> napi::Result<NativeBoolResult> {
+        let p = self.inner.clone();
+        let t = match int_arg("timeoutS", timeout_s, 0, core::protocol::MAX_SECONDS) {
+            Ok(t) => t,
+            Err(e) => return Ok(bool_result(Err(e))),
+        };
+        Ok(bool_result(p.wait(t).await))
+    }
+
+    /// Release the held lock/slot and close its connection. `NOT_LOCKED` when nothing is
+    /// held, `LOCK_LOST` when it was lost before.
+    #[napi(ts_return_type = "Promise<NativeNullResult>")]
+    pub async fn release(&self) -> napi::Result<NativeNullResult> {
+        let p = self.inner.clone();
+        Ok(match p.release().await {
+            Ok(()) => NativeNullResult {
+                ok: true,
+                value: Null,
+                error: None,
+            },
+            Err(e) => NativeNullResult {
+                ok: false,
+                value: Null,
+                error: Some(e.into()),
+            },
+        })
+    }
+
+    /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
+    /// connection without sending a release (the server auto-releases on disconnect).
+    #[napi]
+    pub fn close(&self) {
+        self.inner.close();
+    }
+
+    /// Abort an in-flight acquire/enqueue/wait: it resolves `{ok: false, error: {code: 'ABORTED'}}`.
+    #[napi]
+    pub fn cancel(&self) {
+        self.inner.cancel();
+    }
+
+    /// Token of the held lock/slot, or `null`.
+    #[napi(getter)]
+    pub fn token(&self) -> Option<String> {
+        self.inner.token()
+    }
+
+    /// Lease in seconds from the last grant/renew; 0 when not held.
+    #[napi(getter)]
+    pub fn lease(&self) -> f64 {
+        self.inner.lease_s() as f64
+    }
+
+    /// Register the loss callback `(key, token) => void`, called at most once per held lock
+    /// when renewal fails. It is held weakly: it never keeps the process alive.
+    #[napi(ts_args_type = "callback: (key: string, token: string) => void")]
+    pub fn on_lost(&self, callback: Function<FnArgs<(String, String)>, ()>) -> napi::Result<()> {
+        let tsfn = callback
+            .build_threadsafe_function::<FnArgs<(String, String)>>()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        let tsfn = Arc::new(tsfn);
+        self.inner
+            .set_on_lost(Some(Arc::new(move |key: &str, token: &str| {
+                let _ = tsfn.call(
+                    FnArgs::from((key.to_string(), token.to_string())),
+                    ThreadsafeFunctionCallMode::NonBlocking,
+                );
+            })));
+        Ok(())
+    }
+}
+
+/// Low level: one connection, one method per protocol command, raw reply lines.
+#[napi]
+pub struct NativeDflockdConnection {
+    conn: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    closed: CancellationToken,
+}
+
+#[napi]
+impl NativeDflockdConnection {
+    /// Connect (TCP, TLS when `tls` is given, then `auth` when given).
+    #[napi(ts_return_type = "Promise<NativeConnectionResult>")]
+    pub async fn connect(options: NativeConnectOptions) -> napi::Result<NativeConnectionResult> {
+        let opts = match connect_options(
+            &options.server,
+            &options.tls,
+            &options.auth,
+            options.connect_timeout_ms,
+            options.socket_timeout_ms,
+        ) {
+            Ok(o) => o,
+            Err(e) => {
+                return Ok(NativeConnectionResult {
+                    ok: false,
+                    value: None,
+                    error: Some(e.into()),
+                })
+            }
+        };
+        Ok(match Connection::connect(&opts).await {
+            Ok(conn) => NativeConnectionResult {
+                ok: true,
+                value: Some(NativeDflockdConnection {
+                    conn: Arc::new(tokio::sync::Mutex::new(Some(conn))),
+                    closed: CancellationToken::new(),
+                }),
+                error: None,
+            },
+            Err(e) => NativeConnectionResult {
+                ok: false,
+                value: None,
+                error: Some(e.into()),
+            },
+        })
+    }
+
+    /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
+    /// lowercase command word, key rules for keyed commands, no CR/LF/NUL, lines <= 256 bytes)
+    /// and resolve the raw reply line (one trailing CR stripped).
+    /// Requests on one connection run one at a time in call order.
+    #[napi(ts_return_type = "Promise<NativeStringResult>")]
+    pub async fn request(
+        &self,
+        cmd: String,
+        key: String,
+        arg: String,
+    ) -> napi::Result<NativeStringResult> {
+        let conn = self.conn.clone();
+        let closed = self.closed.clone();
+        if closed.is_cancelled() {
+            return Ok(string_result(Err(DflockdError::new(
+                core::ErrorCode::ConnectionError,
+                "connection is closed",
+            ))));
+        }
+        let work = {
+            let conn = conn.clone();
+            async move {
+                let mut guard = conn.lock().await;
+                match guard.as_mut() {
+                    Some(c) => c.request_raw(&cmd, &key, &arg).await,
+                    None => Err(DflockdError::new(
+                        core::ErrorCode::ConnectionError,
+                        "connection is closed",
+                    )),
+                }
+            }
+        };
+        let r = tokio::select! {
+            biased;
+            _ = closed.cancelled() => {
+                *conn.lock().await = None;
+                Err(DflockdError::new(core::ErrorCode::Aborted, "connection closed during the request"))
+            }
+            r = work => r,
+        };
+        Ok(string_result(r))
+    }
+
+    /// Synchronous and idempotent: close the connection (an in-flight request resolves
+    /// `ABORTED`). The server auto-releases what this connection held.
+    #[napi]
+    pub fn close(&self) {
+        self.closed.cancel();
+        if let Ok(mut g) = self.conn.try_lock() {
+            *g = None;
+        }
+    }
+}
+
+/// Connect, send `stats`, resolve the JSON text after `ok ` (Go server only), close.
+#[napi(
+    js_name = "dflockdStats",
+    ts_return_type = "Promise<NativeStringResult>"
+)]
+pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<NativeStringResult> {
+    let opts = match connect_options(
+        &options.server,
+        &options.tls,
+        &options.auth,
+        options.connect_timeout_ms,
+        options.socket_timeout_ms,
+    ) {
+        Ok(o) => o,
+        Err(e) => return Ok(string_result(Err(e))),
+    };
+    Ok(string_result(core::stats_json(&opts).await))
+}
+
+/// CRC-32/IEEE of the key's UTF-8 bytes modulo `numServers` (same as every dflockd client).
+/// Throws `"INVALID_ARGUMENT: ..."` when `numServers` is not a positive integer.
+#[napi(js_name = "stableHashShard")]
+pub fn stable_hash_shard(key: String, num_servers: f64) -> napi::Result<u32> {
+    let n = int_arg("numServers", num_servers, 1, u32::MAX as u64).map_err(invalid_js)?;
+    core::stable_hash_shard(&key, n as u32).map_err(invalid_js)
+}

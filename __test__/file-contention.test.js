@@ -1,0 +1,162 @@
+'use strict'
+// Contention between real processes:
+// - mutual exclusion: 8 child processes × 300 acquire/release each, O_EXCL marker file as the overlap detector and
+//   a shared counter that must come out exact (async `acquire`, and the sync semats `Semaphore#tryAcquire` loop);
+// - stale storm: 12 processes released by one barrier race to break one stale lock (really-dead pid,
+//   timestamp 0), 50 rounds per storm: exactly one winner every round, and the winner's lock survives the losers;
+// - hand-off: a waiter in another process is woken by the release, not by its (long) poll interval.
+
+const { test, describe, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const { setTimeout: sleep } = require('node:timers/promises')
+const u = require('./helpers/file-util')
+const sema = require('..')
+
+const PROCS = 8
+const ITER = 300
+const STORM_PROCS = 12
+const ROUNDS = 50
+
+let dir
+before(() => {
+  dir = u.mkTmp('contention-')
+})
+after(() => {
+  u.killAll()
+  u.rmTmp(dir)
+})
+
+async function mutexRun(t, mode) {
+  const work = fs.mkdtempSync(path.join(dir, `mutex-${mode}-`))
+  const file = path.join(work, 'm.lock')
+  const marker = path.join(work, 'inside.marker')
+  const counter = path.join(work, 'counter')
+  fs.writeFileSync(counter, '0')
+  const kids = Array.from({ length: PROCS }, () =>
+    u.spawnNode('file-mutex-worker.js', [file, marker, counter, ITER, mode]),
+  )
+  await Promise.all(kids.map((k) => u.lines(k).next(/^ready$/, 20000)))
+  const t0 = Date.now()
+  for (const k of kids) k.stdin.end('go\n')
+  const exits = await Promise.all(kids.map((k) => u.waitExit(k, 150000, `mutex worker (${mode})`)))
+  const ms = Date.now() - t0
+  const total = { acquired: 0, overlaps: 0, failedReleases: 0, wrongOwner: 0, errors: [] }
+  for (const e of exits) {
+    assert.equal(e.code, 0, `worker exit ${e.code}/${e.signal}: ${e.stdout} ${e.stderr}`)
+    const line = e.stdout.split('\n').find((l) => l.startsWith('result '))
+    assert.ok(line, `worker printed a result: ${e.stdout} ${e.stderr}`)
+    const r = JSON.parse(line.slice(7))
+    for (const k of ['acquired', 'overlaps', 'failedReleases', 'wrongOwner']) total[k] += r[k]
+    total.errors.push(...r.errors)
+  }
+  t.diagnostic(
+    `${mode}: ${total.acquired} acquisitions by ${PROCS} processes in ${ms} ms (${Math.round((total.acquired * 1000) / ms)}/s); ` +
+      `overlaps ${total.overlaps}, failed releases ${total.failedReleases}, wrong owner ${total.wrongOwner}, errors ${total.errors.length}`,
+  )
+  assert.deepEqual(total.errors, [], 'no acquire/release errors')
+  assert.equal(total.overlaps, 0, 'no two holders inside the critical section at once')
+  assert.equal(total.failedReleases, 0, 'every release succeeded')
+  assert.equal(total.wrongOwner, 0, 'the lock file was the holder’s own while inside')
+  assert.equal(total.acquired, PROCS * ITER)
+  assert.equal(Number(fs.readFileSync(counter, 'utf8')), PROCS * ITER, 'counter exact')
+  assert.deepEqual(u.ls(work), ['counter'], 'no lock, marker or temp file left behind')
+}
+
+describe('mutual exclusion across processes', () => {
+  test(`async acquire/release: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) => mutexRun(t, 'async'))
+  test(`semats Semaphore#tryAcquire retry loop: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) =>
+    mutexRun(t, 'semats'),
+  )
+})
+
+/** Content of a lock file in this package's own format whose holder was SIGKILLed (so: a dead holder on this host). */
+async function ourDeadLockContent() {
+  const file = path.join(dir, 'template.lock')
+  const holder = u.spawnNode('file-holder.js', [file, JSON.stringify({ heartbeat: false })])
+  await u.lines(holder).next(/^held /)
+  holder.kill('SIGKILL')
+  await holder.exited
+  const content = fs.readFileSync(file, 'utf8')
+  fs.unlinkSync(file)
+  assert.match(content, new RegExp(`^pid=${holder.pid}\\n`))
+  return { content, pid: holder.pid }
+}
+
+async function storm(t, apiOf) {
+  const work = fs.mkdtempSync(path.join(dir, 'storm-'))
+  const file = path.join(work, 's.lock')
+  const dead = await u.deadPid()
+  const foreign = `pid=${dead}\ntimestamp=0\ntag=dead\n`
+  const ours = await ourDeadLockContent()
+  assert.equal(u.pidAlive(ours.pid), false)
+
+  const kids = Array.from({ length: STORM_PROCS }, (_, i) => u.spawnNode('file-storm-worker.js', [file, apiOf(i)]))
+  const outs = kids.map((k) => u.lines(k))
+  await Promise.all(outs.map((o) => o.next(/^ready$/, 20000)))
+  const winsPerRound = []
+  const winnerCount = new Array(STORM_PROCS).fill(0)
+  try {
+    for (let round = 0; round < ROUNDS; round++) {
+      const kind = round % 2 === 0 ? 'foreign' : 'ours'
+      fs.writeFileSync(file, kind === 'foreign' ? foreign : ours.content)
+      for (const k of kids) k.stdin.write(`go ${round}\n`) // the barrier: every contender starts now
+      const results = await Promise.all(outs.map((o) => o.next((l) => l.startsWith(`result ${round} `), 15000)))
+      const winners = results.map((l, i) => [l.split(' ')[2], i]).filter(([r]) => r === 'ok')
+      winsPerRound.push(winners.length)
+      const others = results.map((l) => l.split(' ')[2]).filter((r) => r !== 'ok')
+      assert.equal(winners.length, 1, `round ${round} (${kind} stale file): exactly one winner; got ${JSON.stringify(results)}`)
+      assert.deepEqual([...new Set(others)], ['ALREADY_LOCKED'], `round ${round}: losers see ALREADY_LOCKED: ${results}`)
+      const w = winners[0][1]
+      winnerCount[w]++
+      // No loser deleted or replaced the winner's fresh lock.
+      assert.match(fs.readFileSync(file, 'utf8'), new RegExp(`^pid=${kids[w].pid}\\n`), `round ${round}: the winner's lock survives`)
+      for (const k of kids) k.stdin.write(`release ${round}\n`)
+      const rel = await Promise.all(outs.map((o) => o.next((l) => l.startsWith(`released ${round} `), 15000)))
+      assert.deepEqual(
+        rel.map((l) => l.split(' ')[2]),
+        kids.map((_, i) => (i === w ? 'true' : 'none')),
+        `round ${round}: only the winner held it, and its release succeeded`,
+      )
+      assert.deepEqual(u.ls(work), [], `round ${round}: nothing left behind`)
+    }
+  } finally {
+    for (const k of kids) k.stdin.end()
+    t.diagnostic(`winners per round: ${JSON.stringify(winsPerRound)}; wins per process: ${JSON.stringify(winnerCount)}`)
+  }
+  const exits = await Promise.all(kids.map((k) => u.waitExit(k, 10000, 'storm worker')))
+  for (const e of exits) assert.equal(e.code, 0, e.stdout + e.stderr)
+}
+
+describe('stale storm: many processes break one stale lock at the same instant', () => {
+  test(`${STORM_PROCS} processes (async tryAcquire) × ${ROUNDS} rounds: exactly one winner each round`, { timeout: 120000 }, (t) =>
+    storm(t, () => 'async'),
+  )
+  test(`${STORM_PROCS} processes (half semats Semaphore#tryAcquire, half async) × ${ROUNDS} rounds`, { timeout: 120000 }, (t) =>
+    storm(t, (i) => (i % 2 ? 'semats' : 'async')),
+  )
+})
+
+describe('hand-off between processes', () => {
+  test('a waiter in this process is woken by another process’s release, not by its 10 s poll', { timeout: 30000 }, async (t) => {
+    const file = path.join(dir, 'handoff.lock')
+    const holder = u.spawnNode('file-holder.js', [file, '{}'])
+    const out = u.lines(holder)
+    await out.next(/^held /)
+    let settled = false
+    const waiting = sema.acquire(file, { retryInterval: 10000, timeout: 15000 }).finally(() => (settled = true))
+    await sleep(300) // let the waiter reach its wait; the assertion below checks it really is waiting
+    assert.equal(settled, false, 'the waiter waits while the other process holds the lock')
+    const t0 = Date.now()
+    holder.stdin.write('release\n')
+    const r = await waiting
+    const ms = Date.now() - t0
+    t.diagnostic(`hand-off latency across processes: ${ms} ms`)
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.ok(ms < 2000, `granted ${ms} ms after the release (poll interval 10 s)`)
+    assert.equal(await r.value.release(), true)
+    holder.stdin.end()
+    assert.equal((await u.waitExit(holder, 5000)).code, 0)
+  })
+})

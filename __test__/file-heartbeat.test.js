@@ -1,0 +1,124 @@
+'use strict'
+// Heartbeat: a held lock refreshes its `timestamp=`; when the file is removed, replaced (rename over it), or
+// overwritten in place from outside, `lock.signal` aborts (LOCK_LOST), `onLost` runs exactly once, the
+// replacement is left alone, and the holder process then exits normally on its own.
+
+const { test, describe, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const u = require('./helpers/file-util')
+const sema = require('..')
+
+const HEARTBEAT = 100
+
+let dir
+let n = 0
+/** A lock path alone in a new directory, so that every file left behind is visible. */
+const fresh = (name = 'hb') => {
+  const d = path.join(dir, `${name}-${++n}`)
+  fs.mkdirSync(d)
+  return path.join(d, `${name}.lock`)
+}
+
+before(() => {
+  dir = u.mkTmp('heartbeat-')
+})
+after(() => {
+  u.killAll()
+  u.rmTmp(dir)
+})
+
+describe('heartbeat keeps a held lock fresh', () => {
+  test('timestamp= is refreshed while held; pid, token and the other lines stay; the lock is not lost', { timeout: 10000 }, async () => {
+    const file = fresh('refresh')
+    const r = await sema.acquire(file, { heartbeat: HEARTBEAT, tag: 'hb' })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    const lock = r.value
+    try {
+      const first = u.readLockKeys(file)
+      const t0 = Number(first.timestamp)
+      const later = await u.whenFile(file, (c) => c && Number(/^timestamp=(\d+)$/m.exec(c)?.[1]) > t0, 4000, 'timestamp refresh')
+      const keys = u.readLockKeys(file)
+      assert.ok(Number(keys.timestamp) > t0)
+      assert.equal(keys.pid, String(process.pid))
+      assert.equal(keys.token, lock.token)
+      assert.equal(keys.tag, 'hb')
+      const { timestamp: _a, ...restBefore } = first
+      const { timestamp: _b, ...restAfter } = keys
+      assert.deepEqual(restAfter, restBefore, 'only the timestamp changes')
+      assert.ok(later.startsWith(`pid=${process.pid}\ntimestamp=`), 'layout kept')
+      assert.equal(lock.signal.aborted, false)
+      assert.equal(lock.released, false)
+    } finally {
+      assert.equal(await lock.release(), true)
+    }
+    assert.equal(fs.existsSync(file), false)
+    assert.deepEqual(u.ls(path.dirname(file)), [], 'nothing left behind')
+  })
+})
+
+/** A foreign lock held by this (live) test process: nobody may treat it as stale. */
+const replacement = () => `pid=${process.pid}\ntimestamp=${u.nowS()}\ntag=replacement\n`
+
+const disturbances = {
+  'removed (unlink)': (file) => {
+    fs.unlinkSync(file)
+    return null
+  },
+  'replaced (rename a new file over it)': (file) => {
+    const tmp = `${file}.outside`
+    const body = replacement()
+    fs.writeFileSync(tmp, body)
+    fs.renameSync(tmp, file)
+    return body
+  },
+  'overwritten in place (same inode)': (file) => {
+    const ino = fs.statSync(file).ino
+    const body = replacement()
+    fs.writeFileSync(file, body) // O_TRUNC on the same inode
+    assert.equal(fs.statSync(file).ino, ino)
+    return body
+  },
+  'overwritten in place with our own lines but another token': (file) => {
+    const body = fs.readFileSync(file, 'utf8').replace(/^token=.*$/m, `token=${'0'.repeat(32)}`)
+    assert.match(body, new RegExp(`^token=${'0'.repeat(32)}$`, 'm'))
+    fs.writeFileSync(file, body)
+    return body
+  },
+}
+
+describe('heartbeat detects loss: signal aborted, onLost once, process exits normally', () => {
+  for (const [name, disturb] of Object.entries(disturbances)) {
+    test(name, { timeout: 20000 }, async (t) => {
+      const file = fresh('lost')
+      const child = u.spawnNode('file-heartbeat-child.js', [file, HEARTBEAT])
+      const out = u.lines(child)
+      const held = JSON.parse((await out.next(/^held /, 10000)).slice(5))
+      assert.equal(held.pid, child.pid)
+      assert.equal(u.readLockKeys(file).token, held.token)
+      const t0 = Date.now()
+      const body = disturb(file)
+      const aborted = await out.next(/^aborted /, 5000)
+      const ms = Date.now() - t0
+      t.diagnostic(`loss detected after ${ms} ms (heartbeat ${HEARTBEAT} ms)`)
+      assert.equal(aborted, 'aborted LOCK_LOST released=true')
+      assert.equal(await out.next(/^onLost /, 5000), 'onLost 1 LOCK_LOST sameLock=true')
+      assert.equal(await out.next(/^release-after-loss /, 5000), 'release-after-loss false')
+      const ex = await u.waitExit(child, 5000, 'heartbeat child after loss')
+      assert.equal(ex.code, 0, ex.stdout + ex.stderr)
+      assert.match(ex.stdout, /^exit onLost=1$/m, 'onLost called exactly once')
+      assert.doesNotMatch(ex.stdout, /crashed|failed/)
+      assert.equal(ex.stderr, '', 'no warnings or errors')
+      // The lost holder must not have removed or rewritten what replaced its lock.
+      if (body === null) assert.equal(fs.existsSync(file), false, 'the lost holder did not recreate the file')
+      else assert.equal(fs.readFileSync(file, 'utf8'), body, 'the replacement is left alone')
+      assert.deepEqual(
+        u.ls(path.dirname(file)).filter((f) => f !== path.basename(file)),
+        [],
+        'no temp files left',
+      )
+      if (body !== null) fs.unlinkSync(file)
+    })
+  }
+})

@@ -1,0 +1,371 @@
+'use strict'
+// Shared helpers for the __test__/file-*.test.js suites: temp dirs, real child processes with hard time bounds,
+// line-oriented child protocols, really-dead pids, lock files written by a POSIX shell and read by Python.
+// No mocks: everything here runs real processes against the real file system.
+
+const assert = require('node:assert/strict')
+const { spawn, spawnSync } = require('node:child_process')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const readline = require('node:readline')
+
+const ROOT = path.resolve(__dirname, '..', '..')
+const HELPERS = __dirname
+
+/** Every child spawned through this module, so that a failing test never leaves processes behind. */
+const live = new Set()
+
+function killAll() {
+  for (const child of live) {
+    try {
+      child.kill('SIGKILL')
+    } catch {}
+  }
+  live.clear()
+}
+process.on('exit', killAll)
+
+function mkTmp(prefix = 'file-') {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `sema-native-${prefix}`))
+}
+
+function rmTmp(dir) {
+  if (dir) fs.rmSync(dir, { recursive: true, force: true })
+}
+
+/** Sorted directory listing (names only). */
+function ls(dir) {
+  return fs.readdirSync(dir).sort()
+}
+
+function track(child) {
+  live.add(child)
+  child.once('exit', () => live.delete(child))
+  return child
+}
+
+/** Spawns any command (stdin piped, stdout/stderr collected). */
+function spawnTracked(cmd, args, options = {}) {
+  const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], ...options })
+  track(child)
+  child.stdoutText = ''
+  child.stderrText = ''
+  child.stdout.setEncoding('utf8')
+  child.stderr.setEncoding('utf8')
+  child.stdout.on('data', (d) => (child.stdoutText += d))
+  child.stderr.on('data', (d) => (child.stderrText += d))
+  child.exited = new Promise((resolve) => {
+    child.once('exit', (code, signal) => resolve({ code, signal }))
+  })
+  // Make the stdout/stderr text complete by the time `closed` resolves.
+  child.closed = new Promise((resolve) => child.once('close', (code, signal) => resolve({ code, signal })))
+  return child
+}
+
+/** Spawns `node __test__/helpers/<script> ...args`. */
+function spawnNode(script, args = [], options = {}) {
+  return spawnTracked(process.execPath, [path.join(HELPERS, script), ...args.map(String)], {
+    cwd: ROOT,
+    ...options,
+  })
+}
+
+/**
+ * Resolves {code, signal, stdout, stderr, ms} when the child has exited and its pipes are closed. If it has not
+ * exited within `ms`, kills it with SIGKILL and rejects (the bound is part of the test).
+ */
+function waitExit(child, ms, what = 'child') {
+  const t0 = Date.now()
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+      reject(
+        new Error(
+          `${what} (pid ${child.pid}) did not exit within ${ms} ms; killed.\nstdout: ${child.stdoutText}\nstderr: ${child.stderrText}`,
+        ),
+      )
+    }, ms)
+    child.closed.then(({ code, signal }) => {
+      clearTimeout(timer)
+      resolve({ code, signal, stdout: child.stdoutText, stderr: child.stderrText, ms: Date.now() - t0 })
+    })
+  })
+}
+
+/** Runs a node helper to completion within `ms`; resolves its exit result. */
+async function runNode(script, args = [], ms = 20000, options = {}) {
+  const child = spawnNode(script, args, options)
+  if (options.input !== undefined) child.stdin.end(options.input)
+  return waitExit(child, ms, script)
+}
+
+/**
+ * Line reader over a child's stdout: `next(pred, ms)` resolves the first line (not yet consumed) matching `pred`
+ * (a RegExp or function), rejects after `ms` or when the child's stdout ends first.
+ */
+function lines(child) {
+  const queue = []
+  const waiters = []
+  let ended = false
+  const rl = readline.createInterface({ input: child.stdout })
+  rl.on('line', (line) => {
+    queue.push(line)
+    pump()
+  })
+  rl.on('close', () => {
+    ended = true
+    pump()
+  })
+  function matches(pred, line) {
+    return typeof pred === 'function' ? pred(line) : pred.test(line)
+  }
+  function pump() {
+    for (let i = 0; i < waiters.length; ) {
+      const w = waiters[i]
+      const idx = queue.findIndex((l) => matches(w.pred, l))
+      if (idx >= 0) {
+        const [line] = queue.splice(idx, 1)
+        waiters.splice(i, 1)
+        clearTimeout(w.timer)
+        w.resolve(line)
+      } else if (ended) {
+        waiters.splice(i, 1)
+        clearTimeout(w.timer)
+        w.reject(
+          new Error(
+            `child ${child.pid} stdout ended before a line matching ${w.pred}; stdout so far: ${JSON.stringify(child.stdoutText)} stderr: ${child.stderrText}`,
+          ),
+        )
+      } else i++
+    }
+  }
+  return {
+    next(pred, ms = 10000) {
+      return new Promise((resolve, reject) => {
+        const w = { pred, resolve, reject }
+        w.timer = setTimeout(() => {
+          const i = waiters.indexOf(w)
+          if (i >= 0) waiters.splice(i, 1)
+          reject(
+            new Error(
+              `no line matching ${pred} from child ${child.pid} within ${ms} ms; stdout: ${JSON.stringify(child.stdoutText)} stderr: ${child.stderrText}`,
+            ),
+          )
+        }, ms)
+        waiters.push(w)
+        pump()
+      })
+    },
+  }
+}
+
+/** A pid that belonged to a real process which has exited and been reaped. */
+async function deadPid() {
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const child = spawnTracked('sh', ['-c', 'exit 0'])
+    child.stdin.end()
+    await child.exited
+    const pid = child.pid
+    if (!pidAlive(pid)) return pid
+  }
+  throw new Error('could not obtain a dead pid')
+}
+
+function pidAlive(pid) {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return e.code === 'EPERM'
+  }
+}
+
+/** A live `sleep` process (killed at the end of the test file); resolves once it runs. */
+async function liveSleeper(seconds = 120) {
+  const child = spawnTracked('sleep', [String(seconds)])
+  child.stdin.end()
+  await new Promise((resolve, reject) => {
+    child.once('spawn', resolve)
+    child.once('error', reject)
+  })
+  return child
+}
+
+function nowS() {
+  return Math.floor(Date.now() / 1000)
+}
+
+/**
+ * The spec's shell writer, run for real by /bin/sh:
+ *   echo "pid=$$" > f; echo "timestamp=$(date +%s)" >> f; echo "tag=..." >> f
+ * `keep: true` then execs `sleep` (same pid as `$$`), so the recorded holder stays alive; the returned child is
+ * resolved after the shell printed "ready". Otherwise the shell exits and its (dead) pid is returned.
+ * `crlf: true` writes the same with printf and CRLF line ends; `bom: true` prefixes a UTF-8 BOM.
+ * `timestamp` replaces `$(date +%s)` with a fixed value (backdating).
+ */
+async function shellWriteLock(file, { tag, crlf = false, bom = false, keep = false, timestamp } = {}) {
+  const ts = timestamp === undefined ? '$(date +%s)' : String(timestamp)
+  let script
+  if (crlf || bom) {
+    const eol = crlf ? '\\r\\n' : '\\n'
+    const pre = bom ? '\\357\\273\\277' : ''
+    script = `printf '${pre}pid=%s${eol}' "$$" > "$1"; printf 'timestamp=%s${eol}' "${ts}" >> "$1"`
+    if (tag !== undefined) script += `; printf 'tag=%s${eol}' "$2" >> "$1"`
+  } else {
+    script = `echo "pid=$$" > "$1"; echo "timestamp=${ts}" >> "$1"`
+    if (tag !== undefined) script += `; echo "tag=$2" >> "$1"`
+  }
+  if (keep) script += '; echo ready; exec sleep 120'
+  const child = spawnTracked('sh', ['-c', script, 'sh', file, tag ?? ''])
+  child.stdin.end()
+  if (keep) {
+    await lines(child).next(/^ready$/, 10000)
+    return { pid: child.pid, child }
+  }
+  const { code } = await child.closed
+  assert.equal(code, 0, `shell writer failed: ${child.stderrText}`)
+  return { pid: child.pid, child }
+}
+
+/** A parser written from the spec, in Python: split lines, strip, split at the first '='. */
+const PY_PARSER = `
+import json, sys
+d = {}
+with open(sys.argv[1], encoding="utf-8") as f:
+    for line in f.read().split("\\n"):
+        line = line.strip()
+        if "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        d[k] = v
+print(json.dumps(d))
+`
+
+let pythonChecked
+function python() {
+  if (pythonChecked === undefined) {
+    const r = spawnSync('python3', ['--version'], { encoding: 'utf8' })
+    pythonChecked = r.status === 0 ? 'python3' : null
+  }
+  return pythonChecked
+}
+
+/** Python's view of a lock file: {key: value} strings. */
+function pythonRead(file) {
+  const r = spawnSync(python(), ['-c', PY_PARSER, file], { encoding: 'utf8', timeout: 10000 })
+  assert.equal(r.status, 0, `python reader failed: ${r.stderr}`)
+  return JSON.parse(r.stdout)
+}
+
+/** Runs `sh -c script` synchronously; returns trimmed stdout. */
+function sh(script, ...args) {
+  const r = spawnSync('sh', ['-c', script, 'sh', ...args], { encoding: 'utf8', timeout: 10000 })
+  assert.equal(r.status, 0, `sh failed (${r.status}): ${r.stderr}`)
+  return r.stdout.trim()
+}
+
+/** Sets a file's mtime (and atime) `ageS` seconds into the past. */
+function backdate(file, ageS) {
+  const t = Date.now() / 1000 - ageS
+  fs.utimesSync(file, t, t)
+}
+
+/** {ok:false} result or a thrown/rejected LockError → its type/code; a success → 'OK'. */
+async function outcome(fn) {
+  try {
+    const r = await fn()
+    if (r && typeof r === 'object' && 'ok' in r) {
+      if (r.ok) return { type: 'OK', value: r.value }
+      return { type: r.error.type, error: r.error, delivered: 'result' }
+    }
+    return { type: 'OK', value: r }
+  } catch (e) {
+    return { type: e && (e.code ?? e.type), error: e, delivered: 'throw' }
+  }
+}
+
+/** Rejects if `promise` has not settled within `ms` (the bound is the assertion). */
+function within(promise, ms, what) {
+  let timer
+  return Promise.race([
+    promise,
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)
+    }),
+  ]).finally(() => clearTimeout(timer))
+}
+
+/** Parses key=value lines of a lock file as the spec's readers do. */
+function readLockKeys(file) {
+  const out = {}
+  for (const raw of fs.readFileSync(file, 'utf8').split('\n')) {
+    const line = raw.trim()
+    const i = line.indexOf('=')
+    if (i < 0) continue
+    out[line.slice(0, i)] = line.slice(i + 1)
+  }
+  return out
+}
+
+/**
+ * Resolves when `file`'s content satisfies `pred` (checked on every fs.watch event on its directory, and once at
+ * the start); rejects after `ms`.
+ */
+function whenFile(file, pred, ms, what = 'file condition') {
+  return new Promise((resolve, reject) => {
+    let done = false
+    let watcher
+    const check = () => {
+      if (done) return
+      let content = null
+      try {
+        content = fs.readFileSync(file, 'utf8')
+      } catch {}
+      let ok = false
+      try {
+        ok = pred(content)
+      } catch {}
+      if (ok) finish(null, content)
+    }
+    const finish = (err, value) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      clearInterval(fallback)
+      if (watcher) watcher.close()
+      err ? reject(err) : resolve(value)
+    }
+    const timer = setTimeout(() => finish(new Error(`${what} not reached within ${ms} ms`)), ms)
+    // fs.watch on a directory can miss in-place writes on some systems: a coarse re-check backs it up.
+    const fallback = setInterval(check, 250)
+    watcher = fs.watch(path.dirname(file), check)
+    check()
+  })
+}
+
+module.exports = {
+  ROOT,
+  mkTmp,
+  rmTmp,
+  ls,
+  spawnTracked,
+  spawnNode,
+  runNode,
+  waitExit,
+  lines,
+  killAll,
+  deadPid,
+  pidAlive,
+  liveSleeper,
+  nowS,
+  shellWriteLock,
+  python,
+  pythonRead,
+  sh,
+  backdate,
+  outcome,
+  within,
+  readLockKeys,
+  whenFile,
+}

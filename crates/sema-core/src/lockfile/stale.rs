@@ -1,0 +1,529 @@
+//! `StaleJudgement`: is the lock on disk held, free, or stale (safe to break)?
+//!
+//! A pure function of an [`Observation`], a [`StaleContext`] (options, our host identity, the
+//! current time) and a [`ProcessProbe`] (so tests can script process facts). The rules:
+//!
+//! - missing → free;
+//! - `stale_timeout` `None` → nothing is ever stale (semats' `null`);
+//! - unparseable or empty → held while its mtime age ≤ max(`pending_write_grace`,
+//!   `stale_timeout`), stale after (so a half-written or garbage file expires instead of never);
+//! - parsed with our own `host` → the holder is provably dead when `kill(pid, 0)` says `ESRCH`,
+//!   or when `start` is recorded and the pid's current start time differs (pid reused): stale at
+//!   once, whatever the age. Otherwise the holder is alive and the lock is never stale;
+//! - parsed with another `host` → stale when the timestamp age exceeds `stale_timeout` (the pid
+//!   means nothing here; live holders keep the timestamp fresh with the heartbeat);
+//! - parsed foreign file (no `host`) → semats' rule: stale when `now - timestamp >
+//!   stale_timeout` (strict, whole seconds) **and** the pid is not running, where `EPERM` counts
+//!   as running and a running pid whose process started more than 2 s after the lock's
+//!   timestamp cannot be the holder (pid reused) and counts as not running.
+
+use std::time::Duration;
+
+use super::format::{LockInfo, ParseError};
+use super::process::{self, Liveness};
+
+/// What is on disk at the lock path right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observation {
+    /// No file.
+    Missing,
+    /// A file that parses; `age` is measured from its mtime.
+    Parsed { info: LockInfo, age: Duration },
+    /// A file that exists but cannot be parsed (empty, partial, garbage, unreadable, > 1 MiB);
+    /// `age` is measured from its mtime.
+    Unparseable { age: Duration, error: ParseError },
+}
+
+impl Observation {
+    /// The parsed info, if any.
+    pub fn info(&self) -> Option<&LockInfo> {
+        match self {
+            Observation::Parsed { info, .. } => Some(info),
+            _ => None,
+        }
+    }
+}
+
+/// Process facts the judgement needs. [`OsProbe`] asks the operating system.
+pub trait ProcessProbe {
+    /// `kill(pid, 0)`.
+    fn liveness(&self, pid: i64) -> Liveness;
+    /// Start time of `pid` in clock ticks since boot, if known.
+    fn start_ticks(&self, pid: i64) -> Option<u64>;
+    /// Start time of `pid` in Unix seconds, if known.
+    fn start_unix_secs(&self, pid: i64) -> Option<f64>;
+}
+
+/// The real [`ProcessProbe`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsProbe;
+
+impl ProcessProbe for OsProbe {
+    fn liveness(&self, pid: i64) -> Liveness {
+        process::probe_liveness(pid)
+    }
+    fn start_ticks(&self, pid: i64) -> Option<u64> {
+        process::process_start_ticks(pid)
+    }
+    fn start_unix_secs(&self, pid: i64) -> Option<f64> {
+        process::process_start_unix_secs(pid)
+    }
+}
+
+/// The inputs of a judgement besides the observation.
+#[derive(Debug, Clone, Copy)]
+pub struct StaleContext<'a> {
+    pub stale_timeout: Option<Duration>,
+    pub pending_write_grace: Duration,
+    /// Our [`host_identity`](super::process::host_identity).
+    pub our_host: &'a str,
+    pub now_unix_secs: i64,
+}
+
+/// Why a lock counts as held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBecause {
+    /// `stale_timeout` is `None`.
+    NeverStale,
+    /// Unparseable, but not older than max(grace, stale timeout): maybe being written.
+    YoungUnparseable,
+    /// Our host identity and the holder process is alive.
+    OwnHostHolderAlive,
+    /// Another host (or a foreign file) and not older than the stale timeout.
+    Fresh,
+    /// A foreign file older than the stale timeout, but its pid is running.
+    ForeignHolderRunning,
+}
+
+/// Why a lock counts as stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleBecause {
+    /// Unparseable and older than max(grace, stale timeout).
+    OldUnparseable,
+    /// Our host identity and `kill(pid, 0)` says no such process.
+    OwnHostHolderDead,
+    /// Our host identity and the pid now belongs to a process with another start time.
+    OwnHostPidReused,
+    /// Another host identity and older than the stale timeout.
+    OtherHostExpired,
+    /// A foreign file older than the stale timeout whose pid is not running.
+    ForeignExpiredAndNotRunning,
+}
+
+/// The verdict on an observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleJudgement {
+    Free,
+    Held(HeldBecause),
+    Stale(StaleBecause),
+}
+
+impl StaleJudgement {
+    pub fn is_stale(&self) -> bool {
+        matches!(self, StaleJudgement::Stale(_))
+    }
+}
+
+/// `true` when a whole-second age is strictly greater than `timeout` (semats:
+/// `ageSeconds > timeoutMs / 1000`). Negative ages (future timestamps) are never older.
+pub fn age_exceeds(age_secs: i128, timeout: Duration) -> bool {
+    age_secs > 0 && (age_secs as u128).saturating_mul(1_000_000_000) > timeout.as_nanos()
+}
+
+/// semats' `isLockStale(info, timeoutMs)`: age only, strict, whole seconds. `None` = never.
+pub fn is_lock_stale_by_age(timestamp: i64, stale_timeout: Option<Duration>, now: i64) -> bool {
+    match stale_timeout {
+        None => false,
+        Some(t) => age_exceeds(i128::from(now) - i128::from(timestamp), t),
+    }
+}
+
+/// Slack allowed between a lock's timestamp and its holder's start time (clock granularity).
+const START_AFTER_TIMESTAMP_SLACK_SECS: f64 = 2.0;
+
+/// The judgement (see the module docs).
+pub fn judge(
+    observation: &Observation,
+    ctx: &StaleContext<'_>,
+    probe: &dyn ProcessProbe,
+) -> StaleJudgement {
+    let info = match observation {
+        Observation::Missing => return StaleJudgement::Free,
+        Observation::Parsed { info, .. } => info,
+        Observation::Unparseable { age, .. } => {
+            let Some(timeout) = ctx.stale_timeout else {
+                return StaleJudgement::Held(HeldBecause::NeverStale);
+            };
+            return if *age > timeout.max(ctx.pending_write_grace) {
+                StaleJudgement::Stale(StaleBecause::OldUnparseable)
+            } else {
+                StaleJudgement::Held(HeldBecause::YoungUnparseable)
+            };
+        }
+    };
+    let Some(timeout) = ctx.stale_timeout else {
+        return StaleJudgement::Held(HeldBecause::NeverStale);
+    };
+    let age_secs = i128::from(ctx.now_unix_secs) - i128::from(info.timestamp);
+    let expired = age_exceeds(age_secs, timeout);
+    let pid_is_single_process = info.pid > 0 && info.pid <= i64::from(i32::MAX);
+
+    match info.host.as_deref() {
+        Some(host) if host == ctx.our_host && pid_is_single_process => {
+            match probe.liveness(info.pid) {
+                Liveness::Dead => StaleJudgement::Stale(StaleBecause::OwnHostHolderDead),
+                Liveness::Alive | Liveness::Unknown => {
+                    if let (Some(recorded), Some(current)) =
+                        (info.start, probe.start_ticks(info.pid))
+                    {
+                        if recorded != current {
+                            return StaleJudgement::Stale(StaleBecause::OwnHostPidReused);
+                        }
+                    }
+                    StaleJudgement::Held(HeldBecause::OwnHostHolderAlive)
+                }
+            }
+        }
+        Some(host) if host != ctx.our_host => {
+            if expired {
+                StaleJudgement::Stale(StaleBecause::OtherHostExpired)
+            } else {
+                StaleJudgement::Held(HeldBecause::Fresh)
+            }
+        }
+        // A foreign file, or (tampered) our host with a pid that is not one process.
+        _ => {
+            if !expired {
+                return StaleJudgement::Held(HeldBecause::Fresh);
+            }
+            if foreign_pid_running(info, probe) {
+                StaleJudgement::Held(HeldBecause::ForeignHolderRunning)
+            } else {
+                StaleJudgement::Stale(StaleBecause::ForeignExpiredAndNotRunning)
+            }
+        }
+    }
+}
+
+/// semats' `isProcessRunning` with our fixes: `EPERM` = running; a process that started more
+/// than 2 s after the lock's timestamp is not its holder.
+fn foreign_pid_running(info: &LockInfo, probe: &dyn ProcessProbe) -> bool {
+    if probe.liveness(info.pid) != Liveness::Alive {
+        return false;
+    }
+    match probe.start_unix_secs(info.pid) {
+        Some(started) => started <= info.timestamp as f64 + START_AFTER_TIMESTAMP_SLACK_SECS,
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Scripted process table: pid -> (liveness, start ticks, start unix secs).
+    #[derive(Default)]
+    struct FakeProbe(HashMap<i64, (Liveness, Option<u64>, Option<f64>)>);
+
+    impl FakeProbe {
+        fn with(mut self, pid: i64, l: Liveness, ticks: Option<u64>, secs: Option<f64>) -> Self {
+            self.0.insert(pid, (l, ticks, secs));
+            self
+        }
+    }
+
+    impl ProcessProbe for FakeProbe {
+        fn liveness(&self, pid: i64) -> Liveness {
+            self.0.get(&pid).map(|e| e.0).unwrap_or(Liveness::Dead)
+        }
+        fn start_ticks(&self, pid: i64) -> Option<u64> {
+            self.0.get(&pid).and_then(|e| e.1)
+        }
+        fn start_unix_secs(&self, pid: i64) -> Option<f64> {
+            self.0.get(&pid).and_then(|e| e.2)
+        }
+    }
+
+    const NOW: i64 = 1_000_000;
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn ctx(timeout: Option<Duration>) -> StaleContext<'static> {
+        StaleContext {
+            stale_timeout: timeout,
+            pending_write_grace: Duration::from_secs(2),
+            our_host: "me:boot:1",
+            now_unix_secs: NOW,
+        }
+    }
+
+    fn parsed(pid: i64, ts: i64, host: Option<&str>, start: Option<u64>) -> Observation {
+        Observation::Parsed {
+            info: LockInfo {
+                pid,
+                timestamp: ts,
+                tag: None,
+                host: host.map(str::to_string),
+                start,
+                token: None,
+            },
+            age: Duration::ZERO,
+        }
+    }
+
+    fn unparseable(age_secs: u64) -> Observation {
+        Observation::Unparseable {
+            age: Duration::from_secs(age_secs),
+            error: ParseError::MissingPid,
+        }
+    }
+
+    #[test]
+    fn judgement_table() {
+        use HeldBecause as H;
+        use StaleBecause as S;
+        use StaleJudgement::{Free, Held, Stale};
+        let probe = FakeProbe::default()
+            .with(10, Liveness::Alive, Some(500), Some((NOW - 7200) as f64))
+            .with(11, Liveness::Alive, None, None)
+            .with(12, Liveness::Alive, Some(900), Some((NOW - 10) as f64)) // started recently
+            .with(0, Liveness::Alive, None, None) // process group
+            .with(13, Liveness::Unknown, None, None);
+        let me = Some("me:boot:1");
+        let other = Some("other:boot:1");
+        let t = Some(HOUR);
+        let rows: Vec<(&str, Observation, Option<Duration>, StaleJudgement)> = vec![
+            ("missing", Observation::Missing, t, Free),
+            ("missing, None", Observation::Missing, None, Free),
+            // own host
+            (
+                "own dead fresh",
+                parsed(99, NOW, me, Some(1)),
+                t,
+                Stale(S::OwnHostHolderDead),
+            ),
+            (
+                "own alive ancient",
+                parsed(10, 0, me, Some(500)),
+                t,
+                Held(H::OwnHostHolderAlive),
+            ),
+            (
+                "own alive no start",
+                parsed(11, 0, me, None),
+                t,
+                Held(H::OwnHostHolderAlive),
+            ),
+            (
+                "own reused pid",
+                parsed(10, NOW, me, Some(499)),
+                t,
+                Stale(S::OwnHostPidReused),
+            ),
+            (
+                "own unknown liveness",
+                parsed(13, 0, me, None),
+                t,
+                Held(H::OwnHostHolderAlive),
+            ),
+            (
+                "own dead, None",
+                parsed(99, 0, me, Some(1)),
+                None,
+                Held(H::NeverStale),
+            ),
+            // own host with a pid that is not one process -> foreign rule
+            (
+                "own pid 0 old",
+                parsed(0, 0, me, None),
+                t,
+                Held(H::ForeignHolderRunning),
+            ),
+            (
+                "own pid -5 old",
+                parsed(-5, 0, me, None),
+                t,
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            // other host: age only
+            (
+                "other fresh",
+                parsed(10, NOW - 3600, other, None),
+                t,
+                Held(H::Fresh),
+            ),
+            (
+                "other expired",
+                parsed(10, NOW - 3601, other, None),
+                t,
+                Stale(S::OtherHostExpired),
+            ),
+            (
+                "other dead but fresh",
+                parsed(99, NOW, other, None),
+                t,
+                Held(H::Fresh),
+            ),
+            (
+                "other, None",
+                parsed(99, 0, other, None),
+                None,
+                Held(H::NeverStale),
+            ),
+            // foreign: age AND not running
+            (
+                "foreign boundary equal",
+                parsed(99, NOW - 3600, None, None),
+                t,
+                Held(H::Fresh),
+            ),
+            (
+                "foreign boundary +1",
+                parsed(99, NOW - 3601, None, None),
+                t,
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign running old",
+                parsed(10, NOW - 3601, None, None),
+                t,
+                Held(H::ForeignHolderRunning),
+            ),
+            (
+                "foreign pid started after ts",
+                parsed(12, NOW - 3601, None, None),
+                t,
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign unknown start",
+                parsed(11, 0, None, None),
+                t,
+                Held(H::ForeignHolderRunning),
+            ),
+            (
+                "foreign future ts",
+                parsed(99, NOW + 100, None, None),
+                t,
+                Held(H::Fresh),
+            ),
+            (
+                "foreign ts 0 dead",
+                parsed(99, 0, None, None),
+                t,
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign EINVAL pid",
+                parsed(13, 0, None, None),
+                t,
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign huge pid",
+                parsed(99_999_999_999, 0, None, None),
+                t,
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign, None",
+                parsed(99, 0, None, None),
+                None,
+                Held(H::NeverStale),
+            ),
+            (
+                "foreign 1s timeout age 1",
+                parsed(99, NOW - 1, None, None),
+                Some(Duration::from_secs(1)),
+                Held(H::Fresh),
+            ),
+            (
+                "foreign 1s timeout age 2",
+                parsed(99, NOW - 2, None, None),
+                Some(Duration::from_secs(1)),
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign 1.5s timeout age 2",
+                parsed(99, NOW - 2, None, None),
+                Some(Duration::from_millis(1500)),
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            (
+                "foreign 0 timeout age 0",
+                parsed(99, NOW, None, None),
+                Some(Duration::ZERO),
+                Held(H::Fresh),
+            ),
+            (
+                "foreign 0 timeout age 1",
+                parsed(99, NOW - 1, None, None),
+                Some(Duration::ZERO),
+                Stale(S::ForeignExpiredAndNotRunning),
+            ),
+            // unparseable: by mtime age against max(grace, timeout)
+            (
+                "unparseable young",
+                unparseable(1),
+                t,
+                Held(H::YoungUnparseable),
+            ),
+            (
+                "unparseable at timeout",
+                unparseable(3600),
+                t,
+                Held(H::YoungUnparseable),
+            ),
+            (
+                "unparseable old",
+                unparseable(3601),
+                t,
+                Stale(S::OldUnparseable),
+            ),
+            (
+                "unparseable, tiny timeout, within grace",
+                unparseable(2),
+                Some(Duration::ZERO),
+                Held(H::YoungUnparseable),
+            ),
+            (
+                "unparseable, tiny timeout, past grace",
+                unparseable(3),
+                Some(Duration::ZERO),
+                Stale(S::OldUnparseable),
+            ),
+            (
+                "unparseable, None",
+                unparseable(1_000_000),
+                None,
+                Held(H::NeverStale),
+            ),
+        ];
+        for (name, obs, timeout, expected) in rows {
+            assert_eq!(judge(&obs, &ctx(timeout), &probe), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn semats_is_lock_stale() {
+        assert!(is_lock_stale_by_age(0, Some(Duration::from_secs(1)), NOW));
+        assert!(!is_lock_stale_by_age(NOW, Some(HOUR), NOW));
+        assert!(is_lock_stale_by_age(
+            NOW - 10,
+            Some(Duration::from_millis(9000)),
+            NOW
+        ));
+        assert!(!is_lock_stale_by_age(
+            NOW - 10,
+            Some(Duration::from_millis(11000)),
+            NOW
+        ));
+        assert!(!is_lock_stale_by_age(0, None, NOW));
+        assert!(!is_lock_stale_by_age(
+            i64::MIN,
+            Some(Duration::MAX),
+            i64::MAX
+        ));
+        assert!(is_lock_stale_by_age(i64::MIN, Some(HOUR), i64::MAX));
+    }
+}

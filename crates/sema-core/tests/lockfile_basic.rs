@@ -1,0 +1,514 @@
+//! Acquire / release / format / foreign files / ownership, on real files in temp dirs.
+
+use std::time::Duration;
+
+use sema_core::lockfile::*;
+
+fn dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn lockfile(d: &tempfile::TempDir, name: &str) -> LockFile {
+    let path = validate_lock_path(d.path().join(name).to_str().unwrap()).unwrap();
+    LockFile::new(path, LockOptions::default())
+}
+
+fn entries(d: &tempfile::TempDir) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn acquire_release_idempotent() {
+    let d = dir();
+    let lf = lockfile(&d, "a.lock");
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    assert!(lf.path().exists());
+    assert_eq!(entries(&d), vec!["a.lock".to_string()]);
+    assert!(held.is_held());
+    assert!(held.release().unwrap());
+    assert!(!lf.path().exists());
+    assert!(!held.release().unwrap());
+    assert!(held.is_released());
+    assert!(held_locks().iter().all(|h| h.path() != held.path()));
+    // and again
+    let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    assert!(again.release().unwrap());
+    assert!(entries(&d).is_empty());
+}
+
+#[test]
+fn already_locked_carries_holder() {
+    let d = dir();
+    let lf = lockfile(&d, "a.lock");
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    // Same process, second LockFile for the same path: in-process slot busy.
+    let other = lockfile(&d, "a.lock");
+    let err = other.try_acquire(&AcquireRequest::default()).unwrap_err();
+    assert_eq!(err.kind(), "ALREADY_LOCKED");
+    assert_eq!(err.to_string(), "Lock already held");
+    assert_eq!(err.holder_pid(), Some(i64::from(std::process::id())));
+    assert_eq!(err.locked_since(), Some(held.info().timestamp));
+    held.release().unwrap();
+
+    // A foreign live holder (this process's parent pid is alive; use our own pid).
+    let now = now_unix_secs();
+    std::fs::write(
+        lf.path(),
+        format!("pid={}\ntimestamp={now}\n", std::process::id()),
+    )
+    .unwrap();
+    let err = other.try_acquire(&AcquireRequest::default()).unwrap_err();
+    assert_eq!(err.holder_pid(), Some(i64::from(std::process::id())));
+    assert_eq!(err.locked_since(), Some(now));
+}
+
+#[test]
+fn file_format_bytes_exact() {
+    let d = dir();
+    let lf = lockfile(&d, "fmt.lock");
+    let held = lf
+        .try_acquire(&AcquireRequest {
+            tag: Some("build\n#1\t\u{7f}x".into()),
+            owner_pid: None,
+        })
+        .unwrap();
+    let bytes = std::fs::read_to_string(lf.path()).unwrap();
+    let info = held.info();
+    let mut expected = format!(
+        "pid={}\ntimestamp={}\ntag=build #1  x\nhost={}\n",
+        std::process::id(),
+        info.timestamp,
+        host_identity()
+    );
+    if let Some(start) = info.start {
+        expected.push_str(&format!("start={start}\n"));
+    }
+    expected.push_str(&format!("token={}\n", held.token()));
+    assert_eq!(bytes, expected);
+    assert_eq!(held.token().len(), 32);
+    assert!(held
+        .token()
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    #[cfg(target_os = "linux")]
+    assert!(info.start.is_some());
+    assert!((info.timestamp - now_unix_secs()).abs() <= 2);
+    // readable by semats' parser
+    let parsed = parse_lock_info(&bytes).unwrap();
+    assert_eq!(parsed, info);
+    held.release().unwrap();
+
+    // empty tag writes `tag=`; no tag writes none
+    let held = lf
+        .try_acquire(&AcquireRequest {
+            tag: Some(String::new()),
+            owner_pid: None,
+        })
+        .unwrap();
+    assert!(std::fs::read_to_string(lf.path())
+        .unwrap()
+        .contains("\ntag=\n"));
+    held.release().unwrap();
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    assert!(!std::fs::read_to_string(lf.path()).unwrap().contains("tag="));
+    held.release().unwrap();
+}
+
+#[test]
+fn tag_is_cut_to_max_length() {
+    let d = dir();
+    let path = d.path().join("cut.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            max_tag_length: Some(3),
+            ..LockOptions::default()
+        },
+    );
+    let held = lf
+        .try_acquire(&AcquireRequest {
+            tag: Some("ab😀cd".into()),
+            owner_pid: None,
+        })
+        .unwrap();
+    assert_eq!(held.info().tag.as_deref(), Some("ab\u{FFFD}"));
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("\ntag=ab\u{FFFD}\n"));
+    held.release().unwrap();
+}
+
+#[test]
+fn owner_pid_is_recorded() {
+    let d = dir();
+    let lf = lockfile(&d, "owner.lock");
+    let held = lf
+        .try_acquire(&AcquireRequest {
+            tag: None,
+            owner_pid: Some(1),
+        })
+        .unwrap();
+    assert_eq!(held.info().pid, 1);
+    let text = std::fs::read_to_string(lf.path()).unwrap();
+    assert!(text.starts_with("pid=1\n"));
+    // Not ours by pid: release_as_process without force is refused, release_as(1) works.
+    let err = lf.release_as_process(false).unwrap_err();
+    assert_eq!(err.kind(), "PERMISSION_DENIED");
+    assert_eq!(err.to_string(), "Lock held by different process (PID 1)");
+    lf.release_as(1, false).unwrap();
+    assert!(!lf.path().exists());
+    assert!(!held.is_held());
+}
+
+#[test]
+fn foreign_files_are_read() {
+    let d = dir();
+    let lf = lockfile(&d, "foreign.lock");
+    let pid = std::process::id();
+    // A timestamp after this process started: an older one with our pid would (rightly) be
+    // judged a reused pid.
+    let ts = now_unix_secs();
+    for content in [
+        format!("pid={pid}\ntimestamp={ts}\ntag=shell\n"),
+        format!("pid={pid}\r\ntimestamp={ts}\r\ntag=shell\r\n"),
+        format!("\u{FEFF}pid={pid}\ntimestamp={ts}\ntag=shell\n"),
+        format!("timestamp={ts}\nextra=1\npid={pid}\ntag=shell"),
+    ] {
+        std::fs::write(lf.path(), &content).unwrap();
+        let status = lf.status();
+        assert!(status.locked);
+        let info = status.info.clone().expect("parses");
+        assert_eq!((info.pid, info.timestamp), (i64::from(pid), ts));
+        assert_eq!(info.tag.as_deref(), Some("shell"));
+        assert!(status.is_owned_by_current_process);
+        assert!(!status.is_stale, "our pid is alive");
+        let err = lf.try_acquire(&AcquireRequest::default()).unwrap_err();
+        assert_eq!(err.holder_pid(), Some(i64::from(pid)));
+    }
+    std::fs::remove_file(lf.path()).unwrap();
+    let status = lf.status();
+    assert!(!status.locked && status.info.is_none() && !status.is_stale);
+    assert!(matches!(lf.observe(), Observation::Missing));
+}
+
+#[test]
+fn release_never_deletes_a_replaced_file() {
+    let d = dir();
+    let lf = lockfile(&d, "r.lock");
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    // Someone breaks it and puts their own lock there.
+    std::fs::remove_file(lf.path()).unwrap();
+    std::fs::write(lf.path(), "pid=1\ntimestamp=1\n").unwrap();
+    assert!(!held.release().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(lf.path()).unwrap(),
+        "pid=1\ntimestamp=1\n"
+    );
+    assert!(held.lost().is_cancelled());
+    assert_eq!(
+        held.lost_reason().as_deref(),
+        Some("lock file was replaced")
+    );
+
+    // Overwritten in place (same inode, other content): not deleted either.
+    std::fs::remove_file(lf.path()).unwrap();
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    std::fs::write(lf.path(), "pid=1\ntimestamp=1\n").unwrap();
+    assert!(!held.release().unwrap());
+    assert!(lf.path().exists());
+    assert_eq!(
+        held.lost_reason().as_deref(),
+        Some("lock file was overwritten")
+    );
+    std::fs::remove_file(lf.path()).unwrap();
+
+    // Removed: nothing to delete.
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    std::fs::remove_file(lf.path()).unwrap();
+    assert!(!held.release().unwrap());
+    assert_eq!(held.lost_reason().as_deref(), Some("lock file was removed"));
+    // The in-process slot is free again.
+    let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    again.release().unwrap();
+}
+
+#[test]
+fn release_as_process_semantics() {
+    let d = dir();
+    let lf = lockfile(&d, "p.lock");
+    assert_eq!(
+        lf.release_as_process(false).unwrap_err().kind(),
+        "NOT_LOCKED"
+    );
+    std::fs::write(lf.path(), "pid=99999\ntimestamp=1\n").unwrap();
+    let err = lf.release_as_process(false).unwrap_err();
+    assert_eq!(err.kind(), "PERMISSION_DENIED");
+    assert_eq!(err.holder_pid(), Some(99999));
+    lf.release_as_process(true).unwrap();
+    assert!(!lf.path().exists());
+    // Our pid: released without force.
+    std::fs::write(
+        lf.path(),
+        format!("pid={}\ntimestamp=1\n", std::process::id()),
+    )
+    .unwrap();
+    lf.release_as_process(false).unwrap();
+    // A fresh garbage file: refused without force (younger than the grace), forced works.
+    std::fs::write(lf.path(), "garbage").unwrap();
+    let err = lf.release_as_process(false).unwrap_err();
+    assert_eq!(err.kind(), "PERMISSION_DENIED");
+    assert_eq!(err.holder_pid(), None);
+    lf.release_as_process(true).unwrap();
+    // Held through a HeldLock: released properly (slot freed, registry left).
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    lf.release_as_process(false).unwrap();
+    assert!(held.is_released());
+    assert!(!lf.path().exists());
+    let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    again.release().unwrap();
+}
+
+#[test]
+fn old_garbage_is_deleted_by_plain_release() {
+    let d = dir();
+    let path = d.path().join("g.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            pending_write_grace: Duration::ZERO,
+            ..LockOptions::default()
+        },
+    );
+    std::fs::write(&path, "garbage").unwrap();
+    lf.release_as_process(false).unwrap();
+    assert!(!path.exists());
+}
+
+#[test]
+fn stale_none_never_breaks() {
+    let d = dir();
+    let path = d.path().join("n.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            stale_timeout: None,
+            ..LockOptions::default()
+        },
+    );
+    std::fs::write(&path, "pid=999999999\ntimestamp=0\n").unwrap();
+    assert_eq!(
+        lf.try_acquire(&AcquireRequest::default())
+            .unwrap_err()
+            .kind(),
+        "ALREADY_LOCKED"
+    );
+    assert!(!lf.clean_stale().unwrap());
+    assert!(!lf.status().is_stale);
+}
+
+#[test]
+fn foreign_stale_dead_lock_is_taken_and_cleaned() {
+    let d = dir();
+    let lf = lockfile(&d, "s.lock");
+    std::fs::write(lf.path(), "pid=999999999\ntimestamp=0\n").unwrap();
+    assert!(lf.status().is_stale);
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    held.release().unwrap();
+    std::fs::write(lf.path(), "pid=999999999\ntimestamp=0\n").unwrap();
+    assert!(lf.clean_stale().unwrap());
+    assert!(!lf.path().exists());
+    assert!(!lf.clean_stale().unwrap());
+    // recent + dead is kept
+    std::fs::write(
+        lf.path(),
+        format!("pid=999999999\ntimestamp={}\n", now_unix_secs()),
+    )
+    .unwrap();
+    assert!(!lf.clean_stale().unwrap());
+    assert!(lf.path().exists());
+    // old (stale timeout 0, age 1 s) + live (our pid, started before the timestamp) is kept
+    let strict = LockFile::new(
+        lf.path().to_path_buf(),
+        LockOptions {
+            stale_timeout: Some(Duration::ZERO),
+            ..LockOptions::default()
+        },
+    );
+    std::fs::write(
+        lf.path(),
+        format!(
+            "pid={}\ntimestamp={}\n",
+            std::process::id(),
+            now_unix_secs() - 1
+        ),
+    )
+    .unwrap();
+    assert!(!strict.clean_stale().unwrap());
+    assert_eq!(
+        strict
+            .try_acquire(&AcquireRequest::default())
+            .unwrap_err()
+            .kind(),
+        "ALREADY_LOCKED"
+    );
+    // ... but a live pid that started after the lock's timestamp is not its holder
+    std::fs::write(
+        lf.path(),
+        format!("pid={}\ntimestamp=0\n", std::process::id()),
+    )
+    .unwrap();
+    assert!(lf.status().is_stale);
+    assert!(lf.clean_stale().unwrap());
+}
+
+#[test]
+fn clean_stale_touches_only_our_temp_files() {
+    let d = dir();
+    let lf = lockfile(&d, "t.lock");
+    let ours = d.path().join(".t.lock.0123456789abcdef.sema-tmp");
+    let ours_young = d.path().join(".t.lock.fedcba9876543210.sema-tmp");
+    let semats_tmp = d.path().join("t.lock.123.0123456789abcdef.tmp");
+    let backup = d.path().join("t.lock.user-backup.tmp");
+    for p in [&ours, &ours_young, &semats_tmp, &backup] {
+        std::fs::write(p, "x").unwrap();
+    }
+    let old = std::time::SystemTime::now() - Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(&ours)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    assert!(lf.clean_stale().unwrap());
+    assert!(!ours.exists());
+    assert!(ours_young.exists() && semats_tmp.exists() && backup.exists());
+    assert!(!lf.clean_stale().unwrap());
+}
+
+#[test]
+fn unparseable_files_expire_by_mtime() {
+    let d = dir();
+    let path = d.path().join("u.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            stale_timeout: Some(Duration::from_secs(1)),
+            pending_write_grace: Duration::from_secs(2),
+            ..LockOptions::default()
+        },
+    );
+    std::fs::write(&path, "").unwrap();
+    assert_eq!(
+        lf.try_acquire(&AcquireRequest::default())
+            .unwrap_err()
+            .holder_pid(),
+        None
+    );
+    assert!(matches!(lf.observe(), Observation::Unparseable { .. }));
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(5))
+        .unwrap();
+    drop(f);
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    held.release().unwrap();
+}
+
+#[test]
+fn oversize_file_is_unparseable() {
+    let d = dir();
+    let lf = lockfile(&d, "big.lock");
+    let mut content = format!("pid={}\ntimestamp=1\n", std::process::id()).into_bytes();
+    content.resize(MAX_LOCK_FILE_BYTES + 10, b'x');
+    std::fs::write(lf.path(), &content).unwrap();
+    assert!(matches!(lf.observe(), Observation::Unparseable { .. }));
+    assert!(lf.status().locked);
+    assert!(lf.status().info.is_none());
+}
+
+#[test]
+fn fallback_creation_strategies_leave_no_temp_files() {
+    for strategy in [CreationStrategy::NamedTemp, CreationStrategy::Direct] {
+        let d = dir();
+        let path = d.path().join("fb.lock");
+        let lf =
+            LockFile::new(path.clone(), LockOptions::default()).with_creation_strategy(strategy);
+        let held = lf
+            .try_acquire(&AcquireRequest {
+                tag: Some("fb".into()),
+                owner_pid: None,
+            })
+            .unwrap();
+        assert_eq!(entries(&d), vec!["fb.lock".to_string()], "{strategy:?}");
+        let parsed = parse_lock_info(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(parsed, held.info());
+        // held: a second attempt fails and leaves nothing behind
+        let lf2 =
+            LockFile::new(path.clone(), LockOptions::default()).with_creation_strategy(strategy);
+        std::thread::spawn(move || {
+            // another thread, same process: slot busy
+            assert_eq!(
+                lf2.try_acquire(&AcquireRequest::default())
+                    .unwrap_err()
+                    .kind(),
+                "ALREADY_LOCKED"
+            );
+        })
+        .join()
+        .unwrap();
+        assert_eq!(entries(&d), vec!["fb.lock".to_string()]);
+        assert!(held.release().unwrap());
+        assert!(entries(&d).is_empty());
+        // a foreign lock present: EEXIST path, nothing left behind
+        std::fs::write(
+            &path,
+            format!(
+                "pid={}\ntimestamp={}\n",
+                std::process::id(),
+                now_unix_secs()
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            lf.try_acquire(&AcquireRequest::default())
+                .unwrap_err()
+                .kind(),
+            "ALREADY_LOCKED"
+        );
+        assert_eq!(entries(&d), vec!["fb.lock".to_string()]);
+    }
+}
+
+#[test]
+fn fsync_off_works_too() {
+    let d = dir();
+    let path = d.path().join("nofsync.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            fsync: false,
+            ..LockOptions::default()
+        },
+    );
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    assert!(path.exists());
+    assert!(held.release().unwrap());
+}
+
+#[test]
+fn symlinked_lock_path_locks_the_target() {
+    let d = dir();
+    let target = d.path().join("real.lock");
+    let link = d.path().join("link.lock");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let resolved = validate_semats_path(link.to_str().unwrap()).unwrap();
+    assert_eq!(resolved, target);
+    let lf = LockFile::new(resolved, LockOptions::default());
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    assert!(target.exists());
+    held.release().unwrap();
+}

@@ -346,7 +346,8 @@ pub enum EnqueueReply {
     Queued,
 }
 
-/// `error` or `error_*` → `SERVER_ERROR` keeping the reply; `None` for other lines.
+/// `error` or `error_*` → `SERVER_ERROR` keeping the reply (`error_auth`, sent when a server
+/// requires auth and got none, → `AUTH_FAILED`); `None` for other lines.
 pub fn server_error(line: &str, what: &str) -> Option<DflockdError> {
     let word = line.split(' ').next().unwrap_or("");
     if word == "error" || word.starts_with("error_") {
@@ -371,7 +372,12 @@ pub fn server_error(line: &str, what: &str) -> Option<DflockdError> {
             "error_auth" => format!("{what}: authentication required or rejected (error_auth)"),
             other => format!("{what}: server error '{other}'"),
         };
-        return Some(DflockdError::new(ErrorCode::ServerError, msg).with_reply(line));
+        let code = if word == "error_auth" {
+            ErrorCode::AuthFailed
+        } else {
+            ErrorCode::ServerError
+        };
+        return Some(DflockdError::new(code, msg).with_reply(line));
     }
     None
 }

@@ -329,6 +329,13 @@ impl LockFile {
         self.attempt(req, permit).map_err(|(e, _)| e)
     }
 
+    /// One attempt that bypasses the in-process queue, as a separate process would. Tests use
+    /// it to race threads on the file itself.
+    #[doc(hidden)]
+    pub fn try_acquire_bypassing_queue(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
+        self.attempt_unslotted(req)
+    }
+
     /// Wait for the lock: in-process FIFO first, then attempts woken by file-system events on
     /// the lock's name, by `retry_interval` and ended by the deadline (`Timeout`; `Some(0)` =
     /// exactly one attempt) or `cancel` (`Aborted`). A failed or cancelled acquire leaves no file,

@@ -11,6 +11,8 @@ const {
   stableHashShard,
   parseDflockdUrl,
   acquireTarget,
+  releaseTarget,
+  statusTarget,
 } = require('../lib/dflockd')
 const { LockError, AcquireTimeoutError } = require('../lib/errors')
 
@@ -229,12 +231,32 @@ describe('low-level Connection refuses bad input before sending', () => {
 })
 
 describe('target API refuses bad options before connecting', () => {
-  test('negative / NaN timeouts, bad lease and limit', async () => {
+  test('negative / NaN timeouts, bad lease, limit, URL → {ok:false, INVALID_ARGUMENT}', async () => {
     const url = `dflockd://127.0.0.1:${fake.port}/k`
-    for (const o of [{ timeout: -1 }, { timeout: NaN }, { timeout: '5' }, { leaseTtl: 0 }, { leaseTtl: 1.5 }, { limit: 0 }, { renewRatio: 1 }]) {
-      await assert.rejects(acquireTarget(url, o, { wait: true }), isInvalid, JSON.stringify(o))
+    const cases = [
+      [url, { timeout: -1 }],
+      [url, { timeout: NaN }],
+      [url, { timeout: '5' }],
+      [url, { leaseTtl: 0 }],
+      [url, { leaseTtl: 1.5 }],
+      [url, { limit: 0 }],
+      [url, { renewRatio: 1 }],
+      [url, { signal: 'nope' }],
+      [`${url}?leaseTtl=-1`, {}],
+      ['dflockd://127.0.0.1/bad%20key', {}],
+      ['dflockd://127.0.0.1', {}],
+    ]
+    for (const [u, o] of cases) {
+      // tryAcquire (wait: false) ignores `timeout`, as for file targets
+      for (const wait of 'timeout' in o ? [true] : [true, false]) {
+        const r = await acquireTarget(u, o, { wait })
+        assert.equal(r.ok, false, `${u} ${JSON.stringify(o)}`)
+        assert.equal(r.error.type, 'INVALID_ARGUMENT', `${u} ${JSON.stringify(o)}: ${r.error.message}`)
+      }
     }
-    await assert.rejects(acquireTarget('dflockd://127.0.0.1/bad key', {}, { wait: true }), isInvalid)
+    const rel = await releaseTarget('dflockd://127.0.0.1/bad%0Akey')
+    assert.equal(rel.error.type, 'INVALID_ARGUMENT')
+    await assert.rejects(statusTarget('dflockd://127.0.0.1/'), isInvalid)
     assert.equal(fake.connections, 1, 'only the low-level Connection above connected')
   })
 })

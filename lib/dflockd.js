@@ -823,9 +823,6 @@ class DflockdLock extends LockHandle {
   #prim
   #id
   #lease
-  /** Why the last _release() did not release (for releaseTarget). */
-  _releaseError = undefined
-
   constructor(fields, prim, id) {
     super(fields)
     this.#prim = prim
@@ -853,6 +850,7 @@ class DflockdLock extends LockHandle {
     this._markLost(message)
   }
 
+  /** true = released; false = the server no longer knew the lock (lost); throws LockError on I/O failure. */
   async _release() {
     this._unregister()
     const prim = this.#prim
@@ -863,10 +861,9 @@ class DflockdLock extends LockHandle {
       prim.close()
     }
     if (r.ok) return true
-    this._releaseError = r.error.code === 'NOT_LOCKED' || r.error.code === 'LOCK_LOST'
-      ? { type: 'NOT_LOCKED', message: 'Lock not held' }
-      : errorValue(fromNative(r.error))
-    return false
+    const code = r.error.code
+    if (code === 'NOT_LOCKED' || code === 'LOCK_LOST' || (code === 'SERVER_ERROR' && r.error.reply === 'error')) return false
+    throw fromNative(r.error)
   }
 }
 
@@ -901,12 +898,20 @@ function targetConfig(url, options, wait) {
 }
 
 /**
- * Acquires `url` (wait: false = one attempt). Bad arguments reject with LockError INVALID_ARGUMENT; every other
- * failure resolves `{ok:false, error}` (TIMEOUT, ALREADY_LOCKED for a failed try, ABORTED, CONNECTION_ERROR, …).
+ * Acquires `url` (wait: false = one attempt). Every failure resolves `{ok:false, error}`: INVALID_ARGUMENT for a bad
+ * URL or option (nothing sent), TIMEOUT, ALREADY_LOCKED (a failed try), ABORTED, CONNECTION_ERROR, AUTH_FAILED,
+ * SERVER_ERROR (with `reply`), …
  */
 async function acquireTarget(url, options, { wait = true } = {}) {
-  const cfg = targetConfig(url, options, wait)
-  const signal = checkSignal(options && options.signal)
+  let cfg
+  let signal
+  try {
+    cfg = targetConfig(url, options, wait)
+    signal = checkSignal(options && options.signal)
+  } catch (e) {
+    if (e instanceof LockError) return { ok: false, error: errorValue(e) }
+    throw e
+  }
   if (signal && signal.aborted) return fail('ABORTED', 'acquire aborted')
   let prim
   try {
@@ -960,14 +965,23 @@ function timeoutResult(cfg, wait) {
 
 /** Releases the lock(s) this process holds on `url` through acquireTarget. */
 async function releaseTarget(url, _options) {
-  const id = targetId(parseDflockdUrl(url))
+  let id
+  try {
+    id = targetId(parseDflockdUrl(url))
+  } catch (e) {
+    if (e instanceof LockError) return { ok: false, error: errorValue(e) }
+    throw e
+  }
   const set = held.get(id)
   if (!set || set.size === 0) return fail('NOT_LOCKED', 'Lock not held')
   let released = false
   let error
   for (const handle of [...set]) {
-    if (await handle.release()) released = true
-    else error = error ?? handle._releaseError
+    try {
+      if (await handle.release()) released = true
+    } catch (e) {
+      error = error ?? errorValue(e instanceof LockError ? e : new LockError(String(e && e.message), 'IO_ERROR'))
+    }
   }
   if (released) return { ok: true, value: undefined }
   return { ok: false, error: error ?? { type: 'NOT_LOCKED', message: 'Lock not held' } }

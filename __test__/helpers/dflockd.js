@@ -3,8 +3,9 @@
 //
 //   const d = require('./helpers/dflockd')
 //   d.server                      → {kind: 'go'|'python'|'none', version, bin, reason?}  (scripts/dflockd-server.js)
-//   d.skipReason()                → null when some server is installed, else why not (use: t.skip(reason))
-//   d.goOnly()                    → null on the Go server, else 'needs the Go dflockd server: <why>'
+//   d.skipReason()                → false when some server is installed, else why not
+//   d.goOnly()                    → false on the Go server, else 'needs the Go dflockd server: <why>'
+//                                   (both fit node:test's `{ skip }` option, which treats null as "skip")
 //   const s = await d.startServer({ args: ['--max-locks', '1'] })
 //       s.host, s.port, s.kind, s.url(key, query?) → 'dflockd://127.0.0.1:<port>/<key>[?query]'
 //       await s.stop()            SIGTERM, then SIGKILL after 3 s; resolves once the process is gone
@@ -38,12 +39,14 @@ const live = new Set()
 const tempDirs = []
 
 function skipReason() {
-  return server.kind === 'none' ? `no dflockd server installed: ${server.reason}` : null
+  return server.kind === 'none' ? `no dflockd server installed: ${server.reason}` : false
 }
 
 function goOnly() {
-  if (server.kind === 'go') return null
-  return `needs the Go dflockd server: ${server.kind === 'python' ? `only the Python dflockd ${server.version} is installed (${server.reason || 'no Go server'})` : server.reason}`
+  if (server.kind === 'go') return false
+  if (server.kind === 'none') return `needs the Go dflockd server: ${server.reason}`
+  const why = /403/.test(server.reason || '') ? 'the Go module proxy refused github.com/mtingers/dflockd (403)' : (server.reason || '').slice(0, 160)
+  return `needs the Go dflockd server: only the Python dflockd ${server.version} is installed${why ? ` (${why})` : ''}`
 }
 
 function freePort(host = '127.0.0.1') {

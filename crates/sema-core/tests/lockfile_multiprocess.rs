@@ -1,0 +1,213 @@
+//! Real multi-process tests: this test binary re-invokes itself as child processes
+//! (`child_entry`, driven by environment variables), which contend for, hold and race on one
+//! lock file.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sema_core::lockfile::*;
+use tokio_util::sync::CancellationToken;
+
+const MODE: &str = "SEMA_LOCKFILE_CHILD";
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+fn child(mode: &str, lock: &Path, extra: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child_entry",
+        "--nocapture",
+        "--test-threads",
+        "1",
+        "-q",
+    ])
+    .env(MODE, mode)
+    .env("SEMA_LOCK", lock)
+    .stdout(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// The child side. Does nothing when run as a normal test.
+#[test]
+fn child_entry() {
+    let Ok(mode) = std::env::var(MODE) else {
+        return;
+    };
+    let lock = std::path::PathBuf::from(std::env::var("SEMA_LOCK").unwrap());
+    let lf = LockFile::new(lock, LockOptions::default());
+    match mode.as_str() {
+        "contend" => {
+            let marker = std::env::var("SEMA_MARKER").unwrap();
+            let iterations: usize = std::env::var("SEMA_ITER").unwrap().parse().unwrap();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for _ in 0..iterations {
+                    let held = lf
+                        .acquire(
+                            &AcquireRequest::default(),
+                            Some(Duration::from_secs(60)),
+                            CancellationToken::new(),
+                        )
+                        .await
+                        .unwrap();
+                    // O_EXCL marker: fails if another holder is inside.
+                    if std::fs::File::options()
+                        .write(true)
+                        .create_new(true)
+                        .open(&marker)
+                        .is_err()
+                    {
+                        println!("OVERLAP");
+                        std::process::exit(3);
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                    std::fs::remove_file(&marker).unwrap();
+                    assert!(held.release().unwrap());
+                }
+            });
+            println!("DONE");
+        }
+        "hold" => {
+            let _held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+            println!("HELD");
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "race" => {
+            let start_at: u128 = std::env::var("SEMA_START_AT").unwrap().parse().unwrap();
+            while unix_ms() < start_at {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            match lf.try_acquire(&AcquireRequest::default()) {
+                Ok(held) => {
+                    println!("WIN {}", held.token());
+                    // Stay alive until every racer has tried: a dead winner's lock is
+                    // (rightly) reclaimable at once by a late racer.
+                    std::thread::sleep(Duration::from_millis(700));
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), "ALREADY_LOCKED");
+                    println!("LOSE");
+                }
+            }
+            // Exit while holding: the lock stays, its holder dead.
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+#[test]
+fn processes_never_overlap() {
+    let d = tempfile::tempdir().unwrap();
+    let lock = d.path().join("contend.lock");
+    let marker = d.path().join("inside.marker");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            child(
+                "contend",
+                &lock,
+                &[
+                    ("SEMA_MARKER", marker.display().to_string()),
+                    ("SEMA_ITER", "40".to_string()),
+                ],
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child failed: {text}");
+        assert!(text.contains("DONE"), "{text}");
+        assert!(!text.contains("OVERLAP"));
+    }
+    let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn killed_holder_is_reclaimed_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let lock = d.path().join("killed.lock");
+    let mut holder = child("hold", &lock, &[]).spawn().unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("HELD") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+    }
+    let lf = LockFile::new(lock.clone(), LockOptions::default()); // 1 h stale timeout
+    let info = lf.status().info.unwrap();
+    assert_eq!(info.pid, i64::from(holder.id()));
+    assert_eq!(info.host.as_deref(), Some(host_identity()));
+    let err = lf.try_acquire(&AcquireRequest::default()).unwrap_err();
+    assert_eq!(err.holder_pid(), Some(i64::from(holder.id())));
+    holder.kill().unwrap(); // SIGKILL: no cleanup in the child
+    holder.wait().unwrap();
+    assert!(lf.status().is_stale);
+    let held = lf
+        .try_acquire(&AcquireRequest::default())
+        .expect("dead holder reclaimed");
+    assert!(held.release().unwrap());
+}
+
+#[test]
+fn processes_racing_on_a_stale_lock_have_one_winner() {
+    let d = tempfile::tempdir().unwrap();
+    let lock = d.path().join("race.lock");
+    for round in 0..10 {
+        if round % 2 == 0 {
+            // A foreign stale lock (dead pid, ancient).
+            std::fs::write(&lock, "pid=999999999\ntimestamp=0\n").unwrap();
+        } // odd rounds: the previous round's winner exited holding it (own host, dead pid)
+        let start_at = unix_ms() + 400;
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                child("race", &lock, &[("SEMA_START_AT", start_at.to_string())])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(out.status.success(), "round {round}: {text}");
+            for l in text.lines() {
+                if let Some(token) = l.strip_prefix("WIN ") {
+                    winners.push(token.to_string());
+                }
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}");
+        let on_disk = parse_lock_info(&std::fs::read_to_string(&lock).unwrap()).unwrap();
+        assert_eq!(
+            on_disk.token.as_deref(),
+            Some(winners[0].as_str()),
+            "round {round}"
+        );
+        let names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["race.lock".to_string()], "round {round}");
+        if round % 2 == 1 {
+            std::fs::remove_file(&lock).unwrap();
+        }
+    }
+}

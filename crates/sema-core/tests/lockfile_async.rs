@@ -1,5 +1,6 @@
 //! Waiting, cancellation, FIFO order, heartbeat, liveness-based reclaim and the stale-break
 //! race, on real files and real child processes.
+#![cfg(unix)]
 
 use std::process::{Child, Command};
 use std::sync::{Arc, Barrier, Mutex};

@@ -499,6 +499,7 @@ fn fsync_off_works_too() {
     assert!(held.release().unwrap());
 }
 
+#[cfg(unix)]
 #[test]
 fn symlinked_lock_path_locks_the_target() {
     let d = dir();
@@ -511,4 +512,36 @@ fn symlinked_lock_path_locks_the_target() {
     let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
     assert!(target.exists());
     held.release().unwrap();
+}
+
+#[test]
+fn plain_format_writes_exactly_what_semats_writes() {
+    let d = dir();
+    let path = d.path().join("plain.lock");
+    let lf = LockFile::new(path.clone(), LockOptions::default()).with_extra_keys(false);
+    let held = lf
+        .try_acquire(&AcquireRequest {
+            tag: Some("x".into()),
+            owner_pid: None,
+        })
+        .unwrap();
+    let ts = held.info().timestamp;
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        format!("pid={}\ntimestamp={ts}\ntag=x\n", std::process::id())
+    );
+    assert!(held.is_on_disk());
+    assert!(lf.status().is_owned_by_current_process);
+    // release_as_process finds it through the registry and releases it properly
+    lf.release_as_process(false).unwrap();
+    assert!(held.is_released());
+    assert!(!path.exists());
+    // overwritten in place with other content: never deleted by release
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    std::fs::write(&path, "pid=1\ntimestamp=1\n").unwrap();
+    assert!(!held.release().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "pid=1\ntimestamp=1\n"
+    );
 }

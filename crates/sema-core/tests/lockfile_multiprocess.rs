@@ -1,6 +1,7 @@
 //! Real multi-process tests: this test binary re-invokes itself as child processes
 //! (`child_entry`, driven by environment variables), which contend for, hold and race on one
 //! lock file.
+#![cfg(unix)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

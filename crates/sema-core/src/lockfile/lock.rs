@@ -152,6 +152,7 @@ pub struct LockFile {
     key: PathBuf,
     options: LockOptions,
     strategy: CreationStrategy,
+    extra_keys: bool,
 }
 
 /// What one examination of an existing lock file found.
@@ -211,7 +212,18 @@ impl LockFile {
             key,
             options,
             strategy: CreationStrategy::Auto,
+            extra_keys: true,
         }
+    }
+
+    /// `false`: write only `pid=`, `timestamp=` and `tag=`, a file indistinguishable from
+    /// semats' (for a semats-compatible CLI whose lock must outlive the CLI process: such a
+    /// file is judged by semats' rule, stale only after `stale_timeout` with a dead pid, while
+    /// our own format makes a dead holder's lock reclaimable at once). Ownership checks then
+    /// compare the whole content instead of the token. Default `true`.
+    pub fn with_extra_keys(mut self, extra_keys: bool) -> LockFile {
+        self.extra_keys = extra_keys;
+        self
     }
 
     /// Force a creation strategy (tests exercise the O_TMPFILE fallback with it).
@@ -482,13 +494,14 @@ impl LockFile {
         let token = sys::random_hex(16);
         let mut last_holder: Option<LockInfo> = None;
         for _ in 0..MAX_ROUNDS {
+            let extra = self.extra_keys;
             let info = LockInfo {
                 pid: owner,
                 timestamp: now_unix_secs(),
                 tag: tag.clone(),
-                host: Some(host_identity().to_string()),
-                start,
-                token: Some(token.clone()),
+                host: extra.then(|| host_identity().to_string()),
+                start: if extra { start } else { None },
+                token: extra.then(|| token.clone()),
             };
             let content = info.serialize();
             match sys::create_lock_file(
@@ -497,7 +510,7 @@ impl LockFile {
                 self.options.fsync,
                 self.strategy,
             ) {
-                Ok(file) => return self.adopt_new_file(file, info, content.len()),
+                Ok(file) => return self.adopt_new_file(file, info, token, content.len()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(LockError::io("Failed to create lock", e)),
             }
@@ -522,6 +535,7 @@ impl LockFile {
         &self,
         file: File,
         info: LockInfo,
+        token: String,
         content_len: usize,
     ) -> Result<HeldLock, LockError> {
         let meta = match file.metadata().or_else(|_| std::fs::metadata(&self.path)) {
@@ -532,7 +546,6 @@ impl LockFile {
                 return Err(LockError::io("Failed to create lock", e));
             }
         };
-        let token = info.token.clone().unwrap_or_default();
         let held = HeldLock {
             inner: Arc::new(HeldInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -639,10 +652,8 @@ impl LockFile {
                 }
             }
             // A lock this process holds on this path: release it properly.
-            let token = observation.info().and_then(|i| i.token.clone());
             for held in held_locks() {
-                if held.inner.key == self.key && token.as_deref() == Some(held.inner.token.as_str())
-                {
+                if held.inner.key == self.key && held.is_on_disk() {
                     match held.release() {
                         Ok(true) => return Ok(()),
                         Ok(false) => {}
@@ -825,10 +836,20 @@ impl HeldInner {
             Err(e) => return Ownership::Unknown(e),
         }
         match sys::read_capped(file) {
-            Ok(Some(bytes)) => match parse_lock_info(&read_lock_bytes_lossy(&bytes)) {
-                Ok(info) if info.token.as_deref() == Some(self.token.as_str()) => Ownership::Ours,
-                _ => Ownership::Lost("lock file was overwritten"),
-            },
+            Ok(Some(bytes)) => {
+                let ours = if state.current.token.is_some() {
+                    matches!(parse_lock_info(&read_lock_bytes_lossy(&bytes)),
+                        Ok(info) if info.token.as_deref() == Some(self.token.as_str()))
+                } else {
+                    // No token written (plain format): the whole content must be ours.
+                    bytes == state.current.serialize().as_bytes()
+                };
+                if ours {
+                    Ownership::Ours
+                } else {
+                    Ownership::Lost("lock file was overwritten")
+                }
+            }
             Ok(None) => Ownership::Lost("lock file was overwritten"),
             Err(e) => Ownership::Unknown(e),
         }
@@ -901,9 +922,21 @@ impl HeldLock {
         self.inner.lost.clone()
     }
 
+    /// Cancelled when the lock stops being held for any reason (released or lost); check
+    /// [`HeldLock::lost_reason`] to tell which.
+    pub fn finished(&self) -> CancellationToken {
+        self.inner.stop.clone()
+    }
+
     /// Why the lock was lost, once it was.
     pub fn lost_reason(&self) -> Option<String> {
         lock(&self.inner.state).lost_reason.clone()
+    }
+
+    /// The path still names our file with our content (token), right now.
+    pub fn is_on_disk(&self) -> bool {
+        let state = lock(&self.inner.state);
+        !state.finished && matches!(self.inner.ownership(&state), Ownership::Ours)
     }
 
     /// `release()` has been called (successfully, or on a lost lock).

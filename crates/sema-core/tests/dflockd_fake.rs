@@ -15,721 +15,729 @@ use sema_core::dflockd::{
     PrimitiveOptions, Request,
 };
 
-const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+/// Every test's path contains `dflockd` so `cargo test -p sema-core dflockd` selects it.
+mod dflockd {
+    #![allow(clippy::module_inception)]
+    use super::*;
 
-/// A fake answering the first request with `reply` (raw bytes) and then idling.
-async fn replying(reply: &'static [u8]) -> Fake {
-    Fake::start(move |mut c: FakeConn| async move {
-        if c.read_request().await.is_some() {
-            c.write(reply).await;
-        }
-        c.wait_eof(Duration::from_secs(30)).await;
-    })
-    .await
-}
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
-async fn lock_once(opts: &ConnectOptions) -> Result<AcquireReply, DflockdError> {
-    let mut conn = Connection::connect(opts).await?;
-    conn.lock("k", 5, None).await
-}
-
-fn code(r: Result<impl std::fmt::Debug, DflockdError>) -> ErrorCode {
-    r.expect_err("must fail").kind()
-}
-
-#[tokio::test]
-async fn garbage_reply_is_protocol_error() {
-    let fake = replying(b"hello world\n").await;
-    let t0 = Instant::now();
-    let e = lock_once(&fake.connect_options())
-        .await
-        .expect_err("garbage");
-    assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(2));
-}
-
-#[tokio::test]
-async fn near_miss_replies_are_rejected() {
-    // `okay` is not `ok`; `ok` needs a token and a lease; `acquired` needs a token.
-    for reply in [
-        &b"okay abc 30\n"[..],
-        b"ok\n",
-        b"ok \n",
-        b"ok 0123456789abcdef0123456789abcdef\n",
-        b"ok 0123456789abcdef0123456789abcdef soon\n",
-        b"OK 0123456789abcdef0123456789abcdef 30\n",
-        b"\n",
-    ] {
-        let fake = replying(reply).await;
-        let e = lock_once(&fake.connect_options())
-            .await
-            .expect_err("near miss");
-        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{reply:?}: {e}");
-    }
-    let fake = replying(b"acquired\n").await;
-    let mut conn = Connection::connect(&fake.connect_options())
-        .await
-        .expect("connect");
-    assert_eq!(
-        code(conn.enqueue("k", None).await),
-        ErrorCode::ProtocolError
-    );
-    // Release needs exactly `ok`.
-    let fake = replying(b"okay\n").await;
-    let mut conn = Connection::connect(&fake.connect_options())
-        .await
-        .expect("connect");
-    assert_eq!(
-        code(conn.release("k", TOKEN).await),
-        ErrorCode::ProtocolError
-    );
-    assert!(conn.is_closed(), "a protocol error closes the connection");
-    // Renew: `ok <n>` or bare `ok`; `okay` is not accepted.
-    let fake = replying(b"okay 5\n").await;
-    let mut conn = Connection::connect(&fake.connect_options())
-        .await
-        .expect("connect");
-    assert_eq!(
-        code(conn.renew("k", TOKEN, None).await),
-        ErrorCode::ProtocolError
-    );
-}
-
-#[tokio::test]
-async fn server_errors_keep_the_reply_word() {
-    for word in [
-        "error",
-        "error_max_locks",
-        "error_max_waiters",
-        "error_limit_mismatch",
-        "error_lease_expired",
-        "error_something_new",
-    ] {
-        let line: &'static [u8] = Box::leak(format!("{word}\n").into_bytes().into_boxed_slice());
-        let fake = replying(line).await;
-        let e = lock_once(&fake.connect_options())
-            .await
-            .expect_err("server error");
-        assert_eq!(e.kind(), ErrorCode::ServerError, "{word}");
-        assert_eq!(e.reply(), Some(word));
-    }
-}
-
-#[tokio::test]
-async fn crlf_and_split_utf8_and_pipelined_lines() {
-    // CRLF accepted; a reply split mid-UTF-8 character across writes arrives intact; two
-    // replies in one write are both delivered (leftover bytes are kept).
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        let _ = c.read_request().await;
-        c.write(b"ok 0123456789abcdef0123456789abcdef 7\r\n").await;
-        let _ = c.read_request().await;
-        let bytes = "ключ✓ ok\n".as_bytes();
-        c.write(&bytes[..3]).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        c.write(&bytes[3..]).await;
-        let _ = c.read_request().await;
-        c.write(b"first\nsecond\n").await;
-        let _ = c.read_request().await;
-        c.wait_eof(Duration::from_secs(5)).await;
-    })
-    .await;
-    let mut conn = Connection::connect(&fake.connect_options())
-        .await
-        .expect("connect");
-    match conn.lock("k", 1, None).await.expect("crlf") {
-        AcquireReply::Granted(g) => assert_eq!(g.lease_s, 7),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        conn.request_raw("x", "_", "").await.expect("utf8"),
-        "ключ✓ ok"
-    );
-    assert_eq!(
-        conn.request_raw("x", "_", "").await.expect("first"),
-        "first"
-    );
-    assert_eq!(
-        conn.request_raw("x", "_", "").await.expect("second"),
-        "second"
-    );
-}
-
-#[tokio::test]
-async fn invalid_utf8_is_protocol_error() {
-    let fake = replying(b"ok \xff\xfe 5\n").await;
-    assert_eq!(
-        code(lock_once(&fake.connect_options()).await),
-        ErrorCode::ProtocolError
-    );
-}
-
-#[tokio::test]
-async fn overlong_line_is_protocol_error() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        if c.read_request().await.is_some() {
-            let big = vec![b'a'; 2 * 1024 * 1024];
-            c.write(&big).await;
-            c.write(b"\n").await;
-        }
-        c.wait_eof(Duration::from_secs(10)).await;
-    })
-    .await;
-    let mut opts = fake.connect_options();
-    opts.socket_timeout = Duration::from_secs(5);
-    let mut conn = Connection::connect(&opts).await.expect("connect");
-    let t0 = Instant::now();
-    let e = conn.stats_json().await.expect_err("overlong");
-    assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(3));
-    assert!(conn.is_closed());
-}
-
-#[tokio::test]
-async fn endless_line_without_newline_is_bounded() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        if c.read_request().await.is_some() {
-            let chunk = vec![b'z'; 64 * 1024];
-            // At most 64 MiB, stops as soon as the client hangs up.
-            for _ in 0..1024 {
-                if tokio::time::timeout(Duration::from_secs(2), c.write(&chunk))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
+    /// A fake answering the first request with `reply` (raw bytes) and then idling.
+    async fn replying(reply: &'static [u8]) -> Fake {
+        Fake::start(move |mut c: FakeConn| async move {
+            if c.read_request().await.is_some() {
+                c.write(reply).await;
             }
-        }
-    })
-    .await;
-    let mut opts = fake.connect_options();
-    opts.socket_timeout = Duration::from_secs(10);
-    let mut conn = Connection::connect(&opts).await.expect("connect");
-    let t0 = Instant::now();
-    let e = conn.stats_json().await.expect_err("endless");
-    assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-}
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await
+    }
 
-#[tokio::test]
-async fn silence_is_bounded_by_the_socket_timeout() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        let _ = c.read_request().await;
-        c.wait_eof(Duration::from_secs(30)).await;
-    })
-    .await;
-    let opts = fake.connect_options(); // socket timeout 500 ms
-    for which in 0..3 {
+    async fn lock_once(opts: &ConnectOptions) -> Result<AcquireReply, DflockdError> {
+        let mut conn = Connection::connect(opts).await?;
+        conn.lock("k", 5, None).await
+    }
+
+    fn code(r: Result<impl std::fmt::Debug, DflockdError>) -> ErrorCode {
+        r.expect_err("must fail").kind()
+    }
+
+    #[tokio::test]
+    async fn garbage_reply_is_protocol_error() {
+        let fake = replying(b"hello world\n").await;
+        let t0 = Instant::now();
+        let e = lock_once(&fake.connect_options())
+            .await
+            .expect_err("garbage");
+        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn near_miss_replies_are_rejected() {
+        // `okay` is not `ok`; `ok` needs a token and a lease; `acquired` needs a token.
+        for reply in [
+            &b"okay abc 30\n"[..],
+            b"ok\n",
+            b"ok \n",
+            b"ok 0123456789abcdef0123456789abcdef\n",
+            b"ok 0123456789abcdef0123456789abcdef soon\n",
+            b"OK 0123456789abcdef0123456789abcdef 30\n",
+            b"\n",
+        ] {
+            let fake = replying(reply).await;
+            let e = lock_once(&fake.connect_options())
+                .await
+                .expect_err("near miss");
+            assert_eq!(e.kind(), ErrorCode::ProtocolError, "{reply:?}: {e}");
+        }
+        let fake = replying(b"acquired\n").await;
+        let mut conn = Connection::connect(&fake.connect_options())
+            .await
+            .expect("connect");
+        assert_eq!(
+            code(conn.enqueue("k", None).await),
+            ErrorCode::ProtocolError
+        );
+        // Release needs exactly `ok`.
+        let fake = replying(b"okay\n").await;
+        let mut conn = Connection::connect(&fake.connect_options())
+            .await
+            .expect("connect");
+        assert_eq!(
+            code(conn.release("k", TOKEN).await),
+            ErrorCode::ProtocolError
+        );
+        assert!(conn.is_closed(), "a protocol error closes the connection");
+        // Renew: `ok <n>` or bare `ok`; `okay` is not accepted.
+        let fake = replying(b"okay 5\n").await;
+        let mut conn = Connection::connect(&fake.connect_options())
+            .await
+            .expect("connect");
+        assert_eq!(
+            code(conn.renew("k", TOKEN, None).await),
+            ErrorCode::ProtocolError
+        );
+    }
+
+    #[tokio::test]
+    async fn server_errors_keep_the_reply_word() {
+        for word in [
+            "error",
+            "error_max_locks",
+            "error_max_waiters",
+            "error_limit_mismatch",
+            "error_lease_expired",
+            "error_something_new",
+        ] {
+            let line: &'static [u8] =
+                Box::leak(format!("{word}\n").into_bytes().into_boxed_slice());
+            let fake = replying(line).await;
+            let e = lock_once(&fake.connect_options())
+                .await
+                .expect_err("server error");
+            assert_eq!(e.kind(), ErrorCode::ServerError, "{word}");
+            assert_eq!(e.reply(), Some(word));
+        }
+    }
+
+    #[tokio::test]
+    async fn crlf_and_split_utf8_and_pipelined_lines() {
+        // CRLF accepted; a reply split mid-UTF-8 character across writes arrives intact; two
+        // replies in one write are both delivered (leftover bytes are kept).
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            let _ = c.read_request().await;
+            c.write(b"ok 0123456789abcdef0123456789abcdef 7\r\n").await;
+            let _ = c.read_request().await;
+            let bytes = "ключ✓ ok\n".as_bytes();
+            c.write(&bytes[..3]).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            c.write(&bytes[3..]).await;
+            let _ = c.read_request().await;
+            c.write(b"first\nsecond\n").await;
+            let _ = c.read_request().await;
+            c.wait_eof(Duration::from_secs(5)).await;
+        })
+        .await;
+        let mut conn = Connection::connect(&fake.connect_options())
+            .await
+            .expect("connect");
+        match conn.lock("k", 1, None).await.expect("crlf") {
+            AcquireReply::Granted(g) => assert_eq!(g.lease_s, 7),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            conn.request_raw("x", "_", "").await.expect("utf8"),
+            "ключ✓ ok"
+        );
+        assert_eq!(
+            conn.request_raw("x", "_", "").await.expect("first"),
+            "first"
+        );
+        assert_eq!(
+            conn.request_raw("x", "_", "").await.expect("second"),
+            "second"
+        );
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_is_protocol_error() {
+        let fake = replying(b"ok \xff\xfe 5\n").await;
+        assert_eq!(
+            code(lock_once(&fake.connect_options()).await),
+            ErrorCode::ProtocolError
+        );
+    }
+
+    #[tokio::test]
+    async fn overlong_line_is_protocol_error() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            if c.read_request().await.is_some() {
+                let big = vec![b'a'; 2 * 1024 * 1024];
+                c.write(&big).await;
+                c.write(b"\n").await;
+            }
+            c.wait_eof(Duration::from_secs(10)).await;
+        })
+        .await;
+        let mut opts = fake.connect_options();
+        opts.socket_timeout = Duration::from_secs(5);
         let mut conn = Connection::connect(&opts).await.expect("connect");
         let t0 = Instant::now();
-        let e = match which {
-            0 => conn.release("k", TOKEN).await.map(|_| ()),
-            1 => conn.renew("k", TOKEN, Some(5)).await.map(|_| ()),
-            _ => conn.enqueue("k", None).await.map(|_| ()),
-        }
-        .expect_err("silence");
-        let took = t0.elapsed();
-        assert_eq!(e.kind(), ErrorCode::Timeout, "{e}");
-        assert!(
-            took >= Duration::from_millis(450) && took < Duration::from_secs(2),
-            "{took:?}"
-        );
-        assert!(conn.is_closed(), "a timed-out connection is out of sync");
+        let e = conn.stats_json().await.expect_err("overlong");
+        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        assert!(conn.is_closed());
     }
-}
 
-#[tokio::test]
-async fn blocking_commands_wait_their_own_timeout_plus_margin() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        let _ = c.read_request().await;
-        c.wait_eof(Duration::from_secs(30)).await;
-    })
-    .await;
-    let opts = fake.connect_options(); // socket timeout 500 ms must NOT apply to `l`
-    let mut conn = Connection::connect(&opts).await.expect("connect");
-    let t0 = Instant::now();
-    let e = conn.lock("k", 1, None).await.expect_err("silent server");
-    let took = t0.elapsed();
-    assert_eq!(e.kind(), ErrorCode::Timeout);
-    assert!(
-        took >= Duration::from_millis(5900) && took < Duration::from_secs(8),
-        "1 s timeout + 5 s margin, took {took:?}"
-    );
-}
-
-#[tokio::test]
-async fn close_mid_reply_and_eof_are_connection_errors() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        if c.read_request().await.is_some() {
-            c.write(b"ok 0123456789abcdef").await;
-        }
-    })
-    .await;
-    let e = lock_once(&fake.connect_options())
-        .await
-        .expect_err("mid-reply");
-    assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        let _ = c.read_request().await;
-    })
-    .await;
-    let e = lock_once(&fake.connect_options()).await.expect_err("eof");
-    assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
-    // Connection refused.
-    let port = dflockd_support::free_port();
-    let e = lock_once(&ConnectOptions::new("127.0.0.1", port))
-        .await
-        .expect_err("refused");
-    assert_eq!(e.kind(), ErrorCode::ConnectionError);
-}
-
-#[tokio::test]
-async fn auth_replies() {
-    let fake = replying(b"ok\n").await;
-    let mut opts = fake.connect_options();
-    opts.auth = Some("s3 cret".into());
-    Connection::connect(&opts).await.expect("auth ok");
-    assert!(fake.received_text().starts_with("auth\n_\ns3 cret\n"));
-    for reply in [&b"error_auth\n"[..], b"error\n", b"okay\n"] {
-        let fake = replying(reply).await;
-        let mut opts = fake.connect_options();
-        opts.auth = Some("tok".into());
-        let e = Connection::connect(&opts).await.expect_err("auth rejected");
-        assert_eq!(e.kind(), ErrorCode::AuthFailed, "{reply:?}");
-        assert!(e.reply().is_some());
-    }
-}
-
-#[tokio::test]
-async fn tls_handshake_is_bounded_by_the_connect_timeout() {
-    // A TCP listener that never answers the ClientHello.
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        c.wait_eof(Duration::from_secs(30)).await;
-    })
-    .await;
-    let mut opts = fake.connect_options();
-    opts.connect_timeout = Duration::from_millis(400);
-    opts.tls = Some(Default::default());
-    let t0 = Instant::now();
-    let e = Connection::connect(&opts)
-        .await
-        .expect_err("handshake hangs");
-    assert_eq!(e.kind(), ErrorCode::Timeout, "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(2));
-}
-
-#[tokio::test]
-async fn invalid_arguments_write_nothing() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        c.wait_eof(Duration::from_secs(30)).await;
-    })
-    .await;
-    let opts = fake.connect_options();
-    let mut conn = Connection::connect(&opts).await.expect("connect");
-    let long_key = "k".repeat(257);
-    let bad_keys = ["", "a b", "a\tb", "a\rb", "a\nb", "a\0b", long_key.as_str()];
-    for k in bad_keys {
-        assert_eq!(
-            code(conn.lock(k, 1, None).await),
-            ErrorCode::InvalidArgument,
-            "{k:?}"
-        );
-        assert_eq!(
-            code(conn.enqueue(k, None).await),
-            ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            code(conn.release(k, TOKEN).await),
-            ErrorCode::InvalidArgument
-        );
-    }
-    for t in ["", "a\nb", "a\rb", "a\0b", "a b"] {
-        assert_eq!(
-            code(conn.release("k", t).await),
-            ErrorCode::InvalidArgument,
-            "{t:?}"
-        );
-        assert_eq!(
-            code(conn.renew("k", t, None).await),
-            ErrorCode::InvalidArgument
-        );
-    }
-    assert_eq!(
-        code(conn.lock("k", 1_000_000_001, None).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.lock("k", u64::MAX, None).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.lock("k", 1, Some(0)).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.enqueue("k", Some(0)).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.renew("k", TOKEN, Some(0)).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.wait("k", 1_000_000_001).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.sem_lock("k", 1, 0, None).await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        code(conn.sem_enqueue("k", 0, None).await),
-        ErrorCode::InvalidArgument
-    );
-    for (cmd, key, arg) in [
-        ("", "k", "1"),
-        ("L", "k", "1"),
-        ("l x", "k", "1"),
-        ("l", "a b", "1"),
-        ("l", "k", "1\n2"),
-        ("stats", "_\r", ""),
-        ("r", "k", &"t".repeat(257)),
-    ] {
-        assert_eq!(
-            code(conn.request_raw(cmd, key, arg).await),
-            ErrorCode::InvalidArgument,
-            "{cmd:?} {key:?} {arg:?}"
-        );
-    }
-    // Auth token with CR/LF/NUL or empty is rejected before connecting.
-    for auth in ["", "a\nb", "a\rb", "a\0b"] {
-        let mut o = opts.clone();
-        o.auth = Some(auth.into());
-        assert_eq!(
-            code(Connection::connect(&o).await),
-            ErrorCode::InvalidArgument
-        );
-    }
-    assert!(
-        !conn.is_closed(),
-        "validation errors leave the connection usable"
-    );
-    conn.close();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        fake.received().is_empty(),
-        "wrote {:?}",
-        fake.received_text()
-    );
-    // Primitive options are validated before any connection.
-    let mut p = PrimitiveOptions::new("k", opts.clone());
-    p.lease_ttl_s = Some(0);
-    assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
-    for ratio in [0.0, 1.0, -0.5, f64::NAN, f64::INFINITY] {
-        let mut p = PrimitiveOptions::new("k", opts.clone());
-        p.renew_ratio = ratio;
-        assert_eq!(
-            code(Primitive::new(p)),
-            ErrorCode::InvalidArgument,
-            "{ratio}"
-        );
-    }
-    let mut p = PrimitiveOptions::new("k", opts.clone());
-    p.limit = 0;
-    assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
-    assert_eq!(
-        code(Primitive::new(PrimitiveOptions::new("a b", opts.clone()))),
-        ErrorCode::InvalidArgument
-    );
-    let mut p = PrimitiveOptions::new("k", opts.clone());
-    p.connect.tls = Some(sema_core::dflockd::TlsOptions {
-        ca_pem: Some("not a pem".into()),
-        servername: None,
-    });
-    assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
-    assert_eq!(
-        fake.accepted.load(Ordering::SeqCst),
-        1,
-        "only the one explicit connect"
-    );
-}
-
-#[tokio::test]
-async fn exact_request_bytes() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        while let Some([cmd, _, _]) = c.read_request().await {
-            let reply: &[u8] = match cmd.as_str() {
-                "l" | "w" | "sl" | "sw" => b"ok 0123456789abcdef0123456789abcdef 9\n",
-                "e" | "se" => b"queued\n",
-                "n" | "sn" => b"ok 8\n",
-                _ => b"ok\n",
-            };
-            c.write(reply).await;
-        }
-    })
-    .await;
-    let mut conn = Connection::connect(&fake.connect_options())
-        .await
-        .expect("connect");
-    conn.lock("k", 10, Some(9)).await.expect("l");
-    conn.renew("k", TOKEN, Some(9)).await.expect("n");
-    conn.release("k", TOKEN).await.expect("r");
-    conn.enqueue("k", None).await.expect("e");
-    conn.wait("k", 3).await.expect("w");
-    conn.sem_lock("k", 10, 3, None).await.expect("sl");
-    conn.sem_enqueue("k", 3, Some(15)).await.expect("se");
-    conn.sem_wait("k", 0).await.expect("sw");
-    conn.sem_renew("k", TOKEN, None).await.expect("sn");
-    conn.sem_release("k", TOKEN).await.expect("sr");
-    let want = format!(
-        "l\nk\n10 9\nn\nk\n{TOKEN} 9\nr\nk\n{TOKEN}\ne\nk\n\nw\nk\n3\nsl\nk\n10 3\nse\nk\n3 15\nsw\nk\n0\nsn\nk\n{TOKEN}\nsr\nk\n{TOKEN}\n"
-    );
-    assert_eq!(fake.received_text(), want);
-    assert_eq!(
-        Request::Stats.encode().expect("stats"),
-        b"stats\n_\n\n".to_vec()
-    );
-}
-
-/// A fake dflockd that grants `l`/`e`, answers renews via `renew_reply`, records requests.
-struct Scripted {
-    fake: Fake,
-    log: Arc<Mutex<Vec<[String; 3]>>>,
-}
-
-async fn scripted(
-    lease: u64,
-    renew_reply: impl Fn(usize) -> Option<(&'static str, Duration)> + Send + Sync + 'static,
-) -> Scripted {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let renews = Arc::new(AtomicUsize::new(0));
-    let renew_reply = Arc::new(renew_reply);
-    let l2 = log.clone();
-    let fake = Fake::start(move |mut c: FakeConn| {
-        let log = l2.clone();
-        let renews = renews.clone();
-        let renew_reply = renew_reply.clone();
-        async move {
-            while let Some(req) = c.read_request().await {
-                let cmd = req[0].clone();
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(req);
-                match cmd.as_str() {
-                    "l" | "w" => c.write(format!("ok {TOKEN} {lease}\n").as_bytes()).await,
-                    "e" => {
-                        c.write(format!("acquired {TOKEN} {lease}\n").as_bytes())
-                            .await
+    #[tokio::test]
+    async fn endless_line_without_newline_is_bounded() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            if c.read_request().await.is_some() {
+                let chunk = vec![b'z'; 64 * 1024];
+                // At most 64 MiB, stops as soon as the client hangs up.
+                for _ in 0..1024 {
+                    if tokio::time::timeout(Duration::from_secs(2), c.write(&chunk))
+                        .await
+                        .is_err()
+                    {
+                        break;
                     }
-                    "r" => c.write(b"ok\n").await,
-                    "n" => {
-                        let i = renews.fetch_add(1, Ordering::SeqCst);
-                        match renew_reply(i) {
-                            Some((reply, delay)) => {
-                                tokio::time::sleep(delay).await;
-                                c.write(reply.as_bytes()).await;
-                            }
-                            None => return, // hang up
-                        }
-                    }
-                    _ => c.write(b"error\n").await,
                 }
             }
+        })
+        .await;
+        let mut opts = fake.connect_options();
+        opts.socket_timeout = Duration::from_secs(10);
+        let mut conn = Connection::connect(&opts).await.expect("connect");
+        let t0 = Instant::now();
+        let e = conn.stats_json().await.expect_err("endless");
+        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+
+    #[tokio::test]
+    async fn silence_is_bounded_by_the_socket_timeout() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            let _ = c.read_request().await;
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await;
+        let opts = fake.connect_options(); // socket timeout 500 ms
+        for which in 0..3 {
+            let mut conn = Connection::connect(&opts).await.expect("connect");
+            let t0 = Instant::now();
+            let e = match which {
+                0 => conn.release("k", TOKEN).await.map(|_| ()),
+                1 => conn.renew("k", TOKEN, Some(5)).await.map(|_| ()),
+                _ => conn.enqueue("k", None).await.map(|_| ()),
+            }
+            .expect_err("silence");
+            let took = t0.elapsed();
+            assert_eq!(e.kind(), ErrorCode::Timeout, "{e}");
+            assert!(
+                took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+                "{took:?}"
+            );
+            assert!(conn.is_closed(), "a timed-out connection is out of sync");
         }
-    })
-    .await;
-    Scripted { fake, log }
-}
-
-impl Scripted {
-    fn requests(&self) -> Vec<[String; 3]> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
-    fn count(&self, cmd: &str) -> usize {
-        self.requests().iter().filter(|r| r[0] == cmd).count()
-    }
-}
 
-fn counter(p: &Primitive) -> Arc<AtomicUsize> {
-    let n = Arc::new(AtomicUsize::new(0));
-    let c = n.clone();
-    p.set_on_lost(Some(Arc::new(move |k: &str, t: &str| {
-        assert_eq!((k, t), ("k", TOKEN));
-        c.fetch_add(1, Ordering::SeqCst);
-    })));
-    n
-}
-
-#[tokio::test]
-async fn renewal_resends_the_same_ttl_and_respects_the_cap() {
-    // Python-like renew replies (TTL-1) must not change the TTL the client sends.
-    let s = scripted(1, |_| Some(("ok 0\n", Duration::ZERO))).await;
-    let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
-    o.lease_ttl_s = Some(1);
-    let p = Primitive::new(o).expect("opts");
-    assert!(p.acquire().await.expect("acquire"));
-    tokio::time::sleep(Duration::from_millis(1700)).await;
-    p.release().await.expect("release");
-    let reqs = s.requests();
-    let renews: Vec<_> = reqs.iter().filter(|r| r[0] == "n").collect();
-    assert!(renews.len() >= 2, "renews every ~500 ms: {reqs:?}");
-    assert!(
-        renews.iter().all(|r| r[2] == format!("{TOKEN} 1")),
-        "{renews:?}"
-    );
-    assert_eq!(reqs.last().map(|r| r[0].as_str()), Some("r"));
-    // Without a TTL, renews omit it (server default both times).
-    let s = scripted(2, |_| Some(("ok 2\n", Duration::ZERO))).await;
-    let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
-    o.renew_max_interval = Duration::from_millis(200);
-    let p = Primitive::new(o).expect("opts");
-    assert!(p.acquire().await.expect("acquire"));
-    assert_eq!(s.requests()[0][2], "10", "default acquire timeout, no TTL");
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    p.release().await.expect("release");
-    let renews: Vec<_> = s.requests().into_iter().filter(|r| r[0] == "n").collect();
-    assert!(
-        renews.len() >= 3,
-        "cap 200 ms beats lease×ratio 1 s: {renews:?}"
-    );
-    assert!(renews.iter().all(|r| r[2] == TOKEN));
-}
-
-#[tokio::test]
-async fn rejected_renew_fires_loss_once_and_closes() {
-    let s = scripted(1, |i| {
-        Some((if i == 0 { "ok 1\n" } else { "error\n" }, Duration::ZERO))
-    })
-    .await;
-    let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
-    o.lease_ttl_s = Some(1);
-    let p = Primitive::new(o).expect("opts");
-    let lost = counter(&p);
-    assert!(p.acquire().await.expect("acquire"));
-    tokio::time::sleep(Duration::from_millis(1800)).await;
-    assert_eq!(lost.load(Ordering::SeqCst), 1);
-    assert_eq!(p.token(), None);
-    let n = s.count("n");
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(s.count("n"), n, "no renew after loss");
-    assert_eq!(lost.load(Ordering::SeqCst), 1);
-    assert_eq!(code(p.release().await), ErrorCode::LockLost);
-    assert_eq!(s.count("r"), 0, "nothing sent after loss");
-}
-
-#[tokio::test]
-async fn silent_renew_is_bounded_by_the_socket_timeout() {
-    let s = scripted(1, |_| Some(("ok 1\n", Duration::from_secs(30)))).await;
-    let mut o = PrimitiveOptions::new("k", s.fake.connect_options()); // socket timeout 500 ms
-    o.lease_ttl_s = Some(1);
-    let p = Primitive::new(o).expect("opts");
-    let lost = counter(&p);
-    assert!(p.acquire().await.expect("acquire"));
-    let t0 = Instant::now();
-    while lost.load(Ordering::SeqCst) == 0 {
+    #[tokio::test]
+    async fn blocking_commands_wait_their_own_timeout_plus_margin() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            let _ = c.read_request().await;
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await;
+        let opts = fake.connect_options(); // socket timeout 500 ms must NOT apply to `l`
+        let mut conn = Connection::connect(&opts).await.expect("connect");
+        let t0 = Instant::now();
+        let e = conn.lock("k", 1, None).await.expect_err("silent server");
+        let took = t0.elapsed();
+        assert_eq!(e.kind(), ErrorCode::Timeout);
         assert!(
-            t0.elapsed() < Duration::from_secs(3),
-            "loss within 0.5 s + 0.5 s"
+            took >= Duration::from_millis(5900) && took < Duration::from_secs(8),
+            "1 s timeout + 5 s margin, took {took:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(p.token(), None);
-}
 
-#[tokio::test]
-async fn release_waits_for_an_in_flight_renew() {
-    let s = scripted(1, |_| Some(("ok 1\n", Duration::from_millis(800)))).await;
-    let mut opts = s.fake.connect_options();
-    opts.socket_timeout = Duration::from_secs(3);
-    let mut o = PrimitiveOptions::new("k", opts);
-    o.lease_ttl_s = Some(1);
-    let p = Primitive::new(o).expect("opts");
-    let lost = counter(&p);
-    assert!(p.acquire().await.expect("acquire"));
-    // The first renew starts at ~500 ms and is answered at ~1300 ms.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let t0 = Instant::now();
-    p.release().await.expect("release after the renew");
-    let took = t0.elapsed();
-    assert!(
-        took >= Duration::from_millis(400),
-        "waited for the renew: {took:?}"
+    #[tokio::test]
+    async fn close_mid_reply_and_eof_are_connection_errors() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            if c.read_request().await.is_some() {
+                c.write(b"ok 0123456789abcdef").await;
+            }
+        })
+        .await;
+        let e = lock_once(&fake.connect_options())
+            .await
+            .expect_err("mid-reply");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            let _ = c.read_request().await;
+        })
+        .await;
+        let e = lock_once(&fake.connect_options()).await.expect_err("eof");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        // Connection refused.
+        let port = dflockd_support::free_port();
+        let e = lock_once(&ConnectOptions::new("127.0.0.1", port))
+            .await
+            .expect_err("refused");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError);
+    }
+
+    #[tokio::test]
+    async fn auth_replies() {
+        let fake = replying(b"ok\n").await;
+        let mut opts = fake.connect_options();
+        opts.auth = Some("s3 cret".into());
+        Connection::connect(&opts).await.expect("auth ok");
+        assert!(fake.received_text().starts_with("auth\n_\ns3 cret\n"));
+        for reply in [&b"error_auth\n"[..], b"error\n", b"okay\n"] {
+            let fake = replying(reply).await;
+            let mut opts = fake.connect_options();
+            opts.auth = Some("tok".into());
+            let e = Connection::connect(&opts).await.expect_err("auth rejected");
+            assert_eq!(e.kind(), ErrorCode::AuthFailed, "{reply:?}");
+            assert!(e.reply().is_some());
+        }
+    }
+
+    #[tokio::test]
+    async fn tls_handshake_is_bounded_by_the_connect_timeout() {
+        // A TCP listener that never answers the ClientHello.
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await;
+        let mut opts = fake.connect_options();
+        opts.connect_timeout = Duration::from_millis(400);
+        opts.tls = Some(Default::default());
+        let t0 = Instant::now();
+        let e = Connection::connect(&opts)
+            .await
+            .expect_err("handshake hangs");
+        assert_eq!(e.kind(), ErrorCode::Timeout, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn invalid_arguments_write_nothing() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await;
+        let opts = fake.connect_options();
+        let mut conn = Connection::connect(&opts).await.expect("connect");
+        let long_key = "k".repeat(257);
+        let bad_keys = ["", "a b", "a\tb", "a\rb", "a\nb", "a\0b", long_key.as_str()];
+        for k in bad_keys {
+            assert_eq!(
+                code(conn.lock(k, 1, None).await),
+                ErrorCode::InvalidArgument,
+                "{k:?}"
+            );
+            assert_eq!(
+                code(conn.enqueue(k, None).await),
+                ErrorCode::InvalidArgument
+            );
+            assert_eq!(
+                code(conn.release(k, TOKEN).await),
+                ErrorCode::InvalidArgument
+            );
+        }
+        for t in ["", "a\nb", "a\rb", "a\0b", "a b"] {
+            assert_eq!(
+                code(conn.release("k", t).await),
+                ErrorCode::InvalidArgument,
+                "{t:?}"
+            );
+            assert_eq!(
+                code(conn.renew("k", t, None).await),
+                ErrorCode::InvalidArgument
+            );
+        }
+        assert_eq!(
+            code(conn.lock("k", 1_000_000_001, None).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.lock("k", u64::MAX, None).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.lock("k", 1, Some(0)).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.enqueue("k", Some(0)).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.renew("k", TOKEN, Some(0)).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.wait("k", 1_000_000_001).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.sem_lock("k", 1, 0, None).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(conn.sem_enqueue("k", 0, None).await),
+            ErrorCode::InvalidArgument
+        );
+        for (cmd, key, arg) in [
+            ("", "k", "1"),
+            ("L", "k", "1"),
+            ("l x", "k", "1"),
+            ("l", "a b", "1"),
+            ("l", "k", "1\n2"),
+            ("stats", "_\r", ""),
+            ("r", "k", &"t".repeat(257)),
+        ] {
+            assert_eq!(
+                code(conn.request_raw(cmd, key, arg).await),
+                ErrorCode::InvalidArgument,
+                "{cmd:?} {key:?} {arg:?}"
+            );
+        }
+        // Auth token with CR/LF/NUL or empty is rejected before connecting.
+        for auth in ["", "a\nb", "a\rb", "a\0b"] {
+            let mut o = opts.clone();
+            o.auth = Some(auth.into());
+            assert_eq!(
+                code(Connection::connect(&o).await),
+                ErrorCode::InvalidArgument
+            );
+        }
+        assert!(
+            !conn.is_closed(),
+            "validation errors leave the connection usable"
+        );
+        conn.close();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            fake.received().is_empty(),
+            "wrote {:?}",
+            fake.received_text()
+        );
+        // Primitive options are validated before any connection.
+        let mut p = PrimitiveOptions::new("k", opts.clone());
+        p.lease_ttl_s = Some(0);
+        assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
+        for ratio in [0.0, 1.0, -0.5, f64::NAN, f64::INFINITY] {
+            let mut p = PrimitiveOptions::new("k", opts.clone());
+            p.renew_ratio = ratio;
+            assert_eq!(
+                code(Primitive::new(p)),
+                ErrorCode::InvalidArgument,
+                "{ratio}"
+            );
+        }
+        let mut p = PrimitiveOptions::new("k", opts.clone());
+        p.limit = 0;
+        assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
+        assert_eq!(
+            code(Primitive::new(PrimitiveOptions::new("a b", opts.clone()))),
+            ErrorCode::InvalidArgument
+        );
+        let mut p = PrimitiveOptions::new("k", opts.clone());
+        p.connect.tls = Some(sema_core::dflockd::TlsOptions {
+            ca_pem: Some("not a pem".into()),
+            servername: None,
+        });
+        assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
+        assert_eq!(
+            fake.accepted.load(Ordering::SeqCst),
+            1,
+            "only the one explicit connect"
+        );
+    }
+
+    #[tokio::test]
+    async fn exact_request_bytes() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            while let Some([cmd, _, _]) = c.read_request().await {
+                let reply: &[u8] = match cmd.as_str() {
+                    "l" | "w" | "sl" | "sw" => b"ok 0123456789abcdef0123456789abcdef 9\n",
+                    "e" | "se" => b"queued\n",
+                    "n" | "sn" => b"ok 8\n",
+                    _ => b"ok\n",
+                };
+                c.write(reply).await;
+            }
+        })
+        .await;
+        let mut conn = Connection::connect(&fake.connect_options())
+            .await
+            .expect("connect");
+        conn.lock("k", 10, Some(9)).await.expect("l");
+        conn.renew("k", TOKEN, Some(9)).await.expect("n");
+        conn.release("k", TOKEN).await.expect("r");
+        conn.enqueue("k", None).await.expect("e");
+        conn.wait("k", 3).await.expect("w");
+        conn.sem_lock("k", 10, 3, None).await.expect("sl");
+        conn.sem_enqueue("k", 3, Some(15)).await.expect("se");
+        conn.sem_wait("k", 0).await.expect("sw");
+        conn.sem_renew("k", TOKEN, None).await.expect("sn");
+        conn.sem_release("k", TOKEN).await.expect("sr");
+        let want = format!(
+        "l\nk\n10 9\nn\nk\n{TOKEN} 9\nr\nk\n{TOKEN}\ne\nk\n\nw\nk\n3\nsl\nk\n10 3\nse\nk\n3 15\nsw\nk\n0\nsn\nk\n{TOKEN}\nsr\nk\n{TOKEN}\n"
     );
-    let cmds: Vec<String> = s.requests().into_iter().map(|r| r[0].clone()).collect();
-    assert_eq!(cmds, vec!["l", "n", "r"], "serialized on the connection");
-    assert_eq!(lost.load(Ordering::SeqCst), 0);
-}
+        assert_eq!(fake.received_text(), want);
+        assert_eq!(
+            Request::Stats.encode().expect("stats"),
+            b"stats\n_\n\n".to_vec()
+        );
+    }
 
-#[tokio::test]
-async fn close_stops_renewal_and_sends_nothing() {
-    let s = scripted(1, |_| Some(("ok 1\n", Duration::ZERO))).await;
-    let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
-    o.lease_ttl_s = Some(1);
-    let p = Primitive::new(o).expect("opts");
-    let lost = counter(&p);
-    assert!(p.acquire().await.expect("acquire"));
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    p.close();
-    let n = s.count("n");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(s.count("n"), n, "no renew after close");
-    assert_eq!(s.count("r"), 0, "close sends no release");
-    assert_eq!(lost.load(Ordering::SeqCst), 0, "close is not a loss");
-    assert_eq!(code(p.release().await), ErrorCode::NotLocked);
-    // A re-acquire works and starts a fresh renewer.
-    assert!(p.acquire().await.expect("re-acquire"));
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert!(s.count("n") > n);
-    p.release().await.expect("release");
-}
+    /// A fake dflockd that grants `l`/`e`, answers renews via `renew_reply`, records requests.
+    struct Scripted {
+        fake: Fake,
+        log: Arc<Mutex<Vec<[String; 3]>>>,
+    }
 
-#[tokio::test]
-async fn cancel_in_flight_acquire_closes_without_release() {
-    let fake = Fake::start(|mut c: FakeConn| async move {
-        let _ = c.read_request().await; // `l` with a long timeout: never answered
-        c.wait_eof(Duration::from_secs(30)).await;
-    })
-    .await;
-    let mut o = PrimitiveOptions::new("k", fake.connect_options());
-    o.acquire_timeout_s = 60;
-    let p = Arc::new(Primitive::new(o).expect("opts"));
-    let task = {
-        let p = p.clone();
-        tokio::spawn(async move { p.acquire().await })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    p.cancel();
-    let r = tokio::time::timeout(Duration::from_secs(1), task)
-        .await
-        .expect("resolves promptly")
-        .expect("join");
-    assert_eq!(code(r), ErrorCode::Aborted);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        fake.received_text(),
-        "l\nk\n60\n",
-        "no `r` on a cancelled connection"
-    );
-    // close() during enqueue/wait too.
-    let p2 =
-        Arc::new(Primitive::new(PrimitiveOptions::new("k", fake.connect_options())).expect("opts"));
-    let task = {
-        let p2 = p2.clone();
-        tokio::spawn(async move { p2.enqueue().await })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    p2.close();
-    let r: Result<EnqueueOutcome, _> = tokio::time::timeout(Duration::from_secs(1), task)
-        .await
-        .expect("resolves promptly")
-        .expect("join");
-    assert_eq!(code(r), ErrorCode::Aborted);
-}
+    async fn scripted(
+        lease: u64,
+        renew_reply: impl Fn(usize) -> Option<(&'static str, Duration)> + Send + Sync + 'static,
+    ) -> Scripted {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let renews = Arc::new(AtomicUsize::new(0));
+        let renew_reply = Arc::new(renew_reply);
+        let l2 = log.clone();
+        let fake = Fake::start(move |mut c: FakeConn| {
+            let log = l2.clone();
+            let renews = renews.clone();
+            let renew_reply = renew_reply.clone();
+            async move {
+                while let Some(req) = c.read_request().await {
+                    let cmd = req[0].clone();
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push(req);
+                    match cmd.as_str() {
+                        "l" | "w" => c.write(format!("ok {TOKEN} {lease}\n").as_bytes()).await,
+                        "e" => {
+                            c.write(format!("acquired {TOKEN} {lease}\n").as_bytes())
+                                .await
+                        }
+                        "r" => c.write(b"ok\n").await,
+                        "n" => {
+                            let i = renews.fetch_add(1, Ordering::SeqCst);
+                            match renew_reply(i) {
+                                Some((reply, delay)) => {
+                                    tokio::time::sleep(delay).await;
+                                    c.write(reply.as_bytes()).await;
+                                }
+                                None => return, // hang up
+                            }
+                        }
+                        _ => c.write(b"error\n").await,
+                    }
+                }
+            }
+        })
+        .await;
+        Scripted { fake, log }
+    }
 
-#[tokio::test]
-async fn concurrent_misuse_is_rejected_not_blocked() {
-    let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
-    let p = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
-    assert!(p.acquire().await.expect("acquire"));
-    assert_eq!(code(p.acquire().await), ErrorCode::InvalidArgument);
-    assert_eq!(code(p.enqueue().await), ErrorCode::InvalidArgument);
-    assert!(p.wait(1).await.expect("wait while held"));
-    p.release().await.expect("release");
+    impl Scripted {
+        fn requests(&self) -> Vec<[String; 3]> {
+            self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        }
+        fn count(&self, cmd: &str) -> usize {
+            self.requests().iter().filter(|r| r[0] == cmd).count()
+        }
+    }
+
+    fn counter(p: &Primitive) -> Arc<AtomicUsize> {
+        let n = Arc::new(AtomicUsize::new(0));
+        let c = n.clone();
+        p.set_on_lost(Some(Arc::new(move |k: &str, t: &str| {
+            assert_eq!((k, t), ("k", TOKEN));
+            c.fetch_add(1, Ordering::SeqCst);
+        })));
+        n
+    }
+
+    #[tokio::test]
+    async fn renewal_resends_the_same_ttl_and_respects_the_cap() {
+        // Python-like renew replies (TTL-1) must not change the TTL the client sends.
+        let s = scripted(1, |_| Some(("ok 0\n", Duration::ZERO))).await;
+        let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
+        o.lease_ttl_s = Some(1);
+        let p = Primitive::new(o).expect("opts");
+        assert!(p.acquire().await.expect("acquire"));
+        tokio::time::sleep(Duration::from_millis(1700)).await;
+        p.release().await.expect("release");
+        let reqs = s.requests();
+        let renews: Vec<_> = reqs.iter().filter(|r| r[0] == "n").collect();
+        assert!(renews.len() >= 2, "renews every ~500 ms: {reqs:?}");
+        assert!(
+            renews.iter().all(|r| r[2] == format!("{TOKEN} 1")),
+            "{renews:?}"
+        );
+        assert_eq!(reqs.last().map(|r| r[0].as_str()), Some("r"));
+        // Without a TTL, renews omit it (server default both times).
+        let s = scripted(2, |_| Some(("ok 2\n", Duration::ZERO))).await;
+        let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
+        o.renew_max_interval = Duration::from_millis(200);
+        let p = Primitive::new(o).expect("opts");
+        assert!(p.acquire().await.expect("acquire"));
+        assert_eq!(s.requests()[0][2], "10", "default acquire timeout, no TTL");
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        p.release().await.expect("release");
+        let renews: Vec<_> = s.requests().into_iter().filter(|r| r[0] == "n").collect();
+        assert!(
+            renews.len() >= 3,
+            "cap 200 ms beats lease×ratio 1 s: {renews:?}"
+        );
+        assert!(renews.iter().all(|r| r[2] == TOKEN));
+    }
+
+    #[tokio::test]
+    async fn rejected_renew_fires_loss_once_and_closes() {
+        let s = scripted(1, |i| {
+            Some((if i == 0 { "ok 1\n" } else { "error\n" }, Duration::ZERO))
+        })
+        .await;
+        let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
+        o.lease_ttl_s = Some(1);
+        let p = Primitive::new(o).expect("opts");
+        let lost = counter(&p);
+        assert!(p.acquire().await.expect("acquire"));
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        assert_eq!(lost.load(Ordering::SeqCst), 1);
+        assert_eq!(p.token(), None);
+        let n = s.count("n");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(s.count("n"), n, "no renew after loss");
+        assert_eq!(lost.load(Ordering::SeqCst), 1);
+        assert_eq!(code(p.release().await), ErrorCode::LockLost);
+        assert_eq!(s.count("r"), 0, "nothing sent after loss");
+    }
+
+    #[tokio::test]
+    async fn silent_renew_is_bounded_by_the_socket_timeout() {
+        let s = scripted(1, |_| Some(("ok 1\n", Duration::from_secs(30)))).await;
+        let mut o = PrimitiveOptions::new("k", s.fake.connect_options()); // socket timeout 500 ms
+        o.lease_ttl_s = Some(1);
+        let p = Primitive::new(o).expect("opts");
+        let lost = counter(&p);
+        assert!(p.acquire().await.expect("acquire"));
+        let t0 = Instant::now();
+        while lost.load(Ordering::SeqCst) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(3),
+                "loss within 0.5 s + 0.5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(p.token(), None);
+    }
+
+    #[tokio::test]
+    async fn release_waits_for_an_in_flight_renew() {
+        let s = scripted(1, |_| Some(("ok 1\n", Duration::from_millis(800)))).await;
+        let mut opts = s.fake.connect_options();
+        opts.socket_timeout = Duration::from_secs(3);
+        let mut o = PrimitiveOptions::new("k", opts);
+        o.lease_ttl_s = Some(1);
+        let p = Primitive::new(o).expect("opts");
+        let lost = counter(&p);
+        assert!(p.acquire().await.expect("acquire"));
+        // The first renew starts at ~500 ms and is answered at ~1300 ms.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let t0 = Instant::now();
+        p.release().await.expect("release after the renew");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(400),
+            "waited for the renew: {took:?}"
+        );
+        let cmds: Vec<String> = s.requests().into_iter().map(|r| r[0].clone()).collect();
+        assert_eq!(cmds, vec!["l", "n", "r"], "serialized on the connection");
+        assert_eq!(lost.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn close_stops_renewal_and_sends_nothing() {
+        let s = scripted(1, |_| Some(("ok 1\n", Duration::ZERO))).await;
+        let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
+        o.lease_ttl_s = Some(1);
+        let p = Primitive::new(o).expect("opts");
+        let lost = counter(&p);
+        assert!(p.acquire().await.expect("acquire"));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        p.close();
+        let n = s.count("n");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(s.count("n"), n, "no renew after close");
+        assert_eq!(s.count("r"), 0, "close sends no release");
+        assert_eq!(lost.load(Ordering::SeqCst), 0, "close is not a loss");
+        assert_eq!(code(p.release().await), ErrorCode::NotLocked);
+        // A re-acquire works and starts a fresh renewer.
+        assert!(p.acquire().await.expect("re-acquire"));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(s.count("n") > n);
+        p.release().await.expect("release");
+    }
+
+    #[tokio::test]
+    async fn cancel_in_flight_acquire_closes_without_release() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            let _ = c.read_request().await; // `l` with a long timeout: never answered
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await;
+        let mut o = PrimitiveOptions::new("k", fake.connect_options());
+        o.acquire_timeout_s = 60;
+        let p = Arc::new(Primitive::new(o).expect("opts"));
+        let task = {
+            let p = p.clone();
+            tokio::spawn(async move { p.acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        p.cancel();
+        let r = tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("resolves promptly")
+            .expect("join");
+        assert_eq!(code(r), ErrorCode::Aborted);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            fake.received_text(),
+            "l\nk\n60\n",
+            "no `r` on a cancelled connection"
+        );
+        // close() during enqueue/wait too.
+        let p2 = Arc::new(
+            Primitive::new(PrimitiveOptions::new("k", fake.connect_options())).expect("opts"),
+        );
+        let task = {
+            let p2 = p2.clone();
+            tokio::spawn(async move { p2.enqueue().await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        p2.close();
+        let r: Result<EnqueueOutcome, _> = tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("resolves promptly")
+            .expect("join");
+        assert_eq!(code(r), ErrorCode::Aborted);
+    }
+
+    #[tokio::test]
+    async fn concurrent_misuse_is_rejected_not_blocked() {
+        let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
+        let p = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
+        assert!(p.acquire().await.expect("acquire"));
+        assert_eq!(code(p.acquire().await), ErrorCode::InvalidArgument);
+        assert_eq!(code(p.enqueue().await), ErrorCode::InvalidArgument);
+        assert!(p.wait(1).await.expect("wait while held"));
+        p.release().await.expect("release");
+    }
 }

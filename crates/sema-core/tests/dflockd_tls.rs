@@ -18,187 +18,194 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-struct Pki {
-    ca_pem: String,
-    cert_pem: String,
-    key_pem: String,
-    cert_der: CertificateDer<'static>,
-    key_der: Vec<u8>,
-}
+/// Every test's path contains `dflockd` so `cargo test -p sema-core dflockd` selects it.
+mod dflockd {
+    #![allow(clippy::module_inception)]
+    use super::*;
 
-fn make_ca(name: &str) -> (rcgen::Certificate, KeyPair) {
-    let key = KeyPair::generate().expect("ca key");
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("self-signed ca");
-    (cert, key)
-}
-
-fn make_pki() -> Pki {
-    let (ca, ca_key) = make_ca("sema-native test CA");
-    let key = KeyPair::generate().expect("server key");
-    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .expect("server params");
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let cert = params.signed_by(&key, &ca, &ca_key).expect("sign");
-    Pki {
-        ca_pem: ca.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        cert_der: cert.der().clone(),
-        key_der: key.serialize_der(),
+    struct Pki {
+        ca_pem: String,
+        cert_pem: String,
+        key_pem: String,
+        cert_der: CertificateDer<'static>,
+        key_der: Vec<u8>,
     }
-}
 
-/// A TLS-terminating proxy on 127.0.0.1 forwarding to `upstream_port`; returns its port.
-async fn tls_proxy(pki: &Pki, upstream_port: u16) -> u16 {
-    let cfg =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![pki.cert_der.clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.key_der.clone())),
-            )
-            .expect("server config");
-    let acceptor = TlsAcceptor::from(Arc::new(cfg));
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
-                    return;
-                };
-                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
-            });
+    fn make_ca(name: &str) -> (rcgen::Certificate, KeyPair) {
+        let key = KeyPair::generate().expect("ca key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("self-signed ca");
+        (cert, key)
+    }
+
+    fn make_pki() -> Pki {
+        let (ca, ca_key) = make_ca("sema-native test CA");
+        let key = KeyPair::generate().expect("server key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("server params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        let cert = params.signed_by(&key, &ca, &ca_key).expect("sign");
+        Pki {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().clone(),
+            key_der: key.serialize_der(),
         }
-    });
-    port
-}
-
-fn tls_opts(port: u16, ca: Option<&str>, servername: Option<&str>) -> ConnectOptions {
-    let mut o = ConnectOptions::new("127.0.0.1", port);
-    o.connect_timeout = Duration::from_secs(3);
-    o.socket_timeout = Duration::from_secs(2);
-    o.tls = Some(TlsOptions {
-        ca_pem: ca.map(str::to_string),
-        servername: servername.map(str::to_string),
-    });
-    o
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_proxy_in_front_of_the_real_server() {
-    let server = TestServer::start(&[]);
-    let pki = make_pki();
-    let port = tls_proxy(&pki, server.port).await;
-
-    // Trusted CA, IP address as the server name: a lock end to end, with renewal.
-    let k = key("tls");
-    let mut o = PrimitiveOptions::new(&k, tls_opts(port, Some(&pki.ca_pem), None));
-    o.lease_ttl_s = Some(1);
-    let a = Primitive::new(o).expect("options");
-    assert!(a.acquire().await.expect("acquire over TLS"));
-    tokio::time::sleep(Duration::from_millis(1500)).await; // renewals over TLS
-    assert!(a.token().is_some());
-    // Explicit servername matching the DNS SAN.
-    let mut other = Connection::connect(&tls_opts(port, Some(&pki.ca_pem), Some("localhost")))
-        .await
-        .expect("connect with servername");
-    assert_eq!(
-        other.lock(&k, 0, None).await.expect("l"),
-        AcquireReply::TimedOut,
-        "held through TLS"
-    );
-    a.release().await.expect("release");
-    assert!(matches!(
-        other.lock(&k, 0, None).await.expect("l"),
-        AcquireReply::Granted(_)
-    ));
-
-    // Unknown CA → clean CONNECTION_ERROR (certificate verification), promptly.
-    let (stranger, _) = make_ca("someone else");
-    let t0 = Instant::now();
-    let e = Connection::connect(&tls_opts(port, Some(&stranger.pem()), None))
-        .await
-        .expect_err("unknown CA");
-    assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
-    assert!(e.message().to_lowercase().contains("certificate"), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(2));
-
-    // System roots do not know the throwaway CA either.
-    let e = Connection::connect(&tls_opts(port, None, None))
-        .await
-        .expect_err("system roots");
-    assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
-
-    // Wrong server name.
-    let e = Connection::connect(&tls_opts(port, Some(&pki.ca_pem), Some("other.example")))
-        .await
-        .expect_err("name mismatch");
-    assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
-
-    // A plain client against the TLS port fails cleanly within its timeout.
-    let mut plain = ConnectOptions::new("127.0.0.1", port);
-    plain.socket_timeout = Duration::from_secs(2);
-    let t0 = Instant::now();
-    let r = async {
-        let mut c = Connection::connect(&plain).await?;
-        c.lock(&k, 0, None).await
     }
-    .await;
-    let e = r.expect_err("plain against TLS");
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorCode::ConnectionError | ErrorCode::ProtocolError | ErrorCode::Timeout
-        ),
-        "{e}"
-    );
-    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
-}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn go_server_native_tls() {
-    if skip_unless_go("go_server_native_tls", "--tls-cert/--tls-key") {
-        return;
+    /// A TLS-terminating proxy on 127.0.0.1 forwarding to `upstream_port`; returns its port.
+    async fn tls_proxy(pki: &Pki, upstream_port: u16) -> u16 {
+        let cfg =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("protocol versions")
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![pki.cert_der.clone()],
+                    PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.key_der.clone())),
+                )
+                .expect("server config");
+        let acceptor = TlsAcceptor::from(Arc::new(cfg));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                });
+            }
+        });
+        port
     }
-    let pki = make_pki();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cert = dir.path().join("cert.pem");
-    let keyf = dir.path().join("key.pem");
-    std::fs::write(&cert, &pki.cert_pem).expect("write cert");
-    std::fs::write(&keyf, &pki.key_pem).expect("write key");
-    let (c, kf) = (
-        cert.to_string_lossy().into_owned(),
-        keyf.to_string_lossy().into_owned(),
-    );
-    let server = TestServer::start(&["--tls-cert", &c, "--tls-key", &kf]);
-    let k = key("gotls");
-    let a = Primitive::new(PrimitiveOptions::new(
-        &k,
-        tls_opts(server.port, Some(&pki.ca_pem), None),
-    ))
-    .expect("options");
-    assert!(a.acquire().await.expect("acquire"));
-    a.release().await.expect("release");
-    let mut plain = ConnectOptions::new("127.0.0.1", server.port);
-    plain.socket_timeout = Duration::from_secs(2);
-    let t0 = Instant::now();
-    let r = async {
-        let mut c = Connection::connect(&plain).await?;
-        c.request_raw("stats", "_", "").await
+
+    fn tls_opts(port: u16, ca: Option<&str>, servername: Option<&str>) -> ConnectOptions {
+        let mut o = ConnectOptions::new("127.0.0.1", port);
+        o.connect_timeout = Duration::from_secs(3);
+        o.socket_timeout = Duration::from_secs(2);
+        o.tls = Some(TlsOptions {
+            ca_pem: ca.map(str::to_string),
+            servername: servername.map(str::to_string),
+        });
+        o
     }
-    .await;
-    assert!(r.is_err() || r.as_deref().map(|l| !l.starts_with("ok")).unwrap_or(true));
-    assert!(t0.elapsed() < Duration::from_secs(4));
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tls_proxy_in_front_of_the_real_server() {
+        let server = TestServer::start(&[]);
+        let pki = make_pki();
+        let port = tls_proxy(&pki, server.port).await;
+
+        // Trusted CA, IP address as the server name: a lock end to end, with renewal.
+        let k = key("tls");
+        let mut o = PrimitiveOptions::new(&k, tls_opts(port, Some(&pki.ca_pem), None));
+        o.lease_ttl_s = Some(1);
+        let a = Primitive::new(o).expect("options");
+        assert!(a.acquire().await.expect("acquire over TLS"));
+        tokio::time::sleep(Duration::from_millis(1500)).await; // renewals over TLS
+        assert!(a.token().is_some());
+        // Explicit servername matching the DNS SAN.
+        let mut other = Connection::connect(&tls_opts(port, Some(&pki.ca_pem), Some("localhost")))
+            .await
+            .expect("connect with servername");
+        assert_eq!(
+            other.lock(&k, 0, None).await.expect("l"),
+            AcquireReply::TimedOut,
+            "held through TLS"
+        );
+        a.release().await.expect("release");
+        assert!(matches!(
+            other.lock(&k, 0, None).await.expect("l"),
+            AcquireReply::Granted(_)
+        ));
+
+        // Unknown CA → clean CONNECTION_ERROR (certificate verification), promptly.
+        let (stranger, _) = make_ca("someone else");
+        let t0 = Instant::now();
+        let e = Connection::connect(&tls_opts(port, Some(&stranger.pem()), None))
+            .await
+            .expect_err("unknown CA");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert!(e.message().to_lowercase().contains("certificate"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+
+        // System roots do not know the throwaway CA either.
+        let e = Connection::connect(&tls_opts(port, None, None))
+            .await
+            .expect_err("system roots");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+
+        // Wrong server name.
+        let e = Connection::connect(&tls_opts(port, Some(&pki.ca_pem), Some("other.example")))
+            .await
+            .expect_err("name mismatch");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+
+        // A plain client against the TLS port fails cleanly within its timeout.
+        let mut plain = ConnectOptions::new("127.0.0.1", port);
+        plain.socket_timeout = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let r = async {
+            let mut c = Connection::connect(&plain).await?;
+            c.lock(&k, 0, None).await
+        }
+        .await;
+        let e = r.expect_err("plain against TLS");
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorCode::ConnectionError | ErrorCode::ProtocolError | ErrorCode::Timeout
+            ),
+            "{e}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn go_server_native_tls() {
+        if skip_unless_go("go_server_native_tls", "--tls-cert/--tls-key") {
+            return;
+        }
+        let pki = make_pki();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cert = dir.path().join("cert.pem");
+        let keyf = dir.path().join("key.pem");
+        std::fs::write(&cert, &pki.cert_pem).expect("write cert");
+        std::fs::write(&keyf, &pki.key_pem).expect("write key");
+        let (c, kf) = (
+            cert.to_string_lossy().into_owned(),
+            keyf.to_string_lossy().into_owned(),
+        );
+        let server = TestServer::start(&["--tls-cert", &c, "--tls-key", &kf]);
+        let k = key("gotls");
+        let a = Primitive::new(PrimitiveOptions::new(
+            &k,
+            tls_opts(server.port, Some(&pki.ca_pem), None),
+        ))
+        .expect("options");
+        assert!(a.acquire().await.expect("acquire"));
+        a.release().await.expect("release");
+        let mut plain = ConnectOptions::new("127.0.0.1", server.port);
+        plain.socket_timeout = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let r = async {
+            let mut c = Connection::connect(&plain).await?;
+            c.request_raw("stats", "_", "").await
+        }
+        .await;
+        assert!(r.is_err() || r.as_deref().map(|l| !l.starts_with("ok")).unwrap_or(true));
+        assert!(t0.elapsed() < Duration::from_secs(4));
+    }
 }

@@ -540,3 +540,22 @@ async fn wait_until_free_semantics() {
         .unwrap_err();
     assert_eq!(err.kind(), "TIMEOUT");
 }
+
+/// The bindings spawn these futures on a multi-threaded runtime: they must be `Send`.
+#[test]
+fn futures_and_handles_are_send_and_sync() {
+    fn send<T: Send>(_: &T) {}
+    fn send_sync<T: Send + Sync>() {}
+    let lf = LockFile::new(
+        std::path::PathBuf::from("/tmp/x.lock"),
+        LockOptions::default(),
+    );
+    let req = AcquireRequest::default();
+    let acquire = lf.acquire(&req, None, CancellationToken::new());
+    send(&acquire);
+    let wait = lf.wait_until_free(None, CancellationToken::new());
+    send(&wait);
+    send_sync::<LockFile>();
+    send_sync::<HeldLock>();
+    send_sync::<LockError>();
+}

@@ -4,7 +4,8 @@
 //! cancellation in the middle of a request leaves the stream in an unknown state, so the
 //! connection is closed and every later request fails with `CONNECTION_ERROR`.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -69,6 +70,17 @@ impl ConnectOptions {
 
     /// Check everything that can be checked without the network (host, port, auth token, CA PEM).
     pub fn validate(&self) -> Result<()> {
+        self.validate_plain()?;
+        if let Some(tls) = &self.tls {
+            tls_client_config(tls)?;
+            server_name(&self.host, tls)?;
+        }
+        Ok(())
+    }
+
+    /// [`ConnectOptions::validate`] without the TLS part (which `connect` checks while it builds
+    /// the TLS configuration).
+    fn validate_plain(&self) -> Result<()> {
         if self.host.is_empty() || self.host.chars().any(|c| c.is_whitespace() || c == '\0') {
             return Err(DflockdError::invalid(format!(
                 "invalid host {:?}",
@@ -86,10 +98,6 @@ impl ConnectOptions {
         }
         if self.socket_timeout.is_zero() {
             return Err(DflockdError::invalid("socket timeout must be positive"));
-        }
-        if let Some(tls) = &self.tls {
-            tls_client_config(tls)?;
-            server_name(&self.host, tls)?;
         }
         Ok(())
     }
@@ -134,6 +142,27 @@ fn tls_client_config(tls: &TlsOptions) -> Result<Arc<ClientConfig>> {
     let Some(pem) = &tls.ca_pem else {
         return system_config();
     };
+    // Parsed configurations are cached per CA text (a lock re-acquired in a loop reconnects
+    // every time); the cache is small and simply emptied when full.
+    static CUSTOM: OnceLock<Mutex<HashMap<String, Arc<ClientConfig>>>> = OnceLock::new();
+    let cache = CUSTOM.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(cfg) = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(pem.as_str())
+    {
+        return Ok(cfg.clone());
+    }
+    let cfg = custom_ca_config(pem)?;
+    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= 16 {
+        map.clear();
+    }
+    map.insert(pem.clone(), cfg.clone());
+    Ok(cfg)
+}
+
+fn custom_ca_config(pem: &str) -> Result<Arc<ClientConfig>> {
     let mut roots = RootCertStore::empty();
     let mut count = 0usize;
     for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
@@ -184,7 +213,7 @@ impl Connection {
     /// Connect (TCP, then TLS when configured) within `connect_timeout`, then authenticate when
     /// an auth token is configured (its reply bounded by `socket_timeout`).
     pub async fn connect(opts: &ConnectOptions) -> Result<Connection> {
-        opts.validate()?;
+        opts.validate_plain()?;
         let peer = opts.peer();
         let tls = match &opts.tls {
             Some(t) => Some((tls_client_config(t)?, server_name(&opts.host, t)?)),

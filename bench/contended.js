@@ -1,0 +1,108 @@
+'use strict'
+// File locks under contention: N real processes (child_process.fork) on one lock, released together by an IPC
+// barrier. See bench/README.md for the definitions of every column.
+
+const { fork } = require('node:child_process')
+const fs = require('node:fs')
+const path = require('node:path')
+const { summarize } = require('./lib/stats')
+
+/**
+ * @param {{kind: 'addon'|'proper-lockfile', procs: number, rounds: number, dir: string, timeoutMs?: number}} cfg
+ */
+async function contend(cfg) {
+  const tag = `${cfg.kind}-${cfg.procs}-${process.pid}-${Date.now()}`
+  const lockPath = path.join(cfg.dir, `contended-${tag}.lock`)
+  const markerPath = path.join(cfg.dir, `contended-${tag}.marker`)
+  if (cfg.kind === 'proper-lockfile') fs.writeFileSync(lockPath, '') // it locks `${file}.lock` and needs `file`
+  const childCfg = JSON.stringify({ ...cfg, lockPath, markerPath })
+  const children = []
+  const ready = []
+  const done = []
+  for (let i = 0; i < cfg.procs; i++) {
+    const child = fork(path.join(__dirname, 'workers', 'contender.js'), [childCfg], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+    children.push(child)
+    let readyResolve, doneResolve, doneReject
+    ready.push(new Promise((r, j) => ((readyResolve = r), child.once('exit', (c) => j(new Error(`contender exited with ${c} before ready`))))))
+    done.push(new Promise((r, j) => ((doneResolve = r), (doneReject = j))))
+    child.on('message', (m) => {
+      if (m.type === 'ready') readyResolve()
+      else if (m.type === 'done') doneResolve(m)
+      else if (m.type === 'error') doneReject(new Error(`contender ${m.pid}: ${m.error}`))
+    })
+    child.on('exit', (code) => {
+      if (code !== 0) doneReject(new Error(`contender exited with ${code}`))
+    })
+  }
+  const killAll = () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL'))
+  const timer = setTimeout(killAll, cfg.timeoutMs ?? 300_000)
+  try {
+    await Promise.all(ready)
+    const base = process.hrtime.bigint()
+    for (const c of children) c.send({ type: 'go', base: String(base) })
+    const results = await Promise.all(done)
+    return analyse(cfg, results)
+  } catch (e) {
+    killAll()
+    throw e
+  } finally {
+    clearTimeout(timer)
+    for (const p of [lockPath, markerPath, `${lockPath}.lock`]) fs.rmSync(p, { force: true, recursive: true })
+  }
+}
+
+function analyse(cfg, results) {
+  const holds = []
+  let markerOverlaps = 0
+  for (const r of results) {
+    markerOverlaps += r.overlaps
+    for (let i = 0; i < r.times.length; i += 4) {
+      holds.push({ pid: r.pid, called: r.times[i], acquired: r.times[i + 1], releaseCalled: r.times[i + 2], released: r.times[i + 3] })
+    }
+  }
+  holds.sort((a, b) => a.acquired - b.acquired)
+  const handoffMs = []
+  let intervalOverlaps = 0
+  let sameHolder = 0
+  for (let i = 1; i < holds.length; i++) {
+    const prev = holds[i - 1]
+    const cur = holds[i]
+    if (cur.acquired < prev.releaseCalled) intervalOverlaps++
+    else handoffMs.push((cur.acquired - prev.releaseCalled) / 1e6)
+    if (cur.pid === prev.pid) sameHolder++
+  }
+  const waitMs = holds.map((h) => (h.acquired - h.called) / 1e6)
+  const start = Math.min(...holds.map((h) => h.called))
+  const end = Math.max(...holds.map((h) => h.released))
+  const seconds = (end - start) / 1e9
+  const hand = summarize(handoffMs)
+  const wait = summarize(waitMs)
+  return {
+    kind: cfg.kind,
+    procs: cfg.procs,
+    rounds: cfg.rounds,
+    ops: holds.length,
+    seconds,
+    opsPerSec: holds.length / seconds,
+    handoffP50Ms: hand.p50,
+    handoffP99Ms: hand.p99,
+    waitP50Ms: wait.p50,
+    waitP99Ms: wait.p99,
+    overlaps: markerOverlaps,
+    intervalOverlaps,
+    sameHolderShare: holds.length > 1 ? sameHolder / (holds.length - 1) : 0,
+  }
+}
+
+module.exports = { contend }
+
+if (require.main === module) {
+  const [kind = 'proper-lockfile', procs = '8', rounds = '300', dir = '/dev/shm'] = process.argv.slice(2)
+  contend({ kind, procs: Number(procs), rounds: Number(rounds), dir }).then(
+    (r) => console.log(JSON.stringify(r)),
+    (e) => {
+      console.error(e)
+      process.exit(1)
+    },
+  )
+}

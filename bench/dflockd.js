@@ -1,0 +1,120 @@
+'use strict'
+// dflockd: lock + release round trips against the real server installed by setup, for the addon, the Go
+// client's own cmd/bench (when it can be had), a Go stand-in of the same shape, and a plain Node `net` loop.
+
+const { spawn, spawnSync } = require('node:child_process')
+const fs = require('node:fs')
+const net = require('node:net')
+const path = require('node:path')
+const { runJson } = require('./lib/proc')
+
+const root = path.resolve(__dirname, '..')
+const GO_BENCH = 'github.com/mtingers/dflockd/cmd/bench@v1.10.0'
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+    s.on('error', reject)
+  })
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const s = net.connect({ port, host: '127.0.0.1' }, () => {
+      s.destroy()
+      resolve(true)
+    })
+    s.on('error', () => resolve(false))
+  })
+}
+
+/** Starts the installed server on a free loopback port. Returns {kind, version, bin, port, stop()}. */
+async function startServer() {
+  const { readDflockd } = require(path.join(root, 'scripts', 'dflockd-server'))
+  const info = readDflockd(root)
+  if (info.kind === 'none') throw new Error(`no dflockd server: ${info.reason}`)
+  const port = await freePort()
+  // Many short-lived keys across the runs: raise max-locks so key budget never shapes the result.
+  const args = ['--host', '127.0.0.1', '--port', String(port), '--max-locks', '1000000']
+  const child = spawn(info.bin, args, { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.on('data', (d) => (stderr += d))
+  const deadline = Date.now() + 15_000
+  while (!(await canConnect(port))) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      child.kill('SIGKILL')
+      throw new Error(`dflockd did not start (${info.bin} ${args.join(' ')}): ${stderr.trim().slice(-400)}`)
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  return {
+    ...info,
+    port,
+    pid: child.pid,
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null) return resolve()
+        child.once('exit', () => resolve())
+        child.kill('SIGTERM')
+        setTimeout(() => child.kill('SIGKILL'), 3000).unref()
+      }),
+  }
+}
+
+/** Builds the Go stand-in once (bench/results/bin/go-netloop). Returns the binary path or {unavailable}. */
+function buildGoStandIn() {
+  const out = path.join(__dirname, 'results', 'bin', 'go-netloop')
+  const r = spawnSync('go', ['build', '-o', out, '.'], { cwd: path.join(__dirname, 'go-netloop'), encoding: 'utf8', env: { ...process.env, GOFLAGS: '-mod=mod', GO111MODULE: 'on' } })
+  if (r.error || r.status !== 0) return { unavailable: `go build failed: ${(r.error ? r.error.message : r.stderr).trim().split('\n').pop()}` }
+  return { bin: out }
+}
+
+/**
+ * Tries the Go client's own benchmark. It needs the Go module proxy to serve github.com/mtingers/dflockd;
+ * returns {unavailable: reason} when it cannot run, else {opsPerSec, p50Ms, p99Ms, raw}.
+ */
+function goOfficial(port, workers, rounds, timeoutMs) {
+  const r = spawnSync('go', ['run', GO_BENCH, '--workers', String(workers), '--rounds', String(rounds), '--servers', `127.0.0.1:${port}`], {
+    encoding: 'utf8',
+    timeout: timeoutMs,
+    env: { ...process.env, GOFLAGS: '-buildvcs=false' },
+  })
+  const out = `${r.stdout || ''}${r.stderr || ''}`
+  if (r.error || r.status !== 0) {
+    const lines = out.trim().split('\n').filter(Boolean)
+    const why = r.error ? r.error.message : lines.find((l) => /\b4\d\d\b|not available|cannot|failed/i.test(l)) || lines.pop() || `exit ${r.status}`
+    return { unavailable: describeGoFailure(why, lines) }
+  }
+  const num = (re) => {
+    const m = re.exec(out)
+    return m ? Number(m[1]) : NaN
+  }
+  return { opsPerSec: num(/throughput[^\d]*([\d.]+)/i), p50Ms: num(/p50[^\d]*([\d.]+)/i), p99Ms: num(/p99[^\d]*([\d.]+)/i), raw: out.trim() }
+}
+
+/** A short reason for a failed `go run`, without host names: "module proxy: 403 Forbidden (This module version is not available.)". */
+function describeGoFailure(why, lines) {
+  const text = lines.join(' ')
+  const status = /\b(4\d\d|5\d\d) ([A-Z][A-Za-z ]+?)(?:\s|$|\.)/.exec(text)
+  const server = /server response: ([^\n]+?)(?:$|\s{2}|\t)/.exec(text)
+  if (status) return `module proxy: ${status[1]} ${status[2].trim()}${server ? ` (${server[1].trim()})` : ''}`
+  return why.replace(/https?:\/\/\S+/g, '<url>').replace(/\s+/g, ' ').trim().slice(0, 200)
+}
+
+/** One client variant in its own process. */
+async function clientRun(kind, port, workers, seconds, extra = {}) {
+  const cfg = JSON.stringify({ kind, port, workers, seconds, ...extra })
+  const { result } = await runJson(process.execPath, [path.join(__dirname, 'workers', 'dflockd-client.js'), cfg], { timeoutMs: seconds * 1000 + 60_000 })
+  return result
+}
+
+async function goStandInRun(bin, port, workers, seconds) {
+  const { result } = await runJson(bin, ['-workers', String(workers), '-seconds', String(seconds), '-server', `127.0.0.1:${port}`], { timeoutMs: seconds * 1000 + 60_000 })
+  return result
+}
+
+module.exports = { startServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, freePort }

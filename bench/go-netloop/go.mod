@@ -1,0 +1,3 @@
+module sema-native/bench/go-netloop
+
+go 1.21

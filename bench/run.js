@@ -1,0 +1,471 @@
+#!/usr/bin/env node
+'use strict'
+// sema-native benchmark suite (`npm run bench`). Prints markdown tables of ratios against peers measured in the
+// same run, the machine, and writes bench/results/latest.json and latest.md. See bench/README.md.
+//
+//   node bench/run.js                      everything (several minutes)
+//   node bench/run.js --smoke              every benchmark with tiny counts (< 30 s); exit 1 on a crash or overlap
+//   node bench/run.js --only=file,contended,dflockd,memory
+
+const { spawnSync } = require('node:child_process')
+const fs = require('node:fs')
+const path = require('node:path')
+const { runJson } = require('./lib/proc')
+const { machine, benchDirs } = require('./lib/machine')
+const { median, num, ratio, table } = require('./lib/stats')
+const { contend } = require('./contended')
+const dfl = require('./dflockd')
+
+const root = path.resolve(__dirname, '..')
+const resultsDir = path.join(__dirname, 'results')
+const SECTIONS = ['file', 'contended', 'dflockd', 'memory']
+
+const argv = process.argv.slice(2)
+const smoke = argv.includes('--smoke')
+const onlyArg = argv.find((a) => a.startsWith('--only='))
+const only = onlyArg ? onlyArg.slice(7).split(',').filter(Boolean) : SECTIONS
+for (const s of only) {
+  if (!SECTIONS.includes(s)) {
+    console.error(`unknown section '${s}' (choose from ${SECTIONS.join(', ')})`)
+    process.exit(2)
+  }
+}
+
+// Counts: the full run, and the smoke run (tiny, < 30 s for everything).
+const P = smoke
+  ? {
+      file: { reps: 1, seconds: 0.05, warmup: 10 },
+      contended: [{ procs: 8, rounds: 5, dirs: ['tmpfs'] }],
+      dflockd: { workers: [1, 10, 100], seconds: 0.2, reps: 1, goTimeoutMs: 20_000 },
+      memory: { fileCycles: 2_000, dflockdPairs: 500, dflockdSeconds: 3, warmup: 100 },
+    }
+  : {
+      file: { reps: 3, seconds: 1, warmup: 300 },
+      contended: [
+        { procs: 2, rounds: 300, dirs: ['tmpfs'] },
+        { procs: 8, rounds: 300, dirs: ['tmpfs', 'disk'] },
+        { procs: 32, rounds: 100, dirs: ['tmpfs'] },
+      ],
+      dflockd: { workers: [1, 10, 100], seconds: 1.5, reps: 3, goTimeoutMs: 180_000 },
+      memory: { fileCycles: 1_000_000, dflockdPairs: 500_000, dflockdSeconds: 180, warmup: 2_000 },
+    }
+
+const failures = []
+const log = (...a) => console.error('[bench]', ...a)
+
+function fail(where, e) {
+  const msg = `${where}: ${(e && e.message) || e}`
+  failures.push(msg)
+  log(`FAILED ${msg}`)
+  return { error: String((e && e.message) || e).split('\n')[0] }
+}
+
+// ─────────────────────────── 1. file locks, one process ───────────────────────────
+
+function buildFloor() {
+  const r = spawnSync('cargo', ['build', '--release', '--quiet', '--manifest-path', path.join(__dirname, 'floor', 'Cargo.toml')], {
+    cwd: root,
+    stdio: ['ignore', 'inherit', 'inherit'],
+  })
+  if (r.status !== 0) throw new Error('cargo build of bench/floor failed')
+  return path.join(__dirname, 'floor', 'target', 'release', 'sema-bench-floor')
+}
+
+const FILE_VARIANTS = [
+  { id: 'floor', label: 'raw syscall floor (Rust)', style: 'floor', fsync: false },
+  { id: 'floor', label: 'raw syscall floor (Rust)', style: 'floor', fsync: true },
+  { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat off', style: 'sync', fsync: false, heartbeat: false },
+  { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat off', style: 'sync', fsync: true, heartbeat: false },
+  { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat on (default)', style: 'sync', fsync: false },
+  { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat on (default)', style: 'sync', fsync: true },
+  { id: 'addon-async', label: 'addon async `tryAcquire(p)` + `lock.release()`', style: 'async', fsync: false },
+  { id: 'addon-async', label: 'addon async `tryAcquire(p)` + `lock.release()`', style: 'async', fsync: true },
+  { id: 'proper-lockfile-sync', label: 'proper-lockfile 4.1.2 `lockSync`/`unlockSync`', style: 'sync', peer: true },
+  { id: 'proper-lockfile-async', label: 'proper-lockfile 4.1.2 `lock()` + release()', style: 'async', peer: true },
+  { id: 'lockfile-sync', label: 'lockfile 1.0.4 `lockSync`/`unlockSync`', style: 'sync', peer: true },
+]
+
+async function fileVariant(v, dir, floorBin) {
+  const p = P.file
+  if (v.id === 'floor') {
+    const { result } = await runJson(floorBin, [dir, '100000000', v.fsync ? '1' : '0', String(p.warmup), String(p.seconds)], { timeoutMs: 120_000 })
+    return result
+  }
+  const cfg = { kind: v.id, dir, fsync: v.fsync, heartbeat: v.heartbeat, seconds: p.seconds, warmup: p.warmup }
+  const { result } = await runJson(process.execPath, [path.join(__dirname, 'workers', 'file-single.js'), JSON.stringify(cfg)], { timeoutMs: 120_000 })
+  return result
+}
+
+async function runFile(dirs) {
+  const floorBin = buildFloor()
+  const out = {}
+  for (const [dirName, dir] of Object.entries(dirs)) {
+    const runs = FILE_VARIANTS.map(() => [])
+    for (let rep = 0; rep < P.file.reps; rep++) {
+      for (let i = 0; i < FILE_VARIANTS.length; i++) {
+        const v = FILE_VARIANTS[i]
+        try {
+          runs[i].push(await fileVariant(v, dir, floorBin))
+        } catch (e) {
+          runs[i].push(fail(`file/${dirName}/${v.id}${v.fsync ? '+fsync' : ''}`, e))
+        }
+      }
+      log(`file ${dirName}: repetition ${rep + 1}/${P.file.reps} done`)
+    }
+    // per variant: the repetition with the median ops/s
+    out[dirName] = FILE_VARIANTS.map((v, i) => {
+      const ok = runs[i].filter((r) => !r.error)
+      if (ok.length === 0) return { ...v, error: runs[i][0].error }
+      const m = median(ok.map((r) => r.opsPerSec))
+      const pick = ok.reduce((a, b) => (Math.abs(b.opsPerSec - m) < Math.abs(a.opsPerSec - m) ? b : a))
+      return { ...v, ...pick, allOpsPerSec: ok.map((r) => r.opsPerSec) }
+    })
+  }
+  return out
+}
+
+function fileTable(rows) {
+  const floor = (fsync) => rows.find((r) => r.id === 'floor' && r.fsync === fsync)
+  const plSync = rows.find((r) => r.id === 'proper-lockfile-sync')
+  const plAsync = rows.find((r) => r.id === 'proper-lockfile-async')
+  const lf = rows.find((r) => r.id === 'lockfile-sync')
+  return table(
+    ['variant', 'fsync', 'ops/s', 'p50 µs', 'p99 µs', 'time ÷ floor (target ≤ 1.3)', '× proper-lockfile ops/s', '× lockfile ops/s'],
+    rows.map((r) => {
+      if (r.error) return [r.label, r.peer ? 'n/a' : r.fsync ? 'yes' : 'no', `error: ${r.error}`, '', '', '', '', '']
+      const fl = r.peer ? null : floor(r.fsync)
+      const pl = r.style === 'async' ? plAsync : plSync
+      return [
+        r.label,
+        r.peer ? 'no (none)' : r.fsync ? 'yes' : 'no',
+        num(r.opsPerSec),
+        num(r.p50Us),
+        num(r.p99Us),
+        r.id === 'floor' ? '1.00×' : fl && !fl.error ? ratio(fl.opsPerSec, r.opsPerSec) : r.peer ? `${ratio(floor(false)?.opsPerSec, r.opsPerSec)} (vs no-fsync floor)` : '–',
+        r.id === 'floor' || !pl || pl.error || r.id.startsWith('proper') ? '' : ratio(r.opsPerSec, pl.opsPerSec),
+        r.id === 'floor' || !lf || lf.error || r.id === 'lockfile-sync' ? '' : ratio(r.opsPerSec, lf.opsPerSec),
+      ]
+    }),
+  )
+}
+
+// ─────────────────────────── 2. file locks, contended ───────────────────────────
+
+async function runContended(dirs) {
+  const out = []
+  for (const c of P.contended) {
+    for (const dirName of c.dirs) {
+      if (!dirs[dirName]) continue
+      for (const kind of ['addon', 'proper-lockfile']) {
+        try {
+          const r = await contend({ kind, procs: c.procs, rounds: c.rounds, dir: dirs[dirName], timeoutMs: smoke ? 20_000 : 300_000 })
+          out.push({ ...r, dir: dirName })
+          log(`contended ${kind} ${c.procs}×${c.rounds} ${dirName}: ${num(r.opsPerSec)} ops/s, overlaps ${r.overlaps}`)
+        } catch (e) {
+          out.push({ kind, procs: c.procs, rounds: c.rounds, dir: dirName, ...fail(`contended/${kind}/${c.procs}/${dirName}`, e) })
+        }
+      }
+    }
+  }
+  return out
+}
+
+function contendedTable(rows) {
+  const peer = (r) => rows.find((x) => x.kind === 'proper-lockfile' && x.procs === r.procs && x.dir === r.dir && !x.error)
+  const label = { addon: 'addon `acquire(p)` + `lock.release()`', 'proper-lockfile': 'proper-lockfile 4.1.2 `lock()` (retries 1–10 ms)' }
+  return table(
+    ['lock', 'dir', 'procs × rounds', 'ops/s', 'hand-off p50 ms', 'hand-off p99 ms', 'wait p50 ms', 'wait p99 ms', 'overlaps', 'same holder again', '× proper-lockfile ops/s'],
+    rows.map((r) => {
+      if (r.error) return [label[r.kind], r.dir, `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '', '', '', '']
+      const pl = peer(r)
+      return [
+        label[r.kind],
+        r.dir,
+        `${r.procs} × ${r.rounds}`,
+        num(r.opsPerSec),
+        num(r.handoffP50Ms, 3),
+        num(r.handoffP99Ms, 2),
+        num(r.waitP50Ms, 2),
+        num(r.waitP99Ms, 1),
+        `${r.overlaps}${r.intervalOverlaps ? ` (+${r.intervalOverlaps} by times)` : ''}`,
+        `${(r.sameHolderShare * 100).toFixed(0)} %`,
+        r.kind === 'addon' && pl ? ratio(r.opsPerSec, pl.opsPerSec) : '',
+      ]
+    }),
+  )
+}
+
+// ─────────────────────────── 3. dflockd ───────────────────────────
+
+const DFL_CLIENTS = [
+  { id: 'addon-connection', label: 'addon `Connection` (acquire + release on one connection)' },
+  { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release())' },
+  { id: 'node-net', label: 'plain Node `net` loop (floor for a JS client)' },
+  { id: 'go-standin', label: 'Go `net` loop, same shape as cmd/bench (stand-in, not the official client)' },
+]
+
+async function runDflockd() {
+  const server = await dfl.startServer()
+  log(`dflockd: ${server.kind} ${server.version} on 127.0.0.1:${server.port}`)
+  const out = { server: { kind: server.kind, version: server.version, bin: server.bin, reason: server.reason }, rows: [], goOfficial: null }
+  try {
+    const go = dfl.buildGoStandIn()
+    // The Go client's own benchmark, tried once (it needs the module proxy); its failure reason is reported.
+    log(`dflockd: trying go run ${'github.com/mtingers/dflockd/cmd/bench@v1.10.0'}`)
+    const official = dfl.goOfficial(server.port, 1, smoke ? 10 : 500, P.dflockd.goTimeoutMs)
+    out.goOfficial = official.unavailable ? { unavailable: official.unavailable } : { available: true }
+    for (const workers of P.dflockd.workers) {
+      const runs = Object.fromEntries(DFL_CLIENTS.map((c) => [c.id, []]))
+      for (let rep = 0; rep < P.dflockd.reps; rep++) {
+        for (const c of DFL_CLIENTS) {
+          try {
+            if (c.id === 'go-standin') {
+              if (go.unavailable) throw new Error(go.unavailable)
+              runs[c.id].push(await dfl.goStandInRun(go.bin, server.port, workers, P.dflockd.seconds))
+            } else {
+              runs[c.id].push(await dfl.clientRun(c.id, server.port, workers, P.dflockd.seconds))
+            }
+          } catch (e) {
+            runs[c.id].push(fail(`dflockd/${c.id}/${workers}`, e))
+          }
+        }
+      }
+      for (const c of DFL_CLIENTS) {
+        const ok = runs[c.id].filter((r) => !r.error)
+        if (ok.length === 0) {
+          out.rows.push({ ...c, workers, error: runs[c.id][0].error })
+          continue
+        }
+        const m = median(ok.map((r) => r.opsPerSec))
+        const pick = ok.reduce((a, b) => (Math.abs(b.opsPerSec - m) < Math.abs(a.opsPerSec - m) ? b : a))
+        out.rows.push({ ...c, workers, ...pick, allOpsPerSec: ok.map((r) => r.opsPerSec) })
+      }
+      if (!official.unavailable && !smoke) {
+        const r = dfl.goOfficial(server.port, workers, 500, P.dflockd.goTimeoutMs)
+        out.rows.push({ id: 'go-official', label: 'Go client `cmd/bench` v1.10.0', workers, ...(r.unavailable ? { error: r.unavailable } : r) })
+      } else {
+        out.rows.push({ id: 'go-official', label: 'Go client `cmd/bench` v1.10.0', workers, unavailable: official.unavailable || 'skipped in --smoke' })
+      }
+      log(`dflockd ${workers} workers done`)
+    }
+  } finally {
+    await server.stop()
+  }
+  return out
+}
+
+function dflockdTable(d) {
+  const find = (id, w) => d.rows.find((r) => r.id === id && r.workers === w && !r.error && !r.unavailable)
+  return table(
+    ['client', 'workers', 'ops/s (l + r pairs)', 'p50 ms', 'p99 ms', '× Go cmd/bench', '× Go stand-in', '× Node net loop'],
+    d.rows.map((r) => {
+      if (r.unavailable) return [r.label, String(r.workers), `unavailable: ${r.unavailable}`, '', '', '', '', '']
+      if (r.error) return [r.label, String(r.workers), `error: ${r.error}`, '', '', '', '', '']
+      const go = find('go-official', r.workers)
+      const gs = find('go-standin', r.workers)
+      const nn = find('node-net', r.workers)
+      return [
+        r.label,
+        String(r.workers),
+        num(r.opsPerSec),
+        num(r.p50Ms, 3),
+        num(r.p99Ms, 2),
+        go && r.id !== 'go-official' ? ratio(r.opsPerSec, go.opsPerSec) : go ? '' : 'n/a',
+        gs && r.id !== 'go-standin' ? ratio(r.opsPerSec, gs.opsPerSec) : '',
+        nn && r.id !== 'node-net' ? ratio(r.opsPerSec, nn.opsPerSec) : '',
+      ]
+    }),
+  )
+}
+
+// ─────────────────────────── 4. memory ───────────────────────────
+
+async function runMemory(dirs) {
+  const m = P.memory
+  const dir = dirs.tmpfs || dirs.disk
+  const worker = path.join(__dirname, 'workers', 'memory.js')
+  const out = []
+  const jobs = [
+    { label: 'file `Semaphore` tryAcquire + release, heartbeat off', cfg: { kind: 'file', dir, heartbeat: false, cycles: m.fileCycles, warmup: m.warmup } },
+    { label: 'file `Semaphore` tryAcquire + release, heartbeat on (default)', cfg: { kind: 'file', dir, cycles: m.fileCycles, warmup: m.warmup } },
+  ]
+  let server = null
+  try {
+    server = await dfl.startServer()
+    jobs.push({
+      label: `dflockd \`Connection\` acquire + release (10 connections, ${server.kind} server)`,
+      cfg: { kind: 'dflockd', port: server.port, workers: 10, cycles: m.dflockdPairs, seconds: m.dflockdSeconds, warmup: 10 },
+    })
+  } catch (e) {
+    out.push({ label: 'dflockd `Connection` acquire + release', ...fail('memory/dflockd server', e) })
+  }
+  try {
+    for (const j of jobs) {
+      try {
+        const { result } = await runJson(process.execPath, ['--expose-gc', worker, JSON.stringify(j.cfg)], { timeoutMs: 600_000 })
+        out.push({ label: j.label, kind: j.cfg.kind, ...result })
+        log(`memory ${j.label}: ${num(result.growthMB, 2)} MB over ${result.cycles} cycles`)
+      } catch (e) {
+        out.push({ label: j.label, kind: j.cfg.kind, ...fail(`memory/${j.label}`, e) })
+      }
+    }
+  } finally {
+    if (server) await server.stop()
+  }
+  return out
+}
+
+function memoryTable(rows) {
+  return table(
+    ['what', 'cycles (round trips)', 'seconds', 'RSS before MB', 'RSS after MB', 'growth MB (target < 20)'],
+    rows.map((r) =>
+      r.error
+        ? [r.label, `error: ${r.error}`, '', '', '', '']
+        : [
+            r.label,
+            `${num(r.cycles, 0)}${r.roundTrips ? ` (${num(r.roundTrips, 0)})` : ''}${r.capped ? ', time cap reached' : ''}`,
+            num(r.seconds, 1),
+            num(r.rssBeforeMB, 1),
+            num(r.rssAfterMB, 1),
+            num(r.growthMB, 2),
+          ],
+    ),
+  )
+}
+
+// ─────────────────────────── targets ───────────────────────────
+
+function targets(res) {
+  const out = []
+  const add = (target, measured, met) => out.push([target, measured, met === null ? 'n/a' : met ? 'met' : '**missed**'])
+  if (res.file) {
+    for (const [dirName, rows] of Object.entries(res.file)) {
+      for (const fsync of [false, true]) {
+        const fl = rows.find((r) => r.id === 'floor' && r.fsync === fsync && !r.error)
+        const a = rows.find((r) => r.id === 'addon-sync' && r.heartbeat === false && r.fsync === fsync && !r.error)
+        if (!fl || !a) continue
+        const t = fl.opsPerSec / a.opsPerSec
+        add(`file, 1 process, ${dirName}, fsync ${fsync ? 'on' : 'off'}: sync addon ≤ 1.3× floor time`, `${t.toFixed(2)}× (${num(a.opsPerSec)} vs ${num(fl.opsPerSec)} ops/s)`, t <= 1.3)
+      }
+    }
+  }
+  if (res.contended) {
+    const all = res.contended.filter((r) => !r.error)
+    const overlaps = all.reduce((s, r) => s + r.overlaps + r.intervalOverlaps, 0)
+    add('contended: 0 overlapping holders (every run)', `${overlaps} overlaps in ${all.length} runs`, overlaps === 0 && all.length > 0)
+    for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8)) {
+      const pl = all.find((x) => x.kind === 'proper-lockfile' && x.procs === 8 && x.dir === r.dir)
+      if (pl) add(`contended, 8 processes, ${r.dir}: ≥ 5× proper-lockfile ops/s`, `${ratio(r.opsPerSec, pl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(pl.opsPerSec)})`, r.opsPerSec >= 5 * pl.opsPerSec)
+      add(`contended, 8 processes, ${r.dir}: hand-off p50 ≤ 2 ms`, `${num(r.handoffP50Ms, 3)} ms`, r.handoffP50Ms <= 2)
+    }
+  }
+  if (res.dflockd && res.dflockd.rows) {
+    const get = (id, w) => res.dflockd.rows.find((r) => r.id === id && r.workers === w && !r.error && !r.unavailable)
+    for (const w of [1, 10]) {
+      const a = get('addon-connection', w)
+      const go = get('go-official', w)
+      const gs = get('go-standin', w)
+      if (a && go) add(`dflockd, ${w} workers: ≥ 0.8× Go cmd/bench`, ratio(a.opsPerSec, go.opsPerSec), a.opsPerSec >= 0.8 * go.opsPerSec)
+      else if (a) add(`dflockd, ${w} workers: ≥ 0.8× Go cmd/bench`, `Go client unavailable; vs the Go stand-in: ${gs ? ratio(a.opsPerSec, gs.opsPerSec) : 'n/a'}`, null)
+    }
+    for (const w of P.dflockd.workers) {
+      const a = get('addon-connection', w)
+      const n = get('node-net', w)
+      if (a && n) add(`dflockd, ${w} workers: ≥ 2× plain Node net loop`, `${ratio(a.opsPerSec, n.opsPerSec)} (${num(a.opsPerSec)} vs ${num(n.opsPerSec)})`, a.opsPerSec >= 2 * n.opsPerSec)
+    }
+  }
+  if (res.memory) {
+    for (const r of res.memory.filter((x) => !x.error)) {
+      const full = r.kind === 'dflockd' ? r.roundTrips >= 1e6 : r.cycles >= 1e6
+      add(`memory: ${r.label}: growth < 20 MB`, `${num(r.growthMB, 2)} MB over ${num(r.kind === 'dflockd' ? r.roundTrips : r.cycles, 0)} ${r.kind === 'dflockd' ? 'round trips' : 'cycles'}${full ? '' : ' (fewer than 1 M)'}`, r.growthMB < 20)
+    }
+  }
+  return table(['target (design §6)', 'measured', 'verdict'], out)
+}
+
+// ─────────────────────────── main ───────────────────────────
+
+function addonAvailable() {
+  try {
+    const m = require(root)
+    return ['tryAcquire', 'Semaphore', 'Connection'].every((k) => typeof m[k] === 'function')
+  } catch (e) {
+    return false
+  }
+}
+
+async function main() {
+  const t0 = Date.now()
+  if (!addonAvailable()) log('warning: the addon does not load (run `node scripts/setup.js`); its rows will fail')
+  const dirs = benchDirs(root)
+  const mach = machine(dirs)
+  const res = { date: new Date().toISOString(), mode: smoke ? 'smoke' : 'full', sections: only, machine: mach }
+  try {
+    if (only.includes('file')) {
+      try {
+        res.file = await runFile(dirs)
+      } catch (e) {
+        fail('file', e)
+      }
+    }
+    if (only.includes('contended')) res.contended = await runContended(dirs)
+    if (only.includes('dflockd')) {
+      try {
+        res.dflockd = await runDflockd()
+      } catch (e) {
+        res.dflockd = fail('dflockd', e)
+      }
+    }
+    if (only.includes('memory')) res.memory = await runMemory(dirs)
+  } finally {
+    for (const d of Object.values(dirs)) fs.rmSync(d, { recursive: true, force: true })
+  }
+  res.seconds = (Date.now() - t0) / 1000
+  res.failures = failures
+
+  const md = render(res)
+  process.stdout.write(md)
+  fs.mkdirSync(resultsDir, { recursive: true })
+  fs.writeFileSync(path.join(resultsDir, 'latest.json'), JSON.stringify(res, null, 2) + '\n')
+  fs.writeFileSync(path.join(resultsDir, 'latest.md'), md)
+  log(`wrote bench/results/latest.json and latest.md (${res.seconds.toFixed(0)} s)`)
+
+  const overlaps = (res.contended || []).reduce((s, r) => s + (r.overlaps || 0) + (r.intervalOverlaps || 0), 0)
+  if (overlaps > 0) log(`OVERLAPS SEEN: ${overlaps}`)
+  if (failures.length || overlaps > 0) process.exitCode = 1
+}
+
+function render(res) {
+  const m = res.machine
+  const parts = [
+    `## sema-native benchmarks (${res.mode} run, ${res.date})`,
+    '',
+    `Machine: ${m.cpu}, ${m.cores} cores, ${m.memoryGiB} GiB, ${m.kernel} ${m.arch}, Node ${m.node}. ` +
+      `Dirs: ${Object.entries(m.dirs)
+        .map(([k, v]) => `${k} = ${v.fs}`)
+        .join(', ')}.`,
+    '',
+  ]
+  if (res.file) {
+    for (const [dirName, rows] of Object.entries(res.file)) {
+      parts.push(`### File lock, one process, no contention — ${dirName} (${m.dirs[dirName].fs})`, '', fileTable(rows), '')
+    }
+  }
+  if (res.contended) parts.push('### File lock, contended (real processes, one lock)', '', contendedTable(res.contended), '')
+  if (res.dflockd) {
+    if (res.dflockd.error) parts.push('### dflockd', '', `error: ${res.dflockd.error}`, '')
+    else {
+      const s = res.dflockd.server
+      parts.push(`### dflockd lock + release round trips (server: ${s.kind} ${s.version}, loopback)`, '', dflockdTable(res.dflockd), '')
+    }
+  }
+  if (res.memory) parts.push('### Memory (RSS after `global.gc()`, one process)', '', memoryTable(res.memory), '')
+  parts.push('### Targets', '', targets(res), '')
+  if (res.failures.length) parts.push('### Failures', '', ...res.failures.map((f) => `- ${f.split('\n')[0]}`), '')
+  return parts.join('\n')
+}
+
+main().catch((e) => {
+  console.error(e && e.stack ? e.stack : e)
+  process.exit(1)
+})

@@ -1,0 +1,93 @@
+'use strict'
+// One contending process (forked by bench/contended.js). Waits at the barrier (IPC 'go'), then does `rounds`
+// times: acquire the lock (waiting) → critical section with an O_EXCL marker-file overlap detector → release.
+// Sends back, per round, four CLOCK_MONOTONIC times in ns relative to the parent's base: acquire called,
+// acquired, release called, released; and the number of overlaps its detector saw.
+// process.hrtime is CLOCK_MONOTONIC on Linux (libuv uv_hrtime), one clock for every process on the host.
+
+const fs = require('node:fs')
+const path = require('node:path')
+
+const root = path.resolve(__dirname, '..', '..')
+const cfg = JSON.parse(process.argv[2])
+
+function makeLocker() {
+  switch (cfg.kind) {
+    case 'addon': {
+      const { acquire } = require(root)
+      const options = { tag: `bench ${process.pid}`, fsync: cfg.fsync, heartbeat: cfg.heartbeat, retryInterval: cfg.retryInterval }
+      for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k]
+      return async () => {
+        const r = await acquire(cfg.lockPath, options)
+        if (!r.ok) throw new Error(`acquire failed: ${r.error.type} ${r.error.message}`)
+        const lock = r.value
+        return async () => {
+          if (!(await lock.release())) throw new Error('release returned false (lock lost?)')
+        }
+      }
+    }
+    case 'proper-lockfile': {
+      const lockfile = require('proper-lockfile')
+      // retries 1000 (1, 2, 4, 8, then 10 ms: ~10 s per call) rather than 1e6: the `retry` module builds the whole
+      // timeout array on every lock() call, and for 1e6 that alone costs ~180 ms of CPU per call. A call that
+      // still runs out (ELOCKED) simply calls again, so the process keeps waiting.
+      const options = { retries: { retries: 1000, minTimeout: 1, maxTimeout: 10 } }
+      return async () => {
+        for (;;) {
+          try {
+            return await lockfile.lock(cfg.lockPath, options)
+          } catch (e) {
+            if (e.code !== 'ELOCKED') throw e
+          }
+        }
+      }
+    }
+    default:
+      throw new Error(`unknown kind ${cfg.kind}`)
+  }
+}
+
+async function run(base) {
+  const lock = makeLocker()
+  const times = new Float64Array(cfg.rounds * 4)
+  let overlaps = 0
+  const now = () => Number(process.hrtime.bigint() - base)
+  for (let i = 0; i < cfg.rounds; i++) {
+    times[i * 4] = now()
+    const release = await lock()
+    times[i * 4 + 1] = now()
+    // critical section: nobody else may hold the marker now
+    let fd = -1
+    try {
+      fd = fs.openSync(cfg.markerPath, 'wx')
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e
+      overlaps++
+    }
+    if (fd >= 0) {
+      fs.closeSync(fd)
+      fs.unlinkSync(cfg.markerPath)
+    }
+    times[i * 4 + 2] = now()
+    await release()
+    times[i * 4 + 3] = now()
+  }
+  return { times: Array.from(times), overlaps }
+}
+
+let base = null
+process.on('message', (msg) => {
+  if (msg.type !== 'go') return
+  base = BigInt(msg.base)
+  run(base).then(
+    (r) => process.send({ type: 'done', pid: process.pid, ...r }, () => process.exit(0)),
+    (e) => process.send({ type: 'error', pid: process.pid, error: String(e && e.stack ? e.stack : e) }, () => process.exit(1)),
+  )
+})
+// warm the module loading before the barrier, then say ready
+try {
+  makeLocker()
+  process.send({ type: 'ready', pid: process.pid })
+} catch (e) {
+  process.send({ type: 'error', pid: process.pid, error: String(e && e.stack ? e.stack : e) }, () => process.exit(1))
+}

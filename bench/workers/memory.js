@@ -1,0 +1,76 @@
+'use strict'
+// Memory growth over many cycles in one process (run with --expose-gc). Reads RSS after a warm-up and after the
+// cycles, each time after global.gc(). Prints {cycles, roundTrips, seconds, rssBeforeMB, rssAfterMB, growthMB, ...}.
+//   kind 'file':    Semaphore(path, {heartbeat}).tryAcquire() + release(), `cycles` times
+//   kind 'dflockd': `workers` Connection workers doing acquire (l) + release (r) until `cycles` pairs or `seconds`
+
+const path = require('node:path')
+
+const root = path.resolve(__dirname, '..', '..')
+const cfg = JSON.parse(process.argv[2])
+
+function rssMB() {
+  global.gc()
+  global.gc()
+  return process.memoryUsage().rss / 2 ** 20
+}
+
+async function fileRun() {
+  const { Semaphore } = require(root)
+  const sem = new Semaphore(path.join(cfg.dir, `memory-${process.pid}.lock`), { heartbeat: cfg.heartbeat, fsync: cfg.fsync })
+  const cycle = () => {
+    const r = sem.tryAcquire('bench')
+    if (!r.ok) throw new Error(`tryAcquire: ${r.error.message}`)
+    const u = sem.release()
+    if (!u.ok) throw new Error(`release: ${u.error.message}`)
+  }
+  for (let i = 0; i < cfg.warmup; i++) cycle()
+  const before = rssMB()
+  const t0 = process.hrtime.bigint()
+  // yield to the event loop now and then, as a real program would (lets napi finalizers and timers run)
+  for (let i = 0; i < cfg.cycles; i++) {
+    cycle()
+    if (i % 10_000 === 9_999) await new Promise(setImmediate)
+  }
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9
+  return { cycles: cfg.cycles, seconds, rssBeforeMB: before, rssAfterMB: rssMB() }
+}
+
+async function dflockdRun() {
+  const { Connection } = require(root)
+  const conns = []
+  for (let i = 0; i < cfg.workers; i++) {
+    conns.push({ conn: await Connection.connect({ host: '127.0.0.1', port: cfg.port }), key: `mem_${i}_${process.pid}_${Math.floor(Math.random() * 1e7)}` })
+  }
+  const pair = async ({ conn, key }) => {
+    const g = await conn.acquire(key, 30, 10)
+    await conn.release(key, g.token)
+  }
+  for (let i = 0; i < cfg.warmup; i++) await Promise.all(conns.map(pair))
+  const before = rssMB()
+  const t0 = process.hrtime.bigint()
+  const end = t0 + BigInt(Math.round(cfg.seconds * 1e9))
+  let done = 0
+  let stop = false
+  await Promise.all(
+    conns.map(async (c) => {
+      while (!stop && done < cfg.cycles) {
+        await pair(c)
+        done++
+        if ((done & 1023) === 0 && process.hrtime.bigint() >= end) stop = true
+      }
+    }),
+  )
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9
+  const after = rssMB()
+  for (const c of conns) c.conn.close()
+  return { cycles: done, roundTrips: done * 2, seconds, rssBeforeMB: before, rssAfterMB: after, capped: done < cfg.cycles }
+}
+
+;(cfg.kind === 'file' ? fileRun() : dflockdRun()).then(
+  (r) => process.stdout.write(JSON.stringify({ ...r, growthMB: r.rssAfterMB - r.rssBeforeMB, opsPerSec: r.cycles / r.seconds }) + '\n'),
+  (e) => {
+    console.error(e && e.stack ? e.stack : e)
+    process.exit(1)
+  },
+)

@@ -90,7 +90,7 @@ async function main() {
   console.log('\nsummary')
   console.log(`  hand-offs: ${handoffs} across 4 processes; most holders at once: ${maxInside} (must be 1)`)
   console.log(`  wait before each acquisition (ms): ${waits.join(', ')}`)
-  console.log(`  crashed holder's lock reclaimed ${reclaimMs} ms after the kill (stale timeout is 1 hour: not needed)`)
+  console.log(`  crashed holder's lock reclaimed ${reclaimMs} ms after the kill, including the new process's start-up (the stale timeout is 1 hour: not needed)`)
   fs.rmSync(dir, { recursive: true, force: true })
   const ok = maxInside === 1 && failedWorkers === 0 && rescued.code === 0 && reclaimMs >= 0
   if (!ok) {

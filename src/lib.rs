@@ -1,6 +1,9 @@
 #![deny(clippy::all)]
 //! Node bindings of sema-native: thin `#[napi]` wrappers over `sema-core`.
 
+mod dflockd;
+mod lockfile;
+
 use napi_derive::napi;
 
 /// Version of the native addon (matches package.json).

@@ -1,0 +1,527 @@
+//! Bindings of the lock-file engine: argument mapping and result objects. No file-system logic here.
+//!
+//! Expected failures travel as values (`{ ok, error: { code, message, … } }`), never as thrown errors: an async
+//! napi fn cannot give its rejection a custom `code`, and the JS layer wants semats' `SemaphoreResult` shapes
+//! anyway. Only programming errors (a bad argument type) throw.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use napi::bindgen_prelude::{within_runtime_if_available, Function};
+use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi_derive::napi;
+use sema_core::lockfile::{
+    self, AcquireRequest, HeldLock, LockError, LockFile, LockOptions, Observation,
+};
+use tokio_util::sync::CancellationToken;
+
+/// A failure as a value; `code` is one of the `SemaphoreErrorType` strings.
+#[napi(object)]
+pub struct NativeError {
+    pub code: String,
+    pub message: String,
+    pub holder_pid: Option<i64>,
+    pub locked_since: Option<i64>,
+}
+
+impl From<&LockError> for NativeError {
+    fn from(e: &LockError) -> Self {
+        NativeError {
+            code: e.kind().to_string(),
+            message: e.to_string(),
+            holder_pid: e.holder_pid(),
+            locked_since: e.locked_since(),
+        }
+    }
+}
+
+fn error(code: &str, message: impl Into<String>) -> NativeError {
+    NativeError {
+        code: code.to_string(),
+        message: message.into(),
+        holder_pid: None,
+        locked_since: None,
+    }
+}
+
+#[napi(object)]
+pub struct NativeLockInfo {
+    pub pid: i64,
+    pub timestamp: i64,
+    pub tag: Option<String>,
+}
+
+impl From<lockfile::LockInfo> for NativeLockInfo {
+    fn from(i: lockfile::LockInfo) -> Self {
+        NativeLockInfo {
+            pid: i.pid,
+            timestamp: i.timestamp,
+            tag: i.tag,
+        }
+    }
+}
+
+#[napi(object)]
+pub struct ParseResult {
+    pub ok: bool,
+    pub value: Option<NativeLockInfo>,
+    pub error: Option<NativeError>,
+}
+
+/// semats' `parseLockInfo` rules (see the core's `format` module).
+#[napi]
+pub fn parse_lock_info(content: String) -> ParseResult {
+    match lockfile::parse_lock_info(&content) {
+        Ok(info) => ParseResult {
+            ok: true,
+            value: Some(info.into()),
+            error: None,
+        },
+        Err(e) => ParseResult {
+            ok: false,
+            value: None,
+            error: Some(error("PARSE_ERROR", e.to_string())),
+        },
+    }
+}
+
+/// `pid=…\ntimestamp=…\n[tag=…\n]` with the tag sanitised and cut to `max_tag_length` UTF-16 units.
+#[napi]
+pub fn serialize_lock_info(
+    pid: i64,
+    timestamp: i64,
+    tag: Option<String>,
+    max_tag_length: Option<f64>,
+) -> String {
+    let info = lockfile::LockInfo {
+        pid,
+        timestamp,
+        tag: tag.map(|t| lockfile::sanitize_tag(&t, max_tag_length.map(to_usize))),
+        host: None,
+        start: None,
+        token: None,
+    };
+    info.serialize()
+}
+
+#[napi]
+pub fn is_process_running(pid: i64) -> bool {
+    lockfile::is_process_running(pid)
+}
+
+#[napi(object)]
+pub struct PathCheck {
+    pub ok: bool,
+    pub path: Option<String>,
+    pub error: Option<NativeError>,
+}
+
+/// Validates a lock path. `semats`: semats' constructor rules and messages (any `..` substring refused);
+/// otherwise the target API's rules (`..` segments refused, directories refused).
+#[napi]
+pub fn check_lock_path(path: String, semats: bool) -> PathCheck {
+    let checked = if semats {
+        lockfile::validate_semats_path(&path).map_err(|m| error("INVALID_PATH", m))
+    } else {
+        lockfile::validate_lock_path(&path).map_err(|e| NativeError::from(&e))
+    };
+    match checked {
+        Ok(p) => PathCheck {
+            ok: true,
+            path: Some(p.to_string_lossy().into_owned()),
+            error: None,
+        },
+        Err(e) => PathCheck {
+            ok: false,
+            path: None,
+            error: Some(e),
+        },
+    }
+}
+
+/// Engine options in milliseconds, defaults already applied by the JS layer.
+#[napi(object)]
+pub struct NativeFileOptions {
+    /// `null` never breaks a lock.
+    pub stale_timeout_ms: Option<f64>,
+    pub retry_interval_ms: f64,
+    pub fsync: bool,
+    /// Heartbeat interval; absent = the engine's default (min(10 s, staleTimeout / 4)).
+    pub heartbeat_ms: Option<f64>,
+    /// No heartbeat at all.
+    pub heartbeat_off: Option<bool>,
+    /// `null` = no cut.
+    pub max_tag_length: Option<f64>,
+}
+
+fn to_usize(v: f64) -> usize {
+    if v.is_finite() && v > 0.0 {
+        v.min(usize::MAX as f64) as usize
+    } else {
+        0
+    }
+}
+
+fn ms(v: f64) -> Duration {
+    if v.is_finite() && v > 0.0 {
+        Duration::from_secs_f64((v / 1000.0).min(1e12))
+    } else {
+        Duration::ZERO
+    }
+}
+
+fn engine_options(o: &NativeFileOptions) -> LockOptions {
+    let defaults = LockOptions::default();
+    let stale_timeout = o.stale_timeout_ms.map(ms);
+    let heartbeat = match (o.heartbeat_off, o.heartbeat_ms) {
+        (Some(true), _) => None,
+        (_, Some(v)) => Some(ms(v).max(Duration::from_millis(10))),
+        (_, None) => LockOptions::default_heartbeat(stale_timeout),
+    };
+    LockOptions {
+        stale_timeout,
+        retry_interval: ms(o.retry_interval_ms).max(Duration::from_millis(1)),
+        fsync: o.fsync,
+        heartbeat,
+        max_tag_length: o.max_tag_length.map(to_usize),
+        ..defaults
+    }
+}
+
+/// What is on disk: `state` is `missing`, `parsed` (with `info`) or `unparseable`.
+#[napi(object)]
+pub struct NativeObservation {
+    pub state: String,
+    pub info: Option<NativeLockInfo>,
+}
+
+#[napi(object)]
+pub struct NativeStatus {
+    pub locked: bool,
+    pub info: Option<NativeLockInfo>,
+    pub is_stale: bool,
+    pub is_owned_by_current_process: bool,
+}
+
+impl From<lockfile::LockStatus> for NativeStatus {
+    fn from(s: lockfile::LockStatus) -> Self {
+        NativeStatus {
+            locked: s.locked,
+            info: s.info.map(Into::into),
+            is_stale: s.is_stale,
+            is_owned_by_current_process: s.is_owned_by_current_process,
+        }
+    }
+}
+
+#[napi(object)]
+pub struct VoidResult {
+    pub ok: bool,
+    pub error: Option<NativeError>,
+}
+
+#[napi(object)]
+pub struct BoolResult {
+    pub ok: bool,
+    pub value: Option<bool>,
+    pub error: Option<NativeError>,
+}
+
+fn void_result(r: Result<(), LockError>) -> VoidResult {
+    match r {
+        Ok(()) => VoidResult {
+            ok: true,
+            error: None,
+        },
+        Err(e) => VoidResult {
+            ok: false,
+            error: Some((&e).into()),
+        },
+    }
+}
+
+fn bool_result(r: Result<bool, LockError>) -> BoolResult {
+    match r {
+        Ok(v) => BoolResult {
+            ok: true,
+            value: Some(v),
+            error: None,
+        },
+        Err(e) => BoolResult {
+            ok: false,
+            value: None,
+            error: Some((&e).into()),
+        },
+    }
+}
+
+#[napi(object, object_from_js = false)]
+pub struct AcquireOutcome {
+    pub ok: bool,
+    pub lock: Option<NativeHeldLock>,
+    pub error: Option<NativeError>,
+}
+
+/// Starts the heartbeat of a fresh lock and wraps it for JS.
+fn acquired(r: Result<HeldLock, LockError>) -> AcquireOutcome {
+    match r {
+        Ok(held) => {
+            within_runtime_if_available(|| {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    held.start_heartbeat(&rt);
+                }
+            });
+            AcquireOutcome {
+                ok: true,
+                lock: Some(NativeHeldLock { inner: held }),
+                error: None,
+            }
+        }
+        Err(e) => AcquireOutcome {
+            ok: false,
+            lock: None,
+            error: Some((&e).into()),
+        },
+    }
+}
+
+fn request(tag: Option<String>, owner_pid: Option<u32>) -> AcquireRequest {
+    AcquireRequest { tag, owner_pid }
+}
+
+/// One lock file with its options (the engine's `LockFile`).
+#[napi]
+pub struct NativeLockFile {
+    inner: std::sync::Arc<LockFile>,
+}
+
+#[napi]
+impl NativeLockFile {
+    /// `path` must come from `checkLockPath`.
+    #[napi(constructor)]
+    pub fn new(path: String, options: NativeFileOptions) -> Self {
+        NativeLockFile {
+            inner: std::sync::Arc::new(LockFile::new(
+                PathBuf::from(path),
+                engine_options(&options),
+            )),
+        }
+    }
+
+    #[napi]
+    pub fn observe(&self) -> NativeObservation {
+        match self.inner.observe() {
+            Observation::Missing => NativeObservation {
+                state: "missing".into(),
+                info: None,
+            },
+            Observation::Parsed { info, .. } => NativeObservation {
+                state: "parsed".into(),
+                info: Some(info.into()),
+            },
+            Observation::Unparseable { .. } => NativeObservation {
+                state: "unparseable".into(),
+                info: None,
+            },
+        }
+    }
+
+    /// One attempt, on the calling thread (semats' `tryAcquire` is synchronous).
+    #[napi]
+    pub fn try_acquire(&self, tag: Option<String>, owner_pid: Option<u32>) -> AcquireOutcome {
+        acquired(self.inner.try_acquire(&request(tag, owner_pid)))
+    }
+
+    /// Waits on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` = forever,
+    /// 0 = one attempt) and the cancel id (from `newCancelId`).
+    #[napi]
+    pub async fn acquire(
+        &self,
+        tag: Option<String>,
+        owner_pid: Option<u32>,
+        timeout_ms: Option<f64>,
+        cancel_id: Option<u32>,
+    ) -> AcquireOutcome {
+        let cancel = cancel_id.map(cancel_token).unwrap_or_default();
+        let r = self
+            .inner
+            .acquire(&request(tag, owner_pid), timeout_ms.map(ms), cancel)
+            .await;
+        acquired(r)
+    }
+
+    /// Resolves once no lock file exists (the CLI's `wait`).
+    #[napi]
+    pub async fn wait_until_free(
+        &self,
+        timeout_ms: Option<f64>,
+        cancel_id: Option<u32>,
+    ) -> VoidResult {
+        let cancel = cancel_id.map(cancel_token).unwrap_or_default();
+        void_result(self.inner.wait_until_free(timeout_ms.map(ms), cancel).await)
+    }
+
+    #[napi]
+    pub fn status(&self) -> NativeStatus {
+        self.inner.status().into()
+    }
+
+    #[napi]
+    pub async fn status_async(&self) -> NativeStatus {
+        let file = self.inner.clone();
+        match tokio::task::spawn_blocking(move || file.status()).await {
+            Ok(s) => s.into(),
+            Err(_) => NativeStatus {
+                locked: false,
+                info: None,
+                is_stale: false,
+                is_owned_by_current_process: false,
+            },
+        }
+    }
+
+    /// semats' `release(force)`: by process, not by handle.
+    #[napi]
+    pub fn release_as_process(&self, force: bool) -> VoidResult {
+        void_result(self.inner.release_as_process(force))
+    }
+
+    #[napi]
+    pub async fn release_as_process_async(&self, force: bool) -> VoidResult {
+        let file = self.inner.clone();
+        void_result(
+            tokio::task::spawn_blocking(move || file.release_as_process(force))
+                .await
+                .unwrap_or_else(|e| Err(join_error(e))),
+        )
+    }
+
+    #[napi]
+    pub fn clean_stale(&self) -> BoolResult {
+        bool_result(self.inner.clean_stale())
+    }
+}
+
+fn join_error(e: tokio::task::JoinError) -> LockError {
+    LockError::Io {
+        context: "Background task failed".into(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// A lock this process holds.
+#[napi]
+pub struct NativeHeldLock {
+    inner: HeldLock,
+}
+
+#[napi]
+impl NativeHeldLock {
+    /// What was written: pid, timestamp, sanitised tag.
+    #[napi]
+    pub fn info(&self) -> NativeLockInfo {
+        self.inner.info().into()
+    }
+
+    #[napi]
+    pub fn token(&self) -> String {
+        self.inner.token()
+    }
+
+    #[napi]
+    pub fn path(&self) -> String {
+        self.inner.path().to_string_lossy().into_owned()
+    }
+
+    /// true: released by this call; false: already released or lost. Never deletes a file that is not ours.
+    #[napi]
+    pub fn release(&self) -> BoolResult {
+        bool_result(self.inner.release())
+    }
+
+    #[napi]
+    pub async fn release_async(&self) -> BoolResult {
+        let held = self.inner.clone();
+        bool_result(
+            tokio::task::spawn_blocking(move || held.release())
+                .await
+                .unwrap_or_else(|e| Err(join_error(e))),
+        )
+    }
+
+    /// Calls `callback(reason)` once if the lock is lost. The callback is weak: it never keeps Node alive.
+    #[napi(ts_args_type = "callback: (reason: string) => void")]
+    pub fn on_lost(&self, callback: Function<String, ()>) -> napi::Result<()> {
+        let tsfn = callback
+            .build_threadsafe_function()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        let held = self.inner.clone();
+        let lost = held.lost();
+        within_runtime_if_available(|| {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let finished = held.finished();
+                rt.spawn(async move {
+                    // Loss cancels `finished` just before `lost`, so after either fires the reason decides.
+                    tokio::select! {
+                        _ = lost.cancelled() => {}
+                        _ = finished.cancelled() => {}
+                    }
+                    if let Some(reason) = held.lost_reason() {
+                        tsfn.call(reason, ThreadsafeFunctionCallMode::NonBlocking);
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Releases every lock this process holds (the JS layer calls it from a `process.on('exit')` hook).
+#[napi]
+pub fn release_all_held() {
+    lockfile::release_all_held();
+}
+
+// Cancellation of waits by id: JS owns the AbortSignal (see lib/abort.js) and cancels through these.
+fn cancels() -> &'static Mutex<HashMap<u32, CancellationToken>> {
+    static CANCELS: OnceLock<Mutex<HashMap<u32, CancellationToken>>> = OnceLock::new();
+    CANCELS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn cancel_token(id: u32) -> CancellationToken {
+    match cancels().lock() {
+        Ok(mut map) => map.entry(id).or_default().clone(),
+        Err(_) => CancellationToken::new(),
+    }
+}
+
+#[napi]
+pub fn new_cancel_id() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut map) = cancels().lock() {
+        map.insert(id, CancellationToken::new());
+    }
+    id
+}
+
+#[napi]
+pub fn cancel_wait(id: u32) {
+    if let Ok(map) = cancels().lock() {
+        if let Some(t) = map.get(&id) {
+            t.cancel();
+        }
+    }
+}
+
+#[napi]
+pub fn forget_cancel(id: u32) {
+    if let Ok(mut map) = cancels().lock() {
+        map.remove(&id);
+    }
+}

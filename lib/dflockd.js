@@ -16,8 +16,8 @@ const DEFAULT_HOST = '127.0.0.1'
 const DEFAULT_PORT = 6388
 const DEFAULT_ACQUIRE_TIMEOUT_S = 10
 const DEFAULT_RENEW_RATIO = 0.5
-/** Longest wait we send: the Go server's time.Duration overflows near 9.2e9 s and then answers at once. */
-const MAX_TIMEOUT_S = 2 ** 31 - 1
+/** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
+const MAX_TIMEOUT_S = 1e9
 /** The Go server keeps at most 256 bytes of a request line. */
 const MAX_LINE_BYTES = 256
 /** Lease the official clients assume when a reply omits it. */
@@ -258,6 +258,7 @@ class DistributedLock {
   #prim = null
   #held = false
   #enqueued = false
+  #lostEarly = null
   #controller = new AbortController()
 
   constructor(options, ...internal) {
@@ -381,17 +382,31 @@ class DistributedLock {
     this.#controller = controller
     this.#prim = prim
     this.#held = false
+    this.#lostEarly = null
     prim.onLost((key, token) => this.#lost(prim, controller, token))
     return prim
   }
 
   #lost(prim, controller, token) {
-    if (this.#prim !== prim || !this.#held) return
+    if (this.#prim !== prim) return
+    if (!this.#held) {
+      // Lost before the grant's continuation ran: report it once the grant is recorded (#granted).
+      this.#lostEarly = { prim, controller, token }
+      return
+    }
     this.#prim = null
     this.#held = false
     prim.close()
     controller.abort(new LockError(`lock '${this.#key}' lost: the lease could not be renewed`, 'LOCK_LOST'))
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
+  }
+
+  /** Marks `prim` held; replays a loss that arrived before this point. */
+  #granted(prim) {
+    this.#held = true
+    const early = this.#lostEarly
+    this.#lostEarly = null
+    if (early && early.prim === prim) this.#lost(prim, early.controller, early.token)
   }
 
   /** Drops `prim` if it is still ours (after a timeout or failure). */
@@ -403,7 +418,7 @@ class DistributedLock {
     prim.close()
   }
 
-  /** Settles a native acquire/enqueue/wait result: 'timeout' | value; throws LockError on failure. */
+  /** The value of a native acquire/enqueue/wait result (false = timed out); throws LockError on failure. */
   #settle(prim, r, signal, what) {
     if (this.#prim !== prim) {
       // close()/force replaced us while the request was in flight.
@@ -434,7 +449,7 @@ class DistributedLock {
       this.#drop(prim)
       return false
     }
-    this.#held = true
+    this.#granted(prim)
     return true
   }
 
@@ -452,7 +467,7 @@ class DistributedLock {
       off()
     }
     const status = this.#settle(prim, r, signal, 'enqueue')
-    if (status === 'acquired') this.#held = true
+    if (status === 'acquired') this.#granted(prim)
     else if (status !== 'queued') {
       this.#drop(prim)
       throw new LockError(`enqueue: unexpected native status ${describe(status)}`, 'PROTOCOL_ERROR')
@@ -489,7 +504,7 @@ class DistributedLock {
       this.#drop(prim)
       return false
     }
-    this.#held = true
+    this.#granted(prim)
     return true
   }
 

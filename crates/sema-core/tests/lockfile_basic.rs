@@ -545,3 +545,35 @@ fn plain_format_writes_exactly_what_semats_writes() {
         "pid=1\ntimestamp=1\n"
     );
 }
+
+#[test]
+fn semats_exact_switches() {
+    let d = dir();
+    let path = d.path().join("sw.lock");
+    let semats_like = LockFile::new(
+        path.clone(),
+        LockOptions {
+            stale_timeout: Some(Duration::from_secs(1)),
+            foreign_start_check: false,
+            release_young_unparseable: true,
+            ..LockOptions::default()
+        },
+    );
+    // semats' own test: `pid=<live pid>`, `timestamp=0` is a live holder's lock.
+    std::fs::write(&path, format!("pid={}\ntimestamp=0\n", std::process::id())).unwrap();
+    assert!(!semats_like.status().is_stale);
+    assert!(!semats_like.clean_stale().unwrap());
+    assert_eq!(
+        semats_like
+            .try_acquire(&AcquireRequest::default())
+            .unwrap_err()
+            .kind(),
+        "ALREADY_LOCKED"
+    );
+    // ... which the default (start-time check) judges a reused pid.
+    assert!(lockfile(&d, "sw.lock").status().is_stale);
+    // semats deletes a fresh garbage lock without force.
+    std::fs::write(&path, "garbage").unwrap();
+    semats_like.release_as_process(false).unwrap();
+    assert!(!path.exists());
+}

@@ -51,6 +51,15 @@ pub struct LockOptions {
     /// An unparseable or empty file younger than this is never broken (it may be being
     /// written). Default 2 s.
     pub pending_write_grace: Duration,
+    /// Foreign files (no `host=`): a running pid whose process started more than 2 s after the
+    /// lock's timestamp is not its holder (pid reused) and counts as not running. Default true.
+    /// `false` = semats' liveness rule exactly (plus `EPERM` = running), e.g. for its drop-in,
+    /// whose own tests treat `pid=<live pid>` with `timestamp=0` as a live holder.
+    pub foreign_start_check: bool,
+    /// `release_as_process(false)` deletes an unparseable file even while it is younger than
+    /// `pending_write_grace`, as semats does. Default false (a young unparseable file may be a
+    /// lock being written, so it is refused with `PermissionDenied { holder_pid: None }`).
+    pub release_young_unparseable: bool,
 }
 
 impl LockOptions {
@@ -76,6 +85,8 @@ impl Default for LockOptions {
             heartbeat: LockOptions::default_heartbeat(stale_timeout),
             max_tag_length: Some(10_000),
             pending_write_grace: Duration::from_secs(2),
+            foreign_start_check: true,
+            release_young_unparseable: false,
         }
     }
 }
@@ -248,6 +259,7 @@ impl LockFile {
             pending_write_grace: self.options.pending_write_grace,
             our_host: host_identity(),
             now_unix_secs: now_unix_secs(),
+            foreign_start_check: self.options.foreign_start_check,
         }
     }
 
@@ -339,6 +351,20 @@ impl LockFile {
             Err(_) => return Err(self.already_locked_from_disk()),
         };
         self.attempt(req, permit).map_err(|(e, _)| e)
+    }
+
+    /// [`LockFile::try_acquire`] from async code: one attempt, never waiting, with the file work
+    /// off the async threads when `fsync` is on. Busy → `AlreadyLocked` with the holder read
+    /// from the file (unlike `acquire` with a zero timeout, which reports `Timeout` as semats'
+    /// `acquire({timeout: 0})` does). Needs a tokio runtime.
+    pub async fn try_acquire_async(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
+        let permit = match slot_for(&self.key).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => return Err(self.already_locked_from_disk()),
+        };
+        let held = self.attempt_async(req).await?;
+        held.adopt_permit(permit);
+        Ok(held)
     }
 
     /// One attempt that bypasses the in-process queue, as a separate process would. Tests use
@@ -646,7 +672,10 @@ impl LockFile {
                     }
                 }
                 Observation::Unparseable { age, .. } => {
-                    if !force && *age < self.options.pending_write_grace {
+                    if !force
+                        && !self.options.release_young_unparseable
+                        && *age < self.options.pending_write_grace
+                    {
                         return Err(LockError::PermissionDenied { holder_pid: None });
                     }
                 }

@@ -78,6 +78,10 @@ pub struct StaleContext<'a> {
     /// Our [`host_identity`](super::process::host_identity).
     pub our_host: &'a str,
     pub now_unix_secs: i64,
+    /// Foreign files: a running pid whose process started more than 2 s after the lock's
+    /// timestamp is not the holder (pid reused) and counts as not running. `false` = semats'
+    /// rule exactly (plus `EPERM` = running).
+    pub foreign_start_check: bool,
 }
 
 /// Why a lock counts as held.
@@ -196,7 +200,7 @@ pub fn judge(
             if !expired {
                 return StaleJudgement::Held(HeldBecause::Fresh);
             }
-            if foreign_pid_running(info, probe) {
+            if foreign_pid_running(info, probe, ctx.foreign_start_check) {
                 StaleJudgement::Held(HeldBecause::ForeignHolderRunning)
             } else {
                 StaleJudgement::Stale(StaleBecause::ForeignExpiredAndNotRunning)
@@ -207,9 +211,12 @@ pub fn judge(
 
 /// semats' `isProcessRunning` with our fixes: `EPERM` = running; a process that started more
 /// than 2 s after the lock's timestamp is not its holder.
-fn foreign_pid_running(info: &LockInfo, probe: &dyn ProcessProbe) -> bool {
+fn foreign_pid_running(info: &LockInfo, probe: &dyn ProcessProbe, start_check: bool) -> bool {
     if probe.liveness(info.pid) != Liveness::Alive {
         return false;
+    }
+    if !start_check {
+        return true;
     }
     match probe.start_unix_secs(info.pid) {
         Some(started) => started <= info.timestamp as f64 + START_AFTER_TIMESTAMP_SLACK_SECS,
@@ -254,6 +261,7 @@ mod tests {
             pending_write_grace: Duration::from_secs(2),
             our_host: "me:boot:1",
             now_unix_secs: NOW,
+            foreign_start_check: true,
         }
     }
 
@@ -502,6 +510,20 @@ mod tests {
         for (name, obs, timeout, expected) in rows {
             assert_eq!(judge(&obs, &ctx(timeout), &probe), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn foreign_start_check_can_be_switched_off() {
+        let probe =
+            FakeProbe::default().with(12, Liveness::Alive, Some(900), Some((NOW - 10) as f64));
+        let obs = parsed(12, 0, None, None);
+        let mut c = ctx(Some(HOUR));
+        assert!(judge(&obs, &c, &probe).is_stale());
+        c.foreign_start_check = false;
+        assert_eq!(
+            judge(&obs, &c, &probe),
+            StaleJudgement::Held(HeldBecause::ForeignHolderRunning)
+        );
     }
 
     #[test]

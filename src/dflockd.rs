@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{FnArgs, Function, Null};
+use napi::bindgen_prelude::{FnArgs, Function, Null, PromiseRaw};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
-use napi::{Error, Status};
+use napi::{Env, Error, Status};
 use napi_derive::napi;
 use sema_core::dflockd::{
     self as core, ConnectOptions, Connection, DflockdError, EnqueueOutcome, Primitive,
@@ -191,6 +191,27 @@ fn string_result(r: core::Result<String>) -> NativeStringResult {
     }
 }
 
+fn enqueue_result(r: core::Result<EnqueueOutcome>) -> NativeEnqueueResult {
+    match r {
+        Ok(outcome) => NativeEnqueueResult {
+            ok: true,
+            value: Some(
+                match outcome {
+                    EnqueueOutcome::Acquired => "acquired",
+                    EnqueueOutcome::Queued => "queued",
+                }
+                .to_string(),
+            ),
+            error: None,
+        },
+        Err(e) => NativeEnqueueResult {
+            ok: false,
+            value: None,
+            error: Some(e.into()),
+        },
+    }
+}
+
 fn invalid_js(e: DflockdError) -> Error {
     Error::new(Status::InvalidArg, format!("{}: {}", e.code(), e.message()))
 }
@@ -299,49 +320,48 @@ impl NativeDflockdPrimitive {
     /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
     /// held (renewal started), `{ok: true, value: false}` on timeout.
     #[napi(ts_return_type = "Promise<NativeBoolResult>")]
-    pub async fn acquire(&self) -> napi::Result<NativeBoolResult> {
+    pub fn acquire<'env>(
+        &self,
+        env: &'env Env,
+    ) -> napi::Result<PromiseRaw<'env, NativeBoolResult>> {
+        // The ticket is taken now, on the JS thread, so a cancel() right after this call
+        // aborts it even before the future first runs.
         let p = self.inner.clone();
-        Ok(bool_result(p.acquire().await))
+        let ticket = p.ticket();
+        env.spawn_future(async move { Ok(bool_result(p.acquire_with(ticket).await)) })
     }
 
     /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
     /// `'queued'` (call `wait()` promptly).
     #[napi(ts_return_type = "Promise<NativeEnqueueResult>")]
-    pub async fn enqueue(&self) -> napi::Result<NativeEnqueueResult> {
+    pub fn enqueue<'env>(
+        &self,
+        env: &'env Env,
+    ) -> napi::Result<PromiseRaw<'env, NativeEnqueueResult>> {
         let p = self.inner.clone();
-        Ok(match p.enqueue().await {
-            Ok(outcome) => NativeEnqueueResult {
-                ok: true,
-                value: Some(
-                    match outcome {
-                        EnqueueOutcome::Acquired => "acquired",
-                        EnqueueOutcome::Queued => "queued",
-                    }
-                    .to_string(),
-                ),
-                error: None,
-            },
-            Err(e) => NativeEnqueueResult {
-                ok: false,
-                value: None,
-                error: Some(e.into()),
-            },
-        })
+        let ticket = p.ticket();
+        env.spawn_future(async move { Ok(enqueue_result(p.enqueue_with(ticket).await)) })
     }
 
     /// Phase two: wait up to `timeoutS` whole seconds for the grant. `true` = held (verified by
     /// an immediate renew; a stale grant gives `LOCK_LOST`), `false` = timed out (connection
     /// closed; enqueue again). After an `'acquired'` enqueue it resolves `true` at once.
     #[napi(ts_return_type = "Promise<NativeBoolResult>")]
-    pub async fn wait(&self, timeout_s: f64) -> napi::Result<NativeBoolResult> {
+    pub fn wait<'env>(
+        &self,
+        env: &'env Env,
+        timeout_s: f64,
+    ) -> napi::Result<PromiseRaw<'env, NativeBoolResult>> {
         let p = self.inner.clone();
-        let t = match int_arg("timeoutS", timeout_s, 0, core::protocol::MAX_SECONDS) {
-            Ok(t) => t,
-            Err(e) => return Ok(bool_result(Err(e))),
-        };
-        Ok(bool_result(p.wait(t).await))
+        let ticket = p.ticket();
+        let t = int_arg("timeoutS", timeout_s, 0, core::protocol::MAX_SECONDS);
+        env.spawn_future(async move {
+            Ok(match t {
+                Ok(t) => bool_result(p.wait_with(ticket, t).await),
+                Err(e) => bool_result(Err(e)),
+            })
+        })
     }
-
     /// Release the held lock/slot and close its connection. `NOT_LOCKED` when nothing is
     /// held, `LOCK_LOST` when it was lost before.
     #[napi(ts_return_type = "Promise<NativeNullResult>")]

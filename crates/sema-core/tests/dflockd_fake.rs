@@ -731,6 +731,42 @@ mod dflockd {
     }
 
     #[tokio::test]
+    async fn cancel_after_the_call_but_before_it_runs_aborts_it() {
+        // The binding takes the ticket on the JS thread; the future runs later on tokio.
+        let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
+        let p = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
+        let early = p.ticket();
+        p.cancel();
+        assert_eq!(code(p.acquire_with(early).await), ErrorCode::Aborted);
+        let early = p.ticket();
+        p.close();
+        assert_eq!(code(p.enqueue_with(early).await), ErrorCode::Aborted);
+        assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 0, "never connected");
+        // A cancel() with nothing pending does not affect later calls.
+        p.cancel();
+        assert!(p.acquire().await.expect("acquire"));
+        p.release().await.expect("release");
+        // A queued enqueue whose wait is cancelled before it runs is abandoned.
+        let q = Fake::start(|mut c: FakeConn| async move {
+            if c.read_request().await.is_some() {
+                c.write(b"queued\n").await;
+            }
+            c.wait_eof(Duration::from_secs(10)).await;
+        })
+        .await;
+        let p = Primitive::new(PrimitiveOptions::new("k", q.connect_options())).expect("opts");
+        assert_eq!(p.enqueue().await.expect("enqueue"), EnqueueOutcome::Queued);
+        let t = p.ticket();
+        p.cancel();
+        assert_eq!(code(p.wait_with(t, 30).await), ErrorCode::Aborted);
+        assert_eq!(
+            code(p.wait(0).await),
+            ErrorCode::InvalidArgument,
+            "enqueue abandoned"
+        );
+    }
+
+    #[tokio::test]
     async fn concurrent_misuse_is_rejected_not_blocked() {
         let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
         let p = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");

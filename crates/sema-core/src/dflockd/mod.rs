@@ -21,7 +21,7 @@ pub mod stats;
 
 pub use connection::{stats_json, ConnectOptions, Connection, TlsOptions};
 pub use error::{DflockdError, ErrorCode, Result};
-pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions};
+pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions, Ticket};
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Request};
 pub use shard::stable_hash_shard;
 pub use stats::{parse_stats, Stats};

@@ -129,6 +129,12 @@ struct State {
     stopped: Vec<JoinHandle<()>>,
 }
 
+/// Taken synchronously when an `acquire`/`enqueue`/`wait` is requested (see
+/// [`Primitive::ticket`]): a `cancel()`/`close()` issued after it aborts that call even if the
+/// call has not started running yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket(u64);
+
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server.
 ///
 /// All methods take `&self`; concurrent misuse (e.g. two acquires at once) is rejected with
@@ -137,6 +143,8 @@ pub struct Primitive {
     opts: Arc<PrimitiveOptions>,
     state: Mutex<State>,
     on_lost: Arc<Mutex<Option<LossCallback>>>,
+    tickets: AtomicU64,
+    cancelled_upto: AtomicU64,
 }
 
 impl std::fmt::Debug for Primitive {
@@ -176,7 +184,24 @@ impl Primitive {
                 stopped: Vec::new(),
             }),
             on_lost: Arc::new(Mutex::new(None)),
+            tickets: AtomicU64::new(0),
+            cancelled_upto: AtomicU64::new(0),
         })
+    }
+
+    /// Take a ticket for a call that will run later (e.g. on another thread): a `cancel()` or
+    /// `close()` issued after this aborts the call with `ABORTED`, even before it starts.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.tickets.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    fn ticket_cancelled(&self, t: Ticket) -> bool {
+        self.cancelled_upto.load(Ordering::SeqCst) >= t.0
+    }
+
+    fn cancel_issued_tickets(&self) {
+        self.cancelled_upto
+            .fetch_max(self.tickets.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 
     /// The options.
@@ -218,8 +243,11 @@ impl Primitive {
         self.held_shared().is_some()
     }
 
-    fn begin(&self) -> Result<(u64, CancellationToken, Vec<JoinHandle<()>>)> {
+    fn begin(&self, ticket: Ticket) -> Result<(u64, CancellationToken, Vec<JoinHandle<()>>)> {
         let mut st = lock(&self.state);
+        if self.ticket_cancelled(ticket) {
+            return Err(DflockdError::aborted());
+        }
         match &st.phase {
             Phase::Idle => {}
             Phase::Held(h) if h.shared.lost.load(Ordering::SeqCst) => {
@@ -327,7 +355,12 @@ impl Primitive {
     /// `Ok(false)` = timed out (connection closed). Cancellation (`cancel()`/`close()`) closes
     /// the connection and yields `ABORTED`.
     pub async fn acquire(&self) -> Result<bool> {
-        let (op, cancel, old) = self.begin()?;
+        self.acquire_with(self.ticket()).await
+    }
+
+    /// [`Primitive::acquire`] with a ticket taken earlier.
+    pub async fn acquire_with(&self, ticket: Ticket) -> Result<bool> {
+        let (op, cancel, old) = self.begin(ticket)?;
         join_stopped(old).await;
         let o = &self.opts;
         let work = async {
@@ -365,7 +398,12 @@ impl Primitive {
     /// (renewal started); `Queued` = call [`Primitive::wait`] promptly (the gap counts against
     /// the server's idle limit, and a grant's lease runs from the grant).
     pub async fn enqueue(&self) -> Result<EnqueueOutcome> {
-        let (op, cancel, old) = self.begin()?;
+        self.enqueue_with(self.ticket()).await
+    }
+
+    /// [`Primitive::enqueue`] with a ticket taken earlier.
+    pub async fn enqueue_with(&self, ticket: Ticket) -> Result<EnqueueOutcome> {
+        let (op, cancel, old) = self.begin(ticket)?;
         join_stopped(old).await;
         let o = &self.opts;
         let work = async {
@@ -402,9 +440,21 @@ impl Primitive {
     /// still answers `ok`); if that fails the result is `LOCK_LOST`. `Ok(false)` = timed out
     /// (the connection is closed: its queue state is ambiguous; enqueue again).
     pub async fn wait(&self, timeout_s: u64) -> Result<bool> {
+        self.wait_with(self.ticket(), timeout_s).await
+    }
+
+    /// [`Primitive::wait`] with a ticket taken earlier. A wait cancelled before it started
+    /// also abandons the pending enqueue (its connection is closed).
+    pub async fn wait_with(&self, ticket: Ticket, timeout_s: u64) -> Result<bool> {
         protocol::validate_timeout(timeout_s)?;
         let (op, cancel, mut conn) = {
             let mut st = lock(&self.state);
+            if self.ticket_cancelled(ticket) {
+                if matches!(st.phase, Phase::Queued(_)) {
+                    st.phase = Phase::Idle;
+                }
+                return Err(DflockdError::aborted());
+            }
             match &st.phase {
                 Phase::Held(h) => {
                     if h.shared.lost.load(Ordering::SeqCst) {
@@ -549,10 +599,13 @@ impl Primitive {
         result
     }
 
-    /// Abort an in-flight `acquire`/`enqueue`/`wait`: it closes its connection and resolves
-    /// `ABORTED`. Does nothing to a held lock.
+    /// Abort an in-flight `acquire`/`enqueue`/`wait` (including one whose [`Ticket`] was taken
+    /// but which has not started yet): it closes its connection and resolves `ABORTED`. Does
+    /// nothing to a held lock.
     pub fn cancel(&self) {
-        if let Phase::Busy { cancel, .. } = &lock(&self.state).phase {
+        let st = lock(&self.state);
+        self.cancel_issued_tickets();
+        if let Phase::Busy { cancel, .. } = &st.phase {
             cancel.cancel();
         }
     }
@@ -561,6 +614,7 @@ impl Primitive {
     /// without sending `r` (the server auto-releases on disconnect).
     pub fn close(&self) {
         let mut st = lock(&self.state);
+        self.cancel_issued_tickets();
         match std::mem::replace(&mut st.phase, Phase::Idle) {
             Phase::Idle => {}
             Phase::Busy { cancel, .. } => cancel.cancel(),

@@ -577,3 +577,29 @@ fn semats_exact_switches() {
     semats_like.release_as_process(false).unwrap();
     assert!(!path.exists());
 }
+
+#[test]
+fn read_cap_boundaries() {
+    let d = dir();
+    let lf = lockfile(&d, "cap.lock");
+    let head = format!(
+        "pid={}\ntimestamp={}\n",
+        std::process::id(),
+        now_unix_secs()
+    );
+    for size in [
+        head.len(),
+        4095,
+        4096,
+        4097,
+        8192,
+        MAX_LOCK_FILE_BYTES,
+        MAX_LOCK_FILE_BYTES + 1,
+    ] {
+        let mut content = head.clone().into_bytes();
+        content.resize(size, b'x'); // a last line without '=' is ignored
+        std::fs::write(lf.path(), &content).unwrap();
+        let parsed = matches!(lf.observe(), Observation::Parsed { .. });
+        assert_eq!(parsed, size <= MAX_LOCK_FILE_BYTES, "size {size}");
+    }
+}

@@ -507,8 +507,9 @@ impl LockFile {
 
     /// Create the file (breaking a stale one safely), without touching the in-process slot.
     fn attempt_unslotted(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        let owner = req.owner_pid.map(i64::from).unwrap_or_else(current_pid);
-        let start = if owner == current_pid() {
+        let me = current_pid();
+        let owner = req.owner_pid.map(i64::from).unwrap_or(me);
+        let start = if owner == me {
             own_start_ticks()
         } else {
             process_start_ticks(owner)

@@ -65,7 +65,8 @@ pub(crate) fn file_id(meta: &Metadata) -> FileId {
     }
 }
 
-/// `pread` until `buf` is full or end of file; returns the bytes read.
+/// `pread` into `buf` until it is full or a read comes back short (end of file for a regular
+/// file); returns the bytes read.
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut done = 0usize;
     while done < buf.len() {
@@ -81,7 +82,12 @@ fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         };
         match n {
             Ok(0) => break,
-            Ok(n) => done += n,
+            Ok(n) => {
+                done += n;
+                if done < buf.len() {
+                    break; // short read: end of file
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }

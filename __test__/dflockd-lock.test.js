@@ -126,6 +126,22 @@ describe('instance state', { skip }, () => {
     assert.ok(Date.now() - t0 < 5000, 'abort is prompt')
     assert.equal(b.token, null)
     await assert.rejects(b.acquire({ signal: AbortSignal.abort() }), code('ABORTED'))
+    // aborting in the same tick, or a microtask later, is prompt too (before the native call has started)
+    for (const when of ['sync', 'microtask', 'sync', 'microtask', 'sync']) {
+      const c = mk('st-abort', { acquireTimeoutS: 3 })
+      const ac2 = new AbortController()
+      const t1 = Date.now()
+      const p2 = c.acquire({ signal: ac2.signal })
+      if (when === 'sync') ac2.abort()
+      else queueMicrotask(() => ac2.abort())
+      await assert.rejects(p2, code('ABORTED'), when)
+      assert.ok(Date.now() - t1 < 1000, `${when} abort took ${Date.now() - t1} ms`)
+      // and close() right after acquire() interrupts it the same way
+      const e = mk('st-abort', { acquireTimeoutS: 3 })
+      const p3 = e.acquire()
+      e.close()
+      await assert.rejects(p3, code('ABORTED'))
+    }
     // the aborted waiter left the queue: after release, a timeout-0 try succeeds
     await holder.release()
     const c = mk('st-abort', { acquireTimeoutS: 5 })

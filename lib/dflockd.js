@@ -179,6 +179,47 @@ function abortedError(what) {
   return new LockError(`${what} aborted`, 'ABORTED')
 }
 
+const ABORTED_RESULT = Object.freeze({ ok: false, error: Object.freeze({ code: 'ABORTED', message: 'operation aborted' }) })
+
+/**
+ * Starts a native acquire/enqueue/wait of `prim` and returns `{promise, interrupt}`: the promise resolves the native
+ * result, or ABORTED at once when `signal` aborts or `interrupt()` is called. The native cancel()/close() can miss
+ * an operation that has not started running yet, so the JS side does not wait for it: a result that still arrives
+ * after the interrupt (a late grant) is dropped with close(), which the server turns into a release.
+ */
+function cancellable(prim, start, signal) {
+  let settled = false
+  let interrupt
+  const promise = new Promise((resolve) => {
+    const op = start()
+    const off = onAbort(signal, () => interrupt())
+    interrupt = () => {
+      prim.cancel()
+      prim.close()
+      if (settled) return
+      settled = true
+      off()
+      resolve(ABORTED_RESULT)
+      op.then(() => prim.close(), () => prim.close())
+    }
+    op.then(
+      (r) => {
+        if (settled) return
+        settled = true
+        off()
+        resolve(r)
+      },
+      (e) => {
+        if (settled) return
+        settled = true
+        off()
+        resolve({ ok: false, error: { code: 'PROTOCOL_ERROR', message: `native call failed: ${e && e.message ? e.message : e}` } })
+      },
+    )
+  })
+  return { promise, interrupt }
+}
+
 /** Options shared by connections (connect-time part). */
 function connectOptions(o) {
   const out = {}
@@ -259,6 +300,8 @@ class DistributedLock {
   #held = false
   #enqueued = false
   #lostEarly = null
+  /** Interrupts the in-flight native acquire/enqueue/wait (see cancellable). */
+  #interrupt = null
   #controller = new AbortController()
 
   constructor(options, ...internal) {
@@ -433,18 +476,23 @@ class DistributedLock {
     return r.value
   }
 
+  /** Runs one native acquire/enqueue/wait of `prim`, interruptible by `signal` and close(). */
+  async #run(prim, start, signal) {
+    const { promise, interrupt } = cancellable(prim, start, signal)
+    this.#interrupt = interrupt
+    try {
+      return await promise
+    } finally {
+      if (this.#interrupt === interrupt) this.#interrupt = null
+    }
+  }
+
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   async acquire(options) {
     const { force = false, signal } = options ?? {}
     checkSignal(signal)
     const prim = this.#begin(force, signal)
-    const off = onAbort(signal, () => prim.cancel())
-    let r
-    try {
-      r = await prim.acquire()
-    } finally {
-      off()
-    }
+    const r = await this.#run(prim, () => prim.acquire(), signal)
     if (!this.#settle(prim, r, signal, 'acquire')) {
       this.#drop(prim)
       return false
@@ -459,13 +507,7 @@ class DistributedLock {
     checkSignal(signal)
     const prim = this.#begin(force, signal)
     this.#enqueued = true
-    const off = onAbort(signal, () => prim.cancel())
-    let r
-    try {
-      r = await prim.enqueue()
-    } finally {
-      off()
-    }
+    const r = await this.#run(prim, () => prim.enqueue(), signal)
     const status = this.#settle(prim, r, signal, 'enqueue')
     if (status === 'acquired') this.#granted(prim)
     else if (status !== 'queued') {
@@ -492,13 +534,7 @@ class DistributedLock {
       this.close()
       throw abortedError('wait')
     }
-    const off = onAbort(signal, () => prim.cancel())
-    let r
-    try {
-      r = await prim.wait(t)
-    } finally {
-      off()
-    }
+    const r = await this.#run(prim, () => prim.wait(t), signal)
     if (!this.#settle(prim, r, signal, 'wait')) {
       // After a `w` timeout the server has dropped our queue entry: the connection is done.
       this.#drop(prim)
@@ -523,6 +559,9 @@ class DistributedLock {
         prim.close()
       }
     } else {
+      const interrupt = this.#interrupt
+      this.#interrupt = null
+      if (interrupt) interrupt()
       prim.cancel()
       prim.close()
     }
@@ -553,6 +592,9 @@ class DistributedLock {
     if (!prim) return
     this.#prim = null
     this.#held = false
+    const interrupt = this.#interrupt
+    this.#interrupt = null
+    if (interrupt) interrupt()
     prim.cancel()
     prim.close()
   }
@@ -941,13 +983,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     if (handle) handle._lost(lostMessage)
     else lostEarly = true
   })
-  const off = onAbort(signal, () => prim.cancel())
-  let r
-  try {
-    r = await prim.acquire()
-  } finally {
-    off()
-  }
+  const r = await cancellable(prim, () => prim.acquire(), signal).promise
   if (!r.ok) {
     prim.close()
     if (r.error.code === 'ABORTED') return fail('ABORTED', 'acquire aborted')

@@ -559,3 +559,56 @@ fn futures_and_handles_are_send_and_sync() {
     send_sync::<HeldLock>();
     send_sync::<LockError>();
 }
+
+/// Extreme option values never panic or spin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_options_do_not_panic() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("x.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            stale_timeout: Some(Duration::MAX),
+            retry_interval: Duration::ZERO,
+            heartbeat: Some(Duration::MAX),
+            max_tag_length: Some(0),
+            pending_write_grace: Duration::MAX,
+            ..LockOptions::default()
+        },
+    );
+    let held = lf
+        .acquire(
+            &AcquireRequest {
+                tag: Some("cut to nothing".into()),
+                owner_pid: Some(u32::MAX),
+            },
+            Some(Duration::MAX),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held.info().tag.as_deref(), Some(""));
+    held.start_heartbeat(&tokio::runtime::Handle::current());
+    let err = lf
+        .acquire(
+            &AcquireRequest::default(),
+            Some(Duration::from_millis(30)),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "TIMEOUT");
+    assert!(!lf.status().is_stale);
+    assert!(held.release().unwrap());
+    let hb_zero = LockFile::new(
+        path.clone(),
+        LockOptions {
+            heartbeat: Some(Duration::ZERO),
+            ..LockOptions::default()
+        },
+    );
+    let held = hb_zero.try_acquire(&AcquireRequest::default()).unwrap();
+    held.start_heartbeat(&tokio::runtime::Handle::current());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(held.release().unwrap());
+}

@@ -30,6 +30,12 @@ const TEMP_FILE_MAX_AGE: Duration = Duration::from_secs(60);
 /// Smallest heartbeat period we run (a zero period would spin).
 const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 
+/// Largest heartbeat period we run (longer ones would overflow timer arithmetic).
+const MAX_HEARTBEAT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Smallest polling interval while waiting (zero would spin).
+const MIN_RETRY: Duration = Duration::from_millis(1);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -448,7 +454,7 @@ impl LockFile {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
                 _ = &mut notified => {}
-                _ = tokio::time::sleep(self.options.retry_interval) => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {}
                 _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
             }
         }
@@ -772,7 +778,7 @@ impl LockFile {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
                 _ = &mut notified => {}
-                _ = tokio::time::sleep(self.options.retry_interval) => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {}
                 _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
             }
         }
@@ -1037,7 +1043,7 @@ impl HeldLock {
             }
             state.heartbeat_started = true;
         }
-        let period = period.max(MIN_HEARTBEAT);
+        let period = period.clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
         let weak = Arc::downgrade(&self.inner);
         let stop = self.inner.stop.clone();
         rt.spawn(async move {

@@ -12,7 +12,7 @@ pub enum LockError {
         holder_pid: Option<i64>,
         locked_since: Option<i64>,
     },
-    /// The wait ran out. `"TIMEOUT"`, "Timeout waiting for lock after <ms>ms".
+    /// The wait ran out. `"TIMEOUT"`, `"Timeout waiting for lock after <ms>ms"`.
     Timeout { timeout_ms: u64 },
     /// The acquisition was cancelled. `"ABORTED"`, "Lock acquisition was aborted".
     Aborted,
@@ -27,7 +27,7 @@ pub enum LockError {
     PathTraversal(String),
     /// The lock was lost (file removed or replaced). `"LOCK_LOST"`; the message is the reason.
     LockLost(String),
-    /// An I/O failure. `"IO_ERROR"`, "<context>: <error>", e.g. "Failed to create lock: ...".
+    /// An I/O failure. `"IO_ERROR"`, `"<context>: <error>"`, e.g. `"Failed to create lock: ..."`.
     Io {
         context: String,
         source: std::io::Error,

@@ -1,7 +1,7 @@
 //! File-Based Semaphore lock files, shared with the `sema` (Rust) and `semats` (TypeScript)
 //! tools, with the guarantees of design.md §3:
 //!
-//! - [`format`]: exactly the bytes both tools write (`pid=`, `timestamp=`, `tag=`), then our
+//! - [`format`](mod@format): exactly the bytes both tools write (`pid=`, `timestamp=`, `tag=`), then our
 //!   `host=`, `start=`, `token=`; semats' parse rules.
 //! - Atomic creation of a complete file (O_TMPFILE + `linkat`, or a named temp file + `link`),
 //!   never check-then-rename; the holder keeps a shared `flock` on it while it holds the lock.
@@ -12,9 +12,29 @@
 //! - Fair waiting: an in-process FIFO per lock path, woken by inotify/kqueue events with
 //!   polling as the fallback.
 //!
-//! Async functions ([`LockFile::acquire`], [`LockFile::wait_until_free`]) must run inside a
-//! tokio runtime with time enabled; [`HeldLock::start_heartbeat`] takes a runtime handle.
-//! Everything else is synchronous and needs no runtime.
+//! # For callers (the napi bindings, the CLI)
+//!
+//! - [`LockFile::acquire`], [`LockFile::try_acquire_async`] and [`LockFile::wait_until_free`]
+//!   must be polled inside a tokio runtime with time enabled (their futures are `Send`).
+//!   [`HeldLock::start_heartbeat`] takes a runtime handle. Everything else is synchronous and
+//!   needs no runtime; with `fsync` on, [`LockFile::try_acquire`] and [`HeldLock::release`] do
+//!   disk syncs, so run them off the JS thread.
+//! - `acquire` with a zero timeout makes exactly one attempt and reports `Timeout` (semats'
+//!   `acquire({timeout: 0})`); `try_acquire` / `try_acquire_async` report `AlreadyLocked` with the
+//!   holder.
+//! - A [`HeldLock`] is not released when its handles are dropped: the process-wide registry
+//!   keeps it until [`HeldLock::release`], loss, or [`release_all_held`] (an exit hook). A CLI
+//!   whose lock must outlive it (`--pid`) must not run that hook for it.
+//! - Call [`HeldLock::start_heartbeat`] after every successful acquisition, or long-held locks
+//!   age on other hosts and loss goes unnoticed until `release()`.
+//! - A lock in our format whose recorded owner process has died is reclaimable at once on this
+//!   host. A semats-compatible CLI whose lock must survive its own exit can write semats'
+//!   format instead ([`LockFile::with_extra_keys`]`(false)`).
+//! - semats-exact behaviour where this engine deliberately differs: [`LockOptions`]
+//!   `foreign_start_check: false` (a live pid always protects a foreign file, even when that
+//!   process started after the lock's timestamp) and `release_young_unparseable: true` (a fresh
+//!   unparseable file is deleted by `release(false)`). semats' `status().isStale` (age only) is
+//!   [`is_lock_stale_by_age`].
 
 pub mod error;
 pub mod format;

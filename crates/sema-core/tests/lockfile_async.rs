@@ -221,7 +221,9 @@ async fn timeout_and_cancel_leave_nothing_behind() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A current-thread runtime makes the queueing order deterministic: each spawned waiter runs
+/// until it is queued before the test task continues.
+#[tokio::test(flavor = "current_thread")]
 async fn in_process_waiters_are_served_fifo() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("fifo.lock");

@@ -39,11 +39,15 @@ function openFile(path, options = {}) {
 async function acquireFile(target, path, options = {}, { wait }) {
   const { file, error } = openFile(path, options)
   if (error) return { ok: false, error }
-  const timeout = wait ? acquireTimeoutMs(options.timeout) : 0
-  const ownerPid = options.pid ?? null
-  const r = await withAbort(options.signal, (cancelId) => file.acquire(options.tag ?? null, ownerPid, timeout, cancelId))
+  const tag = options.tag ?? undefined
+  const ownerPid = options.pid ?? undefined
+  const r = await withAbort(options.signal, (cancelId) =>
+    wait
+      ? file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined)
+      : file.tryAcquireAsync(tag, ownerPid),
+  )
   if (!r.ok) {
-    if (r.error.code === 'TIMEOUT' && wait) {
+    if (r.error.code === 'TIMEOUT') {
       return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${options.timeout}ms` } }
     }
     return { ok: false, error: semaphoreError(r.error) }

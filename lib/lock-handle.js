@@ -45,9 +45,9 @@ class LockHandle {
     }
   }
 
-  /** Resolves true if this call released the lock, false if it was already released or lost. */
+  /** Resolves true if this call released the lock, false if it was already released or lost (or another call is releasing it). */
   release() {
-    if (this.#releasing) return this.#releasing
+    if (this.#releasing) return this.#releasing.then(() => false, () => false)
     if (this.#state !== 'held') return Promise.resolve(false)
     this.#releasing = (async () => {
       try {

@@ -23,7 +23,7 @@ function createLockInfo(tag) {
 }
 
 function serializeLockInfo(info, maxTagLength = 10_000) {
-  return native.serializeLockInfo(info.pid, info.timestamp, info.tag ?? null, finiteOrNull(maxTagLength))
+  return native.serializeLockInfo(info.pid, info.timestamp, info.tag ?? undefined, finiteOrNull(maxTagLength) ?? undefined)
 }
 
 function parseLockInfo(content) {
@@ -51,13 +51,14 @@ function engineOptions(config) {
   const heartbeatOff = config.heartbeat === null || config.heartbeat === false || config.heartbeat === 0
   // undefined leaves the engine's default: min(10 s, staleTimeout / 4)
   const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : positiveMs(config.heartbeat, 'heartbeat')
+  // napi maps `undefined` (not `null`) to None in object fields.
   return {
-    staleTimeoutMs: staleTimeoutMs === null ? null : Math.max(0, staleTimeoutMs),
+    staleTimeoutMs: staleTimeoutMs === null ? undefined : Math.max(0, staleTimeoutMs),
     retryIntervalMs: Math.max(1, finiteOrNull(config.retryInterval) ?? 1),
     fsync: config.fsync !== false,
     heartbeatMs,
     heartbeatOff,
-    maxTagLength: finiteOrNull(config.maxTagLength),
+    maxTagLength: finiteOrNull(config.maxTagLength) ?? undefined,
   }
 }
 
@@ -123,8 +124,8 @@ class Semaphore {
   }
 
   tryAcquireWithInfo(info) {
-    const ownerPid = info && info.pid !== process.pid ? info.pid : null
-    const r = this.#file.tryAcquire(info ? (info.tag ?? null) : null, ownerPid)
+    const ownerPid = info && info.pid !== process.pid ? info.pid : undefined
+    const r = this.#file.tryAcquire(info ? (info.tag ?? undefined) : undefined, ownerPid)
     if (!r.ok) return { ok: false, error: semaphoreError(r.error) }
     return { ok: true, value: heldInfo(r.lock) }
   }
@@ -132,7 +133,7 @@ class Semaphore {
   async acquire(options = {}) {
     const timeout = acquireTimeoutMs(options.timeout ?? this.#config.acquireTimeout)
     const r = await withAbort(options.signal, (cancelId) =>
-      this.#file.acquire(options.tag ?? null, null, timeout, cancelId),
+      this.#file.acquire(options.tag ?? undefined, undefined, timeout ?? undefined, cancelId ?? undefined),
     )
     if (!r.ok) {
       if (r.error.code === 'TIMEOUT') {

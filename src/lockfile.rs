@@ -335,6 +335,20 @@ impl NativeLockFile {
         acquired(self.inner.try_acquire(&request(tag, owner_pid)))
     }
 
+    /// One attempt on the tokio pool (the target API's `tryAcquire`: all I/O off the JS thread).
+    #[napi]
+    pub async fn try_acquire_async(
+        &self,
+        tag: Option<String>,
+        owner_pid: Option<u32>,
+    ) -> AcquireOutcome {
+        let file = self.inner.clone();
+        let r = tokio::task::spawn_blocking(move || file.try_acquire(&request(tag, owner_pid)))
+            .await
+            .unwrap_or_else(|e| Err(join_error(e)));
+        acquired(r)
+    }
+
     /// Waits on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` = forever,
     /// 0 = one attempt) and the cancel id (from `newCancelId`).
     #[napi]

@@ -177,6 +177,20 @@ describe('instance state', { skip }, () => {
     await b.release()
   })
 
+  test('socketTimeoutMs does not cut blocking acquire() / wait()', async () => {
+    const holder = mk('st-sockto')
+    assert.equal(await holder.acquire(), true)
+    const b = mk('st-sockto', { socketTimeoutMs: 300, acquireTimeoutS: 1 })
+    let t0 = Date.now()
+    assert.equal(await b.acquire(), false)
+    assert.ok(Date.now() - t0 >= 900, 'waited the whole acquire timeout')
+    assert.equal(await b.enqueue(), 'queued')
+    t0 = Date.now()
+    assert.equal(await b.wait(1), false)
+    assert.ok(Date.now() - t0 >= 900, 'waited the whole wait timeout')
+    await holder.release()
+  })
+
   test('a DistributedSemaphore with limit 1 behaves as a lock', async () => {
     const a = new DistributedSemaphore({ key: 'st-sem1', limit: 1, servers: [[s.host, s.port]] })
     assert.equal(await a.acquire(), true)

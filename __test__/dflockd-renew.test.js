@@ -76,6 +76,23 @@ describe('renewal', { skip, concurrency: true }, () => {
 })
 
 describe('loss', { skip }, () => {
+  test(
+    'the server dropping an idle connection (its read timeout) is reported promptly',
+    { todo: 'native layer: loss is noticed only at the next renew tick (up to renewMaxIntervalMs = 15 s later)' },
+    async () => {
+      const s = await d.startServer({ args: ['--read-timeout', '2'] })
+      const a = new DistributedLock({ key: 'ls-idle', servers: [[s.host, s.port]], leaseTtlS: 60 })
+      assert.equal(await a.acquire(), true)
+      const t0 = Date.now()
+      const aborted = once(a.signal, 'abort').then(() => true)
+      const bound = new Promise((r) => setTimeout(r, 6000, false))
+      const reported = await Promise.race([aborted, bound])
+      a.close()
+      assert.ok(reported, `no loss reported ${Date.now() - t0} ms after the server closed the connection (at ~2 s)`)
+    },
+  )
+
+
   test('server SIGKILLed while held → onLockLost once, signal aborted; restarted server grants again', async () => {
     const s = await d.startServer()
     const calls = []

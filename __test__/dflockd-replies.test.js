@@ -157,6 +157,33 @@ describe('two-phase replies', { skip }, () => {
     }
   })
 
+  test('a grant whose lease expired before wait() → LockError LOCK_LOST (stale-token trap)', async () => {
+    const holder = await Connection.connect({ host: s.host, port: s.port })
+    const w = new DistributedLock({ key: 'rp-stale', servers: [[s.host, s.port]], leaseTtlS: 1 })
+    try {
+      const g = await holder.acquire('rp-stale', 0, 30)
+      assert.equal(await w.enqueue(), 'queued')
+      await holder.release('rp-stale', g.token) // grants w's queued entry a 1 s lease that nobody renews
+      // No event exists for a server-side lease expiry: poll until another client can take the key.
+      const deadline = Date.now() + 6000
+      for (;;) {
+        try {
+          const p = await holder.acquire('rp-stale', 0)
+          await holder.release('rp-stale', p.token)
+          break
+        } catch (err) {
+          if (!(err instanceof AcquireTimeoutError) || Date.now() > deadline) throw err
+          await new Promise((r) => setTimeout(r, 100))
+        }
+      }
+      await assert.rejects(w.wait(1), (e) => e instanceof LockError && e.code === 'LOCK_LOST')
+      assert.equal(w.token, null)
+    } finally {
+      holder.close()
+      w.close()
+    }
+  })
+
   test('error_lease_expired', { skip: goOnly }, async () => {
     const c = await Connection.connect({ host: s.host, port: s.port })
     try {

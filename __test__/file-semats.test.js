@@ -185,7 +185,9 @@ describe('lock lifecycle: shapes, types and messages', () => {
     assert.equal(s.release().ok, true)
   })
 
-  test('a garbage lock: getLockInfo null, isLocked true, tryAcquire ALREADY_LOCKED without holderPid, release() deletes it (semats)', () => {
+  // semats deletes an unparseable lock on release() without force (§B1); index.d.ts narrows release() to "a lock
+  // held by this process" (force removes anyone's), and an unknown owner is not this process.
+  test('a garbage lock: getLockInfo null, isLocked true, tryAcquire ALREADY_LOCKED without holderPid; release() refuses, force removes', () => {
     const file = fresh()
     fs.writeFileSync(file, 'garbage')
     const s = new Semaphore(file)
@@ -195,7 +197,11 @@ describe('lock lifecycle: shapes, types and messages', () => {
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'ALREADY_LOCKED')
     assert.equal(r.error.holderPid, undefined)
-    assert.equal(s.release().ok, true, 'semats deletes an unparseable lock without force')
+    const rel = s.release()
+    assert.equal(rel.ok, false, 'not this process’s lock')
+    assert.equal(rel.error.type, 'PERMISSION_DENIED')
+    assert.equal(fs.readFileSync(file, 'utf8'), 'garbage')
+    assert.equal(s.release(true).ok, true)
     assert.equal(fs.existsSync(file), false)
   })
 })

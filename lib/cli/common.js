@@ -1,0 +1,209 @@
+'use strict'
+// Helpers shared by the three CLI front ends (lib/cli/own.js, semats.js, sema.js): output that is never lost on
+// exit, durations with unit suffixes, the text of OS errors as Rust prints them, and how a target is shown.
+
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+
+/** A bad command line. `exitCode` is the front end's usage-error code. */
+class UsageError extends Error {
+  constructor(message, exitCode = 2) {
+    super(message)
+    this.name = 'UsageError'
+    this.exitCode = exitCode
+  }
+}
+
+// A reader that went away (`sema-native status | head -0`) must not turn into an unhandled EPIPE.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {})
+
+function out(text) {
+  process.stdout.write(text)
+}
+
+function err(text) {
+  process.stderr.write(text)
+}
+
+/**
+ * Exits with `code` once stdout and stderr are flushed (writes to pipes are asynchronous on some platforms, so a
+ * bare process.exit() can cut the output). Never returns.
+ */
+function exit(code) {
+  let pending = 2
+  const done = () => {
+    if (--pending === 0) process.exit(code)
+  }
+  process.stdout.write('', done)
+  process.stderr.write('', done)
+  return new Promise(() => {})
+}
+
+const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
+
+/**
+ * Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `1m`, `1h` (a bare number is milliseconds). Returns NaN when the
+ * text is not a duration.
+ */
+function parseDuration(text) {
+  const m = /^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?$/.exec(String(text).trim())
+  if (!m) return Number.NaN
+  const ms = Number(m[1]) * UNITS[m[2] ?? 'ms']
+  return Number.isFinite(ms) ? Math.round(ms) : Number.NaN
+}
+
+/** Human form of a duration in ms, in the largest unit that divides it: `250ms`, `2s`, `3m`, `1h`. */
+function formatDuration(ms) {
+  if (ms > 0 && ms % 3_600_000 === 0) return `${ms / 3_600_000}h`
+  if (ms > 0 && ms % 60_000 === 0) return `${ms / 60_000}m`
+  if (ms > 0 && ms % 1000 === 0) return `${ms / 1000}s`
+  return `${ms}ms`
+}
+
+// Texts of glibc's strerror(), which Rust's io::Error prints as "<text> (os error N)". libuv's own messages are
+// lower case and worded differently, so the common ones are spelled out here.
+const STRERROR = {
+  EPERM: 'Operation not permitted',
+  ENOENT: 'No such file or directory',
+  EIO: 'Input/output error',
+  EBADF: 'Bad file descriptor',
+  EAGAIN: 'Resource temporarily unavailable',
+  ENOMEM: 'Cannot allocate memory',
+  EACCES: 'Permission denied',
+  EBUSY: 'Device or resource busy',
+  EEXIST: 'File exists',
+  EXDEV: 'Invalid cross-device link',
+  ENOTDIR: 'Not a directory',
+  EISDIR: 'Is a directory',
+  EINVAL: 'Invalid argument',
+  ENFILE: 'Too many open files in system',
+  EMFILE: 'Too many open files',
+  ETXTBSY: 'Text file busy',
+  EFBIG: 'File too large',
+  ENOSPC: 'No space left on device',
+  EROFS: 'Read-only file system',
+  EMLINK: 'Too many links',
+  ENAMETOOLONG: 'File name too long',
+  ENOTEMPTY: 'Directory not empty',
+  ELOOP: 'Too many levels of symbolic links',
+  EDQUOT: 'Disk quota exceeded',
+  ESTALE: 'Stale file handle',
+}
+
+/** `No such file or directory (os error 2)`: how Rust's io::Error displays an OS error, from a Node error code. */
+function rustIoText(code, fallback) {
+  const errno = code ? os.constants.errno[code] : undefined
+  if (errno === undefined) return fallback
+  let text = STRERROR[code]
+  if (!text) {
+    try {
+      const entry = require('node:util').getSystemErrorMap().get(-errno)
+      text = entry ? entry[1].charAt(0).toUpperCase() + entry[1].slice(1) : code
+    } catch {
+      text = code
+    }
+  }
+  return `${text} (os error ${errno})`
+}
+
+/** The errno code (`ENOENT`) inside an error value or its cause/message, if any. */
+function errnoCode(error) {
+  if (!error) return undefined
+  if (error.cause && typeof error.cause.code === 'string') return error.cause.code
+  if (typeof error.code === 'string' && /^E[A-Z0-9]+$/.test(error.code)) return error.code
+  const m = /\b(E[A-Z]{2,}[A-Z0-9]*)\b/.exec(error.message ?? '')
+  if (m && os.constants.errno[m[1]] !== undefined) return m[1]
+  const n = /\(os error (\d+)\)/.exec(error.message ?? '')
+  if (n) {
+    const num = Number(n[1])
+    return Object.keys(os.constants.errno).find((k) => os.constants.errno[k] === num)
+  }
+  return undefined
+}
+
+/** `dflockd://` targets shown without their auth token (it would otherwise end up in logs and JSON). */
+function displayTarget(target) {
+  return String(target).replace(/^(dflockd:\/\/)[^@/]*@/i, '$1***@')
+}
+
+function isDflockd(target) {
+  return /^dflockd:\/\//i.test(target)
+}
+
+/**
+ * Parent directory of a path as Rust's `Path::parent` sees it: '' for a bare file name (no check needed) and
+ * null for the root.
+ */
+function rustParent(p) {
+  let s = p
+  while (s.length > 1 && s.endsWith('/')) s = s.slice(0, -1)
+  if (s === '/') return null
+  const i = s.lastIndexOf('/')
+  if (i < 0) return ''
+  let parent = s.slice(0, i)
+  while (parent.length > 1 && parent.endsWith('/')) parent = parent.slice(0, -1)
+  return parent === '' ? '/' : parent
+}
+
+function exists(p) {
+  try {
+    fs.statSync(p)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Lazily loads the package API, so that `--help` works even where the native addon is not built. */
+function api() {
+  return require(path.join(__dirname, '..', '..', 'index.js'))
+}
+
+/**
+ * `tryAcquire(target, options)` with a busy lock always reported as ALREADY_LOCKED (holderPid/lockedSince when
+ * readable). Works around the package's file-target tryAcquire, which reports a busy lock file as
+ * `TIMEOUT "Timeout waiting for lock after 0ms"` without the holder.
+ */
+async function tryAcquireOnce(target, options) {
+  const r = await api().tryAcquire(target, options)
+  if (r.ok || r.error.type !== 'TIMEOUT') return r
+  const error = { type: 'ALREADY_LOCKED', message: 'Lock already held' }
+  try {
+    const s = await api().status(target)
+    if (s.info) {
+      error.holderPid = s.info.pid
+      error.lockedSince = s.info.timestamp
+    }
+  } catch {}
+  return { ok: false, error }
+}
+
+/** The shell's exit status for a death by `signal`: 128 + its number. */
+function signalExitCode(signal) {
+  const n = os.constants.signals[signal]
+  return n === undefined ? 1 : 128 + n
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+module.exports = {
+  UsageError,
+  out,
+  err,
+  exit,
+  parseDuration,
+  formatDuration,
+  rustIoText,
+  errnoCode,
+  displayTarget,
+  isDflockd,
+  rustParent,
+  exists,
+  api,
+  tryAcquireOnce,
+  signalExitCode,
+  sleep,
+}

@@ -1,0 +1,610 @@
+'use strict'
+// sema-native's own commands over any target (a path, file:// or dflockd:// URL): acquire, try-acquire, release,
+// status, clean, wait and run. docs/cli.md is the user-facing description; keep the two in step.
+//
+// Exit codes: 0 success (a query that answered, whatever the answer), 1 busy / timed out / refused / not held,
+// 2 usage error, 3 I/O, connection or other error. `run` exits with its command's status instead.
+
+const fs = require('node:fs')
+const path = require('node:path')
+const { fileURLToPath } = require('node:url')
+const {
+  UsageError,
+  out,
+  err,
+  exit,
+  parseDuration,
+  formatDuration,
+  displayTarget,
+  isDflockd,
+  api,
+  tryAcquireOnce,
+} = require('./common')
+
+const PROG = 'sema-native'
+
+// ─── help ───
+
+const OVERVIEW = `Usage: ${PROG} <command> <target> [options]
+       ${PROG} run <target> [options] -- <command> [args...]
+       ${PROG} semats <args...>     the semats CLI, byte for byte
+       ${PROG} sema <args...>       the Rust sema CLI, byte for byte
+
+Cross-process and cross-machine locks. <target> is a lock file path (or file:// URL)
+or dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1].
+
+Commands:
+  acquire <target>       Wait for the lock and keep it after this command exits
+                         (owner: --pid, else the calling shell); file targets only
+  try-acquire <target>   Like acquire, one attempt, no waiting
+  release <target>       Release a lock taken by acquire (same owner), or --force
+  status <target>        Show who holds the lock (exit 0 whether held or free)
+  clean <target>         Remove the lock if its holder is dead or it is stale
+  wait <target>          Wait until the lock is free, without taking it
+  run <target> -- <cmd>  Hold the lock while <cmd> runs; exit with its status
+
+Options:
+  --timeout <time>   How long acquire/wait/run wait (default: forever; 0 = one try)
+  --tag <text>       Tag written into the lock file
+  --pid <pid>        Owner pid recorded by acquire/try-acquire and checked by release
+                     (default: the parent process, i.e. the calling shell)
+  --stale <time>     Locks of other tools older than this whose pid is gone may be
+                     broken (default 1h; 0 or off: never by age)
+  --force            release: remove the lock whoever holds it
+  --ca <file>        dflockd: PEM CA for TLS (implies TLS)
+  --json             One line of JSON on stdout, also for failures
+  -v, --verbose      acquire/run: say on stderr when the lock is busy and we wait
+  -q, --quiet        No output on success
+  -h, --help         Help (also: ${PROG} <command> --help)
+  -V, --version      Print the version
+
+Times are milliseconds, or take a unit: 500ms, 2s, 1.5s, 1m, 1h.
+
+Exit codes:
+  0  success (status and clean: the query answered)
+  1  lock busy, timed out, release refused or nothing to release
+  2  usage error
+  3  I/O, connection or other error
+  run: the command's own exit status, 128+N if it died of signal N,
+       126/127 if it could not be started, 1/2/3 as above before it started
+
+Docs: docs/cli.md
+`
+
+const COMMAND_HELP = {
+  acquire: `Usage: ${PROG} acquire <target> [--timeout <time>] [--tag <text>] [--pid <pid>] [--stale <time>] [-v] [--json] [-q]
+
+Waits for the lock and leaves it in place when this command exits. The lock is recorded
+for --pid, or else for this command's parent process (the shell that ran it), and lasts
+as long as that process lives or until \`${PROG} release\`. From a script:
+
+  ${PROG} acquire /tmp/job.lock --pid $$ --timeout 30s || exit 1
+  ...
+  ${PROG} release /tmp/job.lock --pid $$
+
+dflockd:// targets cannot be acquired this way: the server releases a lock when the
+connection that holds it closes, which is when this command exits. Use \`${PROG} run\`.
+
+Exit: 0 acquired, 1 timed out, 2 usage, 3 error.
+`,
+  'try-acquire': `Usage: ${PROG} try-acquire <target> [--tag <text>] [--pid <pid>] [--stale <time>] [--json] [-q]
+
+One attempt at the lock, without waiting; otherwise as \`${PROG} acquire\`.
+
+Exit: 0 acquired, 1 held by someone else, 2 usage, 3 error.
+`,
+  release: `Usage: ${PROG} release <target> [--pid <pid>] [--force] [--json] [-q]
+
+Releases the lock if it is recorded for --pid (default: this command's parent process,
+the shell that ran it, as for acquire). --force removes it whoever holds it.
+
+Exit: 0 released, 1 held by another owner or not locked, 2 usage, 3 error.
+`,
+  status: `Usage: ${PROG} status <target> [--stale <time>] [--ca <file>] [--json]
+
+Shows whether the lock is held, by whom, since when and whether it is stale.
+
+Exit: 0 the status was read (held or free), 2 usage, 3 error.
+`,
+  clean: `Usage: ${PROG} clean <target> [--stale <time>] [--json] [-q]
+
+Removes the lock file if its holder is gone: at once when the holder was a process on
+this host that no longer runs, or by --stale age for locks of other tools whose pid is
+not running. A live holder's lock is never removed. File targets only.
+
+Exit: 0 done (cleaned or nothing to clean), 2 usage, 3 error.
+`,
+  wait: `Usage: ${PROG} wait <target> [--timeout <time>] [--ca <file>] [--json] [-q]
+
+Waits until nobody holds the lock (a lock whose holder is gone counts as free), without
+taking it.
+
+Exit: 0 free, 1 timed out, 2 usage, 3 error.
+`,
+  run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [-v] -- <command> [args...]
+
+Acquires the lock, runs <command> with this terminal's stdin/stdout/stderr, holds the
+lock (renewed automatically) for the command's whole life, releases it, and exits with
+the command's exit status. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the
+command. Works for files and dflockd:// alike.
+
+  ${PROG} run /tmp/build.lock --timeout 10m -- make build
+
+Exit: the command's status; 128+N if it died of signal N; 126 cannot execute, 127 not
+found; before the command starts: 1 timed out, 2 usage, 3 error.
+`,
+}
+
+// ─── argument parsing ───
+
+/** Options each command accepts (besides --json, --quiet and --help, which every command accepts). */
+const ACCEPTS = {
+  acquire: ['timeout', 'tag', 'pid', 'stale', 'verbose'],
+  'try-acquire': ['tag', 'pid', 'stale'],
+  release: ['pid', 'force'],
+  status: ['stale', 'ca'],
+  clean: ['stale'],
+  wait: ['timeout', 'ca'],
+  run: ['timeout', 'tag', 'stale', 'ca', 'verbose'],
+}
+const COMMON = ['json', 'quiet', 'help']
+// run's stdout is the command's: no JSON of ours mixed into it.
+const NOT_FOR = { run: ['json'] }
+const VALUE_OPTIONS = new Set(['timeout', 'tag', 'pid', 'stale', 'ca'])
+const ALIASES = { '-q': 'quiet', '-h': 'help', '-t': 'tag', '-v': 'verbose' }
+
+/**
+ * `<command> <target> [options] [-- argv]`, options anywhere, `--name value` or `--name=value`. For `run` the
+ * command to run starts after `--` (or at the first word after the target). Throws UsageError.
+ */
+function parse(args) {
+  const o = { command: args[0], target: undefined, argv: null }
+  const accepted = new Set([...(ACCEPTS[o.command] ?? []), ...COMMON])
+  for (const name of NOT_FOR[o.command] ?? []) accepted.delete(name)
+  for (let i = 1; i < args.length; i++) {
+    const arg = args[i]
+    if (arg === '--') {
+      if (o.command !== 'run') throw new UsageError(`'--' is only for run`)
+      o.argv = args.slice(i + 1)
+      break
+    }
+    if (arg.startsWith('-') && arg !== '-') {
+      let name
+      let value
+      if (arg.startsWith('--')) {
+        const eq = arg.indexOf('=')
+        name = eq < 0 ? arg.slice(2) : arg.slice(2, eq)
+        if (eq >= 0) value = arg.slice(eq + 1)
+      } else {
+        name = ALIASES[arg]
+        if (!name) throw new UsageError(`unknown option: ${arg}`)
+      }
+      if (!VALUE_OPTIONS.has(name) && !COMMON.includes(name) && name !== 'force' && name !== 'verbose') {
+        throw new UsageError(`unknown option: ${arg}`)
+      }
+      if (!accepted.has(name)) throw new UsageError(`${o.command} does not take --${name}`)
+      if (VALUE_OPTIONS.has(name)) {
+        if (value === undefined) {
+          if (++i >= args.length) throw new UsageError(`--${name} needs a value`)
+          value = args[i]
+        }
+        o[name] = value
+      } else {
+        if (value !== undefined) throw new UsageError(`--${name} takes no value`)
+        o[name] = true
+      }
+      continue
+    }
+    if (o.target === undefined) {
+      o.target = arg
+    } else if (o.command === 'run') {
+      o.argv = args.slice(i)
+      break
+    } else {
+      throw new UsageError(`unexpected argument: ${arg}`)
+    }
+  }
+  return o
+}
+
+function durationOption(o, name) {
+  if (o[name] === undefined) return undefined
+  if (name === 'stale' && /^(off|never)$/i.test(o[name])) return null
+  const ms = parseDuration(o[name])
+  if (Number.isNaN(ms)) {
+    throw new UsageError(`--${name}: '${o[name]}' is not a time (use e.g. 500ms, 2s, 1m, 1h; a bare number is ms)`)
+  }
+  if (name === 'stale' && ms === 0) return null
+  return ms
+}
+
+function pidOption(o) {
+  if (o.pid === undefined) return undefined
+  if (!/^[0-9]+$/.test(o.pid) || Number(o.pid) < 1 || Number(o.pid) > 0x7fffffff) {
+    throw new UsageError(`--pid: '${o.pid}' is not a process id`)
+  }
+  return Number(o.pid)
+}
+
+function caOption(o) {
+  if (o.ca === undefined) return undefined
+  try {
+    return { ca: fs.readFileSync(o.ca) }
+  } catch (e) {
+    throw new UsageError(`--ca: cannot read ${o.ca}: ${e.message}`)
+  }
+}
+
+/** The target as our API takes it: dflockd and file URLs as given, paths made absolute. */
+function apiTarget(target) {
+  if (isDflockd(target) || /^file:/i.test(target)) return target
+  return path.resolve(target)
+}
+
+/** The target as shown to the user: absolute paths, dflockd URLs without their token. */
+function shownTarget(target) {
+  return isDflockd(target) ? displayTarget(target) : /^file:/i.test(target) ? target : path.resolve(target)
+}
+
+// ─── output ───
+
+class Reporter {
+  constructor(o) {
+    this.command = o.command
+    this.target = o.target === undefined ? null : shownTarget(o.target)
+    this.json = Boolean(o.json)
+    this.quiet = Boolean(o.quiet)
+  }
+
+  /** A success: JSON with `fields`, or `text` on stdout. */
+  ok(fields, text) {
+    if (this.json) out(JSON.stringify({ ok: true, command: this.command, target: this.target, ...fields }) + '\n')
+    else if (!this.quiet && text) out(text + '\n')
+  }
+
+  /** A failure: JSON on stdout, or `sema-native: text` on stderr. */
+  fail(error, text) {
+    if (this.json) {
+      const e = {
+        type: error.type,
+        message: error.message,
+        holderPid: error.holderPid ?? null,
+        lockedSince: error.lockedSince ?? null,
+      }
+      out(JSON.stringify({ ok: false, command: this.command, target: this.target, error: e }) + '\n')
+    } else {
+      err(`${PROG}: ${text ?? error.message}\n`)
+    }
+  }
+}
+
+function since(ts) {
+  if (typeof ts !== 'number') return ''
+  const age = Math.max(0, Math.floor(Date.now() / 1000) - ts)
+  return ` since ${new Date(ts * 1000).toISOString()} (${age}s ago)`
+}
+
+/** Exit code for a failed SemaphoreResult: 1 for the lock's state, 2 for bad arguments, 3 for everything else. */
+function failureCode(type) {
+  if (['ALREADY_LOCKED', 'TIMEOUT', 'NOT_LOCKED', 'PERMISSION_DENIED'].includes(type)) return 1
+  if (['INVALID_ARGUMENT'].includes(type)) return 2
+  return 3
+}
+
+function describeFailure(error, target) {
+  switch (error.type) {
+    case 'ALREADY_LOCKED':
+      return error.holderPid !== undefined
+        ? `${target} is locked by pid ${error.holderPid}${since(error.lockedSince)}`
+        : `${target} is locked (holder unknown)`
+    default:
+      return `${target}: ${error.message}`
+  }
+}
+
+// ─── commands ───
+
+const NO_DFLOCKD = {
+  acquire:
+    'a dflockd lock cannot outlive this command: the server releases it when the connection that holds it ' +
+    `closes, which is when ${PROG} exits. Hold it around your command with: ${PROG} run <target> -- <command…>`,
+  release:
+    'a dflockd lock is released by the connection that holds it (or when that connection closes); another ' +
+    `process cannot release it. Use ${PROG} run <target> -- <command…>, which releases when the command ends`,
+  clean: 'clean is for lock files; the dflockd server expires the leases of clients that went away by itself',
+}
+NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
+
+/**
+ * `acquire(target, options)`; with `verbose`, a first attempt without waiting, and when the lock is busy a line on
+ * stderr saying who holds it before the wait starts.
+ */
+async function acquireWithNotice(target, options, verbose, shown) {
+  if (verbose) {
+    const first = await tryAcquireOnce(target, options)
+    if (first.ok || first.error.type !== 'ALREADY_LOCKED') return first
+    const e = first.error
+    err(`${PROG}: waiting for ${shown}${e.holderPid !== undefined ? ` (held by pid ${e.holderPid}${since(e.lockedSince)})` : ''}\n`)
+  }
+  return api().acquire(target, options)
+}
+
+async function cmdAcquire(o, rep, wait) {
+  const pid = pidOption(o) ?? process.ppid
+  const options = { pid, tag: o.tag }
+  const stale = durationOption(o, 'stale')
+  if (stale !== undefined) options.staleTimeout = stale
+  if (wait) {
+    const timeout = durationOption(o, 'timeout')
+    if (timeout !== undefined) options.timeout = timeout
+  }
+  if (!api().isProcessRunning(pid)) throw new UsageError(`--pid ${pid}: no such process`)
+  const target = apiTarget(o.target)
+  const r = wait
+    ? await acquireWithNotice(target, options, o.verbose, rep.target)
+    : await tryAcquireOnce(target, options)
+  if (!r.ok) {
+    let error = r.error
+    if (error.type === 'TIMEOUT') {
+      error = { type: 'TIMEOUT', message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
+    }
+    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}` : describeFailure(error, rep.target))
+    return failureCode(error.type)
+  }
+  const lock = r.value
+  // The lock belongs to `pid` and must stay after this process exits; the package's exit hook would release it.
+  process.removeAllListeners('exit')
+  rep.ok(
+    { backend: 'file', pid: lock.pid, timestamp: lock.timestamp, tag: lock.tag ?? null },
+    `acquired ${rep.target} (owner pid ${lock.pid})`,
+  )
+  return 0
+}
+
+async function cmdRelease(o, rep) {
+  const target = apiTarget(o.target)
+  if (o.force) {
+    if (o.pid !== undefined) throw new UsageError('--force and --pid cannot be combined')
+    const r = await api().release(target, { force: true })
+    if (!r.ok) {
+      rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
+      return failureCode(r.error.type)
+    }
+    rep.ok({ released: true }, `released ${rep.target}`)
+    return 0
+  }
+  const pid = pidOption(o) ?? process.ppid
+  // The package releases by handle or by the calling process; a lock recorded for another pid is released by
+  // checking the recorded owner, then removing the file.
+  const s = await api().status(target)
+  if (!s.locked) {
+    rep.fail({ type: 'NOT_LOCKED', message: 'Lock not held' }, `${rep.target} is not locked`)
+    return 1
+  }
+  if (!s.info) {
+    rep.fail(
+      { type: 'PERMISSION_DENIED', message: 'Lock file cannot be parsed, owner unknown' },
+      `${rep.target}: the lock file cannot be parsed, so its owner is unknown (use --force)`,
+    )
+    return 1
+  }
+  if (s.info.pid !== pid) {
+    rep.fail(
+      { type: 'PERMISSION_DENIED', message: `Lock held by different process (PID ${s.info.pid})`, holderPid: s.info.pid },
+      `${rep.target} is held by pid ${s.info.pid}, not by pid ${pid} (pass --pid ${s.info.pid}, or --force)`,
+    )
+    return 1
+  }
+  const r = await api().release(target, { force: true })
+  if (!r.ok) {
+    rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
+    return failureCode(r.error.type)
+  }
+  rep.ok({ released: true }, `released ${rep.target}`)
+  return 0
+}
+
+function statusOptions(o) {
+  const options = {}
+  const stale = durationOption(o, 'stale')
+  if (stale !== undefined) options.staleTimeout = stale
+  const tls = caOption(o)
+  if (tls) options.tls = tls
+  return options
+}
+
+/** `LockStatus` in this CLI's documented JSON shape (every key always present). */
+function statusFields(s) {
+  const info = s.info ? { pid: s.info.pid, timestamp: s.info.timestamp, tag: s.info.tag ?? null } : null
+  return {
+    backend: s.backend,
+    locked: Boolean(s.locked),
+    info,
+    isStale: Boolean(s.isStale),
+    holderRunning: info && s.backend === 'file' ? api().isProcessRunning(info.pid) : null,
+    holders: s.holders ?? null,
+    waiters: s.waiters ?? null,
+    limit: s.limit ?? null,
+    leaseExpiresInS: s.leaseExpiresInS ?? null,
+  }
+}
+
+function statusText(target, f) {
+  const lines = [`${target}: ${f.locked ? 'locked' : 'free'}`]
+  if (f.info) {
+    lines.push(`  pid: ${f.info.pid}${f.holderRunning === null ? '' : f.holderRunning ? ' (running)' : ' (not running)'}`)
+    lines.push(`  since: ${new Date(f.info.timestamp * 1000).toISOString()} (timestamp ${f.info.timestamp})`)
+    if (f.info.tag !== null) lines.push(`  tag: ${f.info.tag}`)
+  } else if (f.locked && f.backend === 'file') {
+    lines.push('  owner: unknown (the lock file cannot be parsed)')
+  }
+  if (f.locked && f.backend === 'file') lines.push(`  stale: ${f.isStale ? 'yes' : 'no'}`)
+  if (f.backend === 'dflockd') {
+    if (f.holders !== null) lines.push(`  holders: ${f.holders}${f.limit !== null ? `/${f.limit}` : ''}`)
+    if (f.waiters !== null) lines.push(`  waiters: ${f.waiters}`)
+    if (f.leaseExpiresInS !== null) lines.push(`  lease expires in: ${f.leaseExpiresInS}s`)
+  }
+  return lines.join('\n')
+}
+
+async function cmdStatus(o, rep) {
+  const s = await api().status(apiTarget(o.target), statusOptions(o))
+  const fields = statusFields(s)
+  if (rep.json) rep.ok(fields)
+  else out(statusText(rep.target, fields) + '\n') // status prints even with --quiet: it is the answer
+  return 0
+}
+
+async function cmdClean(o, rep) {
+  const { Semaphore } = api()
+  const target = apiTarget(o.target)
+  const file = /^file:/i.test(target) ? fileURLToPath(target) : target
+  const config = {}
+  const stale = durationOption(o, 'stale')
+  if (stale !== undefined) config.staleTimeout = stale
+  const cleaned = new Semaphore(file, config).cleanStale()
+  rep.ok({ cleaned }, cleaned ? `removed stale lock ${rep.target}` : `nothing to clean at ${rep.target}`)
+  return 0
+}
+
+/** Resolves when `target` looks free: file-system events on the lock's directory wake it early; polls anyway. */
+async function waitFree(target, options, timeout, isFile) {
+  const start = Date.now()
+  const interval = isFile ? 100 : 200
+  let watcher = null
+  let wake = null
+  if (isFile) {
+    try {
+      const file = /^file:/i.test(target) ? fileURLToPath(target) : target
+      watcher = fs.watch(path.dirname(file), { persistent: false }, () => wake && wake())
+      watcher.on('error', () => {})
+    } catch {
+      watcher = null // polling alone
+    }
+  }
+  try {
+    for (;;) {
+      const s = await api().status(target, options)
+      // isStale: the engine would break this lock now (its holder is gone), so it is as good as free.
+      if (!s.locked || (s.backend === 'file' && s.isStale)) {
+        return { free: true, waitedMs: Date.now() - start }
+      }
+      const left = timeout === undefined ? interval : timeout - (Date.now() - start)
+      if (left <= 0) return { free: false, waitedMs: Date.now() - start }
+      await new Promise((resolve) => {
+        const t = setTimeout(resolve, Math.min(interval, left))
+        wake = () => {
+          clearTimeout(t)
+          resolve()
+        }
+      })
+      wake = null
+    }
+  } finally {
+    if (watcher) watcher.close()
+  }
+}
+
+async function cmdWait(o, rep) {
+  const timeout = durationOption(o, 'timeout')
+  const target = apiTarget(o.target)
+  const r = await waitFree(target, statusOptions(o), timeout, !isDflockd(target))
+  if (!r.free) {
+    const message = `Timeout waiting for lock to be released after ${formatDuration(timeout)}`
+    rep.fail({ type: 'TIMEOUT', message }, `${rep.target}: ${message}`)
+    return 1
+  }
+  rep.ok({ free: true, waitedMs: r.waitedMs }, `free ${rep.target}`)
+  return 0
+}
+
+// ─── entry ───
+
+function version() {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8')).version
+  } catch {
+    return 'unknown'
+  }
+}
+
+async function main(args) {
+  const first = args[0]
+  if (first === undefined) {
+    err(OVERVIEW)
+    return exit(2)
+  }
+  if (first === '-h' || first === '--help' || first === 'help') {
+    const topic = args[1]
+    out(COMMAND_HELP[topic] ?? OVERVIEW)
+    return exit(0)
+  }
+  if (first === '-V' || first === '--version') {
+    out(`${PROG} ${version()}\n`)
+    return exit(0)
+  }
+  const dashdash = args.indexOf('--')
+  const command = first
+  const wantsJson = command !== 'run' && (dashdash < 0 ? args : args.slice(0, dashdash)).includes('--json')
+  if (!COMMAND_HELP[command]) {
+    return usageFailure({ command: null, target: null, json: wantsJson }, `unknown command: ${command}`)
+  }
+  let o
+  try {
+    o = parse(args)
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    return usageFailure({ command, target: null, json: wantsJson }, e.message)
+  }
+  if (o.help) {
+    out(COMMAND_HELP[command])
+    return exit(0)
+  }
+  const rep = new Reporter(o)
+  try {
+    if (o.target === undefined || o.target === '') throw new UsageError(`${command} needs a <target>`)
+    if (command === 'run') return await require('./run').run(o, { durationOption, statusOptions, apiTarget, acquireWithNotice, rep })
+    if (isDflockd(o.target) && NO_DFLOCKD[command]) throw new UsageError(NO_DFLOCKD[command])
+    let code
+    switch (command) {
+      case 'acquire':
+        code = await cmdAcquire(o, rep, true)
+        break
+      case 'try-acquire':
+        code = await cmdAcquire(o, rep, false)
+        break
+      case 'release':
+        code = await cmdRelease(o, rep)
+        break
+      case 'status':
+        code = await cmdStatus(o, rep)
+        break
+      case 'clean':
+        code = await cmdClean(o, rep)
+        break
+      default:
+        code = await cmdWait(o, rep)
+    }
+    return exit(code)
+  } catch (e) {
+    if (e instanceof UsageError) return usageFailure(o, e.message)
+    // Thrown by the API: a bad target (INVALID_ARGUMENT → 2) or anything else that went wrong (3).
+    const error = { type: e && e.code ? e.code : 'IO_ERROR', message: e && e.message ? e.message : String(e) }
+    rep.fail(error, `${rep.target ?? command}: ${error.message}`)
+    return exit(error.type === 'INVALID_ARGUMENT' ? 2 : 3)
+  }
+}
+
+function usageFailure(o, message) {
+  if (o.json) {
+    const target = o.target === undefined || o.target === null ? null : shownTarget(o.target)
+    const error = { type: 'INVALID_ARGUMENT', message, holderPid: null, lockedSince: null }
+    out(JSON.stringify({ ok: false, command: o.command ?? null, target, error }) + '\n')
+  } else {
+    const hint = o.command && COMMAND_HELP[o.command] ? `${o.command} --help` : '--help'
+    err(`${PROG}: ${message}\nTry '${PROG} ${hint}'.\n`)
+  }
+  return exit(2)
+}
+
+module.exports = { main, parse, OVERVIEW, COMMAND_HELP }

@@ -1,0 +1,97 @@
+'use strict'
+// `sema-native run <target> [options] -- <command…>`: holds the lock for the command's whole life.
+//
+// Order of events: acquire (a signal while waiting cancels the wait and exits 128+N), spawn the command with
+// inherited stdio, pass SIGINT/SIGTERM/SIGHUP/SIGQUIT on to it, wait for it to end, release, exit with its status
+// (128+N when it died of signal N). The lock is kept alive by the package (heartbeat for files, lease renewal for
+// dflockd); if it is lost anyway, a warning goes to stderr and the command keeps running.
+
+const { spawn } = require('node:child_process')
+const { UsageError, err, exit, signalExitCode, formatDuration } = require('./common')
+
+const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT']
+/** What a dflockd wait without --timeout means here: as long as a timer can hold (about 24 days). */
+const FOREVER_MS = 0x7fffffff
+
+async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNotice, rep }) {
+  if (!o.argv || o.argv.length === 0) {
+    throw new UsageError('run needs a command: run <target> [options] -- <command> [args...]')
+  }
+  const target = apiTarget(o.target)
+  const dflockd = /^dflockd:\/\//i.test(target)
+  const options = { ...statusOptions(o), tag: o.tag }
+  const timeout = durationOption(o, 'timeout')
+  if (timeout !== undefined) options.timeout = timeout
+  else if (dflockd) options.timeout = FOREVER_MS
+
+  let phase = 'acquiring' // then 'running', then 'done'
+  let child = null
+  let signalBeforeStart = null
+  const cancel = new AbortController()
+  const onSignal = (signal) => {
+    if (phase === 'acquiring') {
+      signalBeforeStart = signal
+      cancel.abort()
+    } else if (phase === 'running' && child) {
+      try {
+        child.kill(signal)
+      } catch {}
+    }
+  }
+  // Installed for good: a signal that arrives while the lock is being released is ignored (the command is gone).
+  for (const signal of FORWARDED) process.on(signal, () => onSignal(signal))
+
+  const onLost = (_lock, error) => {
+    err(`sema-native: warning: the lock on ${rep.target} was lost while the command ran: ${error.message}\n`)
+  }
+  const r = await acquireWithNotice(target, { ...options, signal: cancel.signal, onLost }, o.verbose, rep.target)
+  if (signalBeforeStart) {
+    if (r.ok) await r.value.release().catch(() => {})
+    return exit(signalExitCode(signalBeforeStart))
+  }
+  if (!r.ok) {
+    const e = r.error
+    const timedOut = e.type === 'TIMEOUT' || e.type === 'ALREADY_LOCKED'
+    const message = timedOut
+      ? `Timeout waiting for lock after ${formatDuration(options.timeout ?? 0)}`
+      : e.message
+    rep.fail({ ...e, message }, `${rep.target}: ${message}`)
+    return exit(timedOut ? 1 : e.type === 'INVALID_ARGUMENT' ? 2 : 3)
+  }
+  const lock = r.value
+
+  const status = await new Promise((resolve) => {
+    let settled = false
+    const settle = (code) => {
+      if (!settled) {
+        settled = true
+        resolve(code)
+      }
+    }
+    try {
+      child = spawn(o.argv[0], o.argv.slice(1), { stdio: 'inherit' })
+    } catch (e) {
+      err(`sema-native: ${o.argv[0]}: ${e.message}\n`)
+      settle(126)
+      return
+    }
+    phase = 'running'
+    child.once('error', (e) => {
+      if (e.code === 'ENOENT') err(`sema-native: ${o.argv[0]}: command not found\n`)
+      else err(`sema-native: ${o.argv[0]}: ${e.message}\n`)
+      settle(e.code === 'ENOENT' ? 127 : 126)
+    })
+    child.once('exit', (code, signal) => settle(signal ? signalExitCode(signal) : (code ?? 1)))
+  })
+  phase = 'done'
+
+  try {
+    const released = await lock.release()
+    if (!released && !lock.signal.aborted) err(`sema-native: warning: the lock on ${rep.target} was already gone\n`)
+  } catch (e) {
+    err(`sema-native: warning: releasing ${rep.target} failed: ${e.message}\n`)
+  }
+  return exit(status)
+}
+
+module.exports = { run }

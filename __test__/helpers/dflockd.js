@@ -12,7 +12,8 @@
 //       await s.kill('SIGKILL')   signal and wait for exit
 //       await s.restart()         same port, same args; resolves once it accepts connections again
 //       s.log()                   last ~64 KiB of the server's stdout+stderr (for assertion messages)
-//   await d.stopAll()             stops every server and proxy this process started (use in after())
+//   await d.stopAll()             stops every server, proxy and fake server this process started and removes the
+//                                 certificate directories (use in after())
 //   const certs = d.makeCerts()   → {dir, caPem, certPem, keyPem, otherCaPem} via the openssl CLI, or
 //                                   {skip: reason} when openssl is missing / fails
 //   const p = await d.startTlsProxy(s, certs)  TLS (127.0.0.1, SAN localhost + 127.0.0.1) piped to s;
@@ -37,6 +38,10 @@ const { readDflockd } = require('../../scripts/dflockd-server')
 const server = readDflockd()
 const live = new Set()
 const tempDirs = []
+// Never leave a server running when a test process ends early (failed assertion, crash, forgotten stopAll).
+process.once('exit', () => {
+  for (const x of live) if (x.proc && x.proc.exitCode === null && x.proc.signalCode === null) x.proc.kill('SIGKILL')
+})
 
 function skipReason() {
   return server.kind === 'none' ? `no dflockd server installed: ${server.reason}` : false

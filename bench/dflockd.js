@@ -65,12 +65,46 @@ async function startServer() {
   }
 }
 
-/** Builds the Go stand-in once (bench/results/bin/go-netloop). Returns the binary path or {unavailable}. */
+/**
+ * Builds the Go stand-ins once into bench/results/bin/: the client loop (go-netloop) and the instant-reply
+ * server (go-fakeserver). Returns {bin, serverBin} or {unavailable: reason}.
+ */
 function buildGoStandIn() {
-  const out = path.join(__dirname, 'results', 'bin', 'go-netloop')
-  const r = spawnSync('go', ['build', '-o', out, '.'], { cwd: path.join(__dirname, 'go-netloop'), encoding: 'utf8', env: { ...process.env, GOFLAGS: '-mod=mod', GO111MODULE: 'on' } })
-  if (r.error || r.status !== 0) return { unavailable: `go build failed: ${(r.error ? r.error.message : r.stderr).trim().split('\n').pop()}` }
-  return { bin: out }
+  const bin = path.join(__dirname, 'results', 'bin', 'go-netloop')
+  const serverBin = path.join(__dirname, 'results', 'bin', 'go-fakeserver')
+  for (const [out, pkg] of [
+    [bin, '.'],
+    [serverBin, './fakeserver'],
+  ]) {
+    const r = spawnSync('go', ['build', '-o', out, pkg], { cwd: path.join(__dirname, 'go-netloop'), encoding: 'utf8', env: { ...process.env, GO111MODULE: 'on' } })
+    if (r.error || r.status !== 0) return { unavailable: `go build failed: ${(r.error ? r.error.message : r.stderr).trim().split('\n').pop()}` }
+  }
+  return { bin, serverBin }
+}
+
+/** Starts the instant-reply stand-in server; resolves {port, stop()}. */
+function startFakeServer(serverBin) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(serverBin, ['-listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'inherit'] })
+    let out = ''
+    child.on('error', reject)
+    child.on('exit', (c) => reject(new Error(`go-fakeserver exited with ${c}`)))
+    child.stdout.on('data', (d) => {
+      out += d
+      const m = /^(\d+)\n/.exec(out)
+      if (m) {
+        resolve({
+          port: Number(m[1]),
+          stop: () =>
+            new Promise((r) => {
+              if (child.exitCode !== null) return r()
+              child.once('exit', () => r())
+              child.kill('SIGKILL')
+            }),
+        })
+      }
+    })
+  })
 }
 
 /**
@@ -117,4 +151,4 @@ async function goStandInRun(bin, port, workers, seconds) {
   return result
 }
 
-module.exports = { startServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, freePort }
+module.exports = { startServer, startFakeServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, freePort }

@@ -210,36 +210,13 @@ async function runDflockd() {
   const out = { server: { kind: server.kind, version: server.version, bin: server.bin, reason: server.reason }, rows: [], goOfficial: null }
   try {
     const go = dfl.buildGoStandIn()
+    if (go.unavailable) fail('dflockd/go stand-in build', new Error(go.unavailable))
     // The Go client's own benchmark, tried once (it needs the module proxy); its failure reason is reported.
     log(`dflockd: trying go run ${'github.com/mtingers/dflockd/cmd/bench@v1.10.0'}`)
     const official = dfl.goOfficial(server.port, 1, smoke ? 10 : 500, P.dflockd.goTimeoutMs)
     out.goOfficial = official.unavailable ? { unavailable: official.unavailable } : { available: true }
     for (const workers of P.dflockd.workers) {
-      const runs = Object.fromEntries(DFL_CLIENTS.map((c) => [c.id, []]))
-      for (let rep = 0; rep < P.dflockd.reps; rep++) {
-        for (const c of DFL_CLIENTS) {
-          try {
-            if (c.id === 'go-standin') {
-              if (go.unavailable) throw new Error(go.unavailable)
-              runs[c.id].push(await dfl.goStandInRun(go.bin, server.port, workers, P.dflockd.seconds))
-            } else {
-              runs[c.id].push(await dfl.clientRun(c.id, server.port, workers, P.dflockd.seconds))
-            }
-          } catch (e) {
-            runs[c.id].push(fail(`dflockd/${c.id}/${workers}`, e))
-          }
-        }
-      }
-      for (const c of DFL_CLIENTS) {
-        const ok = runs[c.id].filter((r) => !r.error)
-        if (ok.length === 0) {
-          out.rows.push({ ...c, workers, error: runs[c.id][0].error })
-          continue
-        }
-        const m = median(ok.map((r) => r.opsPerSec))
-        const pick = ok.reduce((a, b) => (Math.abs(b.opsPerSec - m) < Math.abs(a.opsPerSec - m) ? b : a))
-        out.rows.push({ ...c, workers, ...pick, allOpsPerSec: ok.map((r) => r.opsPerSec) })
-      }
+      out.rows.push(...(await clientRows(server.port, workers, go, 'dflockd')))
       if (!official.unavailable && !smoke) {
         const r = dfl.goOfficial(server.port, workers, 500, P.dflockd.goTimeoutMs)
         out.rows.push({ id: 'go-official', label: 'Go client `cmd/bench` v1.10.0', workers, ...(r.unavailable ? { error: r.unavailable } : r) })
@@ -251,16 +228,56 @@ async function runDflockd() {
   } finally {
     await server.stop()
   }
+  // Client-bound: the same clients against an instant-reply stand-in server, so the clients' own cost shows.
+  const go = dfl.buildGoStandIn()
+  if (go.unavailable) {
+    out.clientBound = { error: go.unavailable }
+  } else {
+    const fake = await dfl.startFakeServer(go.serverBin)
+    out.clientBound = { rows: [] }
+    try {
+      for (const workers of P.dflockd.workers) out.clientBound.rows.push(...(await clientRows(fake.port, workers, go, 'client-bound')))
+      log('dflockd client-bound done')
+    } finally {
+      await fake.stop()
+    }
+  }
   return out
+}
+
+/** Every client at one worker count, P.dflockd.reps interleaved repetitions; the median-ops/s run of each. */
+async function clientRows(port, workers, go, where) {
+  const runs = Object.fromEntries(DFL_CLIENTS.map((c) => [c.id, []]))
+  for (let rep = 0; rep < P.dflockd.reps; rep++) {
+    for (const c of DFL_CLIENTS) {
+      try {
+        if (c.id === 'go-standin') {
+          if (go.unavailable) throw new Error(go.unavailable)
+          runs[c.id].push(await dfl.goStandInRun(go.bin, port, workers, P.dflockd.seconds))
+        } else {
+          runs[c.id].push(await dfl.clientRun(c.id, port, workers, P.dflockd.seconds))
+        }
+      } catch (e) {
+        runs[c.id].push(fail(`${where}/${c.id}/${workers}`, e))
+      }
+    }
+  }
+  return DFL_CLIENTS.map((c) => {
+    const ok = runs[c.id].filter((r) => !r.error)
+    if (ok.length === 0) return { ...c, workers, error: runs[c.id][0].error }
+    const m = median(ok.map((r) => r.opsPerSec))
+    const pick = ok.reduce((a, b) => (Math.abs(b.opsPerSec - m) < Math.abs(a.opsPerSec - m) ? b : a))
+    return { ...c, workers, ...pick, allOpsPerSec: ok.map((r) => r.opsPerSec) }
+  })
 }
 
 function dflockdTable(d) {
   const find = (id, w) => d.rows.find((r) => r.id === id && r.workers === w && !r.error && !r.unavailable)
   return table(
-    ['client', 'workers', 'ops/s (l + r pairs)', 'p50 ms', 'p99 ms', '× Go cmd/bench', '× Go stand-in', '× Node net loop'],
+    ['client', 'workers', 'ops/s (l + r pairs)', 'p50 ms', 'p99 ms', 'client CPU µs/op', '× Go cmd/bench', '× Go stand-in', '× Node net loop'],
     d.rows.map((r) => {
-      if (r.unavailable) return [r.label, String(r.workers), `unavailable: ${r.unavailable}`, '', '', '', '', '']
-      if (r.error) return [r.label, String(r.workers), `error: ${r.error}`, '', '', '', '', '']
+      if (r.unavailable) return [r.label, String(r.workers), `unavailable: ${r.unavailable}`, '', '', '', '', '', '']
+      if (r.error) return [r.label, String(r.workers), `error: ${r.error}`, '', '', '', '', '', '']
       const go = find('go-official', r.workers)
       const gs = find('go-standin', r.workers)
       const nn = find('node-net', r.workers)
@@ -270,6 +287,7 @@ function dflockdTable(d) {
         num(r.opsPerSec),
         num(r.p50Ms, 3),
         num(r.p99Ms, 2),
+        r.cpuUsPerOp !== undefined ? num(r.cpuUsPerOp, 1) : '–',
         go && r.id !== 'go-official' ? ratio(r.opsPerSec, go.opsPerSec) : go ? '' : 'n/a',
         gs && r.id !== 'go-standin' ? ratio(r.opsPerSec, gs.opsPerSec) : '',
         nn && r.id !== 'node-net' ? ratio(r.opsPerSec, nn.opsPerSec) : '',
@@ -315,12 +333,19 @@ async function runMemory(dirs) {
   return out
 }
 
+/** RSS growth between the checkpoint nearest half-way and the end: ~0 for a plateau, ~half the total for a leak. */
+function lastHalf(r) {
+  if (!r.samples || r.samples.length < 2) return '–'
+  const mid = r.samples[Math.floor((r.samples.length - 1) / 2)]
+  return num(r.rssAfterMB - mid[1], 2)
+}
+
 function memoryTable(rows) {
   return table(
-    ['what', 'cycles (round trips)', 'seconds', 'RSS before MB', 'RSS after MB', 'growth MB (target < 20)'],
+    ['what', 'cycles (round trips)', 'seconds', 'RSS before MB', 'RSS after MB', 'growth MB (target < 20)', 'growth in the last half MB'],
     rows.map((r) =>
       r.error
-        ? [r.label, `error: ${r.error}`, '', '', '', '']
+        ? [r.label, `error: ${r.error}`, '', '', '', '', '']
         : [
             r.label,
             `${num(r.cycles, 0)}${r.roundTrips ? ` (${num(r.roundTrips, 0)})` : ''}${r.capped ? ', time cap reached' : ''}`,
@@ -328,6 +353,7 @@ function memoryTable(rows) {
             num(r.rssBeforeMB, 1),
             num(r.rssAfterMB, 1),
             num(r.growthMB, 2),
+            lastHalf(r),
           ],
     ),
   )
@@ -457,6 +483,11 @@ function render(res) {
     else {
       const s = res.dflockd.server
       parts.push(`### dflockd lock + release round trips (server: ${s.kind} ${s.version}, loopback)`, '', dflockdTable(res.dflockd), '')
+      const cb = res.dflockd.clientBound
+      if (cb) {
+        parts.push('### dflockd clients, client-bound (instant-reply Go stand-in server, not dflockd)', '')
+        parts.push(cb.error ? `error: ${cb.error}` : dflockdTable({ rows: cb.rows }), '')
+      }
     }
   }
   if (res.memory) parts.push('### Memory (RSS after `global.gc()`, one process)', '', memoryTable(res.memory), '')

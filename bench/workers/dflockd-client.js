@@ -2,7 +2,7 @@
 // One dflockd client variant in a fresh process: `workers` concurrent workers, each with its own key
 // (`bench_<random>`, as the Go cmd/bench) and its own persistent connection, each doing lock (`l`, timeout 30,
 // lease 10) + release (`r`) round trips until `seconds` have passed (or `maxRounds` per worker).
-// Prints {ops, seconds, opsPerSec, p50Ms, p99Ms}; one op = one l + r pair (two round trips), as cmd/bench counts.
+// Prints {ops, seconds, opsPerSec, p50Ms, p99Ms, cpuUsPerOp} (client process CPU, all threads); one op = one l + r pair (two round trips), as cmd/bench counts.
 
 const path = require('node:path')
 const { summarize } = require('../lib/stats')
@@ -59,6 +59,7 @@ async function main() {
   for (let i = 0; i < cfg.workers; i++) workers.push(await makeWorker(i))
   for (const w of workers) await w.round() // warm-up: one round each
   const lat = []
+  const cpu0 = process.cpuUsage()
   const t0 = process.hrtime.bigint()
   const end = t0 + BigInt(Math.round(cfg.seconds * 1e9))
   const maxRounds = cfg.maxRounds ?? Infinity
@@ -74,9 +75,10 @@ async function main() {
     }),
   )
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9
+  const cpu = process.cpuUsage(cpu0)
   for (const w of workers) w.close()
   const s = summarize(lat)
-  process.stdout.write(JSON.stringify({ ops: lat.length, seconds, opsPerSec: lat.length / seconds, meanMs: s.mean, p50Ms: s.p50, p99Ms: s.p99 }) + '\n')
+  process.stdout.write(JSON.stringify({ ops: lat.length, seconds, opsPerSec: lat.length / seconds, meanMs: s.mean, p50Ms: s.p50, p99Ms: s.p99, cpuUsPerOp: (cpu.user + cpu.system) / lat.length }) + '\n')
 }
 
 main().catch((e) => {

@@ -1,6 +1,7 @@
 'use strict'
 // Memory growth over many cycles in one process (run with --expose-gc). Reads RSS after a warm-up and after the
-// cycles, each time after global.gc(). Prints {cycles, roundTrips, seconds, rssBeforeMB, rssAfterMB, growthMB, ...}.
+// cycles, each time after global.gc(), and at 10 checkpoints in between (samples: [cycles, MB]) to tell a
+// plateau from a leak. Prints {cycles, roundTrips, seconds, rssBeforeMB, rssAfterMB, growthMB, samples, ...}.
 //   kind 'file':    Semaphore(path, {heartbeat}).tryAcquire() + release(), `cycles` times
 //   kind 'dflockd': `workers` Connection workers doing acquire (l) + release (r) until `cycles` pairs or `seconds`
 
@@ -28,12 +29,15 @@ async function fileRun() {
   const before = rssMB()
   const t0 = process.hrtime.bigint()
   // yield to the event loop now and then, as a real program would (lets napi finalizers and timers run)
+  const samples = []
+  const every = Math.max(1, Math.floor(cfg.cycles / 10))
   for (let i = 0; i < cfg.cycles; i++) {
     cycle()
     if (i % 10_000 === 9_999) await new Promise(setImmediate)
+    if ((i + 1) % every === 0) samples.push([i + 1, rssMB()])
   }
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9
-  return { cycles: cfg.cycles, seconds, rssBeforeMB: before, rssAfterMB: rssMB() }
+  return { cycles: cfg.cycles, seconds, rssBeforeMB: before, rssAfterMB: rssMB(), samples }
 }
 
 async function dflockdRun() {
@@ -52,11 +56,18 @@ async function dflockdRun() {
   const end = t0 + BigInt(Math.round(cfg.seconds * 1e9))
   let done = 0
   let stop = false
+  const samples = []
+  const every = Math.max(1, Math.floor(cfg.cycles / 10))
+  let nextSample = every
   await Promise.all(
     conns.map(async (c) => {
       while (!stop && done < cfg.cycles) {
         await pair(c)
         done++
+        if (done >= nextSample) {
+          samples.push([done, rssMB()])
+          nextSample += every
+        }
         if ((done & 1023) === 0 && process.hrtime.bigint() >= end) stop = true
       }
     }),
@@ -64,7 +75,7 @@ async function dflockdRun() {
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9
   const after = rssMB()
   for (const c of conns) c.conn.close()
-  return { cycles: done, roundTrips: done * 2, seconds, rssBeforeMB: before, rssAfterMB: after, capped: done < cfg.cycles }
+  return { cycles: done, roundTrips: done * 2, seconds, rssBeforeMB: before, rssAfterMB: after, capped: done < cfg.cycles, samples }
 }
 
 ;(cfg.kind === 'file' ? fileRun() : dflockdRun()).then(

@@ -4,7 +4,7 @@
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
-const { DistributedLock, DistributedSemaphore, Connection, acquireTarget } = require('../lib/dflockd')
+const { DistributedLock, DistributedSemaphore, Connection, acquireTarget, stats } = require('../lib/dflockd')
 const { LockError, AcquireTimeoutError, AuthError } = require('../lib/errors')
 
 const skip = d.skipReason()
@@ -72,6 +72,24 @@ describe('ok / timeout / release / renew', { skip }, () => {
     } finally {
       c.close()
     }
+  })
+})
+
+describe('commands the Python 0.5.0 server lacks', { skip }, () => {
+  test('stats and sl → SERVER_ERROR reply "error", then the server closes the connection', async (t) => {
+    if (d.server.kind === 'go') return t.skip('the installed server implements stats and semaphores')
+    const s = await d.startServer()
+    await assert.rejects(stats({ host: s.host, port: s.port }), serverError('error'))
+    const c = await Connection.connect({ host: s.host, port: s.port })
+    try {
+      await assert.rejects(c.stats(), serverError('error'))
+      await assert.rejects(c.request('l', 'k', '0'), (e) => e instanceof LockError && e.code === 'CONNECTION_ERROR')
+    } finally {
+      c.close()
+    }
+    const sem = new DistributedSemaphore({ key: 'py-sem', limit: 2, servers: [[s.host, s.port]] })
+    await assert.rejects(sem.acquire(), serverError('error'))
+    assert.equal(sem.token, null)
   })
 })
 

@@ -5,8 +5,10 @@
 //
 // Units: seconds in the dflockd classes (as dflockd-client), milliseconds in the target API (as semats).
 // Every native async call resolves {ok, value} | {ok:false, error:{code, message, reply?}}; nothing here rejects
-// with a raw native error. No timers live in this file, and every promise settles once the native call does
-// (abort = native cancel()), so nothing here keeps the process alive.
+// with a raw native error. No timers live in this file; an abort signal or close() settles a pending acquire /
+// enqueue / wait at once (and cancels the native call), so nothing here keeps the process alive on its own.
+// Failures map to LockError codes: validation → INVALID_ARGUMENT (nothing sent), `timeout` → false /
+// AcquireTimeoutError, `error_auth` → AuthError, any other server reply → SERVER_ERROR with `reply` = its first word.
 
 const native = require('./native')
 const { LockError, AcquireTimeoutError, AuthError } = require('./errors')

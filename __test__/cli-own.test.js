@@ -209,6 +209,23 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
     assert.equal(json(r).ok, true)
   })
 
+  it('acquire -v says who holds a busy lock before waiting', async () => {
+    const p = lockPath()
+    const since = Math.floor(Date.now() / 1000)
+    writeLock(p, { pid: ME, timestamp: since })
+    const r = await cli(['acquire', p, '-v', '--timeout', '100ms'])
+    assert.equal(r.code, 1)
+    const q = p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+    const iso = new Date(since * 1000).toISOString().replace(/\./g, '\\.')
+    assert.match(
+      r.stderr,
+      new RegExp(
+        `^sema-native: waiting for ${q} \\(held by pid ${ME} since ${iso} \\(\\d+s ago\\)\\)\\n` +
+          `sema-native: ${q}: Timeout waiting for lock after 100ms\\n$`,
+      ),
+    )
+  })
+
   it('release --force removes anyone\'s lock', async () => {
     const p = lockPath()
     writeLock(p, { pid: 1 })

@@ -184,6 +184,23 @@ describe('run: signals', { concurrency: true }, () => {
   })
 })
 
+describe('run: losing the lock', () => {
+  it('a lock file removed under a running command gives a warning on stderr; the command is not stopped', async () => {
+    const p = lockPath()
+    // --stale 2s makes the heartbeat (which notices the loss) run every 500 ms
+    const child = start(['run', p, '--stale', '2s', '--', 'sh', '-c', `trap 'echo stopped; exit 0' TERM; echo ready; while :; do sleep 0.05; done`])
+    await until(() => child.out.includes('ready\n'), { what: 'the command to start' })
+    fs.unlinkSync(p)
+    await until(() => child.err.includes('warning'), { what: 'the loss warning' })
+    assert.match(child.err, new RegExp(`^sema-native: warning: the lock on ${p} was lost while the command ran: `))
+    assert.equal(child.exitCode, null, 'the command keeps running')
+    child.kill('SIGTERM')
+    const r = await child.done
+    assert.deepEqual([r.code, r.stdout], [0, 'ready\nstopped\n'])
+    assert.equal(r.stderr.split('\n').filter(Boolean).length, 1, `one warning only: ${r.stderr}`)
+  })
+})
+
 describe('run: dflockd', () => {
   let d
   let server

@@ -120,6 +120,8 @@ describe('sema front end: try and acquire', { concurrency: true }, () => {
       code: 3,
       stderr: 'Error: IO error: No such file or directory (os error 2)\n',
     })
+    // an empty path cannot be created either (sema: create_new("") fails with ENOENT)
+    expectRun(await sema(['try', '']), { code: 3, stderr: 'Error: IO error: No such file or directory (os error 2)\n' })
   })
 
   it('--stale: a 2 h old lock of a dead pid is taken with --stale 3600, kept with --stale 0', async () => {

@@ -258,12 +258,10 @@ fn release_as_process_semantics() {
     )
     .unwrap();
     lf.release_as_process(false).unwrap();
-    // A fresh garbage file: refused without force (younger than the grace), forced works.
+    // A fresh garbage file: deleted without force, as semats does (release_young_unparseable).
     std::fs::write(lf.path(), "garbage").unwrap();
-    let err = lf.release_as_process(false).unwrap_err();
-    assert_eq!(err.kind(), "PERMISSION_DENIED");
-    assert_eq!(err.holder_pid(), None);
-    lf.release_as_process(true).unwrap();
+    lf.release_as_process(false).unwrap();
+    assert!(!lf.path().exists());
     // Held through a HeldLock: released properly (slot freed, registry left).
     let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
     lf.release_as_process(false).unwrap();
@@ -356,14 +354,24 @@ fn foreign_stale_dead_lock_is_taken_and_cleaned() {
             .kind(),
         "ALREADY_LOCKED"
     );
-    // ... but a live pid that started after the lock's timestamp is not its holder
+    // ... and so is a live pid that started after the lock's timestamp (semats' rule, the
+    // default); only the opt-in start-time check calls that pid reused.
     std::fs::write(
         lf.path(),
         format!("pid={}\ntimestamp=0\n", std::process::id()),
     )
     .unwrap();
-    assert!(lf.status().is_stale);
-    assert!(lf.clean_stale().unwrap());
+    assert!(!lf.status().is_stale);
+    assert!(!lf.clean_stale().unwrap());
+    let start_checked = LockFile::new(
+        lf.path().to_path_buf(),
+        LockOptions {
+            foreign_start_check: true,
+            ..LockOptions::default()
+        },
+    );
+    assert!(start_checked.status().is_stale);
+    assert!(start_checked.clean_stale().unwrap());
 }
 
 #[test]
@@ -550,12 +558,20 @@ fn plain_format_writes_exactly_what_semats_writes() {
 fn semats_exact_switches() {
     let d = dir();
     let path = d.path().join("sw.lock");
+    // The defaults are semats' rules.
     let semats_like = LockFile::new(
         path.clone(),
         LockOptions {
             stale_timeout: Some(Duration::from_secs(1)),
-            foreign_start_check: false,
-            release_young_unparseable: true,
+            ..LockOptions::default()
+        },
+    );
+    let strict = LockFile::new(
+        path.clone(),
+        LockOptions {
+            stale_timeout: Some(Duration::from_secs(1)),
+            foreign_start_check: true,
+            release_young_unparseable: false,
             ..LockOptions::default()
         },
     );
@@ -570,10 +586,13 @@ fn semats_exact_switches() {
             .kind(),
         "ALREADY_LOCKED"
     );
-    // ... which the default (start-time check) judges a reused pid.
-    assert!(lockfile(&d, "sw.lock").status().is_stale);
-    // semats deletes a fresh garbage lock without force.
+    // ... which the opt-in start-time check judges a reused pid.
+    assert!(strict.status().is_stale);
+    // semats deletes a fresh garbage lock without force; the strict switch refuses it.
     std::fs::write(&path, "garbage").unwrap();
+    let err = strict.release_as_process(false).unwrap_err();
+    assert_eq!(err.kind(), "PERMISSION_DENIED");
+    assert_eq!(err.holder_pid(), None);
     semats_like.release_as_process(false).unwrap();
     assert!(!path.exists());
 }

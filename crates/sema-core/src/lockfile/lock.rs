@@ -58,13 +58,15 @@ pub struct LockOptions {
     /// written). Default 2 s.
     pub pending_write_grace: Duration,
     /// Foreign files (no `host=`): a running pid whose process started more than 2 s after the
-    /// lock's timestamp is not its holder (pid reused) and counts as not running. Default true.
-    /// `false` = semats' liveness rule exactly (plus `EPERM` = running), e.g. for its drop-in,
-    /// whose own tests treat `pid=<live pid>` with `timestamp=0` as a live holder.
+    /// lock's timestamp is not its holder (pid reused) and counts as not running. Default false:
+    /// semats' liveness rule exactly (plus `EPERM` = running). Off by default because the
+    /// comparison mixes the wall clock of the lock with boot-relative start times: a clock step
+    /// (NTP at boot) can make a live holder look younger than its own lock and get it evicted.
     pub foreign_start_check: bool,
     /// `release_as_process(false)` deletes an unparseable file even while it is younger than
-    /// `pending_write_grace`, as semats does. Default false (a young unparseable file may be a
-    /// lock being written, so it is refused with `PermissionDenied { holder_pid: None }`).
+    /// `pending_write_grace`, as semats does (default true: an explicit release is the user's
+    /// decision). `false` refuses it with `PermissionDenied { holder_pid: None }`, since a young
+    /// unparseable file may be a lock being written.
     pub release_young_unparseable: bool,
 }
 
@@ -91,8 +93,8 @@ impl Default for LockOptions {
             heartbeat: LockOptions::default_heartbeat(stale_timeout),
             max_tag_length: Some(10_000),
             pending_write_grace: Duration::from_secs(2),
-            foreign_start_check: true,
-            release_young_unparseable: false,
+            foreign_start_check: false,
+            release_young_unparseable: true,
         }
     }
 }

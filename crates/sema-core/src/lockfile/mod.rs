@@ -30,10 +30,10 @@
 //! - A lock in our format whose recorded owner process has died is reclaimable at once on this
 //!   host. A semats-compatible CLI whose lock must survive its own exit can write semats'
 //!   format instead ([`LockFile::with_extra_keys`]`(false)`).
-//! - semats-exact behaviour where this engine deliberately differs: [`LockOptions`]
-//!   `foreign_start_check: false` (a live pid always protects a foreign file, even when that
-//!   process started after the lock's timestamp) and `release_young_unparseable: true` (a fresh
-//!   unparseable file is deleted by `release(false)`). semats' `status().isStale` (age only) is
+//! - Stricter than semats, opt-in: [`LockOptions`] `foreign_start_check: true` (a live pid that
+//!   started after a foreign lock's timestamp is treated as reused) and
+//!   `release_young_unparseable: false` (a fresh unparseable file is not deleted by
+//!   `release(false)`). The defaults follow semats. semats' `status().isStale` (age only) is
 //!   [`is_lock_stale_by_age`].
 
 pub mod error;

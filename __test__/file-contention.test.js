@@ -34,8 +34,9 @@ async function mutexRun(t, mode) {
   const marker = path.join(work, 'inside.marker')
   const counter = path.join(work, 'counter')
   fs.writeFileSync(counter, '0')
-  const kids = Array.from({ length: PROCS }, () =>
-    u.spawnNode('file-mutex-worker.js', [file, marker, counter, ITER, mode]),
+  const modeOf = (i) => (mode === 'mixed' ? (i % 2 ? 'semats' : 'async') : mode)
+  const kids = Array.from({ length: PROCS }, (_, i) =>
+    u.spawnNode('file-mutex-worker.js', [file, marker, counter, ITER, modeOf(i)]),
   )
   await Promise.all(kids.map((k) => u.lines(k).next(/^ready$/, 20000)))
   const t0 = Date.now()
@@ -65,9 +66,33 @@ async function mutexRun(t, mode) {
 }
 
 describe('mutual exclusion across processes', () => {
+  test('self-check: without a lock, the same harness sees overlaps or lost increments', { timeout: 60000 }, async (t) => {
+    const work = fs.mkdtempSync(path.join(dir, 'mutex-nolock-'))
+    const counter = path.join(work, 'counter')
+    fs.writeFileSync(counter, '0')
+    const kids = Array.from({ length: 4 }, () =>
+      u.spawnNode('file-mutex-worker.js', [path.join(work, 'm.lock'), path.join(work, 'inside.marker'), counter, ITER, 'nolock']),
+    )
+    await Promise.all(kids.map((k) => u.lines(k).next(/^ready$/, 20000)))
+    for (const k of kids) k.stdin.end('go\n')
+    const exits = await Promise.all(kids.map((k) => u.waitExit(k, 50000, 'nolock worker')))
+    let overlaps = 0
+    for (const e of exits) {
+      const line = e.stdout.split('\n').find((l) => l.startsWith('result '))
+      assert.ok(line, e.stdout + e.stderr)
+      overlaps += JSON.parse(line.slice(7)).overlaps
+    }
+    const count = Number(fs.readFileSync(counter, 'utf8'))
+    t.diagnostic(`no lock: ${overlaps} overlaps, counter ${count} of ${4 * ITER}`)
+    assert.ok(overlaps > 0 || count !== 4 * ITER, 'the detector detects unprotected critical sections')
+  })
+
   test(`async acquire/release: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) => mutexRun(t, 'async'))
   test(`semats Semaphore#tryAcquire retry loop: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) =>
     mutexRun(t, 'semats'),
+  )
+  test(`mixed: half async acquire, half semats tryAcquire loop: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) =>
+    mutexRun(t, 'mixed'),
   )
 })
 

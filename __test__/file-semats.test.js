@@ -185,9 +185,9 @@ describe('lock lifecycle: shapes, types and messages', () => {
     assert.equal(s.release().ok, true)
   })
 
-  // semats deletes an unparseable lock on release() without force (§B1); index.d.ts narrows release() to "a lock
-  // held by this process" (force removes anyone's), and an unknown owner is not this process.
-  test('a garbage lock: getLockInfo null, isLocked true, tryAcquire ALREADY_LOCKED without holderPid; release() refuses, force removes', () => {
+  // semats deletes an unparseable lock on release() without force (reference §B1: `semats release` on a garbage
+  // lock → `status: released`); the drop-in keeps that.
+  test('a garbage lock: getLockInfo null, isLocked true, tryAcquire ALREADY_LOCKED without holderPid, release() deletes it (semats)', () => {
     const file = fresh()
     fs.writeFileSync(file, 'garbage')
     const s = new Semaphore(file)
@@ -197,11 +197,7 @@ describe('lock lifecycle: shapes, types and messages', () => {
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'ALREADY_LOCKED')
     assert.equal(r.error.holderPid, undefined)
-    const rel = s.release()
-    assert.equal(rel.ok, false, 'not this process’s lock')
-    assert.equal(rel.error.type, 'PERMISSION_DENIED')
-    assert.equal(fs.readFileSync(file, 'utf8'), 'garbage')
-    assert.equal(s.release(true).ok, true)
+    assert.deepEqual(s.release(), { ok: true, value: undefined }, 'semats deletes an unparseable lock without force')
     assert.equal(fs.existsSync(file), false)
   })
 })
@@ -223,10 +219,14 @@ describe('status()', () => {
     assert.equal(owned.isStale, false)
     assert.equal(owned.isOwnedByCurrentProcess, true)
     s.release()
-    // Age rule only (semats: status().isStale ignores liveness).
-    fs.writeFileSync(file, `pid=${process.pid}\ntimestamp=0\n`)
+    // A dead pid's old lock is stale (semats' age rule and the engine's full judgement agree here; for a live
+    // pid they differ: semats says stale by age, sema-native's status() reports whether it would be broken).
+    fs.writeFileSync(file, `pid=${await u.deadPid()}\ntimestamp=0\n`)
     assert.equal(new Semaphore(file, { staleTimeout: 1000 }).status().isStale, true)
     assert.equal(new Semaphore(file, { staleTimeout: null }).status().isStale, false)
+    const young = `pid=${await u.deadPid()}\ntimestamp=${u.nowS()}\n`
+    fs.writeFileSync(file, young)
+    assert.equal(new Semaphore(file, { staleTimeout: 60_000 }).status().isStale, false, 'younger than staleTimeout')
     fs.unlinkSync(file)
     // Async status(): same keys plus target/backend.
     const st = await sema.status(file)

@@ -176,13 +176,15 @@ describe('foreign-format file (shell-written), pid of a dead process: semats’ 
   test('a waiter is refused at first and granted once the file really ages past staleTimeout', async (t) => {
     const file = fresh('foreign-wait')
     await u.shellWriteLock(file)
+    const written = Number(u.readLockKeys(file).timestamp)
     const t0 = Date.now()
     const r = await sema.acquire(file, { staleTimeout: 1500, retryInterval: 100, timeout: 8000 })
     const ms = Date.now() - t0
     t.diagnostic(`granted after ${ms} ms`)
     assert.equal(r.ok, true, JSON.stringify(r.error))
-    // Age must exceed 1.5 s in whole seconds (≥ 2 s after the write second): at least ~1 s of real waiting.
-    assert.ok(ms >= 900, `not taken early (${ms} ms)`)
+    // Stale means age > 1.5 s in whole seconds, i.e. ≥ 2: our lock's own timestamp (the time it was written)
+    // must be at least 2 s after the foreign one.
+    assert.ok(r.value.timestamp - written >= 2, `not taken early: foreign ${written}, ours ${r.value.timestamp}`)
     assert.ok(ms < 6000, `taken once stale (${ms} ms)`)
     assert.equal(await r.value.release(), true)
   })
@@ -234,6 +236,33 @@ describe('a live holder’s old lock is never taken', () => {
       h.stop()
     })
   }
+
+  test('the spec shell writer’s genuine lock (shell still running) is kept after it ages past staleTimeout', { timeout: 15000 }, async () => {
+    const file = fresh('live-shell-aged')
+    const { pid, child } = await u.shellWriteLock(file, { tag: 'long job', keep: true })
+    const content = fs.readFileSync(file, 'utf8')
+    // Wait (as a contender would) well past staleTimeout: the holder lives, so the lock is never broken.
+    const t0 = Date.now()
+    const r = await sema.acquire(file, { staleTimeout: 1000, retryInterval: 100, timeout: 3000 })
+    assert.ok(Date.now() - t0 >= 2500, 'waited for its timeout')
+    assert.equal(r.ok, false, 'a live holder is never evicted')
+    assert.equal(r.error.type, 'TIMEOUT')
+    const r2 = await sema.tryAcquire(file, { staleTimeout: 1000 })
+    assert.equal(r2.error.type, 'ALREADY_LOCKED')
+    assert.equal(r2.error.holderPid, pid)
+    assert.ok(u.nowS() - Number(u.readLockKeys(file).timestamp) >= 2, 'really older than staleTimeout')
+    const s = new sema.Semaphore(file, { staleTimeout: 1000 })
+    assert.equal(s.tryAcquire().ok, false)
+    assert.equal(s.cleanStale(), false)
+    assert.equal(fs.readFileSync(file, 'utf8'), content, 'untouched')
+    child.kill('SIGKILL')
+    await child.exited
+    // Now the shell is gone and the file is older than staleTimeout: semats' rule lets it go.
+    const r3 = await sema.tryAcquire(file, { staleTimeout: 1000 })
+    assert.equal(r3.ok, true, JSON.stringify(r3.error))
+    assert.equal(await r3.value.release(), true)
+    noTemps(file)
+  })
 
   test('our format, held by a live child without heartbeat, timestamp rewritten to 0: not taken; the child still releases it', async () => {
     const file = fresh('live-ours')

@@ -3,6 +3,7 @@
 //   node file-mutex-worker.js <lockPath> <markerPath> <counterPath> <iterations> <mode>
 // mode: 'async'  → `await acquire(path)` … `await lock.release()` (must resolve true)
 //       'semats' → `new Semaphore(path).tryAcquire()` in a retry loop (short randomised back-off) … `release().ok`
+//       'nolock' → no lock at all (the harness's self-check: its detector must see the overlaps)
 // Barrier: prints `ready`, then waits for a `go` line on stdin so that all workers start at the same instant.
 // Critical section: `fs.openSync(marker, 'wx')` must succeed (EEXIST = another holder is inside = overlap), then the
 // shared counter file is read, incremented and written, then the marker is unlinked.
@@ -81,6 +82,15 @@ function runSemats() {
   }
 }
 
+async function runNoLock() {
+  for (let i = 0; i < iterations; i++) {
+    stats.acquired++
+    fs.writeFileSync(file, `pid=${process.pid}\n`)
+    critical(null)
+    if (i % 16 === 0) await new Promise((r) => setImmediate(r))
+  }
+}
+
 async function main() {
   const rl = readline.createInterface({ input: process.stdin })
   console.log('ready')
@@ -88,6 +98,7 @@ async function main() {
   rl.close()
   const t0 = Date.now()
   if (mode === 'semats') runSemats()
+  else if (mode === 'nolock') runNoLock()
   else await runAsync()
   stats.ms = Date.now() - t0
   console.log(`result ${JSON.stringify(stats)}`)

@@ -74,6 +74,8 @@ function buildFloor() {
 const FILE_VARIANTS = [
   { id: 'floor', label: 'raw syscall floor (Rust)', style: 'floor', fsync: false },
   { id: 'floor', label: 'raw syscall floor (Rust)', style: 'floor', fsync: true },
+  { id: 'floor-engine', label: "engine's exact syscalls, no user-space work (Rust)", style: 'floor', fsync: false },
+  { id: 'floor-engine', label: "engine's exact syscalls, no user-space work (Rust)", style: 'floor', fsync: true },
   { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat off', style: 'sync', fsync: false, heartbeat: false },
   { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat off', style: 'sync', fsync: true, heartbeat: false },
   { id: 'addon-sync', label: 'addon `Semaphore` sync, heartbeat on (default)', style: 'sync', fsync: false },
@@ -87,8 +89,9 @@ const FILE_VARIANTS = [
 
 async function fileVariant(v, dir, floorBin) {
   const p = P.file
-  if (v.id === 'floor') {
-    const { result } = await runJson(floorBin, [dir, '100000000', v.fsync ? '1' : '0', String(p.warmup), String(p.seconds)], { timeoutMs: 120_000 })
+  if (v.id === 'floor' || v.id === 'floor-engine') {
+    const mode = v.id === 'floor' ? 'floor' : 'engine'
+    const { result } = await runJson(floorBin, [dir, '100000000', v.fsync ? '1' : '0', String(p.warmup), String(p.seconds), mode], { timeoutMs: 120_000 })
     return result
   }
   const cfg = { kind: v.id, dir, fsync: v.fsync, heartbeat: v.heartbeat, seconds: p.seconds, warmup: p.warmup }
@@ -142,8 +145,8 @@ function fileTable(rows) {
         num(r.p50Us),
         num(r.p99Us),
         r.id === 'floor' ? '1.00×' : fl && !fl.error ? ratio(fl.opsPerSec, r.opsPerSec) : r.peer ? `${ratio(floor(false)?.opsPerSec, r.opsPerSec)} (vs no-fsync floor)` : '–',
-        r.id === 'floor' || !pl || pl.error || r.id.startsWith('proper') ? '' : ratio(r.opsPerSec, pl.opsPerSec),
-        r.id === 'floor' || !lf || lf.error || r.id === 'lockfile-sync' ? '' : ratio(r.opsPerSec, lf.opsPerSec),
+        r.style === 'floor' || !pl || pl.error || r.id.startsWith('proper') ? '' : ratio(r.opsPerSec, pl.opsPerSec),
+        r.style === 'floor' || !lf || lf.error || r.id === 'lockfile-sync' ? '' : ratio(r.opsPerSec, lf.opsPerSec),
       ]
     }),
   )
@@ -304,6 +307,7 @@ async function runMemory(dirs) {
   const worker = path.join(__dirname, 'workers', 'memory.js')
   const out = []
   const jobs = [
+    { label: 'control: plain JS loop allocating the same result objects, no lock', cfg: { kind: 'control', cycles: m.fileCycles, warmup: m.warmup } },
     { label: 'file `Semaphore` tryAcquire + release, heartbeat off', cfg: { kind: 'file', dir, heartbeat: false, cycles: m.fileCycles, warmup: m.warmup } },
     { label: 'file `Semaphore` tryAcquire + release, heartbeat on (default)', cfg: { kind: 'file', dir, cycles: m.fileCycles, warmup: m.warmup } },
   ]
@@ -401,7 +405,7 @@ function targets(res) {
     }
   }
   if (res.memory) {
-    for (const r of res.memory.filter((x) => !x.error)) {
+    for (const r of res.memory.filter((x) => !x.error && x.kind !== 'control')) {
       const full = r.kind === 'dflockd' ? r.roundTrips >= 1e6 : r.cycles >= 1e6
       add(`memory: ${r.label}: growth < 20 MB`, `${num(r.growthMB, 2)} MB over ${num(r.kind === 'dflockd' ? r.roundTrips : r.cycles, 0)} ${r.kind === 'dflockd' ? 'round trips' : 'cycles'}${full ? '' : ' (fewer than 1 M)'}`, r.growthMB < 20)
     }

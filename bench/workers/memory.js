@@ -2,6 +2,7 @@
 // Memory growth over many cycles in one process (run with --expose-gc). Reads RSS after a warm-up and after the
 // cycles, each time after global.gc(), and at 10 checkpoints in between (samples: [cycles, MB]) to tell a
 // plateau from a leak. Prints {cycles, roundTrips, seconds, rssBeforeMB, rssAfterMB, growthMB, samples, ...}.
+//   kind 'control': no lock, allocates what a sync cycle returns to JS (Node/V8's own share of the growth)
 //   kind 'file':    Semaphore(path, {heartbeat}).tryAcquire() + release(), `cycles` times
 //   kind 'dflockd': `workers` Connection workers doing acquire (l) + release (r) until `cycles` pairs or `seconds`
 
@@ -10,23 +11,37 @@ const path = require('node:path')
 const root = path.resolve(__dirname, '..', '..')
 const cfg = JSON.parse(process.argv[2])
 
+let lastUsage = null
 function rssMB() {
   global.gc()
   global.gc()
-  return process.memoryUsage().rss / 2 ** 20
+  lastUsage = process.memoryUsage()
+  return lastUsage.rss / 2 ** 20
+}
+
+/** V8 heap and Node "external" (Buffers, napi external memory) in MB, at the last reading. */
+function breakdown() {
+  const mb = (v) => Math.round((v / 2 ** 20) * 100) / 100
+  return { heapTotalMB: mb(lastUsage.heapTotal), heapUsedMB: mb(lastUsage.heapUsed), externalMB: mb(lastUsage.external) }
 }
 
 async function fileRun() {
-  const { Semaphore } = require(root)
-  const sem = new Semaphore(path.join(cfg.dir, `memory-${process.pid}.lock`), { heartbeat: cfg.heartbeat, fsync: cfg.fsync })
-  const cycle = () => {
-    const r = sem.tryAcquire('bench')
-    if (!r.ok) throw new Error(`tryAcquire: ${r.error.message}`)
-    const u = sem.release()
-    if (!u.ok) throw new Error(`release: ${u.error.message}`)
+  let cycle
+  if (cfg.kind === 'control') {
+    // No lock at all: allocates what one sync cycle hands back to JS ({ok, value: {pid, timestamp, tag}} and
+    // {ok, value}), to show how much RSS Node/V8 itself takes on for an allocation-heavy loop.
+    let sink
+    cycle = () => {
+      sink = { ok: true, value: { pid: process.pid, timestamp: Math.floor(Date.now() / 1000), tag: 'bench' } }
+      sink = { ok: true, value: undefined }
+      return sink
+    }
+  } else {
+    cycle = fileCycle()
   }
   for (let i = 0; i < cfg.warmup; i++) cycle()
   const before = rssMB()
+  const usageBefore = breakdown()
   const t0 = process.hrtime.bigint()
   // yield to the event loop now and then, as a real program would (lets napi finalizers and timers run)
   const samples = []
@@ -37,7 +52,19 @@ async function fileRun() {
     if ((i + 1) % every === 0) samples.push([i + 1, rssMB()])
   }
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9
-  return { cycles: cfg.cycles, seconds, rssBeforeMB: before, rssAfterMB: rssMB(), samples }
+  const after = rssMB()
+  return { cycles: cfg.cycles, seconds, rssBeforeMB: before, rssAfterMB: after, samples, usageBefore, usageAfter: breakdown() }
+}
+
+function fileCycle() {
+  const { Semaphore } = require(root)
+  const sem = new Semaphore(path.join(cfg.dir, `memory-${process.pid}.lock`), { heartbeat: cfg.heartbeat, fsync: cfg.fsync })
+  return () => {
+    const r = sem.tryAcquire('bench')
+    if (!r.ok) throw new Error(`tryAcquire: ${r.error.message}`)
+    const u = sem.release()
+    if (!u.ok) throw new Error(`release: ${u.error.message}`)
+  }
 }
 
 async function dflockdRun() {
@@ -52,6 +79,7 @@ async function dflockdRun() {
   }
   for (let i = 0; i < cfg.warmup; i++) await Promise.all(conns.map(pair))
   const before = rssMB()
+  const usageBefore = breakdown()
   const t0 = process.hrtime.bigint()
   const end = t0 + BigInt(Math.round(cfg.seconds * 1e9))
   let done = 0
@@ -74,11 +102,12 @@ async function dflockdRun() {
   )
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9
   const after = rssMB()
+  const usageAfter = breakdown()
   for (const c of conns) c.conn.close()
-  return { cycles: done, roundTrips: done * 2, seconds, rssBeforeMB: before, rssAfterMB: after, capped: done < cfg.cycles, samples }
+  return { cycles: done, roundTrips: done * 2, seconds, rssBeforeMB: before, rssAfterMB: after, capped: done < cfg.cycles, samples, usageBefore, usageAfter }
 }
 
-;(cfg.kind === 'file' ? fileRun() : dflockdRun()).then(
+;(cfg.kind === 'dflockd' ? dflockdRun() : fileRun()).then(
   (r) => process.stdout.write(JSON.stringify({ ...r, growthMB: r.rssAfterMB - r.rssBeforeMB, opsPerSec: r.cycles / r.seconds }) + '\n'),
   (e) => {
     console.error(e && e.stack ? e.stack : e)

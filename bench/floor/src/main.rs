@@ -13,7 +13,11 @@
 //! the sync release, an end-of-file `pread` after each read); bench/README.md lists them. The floor is the
 //! minimum the design needs, so "time ÷ floor" shows what everything above the kernel costs.
 //!
-//! Usage: `sema-bench-floor <dir> <cycles> <fsync 0|1> [warmup cycles] [max seconds]`
+//! Mode `engine` adds exactly those extra calls (per cycle: `getpid` ×2, `getrandom(16)`, `open`+`fstat`+
+//! `pread`×2+`close` of the path, a second `stat(path)` + `pread`×2, and an end-of-file `pread` after each
+//! read): the kernel cost of the engine's actual sequence, without any of its user-space work.
+//!
+//! Usage: `sema-bench-floor <dir> <cycles> <fsync 0|1> [warmup cycles] [max seconds] [floor|engine]`
 //! (stops after `cycles` or `max seconds`, whichever comes first).
 //! Prints one JSON object: cycles, seconds, ops/s and per-cycle latency percentiles in microseconds.
 
@@ -42,6 +46,26 @@ struct Floor {
     path: CString,
     content: Vec<u8>,
     fsync: bool,
+    /// Also make the calls the engine makes beyond the minimum (mode `engine`).
+    engine_extras: bool,
+}
+
+/// `pread` until end of file, as Rust's `read_to_end` does: the read, then one more that returns 0.
+unsafe fn read_to_eof(fd: libc::c_int, buf: &mut [u8]) -> usize {
+    let got = check_size(
+        libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0),
+        "pread",
+    );
+    check_size(
+        libc::pread(
+            fd,
+            buf[got..].as_mut_ptr().cast(),
+            buf.len() - got,
+            got as libc::off_t,
+        ),
+        "pread(eof)",
+    );
+    got
 }
 
 impl Floor {
@@ -49,6 +73,12 @@ impl Floor {
     fn cycle(&self) {
         // SAFETY: plain system calls on valid, NUL-terminated paths and live buffers we own.
         unsafe {
+            if self.engine_extras {
+                // the engine's per-acquire getpid() and getrandom() for the token
+                libc::getpid();
+                let mut token = [0u8; 16];
+                libc::getrandom(token.as_mut_ptr().cast(), token.len(), 0);
+            }
             let fd = check(
                 libc::open(
                     self.dir.as_ptr(),
@@ -89,14 +119,37 @@ impl Floor {
             check(libc::fstat(fd, &mut fst), "fstat");
 
             // release
+            let mut buf = [0u8; 4096];
+            if self.engine_extras {
+                // sync release(): getpid(), then the path is opened and read to learn the owner pid ...
+                libc::getpid();
+                let pfd = check(
+                    libc::open(
+                        self.path.as_ptr(),
+                        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                    ),
+                    "open(path)",
+                );
+                let mut pst: libc::stat = std::mem::zeroed();
+                check(libc::fstat(pfd, &mut pst), "fstat(path fd)");
+                read_to_eof(pfd, &mut buf);
+                libc::close(pfd);
+                // ... and the ownership check (stat + read of the held fd) runs twice
+                let mut st: libc::stat = std::mem::zeroed();
+                check(libc::stat(self.path.as_ptr(), &mut st), "stat");
+                read_to_eof(fd, &mut buf);
+            }
             let mut st: libc::stat = std::mem::zeroed();
             check(libc::stat(self.path.as_ptr(), &mut st), "stat");
             assert_eq!(st.st_ino, fst.st_ino, "the path names another inode");
-            let mut buf = [0u8; 4096];
-            let got = check_size(
-                libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0),
-                "pread",
-            );
+            let got = if self.engine_extras {
+                read_to_eof(fd, &mut buf)
+            } else {
+                check_size(
+                    libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0),
+                    "pread",
+                )
+            };
             assert_eq!(&buf[..got], &self.content[..], "content changed");
             check(libc::unlink(self.path.as_ptr()), "unlink");
             libc::close(fd);
@@ -132,6 +185,11 @@ fn main() {
     let max_secs: f64 = args.get(5).map_or(f64::INFINITY, |s| {
         s.parse().expect("max seconds must be a number")
     });
+    let engine_extras = match args.get(6).map(String::as_str) {
+        None | Some("floor") => false,
+        Some("engine") => true,
+        Some(other) => panic!("mode must be floor or engine, got {other}"),
+    };
 
     let path = format!("{dir}/floor-{}.lock", std::process::id());
     // A lock file as the engine writes it: pid, timestamp, tag, host, start, token (~150 bytes).
@@ -147,6 +205,7 @@ fn main() {
         path: CString::new(path).expect("no NUL in path"),
         content,
         fsync,
+        engine_extras,
     };
 
     for _ in 0..warmup {

@@ -274,24 +274,30 @@ describe('withLock', () => {
 })
 
 describe('waiting', () => {
-  test('FIFO: 5 in-process waiters on one path are granted in call order', { timeout: 20000 }, async () => {
+  test('FIFO: 5 in-process waiters on one path are granted in call order (20 rounds)', { timeout: 30000 }, async (t) => {
     const file = fresh('fifo')
-    const first = (await sema.acquire(file)).value
-    const order = []
-    const waiters = Array.from({ length: 5 }, (_, i) =>
-      sema.acquire(file, { timeout: 10000, tag: `w${i}` }).then(async (r) => {
-        assert.equal(r.ok, true, JSON.stringify(r.error))
-        order.push(i)
-        assert.equal(u.readLockKeys(file).tag, `w${i}`, 'the file is the granted waiter’s')
-        await new Promise((res) => setImmediate(res))
-        assert.equal(await r.value.release(), true)
-      }),
-    )
-    await new Promise((r) => setTimeout(r, 100)) // all five are queued before the release
-    assert.deepEqual(order, [])
-    assert.equal(await first.release(), true)
-    await Promise.all(waiters)
-    assert.deepEqual(order, [0, 1, 2, 3, 4])
+    const bad = []
+    for (let round = 0; round < 20; round++) {
+      const first = (await sema.acquire(file)).value
+      const order = []
+      const waiters = Array.from({ length: 5 }, (_, i) =>
+        sema.acquire(file, { timeout: 10000, tag: `w${i}` }).then(async (r) => {
+          assert.equal(r.ok, true, JSON.stringify(r.error))
+          order.push(i)
+          assert.equal(u.readLockKeys(file).tag, `w${i}`, 'the file is the granted waiter’s')
+          await new Promise((res) => setImmediate(res))
+          assert.equal(await r.value.release(), true)
+        }),
+      )
+      // Odd rounds: the waiters have been parked for a while; even rounds: released straight away.
+      if (round % 2) await new Promise((r) => setTimeout(r, 20))
+      assert.deepEqual(order, [], 'nobody is granted while the first holder holds it')
+      assert.equal(await first.release(), true)
+      await Promise.all(waiters)
+      if (order.join() !== '0,1,2,3,4') bad.push(`round ${round}: ${order.join(',')}`)
+    }
+    t.diagnostic(`out-of-order rounds: ${bad.length} of 20 ${JSON.stringify(bad)}`)
+    assert.deepEqual(bad, [], 'grants follow call order in every round')
     assert.deepEqual(left(file), [])
   })
 

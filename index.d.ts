@@ -217,6 +217,8 @@ export interface StatusOptions {
 export interface ReleaseOptions {
   /** File: remove the lock whoever holds it. */
   force?: boolean
+  /** File: release on behalf of this owner pid (the `pid` given to `acquire`, e.g. a shell's `$$`) instead of `process.pid`. */
+  pid?: number
 }
 
 /**

@@ -59,7 +59,7 @@ async function acquireFile(target, path, options = {}, { wait }) {
 async function releaseFile(path, options = {}) {
   const { file, error } = openFile(path)
   if (error) return { ok: false, error }
-  const r = await file.releaseAsProcessAsync(Boolean(options.force))
+  const r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
   return r.ok ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(r.error) }
 }
 

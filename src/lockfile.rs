@@ -403,13 +403,18 @@ impl NativeLockFile {
         void_result(self.inner.release_as_process(force))
     }
 
+    /// `release_as_process` off the JS thread; `owner_pid` releases on behalf of the owner recorded by
+    /// `acquire`'s `pid` (e.g. the CLI's `--pid`) instead of this process.
     #[napi]
-    pub async fn release_as_process_async(&self, force: bool) -> VoidResult {
+    pub async fn release_as_async(&self, force: bool, owner_pid: Option<i64>) -> VoidResult {
         let file = self.inner.clone();
         void_result(
-            tokio::task::spawn_blocking(move || file.release_as_process(force))
-                .await
-                .unwrap_or_else(|e| Err(join_error(e))),
+            tokio::task::spawn_blocking(move || match owner_pid {
+                Some(pid) => file.release_as(pid, force),
+                None => file.release_as_process(force),
+            })
+            .await
+            .unwrap_or_else(|e| Err(join_error(e))),
         )
     }
 

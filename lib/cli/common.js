@@ -160,25 +160,6 @@ function api() {
   return require(path.join(__dirname, '..', '..', 'index.js'))
 }
 
-/**
- * `tryAcquire(target, options)` with a busy lock always reported as ALREADY_LOCKED (holderPid/lockedSince when
- * readable). Works around the package's file-target tryAcquire, which reports a busy lock file as
- * `TIMEOUT "Timeout waiting for lock after 0ms"` without the holder.
- */
-async function tryAcquireOnce(target, options) {
-  const r = await api().tryAcquire(target, options)
-  if (r.ok || r.error.type !== 'TIMEOUT') return r
-  const error = { type: 'ALREADY_LOCKED', message: 'Lock already held' }
-  try {
-    const s = await api().status(target)
-    if (s.info) {
-      error.holderPid = s.info.pid
-      error.lockedSince = s.info.timestamp
-    }
-  } catch {}
-  return { ok: false, error }
-}
-
 /** The shell's exit status for a death by `signal`: 128 + its number. */
 function signalExitCode(signal) {
   const n = os.constants.signals[signal]
@@ -203,7 +184,6 @@ module.exports = {
   rustParent,
   exists,
   api,
-  tryAcquireOnce,
   signalExitCode,
   sleep,
 }

@@ -18,7 +18,6 @@ const {
   displayTarget,
   isDflockd,
   api,
-  tryAcquireOnce,
 } = require('./common')
 
 const PROG = 'sema-native'
@@ -321,7 +320,7 @@ NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
  */
 async function acquireWithNotice(target, options, verbose, shown) {
   if (verbose) {
-    const first = await tryAcquireOnce(target, options)
+    const first = await api().tryAcquire(target, options)
     if (first.ok || first.error.type !== 'ALREADY_LOCKED') return first
     const e = first.error
     err(`${PROG}: waiting for ${shown}${e.holderPid !== undefined ? ` (held by pid ${e.holderPid}${since(e.lockedSince)})` : ''}\n`)
@@ -342,7 +341,7 @@ async function cmdAcquire(o, rep, wait) {
   const target = apiTarget(o.target)
   const r = wait
     ? await acquireWithNotice(target, options, o.verbose, rep.target)
-    : await tryAcquireOnce(target, options)
+    : await api().tryAcquire(target, options)
   if (!r.ok) {
     let error = r.error
     if (error.type === 'TIMEOUT') {
@@ -351,9 +350,7 @@ async function cmdAcquire(o, rep, wait) {
     rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}` : describeFailure(error, rep.target))
     return failureCode(error.type)
   }
-  const lock = r.value
-  // The lock belongs to `pid` and must stay after this process exits; the package's exit hook would release it.
-  process.removeAllListeners('exit')
+  const lock = r.value // recorded for `pid`: the package's exit hook leaves it in place
   rep.ok(
     { backend: 'file', pid: lock.pid, timestamp: lock.timestamp, tag: lock.tag ?? null },
     `acquired ${rep.target} (owner pid ${lock.pid})`,
@@ -374,31 +371,16 @@ async function cmdRelease(o, rep) {
     return 0
   }
   const pid = pidOption(o) ?? process.ppid
-  // The package releases by handle or by the calling process; a lock recorded for another pid is released by
-  // checking the recorded owner, then removing the file.
-  const s = await api().status(target)
-  if (!s.locked) {
-    rep.fail({ type: 'NOT_LOCKED', message: 'Lock not held' }, `${rep.target} is not locked`)
-    return 1
-  }
-  if (!s.info) {
-    rep.fail(
-      { type: 'PERMISSION_DENIED', message: 'Lock file cannot be parsed, owner unknown' },
-      `${rep.target}: the lock file cannot be parsed, so its owner is unknown (use --force)`,
-    )
-    return 1
-  }
-  if (s.info.pid !== pid) {
-    rep.fail(
-      { type: 'PERMISSION_DENIED', message: `Lock held by different process (PID ${s.info.pid})`, holderPid: s.info.pid },
-      `${rep.target} is held by pid ${s.info.pid}, not by pid ${pid} (pass --pid ${s.info.pid}, or --force)`,
-    )
-    return 1
-  }
-  const r = await api().release(target, { force: true })
+  const r = await api().release(target, { pid })
   if (!r.ok) {
-    rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
-    return failureCode(r.error.type)
+    const e = r.error
+    let text
+    if (e.type === 'NOT_LOCKED') text = `${rep.target} is not locked`
+    else if (e.type === 'PERMISSION_DENIED' && e.holderPid !== undefined) {
+      text = `${rep.target} is held by pid ${e.holderPid}, not by pid ${pid} (pass --pid ${e.holderPid}, or --force)`
+    } else text = describeFailure(e, rep.target)
+    rep.fail(e, text)
+    return failureCode(e.type)
   }
   rep.ok({ released: true }, `released ${rep.target}`)
   return 0

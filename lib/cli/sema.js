@@ -11,7 +11,7 @@
 
 const fs = require('node:fs')
 const path = require('node:path')
-const { out, err, exit, api, tryAcquireOnce, rustIoText, errnoCode, rustParent, exists, sleep } = require('./common')
+const { out, err, exit, api, rustIoText, errnoCode, rustParent, exists, sleep } = require('./common')
 
 const VERSION = '0.1.0'
 
@@ -214,7 +214,7 @@ async function cmdTry(o) {
     err(`Error: IO error: ${rustIoText(problem)}\n`)
     return 3
   }
-  const r = await tryAcquireOnce(fileTarget(o.lockPath), acquireOptions(o))
+  const r = await api().tryAcquire(fileTarget(o.lockPath), acquireOptions(o))
   if (r.ok) {
     if (!o.quiet) out(`Lock acquired: ${o.lockPath}\n`)
     return 0
@@ -364,8 +364,7 @@ async function main(args) {
     err(`Error: ${e && e.message ? e.message : e}\n`)
     code = 3
   }
-  // A lock taken by try/acquire belongs to the calling shell and must outlive this process (see semats.js).
-  if ((o.command === 'try' || o.command === 'acquire') && code === 0) process.removeAllListeners('exit')
+  // A lock taken by try/acquire is recorded for the calling shell: the package's exit hook leaves it in place.
   return exit(code)
 }
 

@@ -149,7 +149,6 @@ async function main(args) {
         const r = await acquireLoop(sem, owner, timeout)
         if (r.ok) {
           out(format(acquired(r.value, owner, options.tag), json) + '\n')
-          keepLockAfterExit()
         } else {
           err(format(failed(r.error), json) + '\n')
           code = 1
@@ -161,7 +160,6 @@ async function main(args) {
         const r = sem.tryAcquireWithInfo(owner)
         if (r.ok) {
           out(format(acquired(r.value, owner, options.tag), json) + '\n')
-          keepLockAfterExit()
         } else {
           out(format(failed(r.error), json) + '\n')
           code = 1
@@ -208,15 +206,6 @@ async function main(args) {
     code = 1
   }
   return exit(code)
-}
-
-/**
- * The lock must outlive this process (that is what the semats CLI's acquire is for), but the package releases
- * every lock still held when a process exits normally. Dropping the exit listeners keeps it; the recorded owner
- * is the calling shell, whose lifetime decides when the lock goes stale.
- */
-function keepLockAfterExit() {
-  process.removeAllListeners('exit')
 }
 
 module.exports = { main, USAGE, parse, format }

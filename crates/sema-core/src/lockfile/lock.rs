@@ -155,8 +155,15 @@ pub fn held_locks() -> Vec<HeldLock> {
 /// Release every lock this process holds (synchronous; for a Node `'exit'` hook). Errors are
 /// ignored: at exit there is nobody to report them to.
 pub fn release_all_held() {
-    let all: Vec<HeldLock> = lock(&REGISTRY).drain().map(|(_, h)| h).collect();
-    for held in all {
+    // Locks recorded for another owner (`AcquireRequest::owner_pid`, the CLI's `--pid`) belong to
+    // that process and outlive this one: its owner releases them.
+    let me = current_pid();
+    let ours: Vec<HeldLock> = lock(&REGISTRY)
+        .values()
+        .filter(|h| h.inner.info.pid == me)
+        .cloned()
+        .collect();
+    for held in ours {
         let _ = held.release();
     }
 }

@@ -39,7 +39,11 @@ export interface SemaphoreError {
 
 export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: SemaphoreError }
 
-/** Thrown (never returned) by `withLock`, `status`, the dflockd classes and bad arguments. */
+/**
+ * Thrown by `withLock`, `status`, the dflockd classes and constructors. Functions that return a
+ * `SemaphoreResult` (`acquire`, `tryAcquire`, `release`, semats' methods) never reject: a bad target or option
+ * comes back as a failed result with type `INVALID_ARGUMENT`, `INVALID_PATH` or `PATH_TRAVERSAL`.
+ */
 export declare class LockError extends Error {
   constructor(message: string, code?: SemaphoreErrorType, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
   /** Stable error code, one of {@link SemaphoreErrorType}. */
@@ -132,7 +136,7 @@ export declare class Semaphore {
 
 export type Backend = 'file' | 'dflockd'
 
-/** TLS for dflockd: `{}` uses the system roots; `ca` adds a PEM CA (string or Buffer). */
+/** TLS for dflockd: `{}` (or `true`) uses the system roots; `ca` trusts these PEM CAs instead. Other keys are refused. */
 export interface DflockdTlsOptions {
   ca?: string | Buffer | Array<string | Buffer>
   /** Server name to verify (default: the host). */
@@ -165,7 +169,7 @@ export interface AcquireOptions {
   /** dflockd: semaphore slots (overrides `?limit=`). */
   limit?: number
   /** dflockd: TLS options (implies TLS). */
-  tls?: DflockdTlsOptions
+  tls?: DflockdTlsOptions | true
   /** dflockd: auth token (overrides the URL's `token@`). */
   auth?: string
   /** dflockd: TCP+TLS connect timeout in ms. */
@@ -174,6 +178,8 @@ export interface AcquireOptions {
   socketTimeoutMs?: number
   /** dflockd: renew when this fraction of the lease has passed (0 < r < 1). Default 0.5. */
   renewRatio?: number
+  /** dflockd: longest gap between renewals in ms (default 15000: below the server's 23 s idle timeout). Lower it for a server started with a shorter `--read-timeout`. */
+  renewMaxIntervalMs?: number
 }
 
 /** A held lock. `await using lock = …` releases it at the end of the scope. */
@@ -208,7 +214,7 @@ export interface LockStatus extends SemaphoreStatus {
 export interface StatusOptions {
   /** File: stale rule used for `isStale`. */
   staleTimeout?: number | null
-  tls?: DflockdTlsOptions
+  tls?: DflockdTlsOptions | true
   auth?: string
   connectTimeoutMs?: number
   socketTimeoutMs?: number
@@ -257,12 +263,17 @@ export interface DistributedLockOptions {
   shardingStrategy?: ShardingStrategy
   /** Renew when this fraction of the lease has passed. Default 0.5. */
   renewRatio?: number
-  tls?: DflockdTlsOptions
+  tls?: DflockdTlsOptions | true
+  /** Sent as the first request on every connection. */
   auth?: string
-  /** Called (once) when renewal fails and the lock is lost. Errors it throws are reported as warnings. */
+  /** Called (once) when the held lock is lost: renewal refused, connection dropped, server gone. Errors it throws are reported as warnings. */
   onLockLost?: (key: string, token: string) => void
+  /** TCP + TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number
+  /** Timeout in ms for replies to non-blocking commands (release, renew, enqueue, stats). Default 30000. */
   socketTimeoutMs?: number
+  /** Longest gap between renewals in ms. Default 15000 (below the server's 23 s idle timeout). */
+  renewMaxIntervalMs?: number
 }
 
 export interface DistributedSemaphoreOptions extends DistributedLockOptions {
@@ -275,7 +286,13 @@ export declare class DistributedLock implements AsyncDisposable {
   readonly acquireTimeoutS: number
   readonly leaseTtlS: number | undefined
   readonly servers: ReadonlyArray<readonly [string, number]>
+  readonly shardingStrategy: ShardingStrategy
   readonly renewRatio: number
+  readonly tls: DflockdTlsOptions | undefined
+  readonly auth: string | undefined
+  readonly onLockLost: ((key: string, token: string) => void) | undefined
+  readonly connectTimeoutMs: number | undefined
+  readonly socketTimeoutMs: number | undefined
   /** Token of the held lock, or null. */
   readonly token: string | null
   /** Lease in seconds of the held lock, 0 when none. */
@@ -285,7 +302,7 @@ export declare class DistributedLock implements AsyncDisposable {
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   acquire(options?: { force?: boolean; signal?: AbortSignal }): Promise<boolean>
   release(): Promise<void>
-  enqueue(options?: { force?: boolean }): Promise<'acquired' | 'queued'>
+  enqueue(options?: { force?: boolean; signal?: AbortSignal }): Promise<'acquired' | 'queued'>
   wait(timeoutS?: number, options?: { signal?: AbortSignal }): Promise<boolean>
   withLock<T>(fn: () => T | Promise<T>): Promise<T>
   /** Drops the connection without releasing (the server releases on disconnect). Idempotent. */
@@ -329,7 +346,7 @@ export interface Stats {
 export interface ConnectionOptions {
   host?: string
   port?: number
-  tls?: DflockdTlsOptions
+  tls?: DflockdTlsOptions | true
   auth?: string
   connectTimeoutMs?: number
   socketTimeoutMs?: number

@@ -136,6 +136,7 @@ async function distributed(): Promise<void> {
     onLockLost: (key: string, token: string) => console.error(key, token),
     connectTimeoutMs: 1_000,
     socketTimeoutMs: 5_000,
+    renewMaxIntervalMs: 10_000,
   }
   const lock = new DistributedLock(lockOptions)
   const got: boolean = await lock.acquire({ force: true, signal: AbortSignal.timeout(1_000) })
@@ -152,6 +153,10 @@ async function distributed(): Promise<void> {
   const sem = new DistributedSemaphore(semOptions)
   const limit: number = sem.limit
   console.log(got, token, lease, phase, waited, v, limit, lock.key, lock.acquireTimeoutS, lock.leaseTtlS, lock.servers, lock.renewRatio)
+  console.log(lock.shardingStrategy, lock.tls, lock.auth, lock.onLockLost, lock.connectTimeoutMs, lock.socketTimeoutMs)
+  await lock.enqueue({ signal: AbortSignal.timeout(100) })
+  const viaTarget = await acquire('dflockd://127.0.0.1/k', { tls: true, renewMaxIntervalMs: 5_000, leaseTtl: 10, limit: 1 })
+  console.log(viaTarget.ok)
 
   const connOptions: ConnectionOptions = { host: '127.0.0.1', port: 6388, tls, auth: 'secret', connectTimeoutMs: 100, socketTimeoutMs: 100 }
   const conn = await Connection.connect(connOptions)

@@ -38,11 +38,19 @@ async function mutexRun(t, mode) {
   const kids = Array.from({ length: PROCS }, (_, i) =>
     u.spawnNode('file-mutex-worker.js', [file, marker, counter, ITER, modeOf(i)]),
   )
-  await Promise.all(kids.map((k) => u.lines(k).next(/^ready$/, 20000)))
+  const ready = kids.map((k) => u.lines(k).next(/^ready$/, 20000))
+  // A reader in its own process: it must never see a half-written lock file (design §3.2).
+  const reader = u.spawnNode('file-reader-worker.js', [file])
+  await u.lines(reader).next(/^ready$/, 20000)
+  await Promise.all(ready)
   const t0 = Date.now()
   for (const k of kids) k.stdin.end('go\n')
   const exits = await Promise.all(kids.map((k) => u.waitExit(k, 150000, `mutex worker (${mode})`)))
   const ms = Date.now() - t0
+  reader.stdin.end()
+  const rex = await u.waitExit(reader, 20000, 'reader')
+  assert.equal(rex.code, 0, rex.stdout + rex.stderr)
+  const seen = JSON.parse(rex.stdout.split('\n').find((l) => l.startsWith('result ')).slice(7))
   const total = { acquired: 0, overlaps: 0, failedReleases: 0, wrongOwner: 0, errors: [] }
   for (const e of exits) {
     assert.equal(e.code, 0, `worker exit ${e.code}/${e.signal}: ${e.stdout} ${e.stderr}`)
@@ -56,6 +64,11 @@ async function mutexRun(t, mode) {
     `${mode}: ${total.acquired} acquisitions by ${PROCS} processes in ${ms} ms (${Math.round((total.acquired * 1000) / ms)}/s); ` +
       `overlaps ${total.overlaps}, failed releases ${total.failedReleases}, wrong owner ${total.wrongOwner}, errors ${total.errors.length}`,
   )
+  t.diagnostic(
+    `${mode}: reader saw ${seen.reads} reads: ${seen.complete} complete, ${seen.missing} missing, ${seen.partial} partial`,
+  )
+  assert.equal(seen.partial, 0, `a reader saw half-written lock files: ${JSON.stringify(seen.samples)}`)
+  assert.ok(seen.complete > 0, 'the reader did see held locks')
   assert.deepEqual(total.errors, [], 'no acquire/release errors')
   assert.equal(total.overlaps, 0, 'no two holders inside the critical section at once')
   assert.equal(total.failedReleases, 0, 'every release succeeded')

@@ -122,3 +122,31 @@ describe('heartbeat detects loss: signal aborted, onLost once, process exits nor
     })
   }
 })
+
+describe('loss while inside withLock', () => {
+  test('withLock rejects with LockError LOCK_LOST when the lock is lost while fn runs; fn saw the abort', { timeout: 10000 }, async () => {
+    const file = fresh('withlock-lost')
+    let sawAbort = false
+    const replacementBody = replacement()
+    await assert.rejects(
+      sema.withLock(
+        file,
+        async (lock) => {
+          const aborted = new Promise((resolve) => lock.signal.addEventListener('abort', resolve, { once: true }))
+          const tmp = `${file}.outside`
+          fs.writeFileSync(tmp, replacementBody)
+          fs.renameSync(tmp, file)
+          await u.within(aborted, 5000, 'lock.signal abort inside withLock')
+          sawAbort = lock.signal.aborted && lock.signal.reason?.code === 'LOCK_LOST'
+          return 'work done without exclusivity'
+        },
+        { heartbeat: HEARTBEAT },
+      ),
+      (e) => e instanceof sema.LockError && e.code === 'LOCK_LOST',
+    )
+    assert.equal(sawAbort, true)
+    assert.equal(fs.readFileSync(file, 'utf8'), replacementBody, 'withLock’s release left the replacement alone')
+    fs.unlinkSync(file)
+    assert.deepEqual(u.ls(path.dirname(file)), [])
+  })
+})

@@ -8,7 +8,6 @@ const { spawn, spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
-const readline = require('node:readline')
 
 const ROOT = path.resolve(__dirname, '..', '..')
 const HELPERS = __dirname
@@ -51,9 +50,29 @@ function spawnTracked(cmd, args, options = {}) {
   track(child)
   child.stdoutText = ''
   child.stderrText = ''
+  // Complete stdout lines, kept from the start so that a reader attached later misses none (see lines()).
+  child.lineLog = []
+  child.lineEnded = false
+  child.lineListeners = new Set()
+  let partial = ''
   child.stdout.setEncoding('utf8')
   child.stderr.setEncoding('utf8')
-  child.stdout.on('data', (d) => (child.stdoutText += d))
+  child.stdout.on('data', (d) => {
+    child.stdoutText += d
+    partial += d
+    const parts = partial.split('\n')
+    partial = parts.pop()
+    if (parts.length) {
+      child.lineLog.push(...parts.map((l) => l.replace(/\r$/, '')))
+      for (const f of child.lineListeners) f()
+    }
+  })
+  child.stdout.on('end', () => {
+    if (partial) child.lineLog.push(partial)
+    partial = ''
+    child.lineEnded = true
+    for (const f of child.lineListeners) f()
+  })
   child.stderr.on('data', (d) => (child.stderrText += d))
   child.exited = new Promise((resolve) => {
     child.once('exit', (code, signal) => resolve({ code, signal }))
@@ -101,44 +120,36 @@ async function runNode(script, args = [], ms = 20000, options = {}) {
 }
 
 /**
- * Line reader over a child's stdout: `next(pred, ms)` resolves the first line (not yet consumed) matching `pred`
- * (a RegExp or function), rejects after `ms` or when the child's stdout ends first.
+ * Line reader over a child's stdout: `next(pred, ms)` resolves the first line not yet consumed (by this reader)
+ * that matches `pred` (a RegExp or function); rejects after `ms` or when the child's stdout ends first. Lines
+ * printed before the reader was created are seen too.
  */
 function lines(child) {
-  const queue = []
+  const consumed = new Set()
   const waiters = []
-  let ended = false
-  const rl = readline.createInterface({ input: child.stdout })
-  rl.on('line', (line) => {
-    queue.push(line)
-    pump()
-  })
-  rl.on('close', () => {
-    ended = true
-    pump()
-  })
   function matches(pred, line) {
     return typeof pred === 'function' ? pred(line) : pred.test(line)
   }
   function pump() {
     for (let i = 0; i < waiters.length; ) {
       const w = waiters[i]
-      const idx = queue.findIndex((l) => matches(w.pred, l))
+      const idx = child.lineLog.findIndex((l, j) => !consumed.has(j) && matches(w.pred, l))
       if (idx >= 0) {
-        const [line] = queue.splice(idx, 1)
+        consumed.add(idx)
         waiters.splice(i, 1)
         clearTimeout(w.timer)
-        w.resolve(line)
-      } else if (ended) {
+        w.resolve(child.lineLog[idx])
+      } else if (child.lineEnded) {
         waiters.splice(i, 1)
         clearTimeout(w.timer)
         w.reject(
           new Error(
-            `child ${child.pid} stdout ended before a line matching ${w.pred}; stdout so far: ${JSON.stringify(child.stdoutText)} stderr: ${child.stderrText}`,
+            `child ${child.pid} stdout ended before a line matching ${w.pred}; stdout: ${JSON.stringify(child.stdoutText)} stderr: ${child.stderrText}`,
           ),
         )
       } else i++
     }
+    if (!waiters.length) child.lineListeners.delete(pump)
   }
   return {
     next(pred, ms = 10000) {
@@ -154,6 +165,7 @@ function lines(child) {
           )
         }, ms)
         waiters.push(w)
+        child.lineListeners.add(pump)
         pump()
       })
     },

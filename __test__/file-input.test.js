@@ -4,8 +4,9 @@
 // garbage / binary / empty lock files. Each gives the documented error type, and NOTHING is left behind: after
 // every failed acquire the directory listing is unchanged (no lock file, no temp files).
 //
-// Delivery: the contract (index.d.ts) says failures come back as `{ok:false, error}` values, and that "bad
-// arguments" throw LockError. Path problems are checked here by their type whichever way they are delivered.
+// Delivery (index.d.ts, LockError): functions that return a SemaphoreResult (`acquire`, `tryAcquire`, `release`,
+// semats' methods) never reject — a bad target comes back as a failed result; `withLock` and `status` throw a
+// LockError with the same code.
 
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
@@ -58,7 +59,12 @@ async function expectRefused(target, types, root = dir, { semats = true, mustNot
   for (const [name, fn] of Object.entries(flavours)) {
     const o = await u.outcome(fn)
     assert.ok(types.includes(o.type), `${name} on ${JSON.stringify(target)}: expected one of ${types}, got ${o.type} (${o.error?.message ?? JSON.stringify(o.value)})`)
-    if (o.delivered === 'throw') assert.ok(o.error instanceof sema.LockError, `${name}: thrown errors are LockErrors`)
+    if (name === 'withLock()') {
+      assert.equal(o.delivered, 'throw', 'withLock rejects')
+      assert.ok(o.error instanceof sema.LockError, `${name}: rejects with a LockError, got ${o.error}`)
+    } else {
+      assert.equal(o.delivered, 'result', `${name} resolves a failed result, never rejects (got ${o.error})`)
+    }
     assert.deepEqual(snapshot(root), before, `${name} on ${JSON.stringify(target)}: nothing created or changed`)
   }
   if (semats) {
@@ -84,6 +90,24 @@ describe('invalid paths', () => {
     const st = await u.outcome(() => sema.status(''))
     assert.equal(st.delivered, 'throw', 'status() rejects for a bad target')
     assert.ok(st.error instanceof sema.LockError)
+  })
+
+  test('release() and status() on bad targets: release resolves a failed result, status rejects a LockError', async () => {
+    for (const [target, type] of [
+      ['', 'INVALID_PATH'],
+      [path.join(dir, 'a\0b.lock'), 'INVALID_PATH'],
+      [`${dir}/sub/../x.lock`, 'PATH_TRAVERSAL'],
+    ]) {
+      const r = await u.outcome(() => sema.release(target))
+      assert.equal(r.delivered, 'result', `release(${JSON.stringify(target)}) never rejects`)
+      assert.equal(r.type, type)
+      const f = await u.outcome(() => sema.release(target, { force: true }))
+      assert.equal(f.type, type)
+      const st = await u.outcome(() => sema.status(target))
+      assert.equal(st.delivered, 'throw')
+      assert.ok(st.error instanceof sema.LockError)
+      assert.equal(st.error.code, type)
+    }
   })
 
   test('NUL in path → INVALID_PATH', async () => {

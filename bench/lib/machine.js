@@ -31,6 +31,7 @@ function machine(dirs) {
     arch: os.arch(),
     node: process.version,
     memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+    loadAtStart: os.loadavg().map((v) => Math.round(v * 10) / 10),
     dirs: Object.fromEntries(Object.entries(dirs).map(([name, dir]) => [name, { dir, fs: fsType(dir) }])),
   }
 }

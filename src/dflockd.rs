@@ -62,8 +62,8 @@ pub struct NativePrimitiveOptions {
     pub socket_timeout_ms: Option<f64>,
     /// Fraction of the lease after which to renew (0 < r < 1).
     pub renew_ratio: f64,
-    /// Upper bound between two renewals in ms (default 15000; keep below 0.6 × the server's
-    /// read timeout).
+    /// Upper bound between the starts of two renewals in ms (default 15000; keep below 0.6 ×
+    /// the server's read timeout).
     pub renew_max_interval_ms: Option<f64>,
 }
 
@@ -407,7 +407,9 @@ impl NativeDflockdPrimitive {
     }
 
     /// Register the loss callback `(key, token) => void`, called at most once per held lock
-    /// when renewal fails. It is held weakly: it never keeps the process alive.
+    /// when renewal fails or the server drops the idle connection (closed, reset, or an
+    /// unsolicited `error` before its read-timeout close; the server then releases the lock),
+    /// never for `release()`/`close()`. It is held weakly: it never keeps the process alive.
     #[napi(ts_args_type = "callback: (key: string, token: string) => void")]
     pub fn on_lost(&self, callback: Function<FnArgs<(String, String)>, ()>) -> napi::Result<()> {
         let tsfn = callback

@@ -402,6 +402,61 @@ impl Connection {
         }
     }
 
+    /// While no request is in flight: wait until the server sends something or ends the
+    /// connection, then close it and return why it is no longer usable. Never returns while the
+    /// connection stays open and silent.
+    ///
+    /// dflockd never sends anything unprompted, so on an idle connection EOF, a read error or
+    /// any complete line (such as the `error` a server writes before closing a connection idle
+    /// for its read timeout) means the server has dropped this connection, and with it every
+    /// lock the connection held.
+    ///
+    /// Cancel-safe: bytes are read into the connection's own buffer (the one the reply reader
+    /// consumes) in the same poll that reads them, so dropping this future loses nothing, and
+    /// an incomplete line stays buffered for the next reply.
+    pub async fn wait_server_gone(&mut self) -> DflockdError {
+        let mut scanned = 0usize;
+        let mut chunk = [0u8; 8192];
+        loop {
+            if self.io.is_none() {
+                return DflockdError::connection(format!("connection to {} is closed", self.peer));
+            }
+            if self.busy {
+                return self.fail(DflockdError::connection(format!(
+                    "connection to {} was interrupted mid-request and is closed",
+                    self.peer
+                )));
+            }
+            if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
+                let line = describe_line(&self.buf[..scanned + pos]);
+                return self.fail(DflockdError::protocol(format!(
+                    "server {} sent an unsolicited reply: {line}",
+                    self.peer
+                )));
+            }
+            scanned = self.buf.len();
+            if self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
+                return self.fail(overlong());
+            }
+            let Some(io) = self.io.as_mut() else {
+                continue;
+            };
+            match io.read(&mut chunk).await {
+                Ok(0) => {
+                    return self.fail(DflockdError::connection(format!(
+                        "server {} closed the connection",
+                        self.peer
+                    )))
+                }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => {
+                    let peer = self.peer.clone();
+                    return self.fail(io_error(&peer, "read from", e));
+                }
+            }
+        }
+    }
+
     /// Send a request whose reply is parsed by `parse`; a protocol error closes the connection.
     async fn call<T>(
         &mut self,
@@ -556,6 +611,18 @@ impl Connection {
         let json = self.stats_json().await?;
         parse_stats(&json)
     }
+}
+
+/// A short printable rendering of an unexpected line (one trailing `\r` dropped, control
+/// characters escaped, at most 80 characters).
+fn describe_line(line: &[u8]) -> String {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let text = String::from_utf8_lossy(line);
+    let mut out: String = text.chars().take(80).flat_map(char::escape_debug).collect();
+    if text.chars().nth(80).is_some() {
+        out.push_str("...");
+    }
+    out
 }
 
 fn overlong() -> DflockdError {

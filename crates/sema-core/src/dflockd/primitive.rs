@@ -2,12 +2,16 @@
 //!
 //! A lock is a semaphore with limit 1 (it speaks `l r n e w`; limit > 1 speaks `sl sr sn se sw`).
 //! Each held lock/slot owns one connection. While held, a renewal task owns that connection: it
-//! renews every `max(100 ms, lease × renew_ratio)` minus the last round-trip time and never more
-//! than `renew_max_interval` apart (the server drops connections idle for its read timeout,
-//! 23 s by default, and auto-releases their locks), always resending the TTL used at acquire.
+//! starts a renew every `max(100 ms, lease × renew_ratio)` and never more than
+//! `renew_max_interval` after the previous one started (the server drops connections idle for
+//! its read timeout, 23 s by default, and auto-releases their locks), always resending the TTL
+//! used at acquire. Between requests it also watches the idle connection: the server never
+//! sends anything unprompted, so EOF, a read error or an unsolicited line (the `error` a server
+//! writes before closing an idle connection) means the server has dropped the connection and
+//! released the lock, and the loss is reported at once instead of at the next renew.
 //! Renewal and release are serialized on that task; a release waits at most 5 s for a renew in
-//! flight. A failed renew marks the lock lost, closes the connection and fires the loss
-//! callback exactly once.
+//! flight. A failed renew or a dropped connection marks the lock lost, closes the connection
+//! and fires the loss callback exactly once; `release()` and `close()` never fire it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,7 +49,8 @@ pub struct PrimitiveOptions {
     pub connect: ConnectOptions,
     /// Fraction of the lease after which to renew (0 < r < 1).
     pub renew_ratio: f64,
-    /// Upper bound between two renewals (keep it below 0.6 × the server's read timeout).
+    /// Upper bound between the starts of two renewals (keep it below 0.6 × the server's read
+    /// timeout).
     pub renew_max_interval: Duration,
 }
 
@@ -103,6 +108,8 @@ struct HeldShared {
     token: String,
     lease_s: AtomicU64,
     lost: AtomicBool,
+    /// Why it was lost (set before `lost`).
+    loss_reason: Mutex<Option<String>>,
 }
 
 enum HeldCmd {
@@ -331,6 +338,7 @@ impl Primitive {
             token: grant.token,
             lease_s: AtomicU64::new(grant.lease_s),
             lost: AtomicBool::new(false),
+            loss_reason: Mutex::new(None),
         });
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let task_cancel = CancellationToken::new();
@@ -570,8 +578,17 @@ impl Primitive {
                 }
             }
         };
-        let lost_err =
-            || DflockdError::new(ErrorCode::LockLost, "the lock was lost before release");
+        let shared = held.shared.clone();
+        let lost_err = || {
+            let reason = lock(&shared.loss_reason).clone();
+            DflockdError::new(
+                ErrorCode::LockLost,
+                match reason {
+                    Some(r) => format!("the lock was lost before release: {r}"),
+                    None => "the lock was lost before release".to_string(),
+                },
+            )
+        };
         if held.shared.lost.load(Ordering::SeqCst) {
             held.cancel.cancel();
             join_stopped(vec![held.join]).await;
@@ -682,7 +699,13 @@ impl Renewer {
         }
     }
 
-    fn mark_lost(&self, notify: bool) {
+    fn mark_lost(&self, notify: bool, reason: &str) {
+        {
+            let mut r = lock(&self.shared.loss_reason);
+            if r.is_none() {
+                *r = Some(reason.to_string());
+            }
+        }
         if self.shared.lost.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -698,11 +721,15 @@ impl Renewer {
     }
 
     async fn run(self, mut conn: Connection, mut rx: mpsc::UnboundedReceiver<HeldCmd>) {
-        let base = self.base_interval();
-        let cap = self.opts.renew_max_interval;
-        let mut rtt = Duration::ZERO;
+        // Renews start `interval` apart (start to start), so the connection is never idle
+        // longer than the cap, however long a renew takes.
+        let interval = self.base_interval().min(self.opts.renew_max_interval);
+        let after = |t: Instant| {
+            t.checked_add(interval)
+                .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365))
+        };
+        let mut next_renew = after(Instant::now());
         loop {
-            let delay = base.saturating_sub(rtt).min(cap);
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return,
@@ -714,7 +741,14 @@ impl Renewer {
                     }
                     None => return,
                 },
-                _ = tokio::time::sleep(delay) => {}
+                // Idle: nothing may arrive. EOF, an error or an unsolicited line = the server
+                // dropped the connection and released the lock (see `wait_server_gone`).
+                gone = conn.wait_server_gone() => {
+                    conn.close();
+                    self.mark_lost(true, gone.message());
+                    return;
+                }
+                _ = tokio::time::sleep_until(next_renew) => {}
             }
             let start = Instant::now();
             let mut pending: Option<oneshot::Sender<Result<()>>> = None;
@@ -748,7 +782,7 @@ impl Renewer {
             };
             match result {
                 Ok(lease) => {
-                    rtt = start.elapsed();
+                    next_renew = after(start);
                     self.shared
                         .lease_s
                         .store(lease.unwrap_or(self.grant_lease_s), Ordering::SeqCst);
@@ -762,7 +796,7 @@ impl Renewer {
                     conn.close();
                     match pending.take() {
                         Some(tx) => {
-                            self.mark_lost(false);
+                            self.mark_lost(false, e.message());
                             let mut lost = DflockdError::new(
                                 ErrorCode::LockLost,
                                 format!("the lock was lost before release: {}", e.message()),
@@ -772,7 +806,7 @@ impl Renewer {
                             }
                             let _ = tx.send(Err(lost));
                         }
-                        None => self.mark_lost(true),
+                        None => self.mark_lost(true, e.message()),
                     }
                     return;
                 }

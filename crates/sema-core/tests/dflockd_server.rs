@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dflockd_support::{key, skip_unless_go, TestServer};
+use dflockd_support::{key, loss_channel, next_loss, skip_unless_go, TestServer};
 use sema_core::dflockd::{
     AcquireReply, Connection, EnqueueOutcome, EnqueueReply, ErrorCode, Primitive, PrimitiveOptions,
 };
@@ -357,6 +357,134 @@ mod dflockd {
             "the server auto-released the idle connection's lock"
         );
         a.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_drop_by_the_server_read_timeout_is_reported_at_once() {
+        // The server closes a connection idle for 2 s (after writing `error\n`) and hands the
+        // lock to the next waiter. With a 60 s lease and a 60 s renew cap no renew happens for
+        // 30 s: the loss must come from watching the idle connection, not from a renew.
+        let server = TestServer::start(&["--read-timeout", "2"]);
+        let k = key("idle-drop");
+        let mut o = server.lock_options(&k);
+        o.lease_ttl_s = Some(60);
+        o.renew_max_interval = Duration::from_secs(60);
+        let a = prim(o);
+        let mut lost = loss_channel(&a);
+        assert!(a.acquire().await.expect("acquire"));
+        let token = a.token().expect("token");
+        let t0 = Instant::now();
+        // A waiter queued behind us gets the lock the moment the server drops our connection.
+        let mut ob = server.lock_options(&k);
+        ob.acquire_timeout_s = 20;
+        let b = Arc::new(prim(ob));
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let got = b.acquire().await;
+                (got, Instant::now())
+            })
+        };
+        let (lk, lt, at) = next_loss(&mut lost, Duration::from_secs(8))
+            .await
+            .unwrap_or_else(|| {
+                panic!(
+                    "no loss reported {:?} after acquire (server drops at ~2 s)",
+                    t0.elapsed()
+                )
+            });
+        let latency = at.duration_since(t0);
+        eprintln!("dflockd idle-drop loss reported {latency:?} after acquire (read timeout 2 s)");
+        assert_eq!((lk.as_str(), lt.as_str()), (k.as_str(), token.as_str()));
+        assert!(
+            latency >= Duration::from_millis(1500) && latency < Duration::from_secs(5),
+            "{latency:?}"
+        );
+        assert_eq!(a.token(), None);
+        let (got, granted_at) = waiter.await.expect("waiter");
+        assert!(got.expect("waiter acquire"), "the waiter gets the lock");
+        // Never both: the loss is reported no later than (about) the hand-over.
+        assert!(
+            at <= granted_at + Duration::from_millis(500),
+            "loss {:?} vs grant {:?}",
+            at.duration_since(t0),
+            granted_at.duration_since(t0)
+        );
+        let e = a.release().await.expect_err("release after loss");
+        assert_eq!(e.kind(), ErrorCode::LockLost, "{e}");
+        assert!(e.message().contains("server"), "reason in {e}");
+        assert!(next_loss(&mut lost, Duration::from_millis(300))
+            .await
+            .is_none());
+        b.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn server_killed_with_a_long_renew_interval_is_reported_at_once() {
+        let mut server = TestServer::start(&[]);
+        let k = key("killed-idle");
+        let mut o = server.lock_options(&k);
+        o.lease_ttl_s = Some(60);
+        o.renew_max_interval = Duration::from_secs(60);
+        let a = prim(o);
+        let mut lost = loss_channel(&a);
+        assert!(a.acquire().await.expect("acquire"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t0 = Instant::now();
+        server.kill();
+        let (_, _, at) = next_loss(&mut lost, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("no loss {:?} after SIGKILL", t0.elapsed()));
+        let latency = at.duration_since(t0);
+        eprintln!("dflockd kill loss reported {latency:?} after SIGKILL");
+        assert!(latency < Duration::from_secs(2), "{latency:?}");
+        assert_eq!(a.token(), None);
+        assert!(next_loss(&mut lost, Duration::from_millis(300))
+            .await
+            .is_none());
+        assert_eq!(
+            a.release().await.expect_err("after loss").kind(),
+            ErrorCode::LockLost
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn release_and_close_never_fire_the_loss_callback() {
+        // Renewals (every 500 ms) keep a connection alive against a 2 s read timeout while the
+        // idle watcher runs between them; a release and a close are not losses.
+        let server = TestServer::start(&["--read-timeout", "2"]);
+        let k = key("no-loss");
+        let mut o = server.lock_options(&k);
+        o.lease_ttl_s = Some(60);
+        o.renew_max_interval = Duration::from_millis(500);
+        let a = prim(o);
+        let mut lost = loss_channel(&a);
+        assert!(a.acquire().await.expect("acquire"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(a.token().is_some(), "renewals and the watcher coexist");
+        assert!(!try_once(&server, &k).await);
+        a.release().await.expect("release");
+        assert!(try_once(&server, &k).await);
+        // Idle (long renew interval), then released: still no loss.
+        let mut o = server.lock_options(&k);
+        o.lease_ttl_s = Some(60);
+        o.renew_max_interval = Duration::from_secs(60);
+        let c = prim(o);
+        let mut lost_c = loss_channel(&c);
+        assert!(c.acquire().await.expect("acquire"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c.release().await.expect("release");
+        // Held, then closed: the watcher stops without firing, even when the server later
+        // notices the closed connection.
+        assert!(a.acquire().await.expect("re-acquire"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a.close();
+        assert!(c.acquire().await.expect("acquire after close"));
+        c.close();
+        assert!(next_loss(&mut lost, Duration::from_secs(3)).await.is_none());
+        assert!(next_loss(&mut lost_c, Duration::from_millis(100))
+            .await
+            .is_none());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

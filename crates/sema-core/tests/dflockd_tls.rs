@@ -8,7 +8,7 @@ mod dflockd_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dflockd_support::{key, skip_unless_go, TestServer};
+use dflockd_support::{key, loss_channel, next_loss, skip_unless_go, TestServer};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use sema_core::dflockd::{
     AcquireReply, ConnectOptions, Connection, ErrorCode, Primitive, PrimitiveOptions, TlsOptions,
@@ -171,6 +171,42 @@ mod dflockd {
             "{e}"
         );
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_drop_over_tls_is_reported_at_once() {
+        // Server read timeout 2 s behind the TLS proxy: the server writes `error`, closes, the
+        // proxy forwards it and sends close_notify. No renew is due (60 s lease, 60 s cap).
+        let server = TestServer::start(&["--read-timeout", "2"]);
+        let pki = make_pki();
+        let port = tls_proxy(&pki, server.port).await;
+        let k = key("tls-idle");
+        let mut o = PrimitiveOptions::new(&k, tls_opts(port, Some(&pki.ca_pem), None));
+        o.lease_ttl_s = Some(60);
+        o.renew_max_interval = Duration::from_secs(60);
+        let a = Primitive::new(o).expect("options");
+        let mut lost = loss_channel(&a);
+        assert!(a.acquire().await.expect("acquire over TLS"));
+        let t0 = Instant::now();
+        let (lk, _, at) = next_loss(&mut lost, Duration::from_secs(8))
+            .await
+            .unwrap_or_else(|| panic!("no loss over TLS {:?} after acquire", t0.elapsed()));
+        let latency = at.duration_since(t0);
+        eprintln!("dflockd TLS idle-drop loss reported {latency:?} after acquire");
+        assert_eq!(lk, k);
+        assert!(latency < Duration::from_secs(5), "{latency:?}");
+        assert_eq!(a.token(), None);
+        let mut other = Connection::connect(&tls_opts(port, Some(&pki.ca_pem), None))
+            .await
+            .expect("connect");
+        assert!(matches!(
+            other.lock(&k, 0, None).await.expect("l"),
+            AcquireReply::Granted(_)
+        ));
+        assert_eq!(
+            a.release().await.expect_err("after loss").kind(),
+            ErrorCode::LockLost
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

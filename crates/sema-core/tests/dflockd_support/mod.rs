@@ -327,3 +327,23 @@ pub fn key(name: &str) -> String {
         N.fetch_add(1, Ordering::SeqCst)
     )
 }
+
+/// Loss notifications of `p` as a channel of `(key, token, when)`, so a test can wait for the
+/// loss with a bounded timeout instead of polling.
+pub fn loss_channel(
+    p: &sema_core::dflockd::Primitive,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    p.set_on_lost(Some(Arc::new(move |k: &str, t: &str| {
+        let _ = tx.send((k.to_string(), t.to_string(), Instant::now()));
+    })));
+    rx
+}
+
+/// Wait at most `limit` for the next loss notification on `rx`; `None` when none came.
+pub async fn next_loss(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)>,
+    limit: Duration,
+) -> Option<(String, String, Instant)> {
+    tokio::time::timeout(limit, rx.recv()).await.ok().flatten()
+}

@@ -76,22 +76,49 @@ describe('renewal', { skip, concurrency: true }, () => {
 })
 
 describe('loss', { skip }, () => {
-  test(
-    'the server dropping an idle connection (its read timeout) is reported promptly',
-    { todo: 'native layer: loss is noticed only at the next renew tick (up to renewMaxIntervalMs = 15 s later)' },
-    async () => {
-      const s = await d.startServer({ args: ['--read-timeout', '2'] })
-      const a = new DistributedLock({ key: 'ls-idle', servers: [[s.host, s.port]], leaseTtlS: 60 })
-      assert.equal(await a.acquire(), true)
-      const t0 = Date.now()
-      const aborted = once(a.signal, 'abort').then(() => true)
-      const bound = new Promise((r) => setTimeout(r, 6000, false))
-      const reported = await Promise.race([aborted, bound])
-      a.close()
-      assert.ok(reported, `no loss reported ${Date.now() - t0} ms after the server closed the connection (at ~2 s)`)
-    },
-  )
-
+  test('the server dropping an idle connection (its read timeout) is reported at once, not at the next renew', async () => {
+    // --read-timeout 2: the server writes `error`, closes the idle connection at ~2 s and releases the lock. The
+    // first renew of a 60 s lease is due at the 15 s default cap: the loss must come from watching the connection.
+    const s = await d.startServer({ args: ['--read-timeout', '2'] })
+    const calls = []
+    let lostCall
+    const called = new Promise((resolve) => {
+      lostCall = resolve
+    })
+    const a = new DistributedLock({
+      key: 'ls-idle',
+      servers: [[s.host, s.port]],
+      leaseTtlS: 60,
+      onLockLost: (...args) => {
+        calls.push([Date.now(), ...args])
+        lostCall(true)
+      },
+    })
+    assert.equal(await a.acquire(), true)
+    const token = a.token
+    const signal = a.signal
+    const t0 = Date.now()
+    const aborted = once(signal, 'abort').then(() => Date.now() - t0)
+    let timer
+    const bound = new Promise((resolve) => {
+      timer = setTimeout(resolve, 8000, null)
+    })
+    const abortedAfter = await Promise.race([aborted, bound])
+    const lostReported = await Promise.race([called, bound])
+    clearTimeout(timer)
+    a.close()
+    assert.notEqual(abortedAfter, null, `signal not aborted ${Date.now() - t0} ms after acquire (the server closed the connection at ~2 s)`)
+    assert.ok(abortedAfter >= 1500 && abortedAfter < 6000, `aborted after ${abortedAfter} ms`)
+    assert.equal(lostReported, true, 'onLockLost not called')
+    assert.equal(signal.reason.code, 'LOCK_LOST')
+    assert.deepEqual(calls.map((c) => c.slice(1)), [['ls-idle', token]])
+    assert.equal(a.token, null)
+    // The server has released it: another client gets it at once.
+    const b = new DistributedLock({ key: 'ls-idle', servers: [[s.host, s.port]], acquireTimeoutS: 0 })
+    assert.equal(await b.acquire(), true)
+    b.close()
+    assert.equal(calls.length, 1)
+  })
 
   test('server SIGKILLed while held → onLockLost once, signal aborted; restarted server grants again', async () => {
     const s = await d.startServer()

@@ -64,6 +64,22 @@ describe('process exit', { skip }, () => {
     assert.equal(r.stdout.trim(), 'done')
   })
 
+  test('acquire, release without close() → the kept idle connection does not keep the process alive', async () => {
+    const r = await runChild(`${prelude(s.port)}
+      ;(async () => {
+        const l = new DistributedLock({ key: 'exit-k', servers, onLockLost: () => fail('lost') })
+        for (let i = 0; i < 2; i++) {
+          if (!(await l.acquire())) fail('not acquired')
+          await l.release()
+        }
+        console.log('released')
+      })().catch(fail)`, 15000)
+    assert.equal(r.killed, false, `child still running after 15 s\n${r.stderr}`)
+    assert.equal(r.code, 0, r.stderr)
+    assert.equal(r.stdout.trim(), 'released')
+    assert.ok(r.ms < 10000, `took ${r.ms} ms`)
+  })
+
   test('holds a renewing lock, then close() → exits', async () => {
     const r = await runChild(`${prelude(s.port)}
       ;(async () => {

@@ -201,3 +201,98 @@ describe('wire format', () => {
     assert.match(f.received, /^sl\npool\n2 3 8\nsr\npool\n[0-9]{32}\nl\none\n0 4\nr\none\n[0-9]{32}\n$/)
   })
 })
+
+describe('DistributedLock keeps its connection between acquisitions', () => {
+  const until = async (cond, what, ms = 3000) => {
+    const deadline = Date.now() + ms
+    while (!cond()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+      await new Promise((r) => setTimeout(r, 10))
+    }
+  }
+
+  test('acquire/release rounds and enqueue reuse one connection; close() drops it', async () => {
+    const f = await scripted({ extra: ([cmd]) => (cmd === 'e' ? `acquired ${TOKEN} 9` : undefined) })
+    const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], leaseTtlS: 20 })
+    for (let i = 0; i < 3; i++) {
+      assert.equal(await l.acquire(), true)
+      await l.release()
+    }
+    assert.equal(await l.enqueue(), 'acquired')
+    assert.equal(f.connections, 1)
+    l.close() // drops the enqueue's held connection (the fake keeps no queue state)
+    assert.equal(await l.acquire(), true, 'after close() a new connection')
+    await l.release()
+    assert.equal(f.connections, 2)
+    l.close()
+    await until(() => f.open === 0, 'the kept connection to be closed by close()')
+    assert.match(f.received, /^l\nk\n10 20\nr\nk\n0+1\nl\nk\n10 20\nr\nk\n0+2\nl\nk\n10 20\nr\nk\n0+3\ne\nk\n20\nl\nk\n10 20\nr\nk\n0+4\n$/)
+  })
+
+  test('a kept connection the server ends while idle is replaced quietly (no loss reported)', async () => {
+    for (const line of ['error', undefined]) {
+      const f = await scripted()
+      let lost = 0
+      const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], onLockLost: () => lost++ })
+      assert.equal(await l.acquire(), true)
+      await l.release()
+      f.hangUp(line) // as the server's idle timeout: `error` then close (or a plain reset)
+      await until(() => f.open === 0, 'the server to drop the idle connection')
+      await new Promise((r) => setTimeout(r, 50))
+      assert.equal(await l.acquire(), true, `acquire after the server ended the idle connection (${line ?? 'reset'})`)
+      assert.equal(l.signal.aborted, false)
+      await l.release()
+      l.close()
+      assert.equal(f.connections, 2)
+      assert.equal(lost, 0)
+    }
+  })
+
+  test('a release the server refuses, or another server, opens a new connection', async () => {
+    let refuse = true
+    const f = await scripted({ extra: ([cmd]) => (cmd === 'l' ? `ok ${TOKEN} 33` : cmd === 'r' ? (refuse ? 'error' : 'ok') : undefined) })
+    const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]] })
+    assert.equal(await l.acquire(), true)
+    await l.release() // best effort: no throw, but the connection is not kept
+    refuse = false
+    assert.equal(await l.acquire(), true)
+    l.close()
+    assert.equal(f.connections, 2)
+
+    const g = await scripted()
+    let idx = 0
+    const two = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port], ['127.0.0.1', g.port]], shardingStrategy: () => idx })
+    assert.equal(await two.acquire(), true)
+    await two.release()
+    idx = 1
+    assert.equal(await two.acquire(), true)
+    await two.release()
+    two.close()
+    assert.equal(f.connections, 3)
+    assert.equal(g.connections, 1)
+  })
+})
+
+describe('loss reasons reach signal.reason and the target Lock', () => {
+  test('the server hanging up on a held lock names the cause', async () => {
+    const f = await scripted()
+    const seen = []
+    const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], onLockLost: (...args) => seen.push(args) })
+    assert.equal(await l.acquire(), true)
+    const token = l.token
+    f.hangUp()
+    await new Promise((resolve) => l.signal.addEventListener('abort', resolve, { once: true }))
+    assert.equal(l.signal.reason.code, 'LOCK_LOST')
+    assert.match(l.signal.reason.message, /^lock 'k' lost: server 127\.0\.0\.1:\d+ closed the connection$/)
+    assert.deepEqual(seen, [['k', token]], 'onLockLost keeps its (key, token) signature')
+    l.close()
+
+    const g = await scripted()
+    const r = await acquireTarget(`dflockd://127.0.0.1:${g.port}/t`, {}, { wait: true })
+    assert.equal(r.ok, true)
+    g.hangUp('error')
+    await new Promise((resolve) => r.value.signal.addEventListener('abort', resolve, { once: true }))
+    assert.equal(r.value.signal.reason.code, 'LOCK_LOST')
+    assert.match(r.value.signal.reason.message, /^dflockd lock 't' on 127\.0\.0\.1:\d+ lost: server 127\.0\.0\.1:\d+ sent an unsolicited reply: error$/)
+  })
+})

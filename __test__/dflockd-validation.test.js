@@ -285,12 +285,27 @@ describe('garbage replies from a scripted server', () => {
   })
 
   test('Connection methods reject with LockError, never resolve garbage', async () => {
+    // A reply that is not the protocol's is PROTOCOL_ERROR (with the line as `reply`) and closes the connection
+    // (the core's rule: the stream can no longer be trusted), so each garbage case gets its own connection.
+    const isProtocol = (line) => (e) => e instanceof LockError && e.code === 'PROTOCOL_ERROR' && e.reply === line
+    const cases = [
+      [(c) => c.acquire('k', 0), isProtocol('okay')],
+      [(c) => c.enqueue('k'), isProtocol('acquired')],
+      [(c) => c.waitForLock('k', 0), (e) => e instanceof LockError && e.code === 'PROTOCOL_ERROR'],
+      [(c) => c.release('k', 'tok'), isProtocol('ok fine')],
+    ]
+    for (const [call, check] of cases) {
+      const c = await Connection.connect({ host: '127.0.0.1', port: garbage.port })
+      try {
+        await assert.rejects(call(c), check)
+        await assert.rejects(c.stats(), (e) => e instanceof LockError && e.code === 'CONNECTION_ERROR', 'closed after garbage')
+      } finally {
+        c.close()
+      }
+    }
     const c = await Connection.connect({ host: '127.0.0.1', port: garbage.port })
     try {
-      await assert.rejects(c.acquire('k', 0), (e) => e instanceof LockError && e.code === 'SERVER_ERROR' && e.reply === 'okay')
-      await assert.rejects(c.enqueue('k'), (e) => e instanceof LockError && e.code === 'SERVER_ERROR' && e.reply === 'acquired')
-      await assert.rejects(c.waitForLock('k', 0), (e) => e instanceof LockError && e.code === 'PROTOCOL_ERROR')
-      await assert.rejects(c.release('k', 'tok'), (e) => e instanceof LockError && e.reply === 'ok')
+      // `error*` replies are the server's own: SERVER_ERROR with the reply, and the connection stays usable.
       await assert.rejects(c.renew('k', 'tok'), (e) => e.code === 'SERVER_ERROR' && e.reply === 'error_something_new')
       await assert.rejects(c.stats(), (e) => e.code === 'SERVER_ERROR' && e.reply === 'error')
       assert.equal(await c.request('x', 'k', ''), 'error')

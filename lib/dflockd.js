@@ -4,11 +4,15 @@
 // the dispatcher in lib/target.js uses for `dflockd://` URLs.
 //
 // Units: seconds in the dflockd classes (as dflockd-client), milliseconds in the target API (as semats).
-// Every native async call resolves {ok, value} | {ok:false, error:{code, message, reply?}}; nothing here rejects
-// with a raw native error. No timers live in this file; an abort signal or close() settles a pending acquire /
-// enqueue / wait at once (and cancels the native call), so nothing here keeps the process alive on its own.
-// Failures map to LockError codes: validation → INVALID_ARGUMENT (nothing sent), `timeout` → false /
-// AcquireTimeoutError, `error_auth` → AuthError, any other server reply → SERVER_ERROR with `reply` = its first word.
+// Every native async call resolves a result object ({ok: true, …} | {ok:false, error:{code, message, reply?}});
+// nothing here rejects with a raw native error. The native layer (src/dflockd.rs over sema-core's dflockd module)
+// validates every key, token, number and option and parses every reply; this file only maps results to the
+// dflockd-client classes and errors, and checks what only exists in JS (server lists, the sharding function,
+// callbacks, AbortSignals, the tls option's shape). No timers live in this file; an abort signal or close()
+// settles a pending acquire / enqueue / wait at once (and cancels the native call), so nothing here keeps the
+// process alive on its own. Failures map to LockError codes: validation → INVALID_ARGUMENT (nothing sent), a
+// server `timeout` → false / AcquireTimeoutError, `error_auth` → AuthError, any other `error*` reply →
+// SERVER_ERROR with `reply`, a reply that is not the protocol's → PROTOCOL_ERROR.
 
 const native = require('./native')
 const { LockError, AcquireTimeoutError, AuthError } = require('./errors')
@@ -20,10 +24,6 @@ const DEFAULT_ACQUIRE_TIMEOUT_S = 10
 const DEFAULT_RENEW_RATIO = 0.5
 /** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
 const MAX_TIMEOUT_S = 1e9
-/** The Go server keeps at most 256 bytes of a request line. */
-const MAX_LINE_BYTES = 256
-/** Lease the official clients assume when a reply omits it. */
-const FALLBACK_LEASE_S = 30
 
 const CODES = new Set([
   'ALREADY_LOCKED',
@@ -78,57 +78,28 @@ function fail(type, message, extra) {
   return { ok: false, error: { type, message, ...extra } }
 }
 
-function checkKey(key, what = 'key') {
-  if (typeof key !== 'string') throw invalid(`${what} must be a string`)
-  if (key === '') throw invalid(`${what} must not be empty`)
-  if (/[ \t\r\n\0]/.test(key)) throw invalid(`${what} must not contain spaces, tabs, CR, LF or NUL: ${JSON.stringify(key)}`)
-  if (Buffer.byteLength(key, 'utf8') > MAX_LINE_BYTES) throw invalid(`${what} must be at most ${MAX_LINE_BYTES} bytes`)
-}
-
-const checkToken = (token) => checkKey(token, 'token')
-
-function checkInt(name, value, min, max = MAX_TIMEOUT_S) {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw invalid(`${name} must be an integer in [${min}, ${max}], got ${describe(value)}`)
+/** Runs a synchronous native call; a native throw (bad options, a JS value of the wrong type) becomes a LockError. */
+function nativeSync(fn) {
+  try {
+    return fn()
+  } catch (e) {
+    throw fromNativeThrow(e)
   }
-  return value
 }
 
-function checkOptionalInt(name, value, min, max) {
-  return value === undefined || value === null ? undefined : checkInt(name, value, min, max)
+/** `''` or absent = no auth (as dflockd-client); the native side checks the rest. */
+function authOption(auth) {
+  return auth === undefined || auth === null || auth === '' ? undefined : auth
 }
 
-function checkMs(name, value) {
-  if (value === undefined || value === null) return undefined
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    throw invalid(`${name} must be a finite number of milliseconds >= 0, got ${describe(value)}`)
-  }
-  return value === 0 ? undefined : Math.ceil(value)
+/** `[::1]` → `::1` (a bracketed IPv6 literal, as URLs write it). */
+function hostOption(host) {
+  return typeof host === 'string' && host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
 }
 
-function checkRatio(value) {
-  if (value === undefined || value === null) return DEFAULT_RENEW_RATIO
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value >= 1) {
-    throw invalid(`renewRatio must be between 0 and 1 (exclusive), got ${describe(value)}`)
-  }
-  return value
-}
-
-function checkAuth(auth) {
-  if (auth === undefined || auth === null || auth === '') return undefined
-  if (typeof auth !== 'string') throw invalid('auth must be a string')
-  if (/[\r\n\0]/.test(auth)) throw invalid('auth token must not contain CR, LF or NUL')
-  if (Buffer.byteLength(auth, 'utf8') > MAX_LINE_BYTES) throw invalid(`auth token must be at most ${MAX_LINE_BYTES} bytes`)
-  return auth
-}
-
-function checkHost(host) {
-  if (typeof host !== 'string' || host === '') throw invalid(`server host must be a non-empty string, got ${describe(host)}`)
-  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
-}
-
-function checkPort(port) {
-  return checkInt('server port', port, 1, 65535)
+/** `undefined`/`null` → absent, so the native default applies. */
+function opt(v) {
+  return v === null ? undefined : v
 }
 
 /** `tls` option → NativeTls: `true`/`{}` = system roots; `ca` PEM(s) joined; `servername`. */
@@ -224,16 +195,7 @@ function cancellable(prim, start, signal) {
 
 /** Options shared by connections (connect-time part). */
 function connectOptions(o) {
-  const out = {}
-  const tls = nativeTls(o.tls)
-  if (tls) out.tls = tls
-  const auth = checkAuth(o.auth)
-  if (auth !== undefined) out.auth = auth
-  const ct = checkMs('connectTimeoutMs', o.connectTimeoutMs)
-  if (ct !== undefined) out.connectTimeoutMs = ct
-  const st = checkMs('socketTimeoutMs', o.socketTimeoutMs)
-  if (st !== undefined) out.socketTimeoutMs = st
-  return out
+  return { tls: nativeTls(o.tls), auth: authOption(o.auth), connectTimeoutMs: opt(o.connectTimeoutMs), socketTimeoutMs: opt(o.socketTimeoutMs) }
 }
 
 function guardedCallback(name, fn, ...args) {
@@ -253,15 +215,7 @@ function warnCallback(name, e) {
 
 /** CRC-32/IEEE of the key's UTF-8 bytes modulo `numServers` (same as the Go, Python and TS clients). */
 function stableHashShard(key, numServers) {
-  if (typeof key !== 'string') throw invalid('key must be a string')
-  if (typeof numServers !== 'number' || !Number.isInteger(numServers) || numServers <= 0) {
-    throw invalid('numServers must be greater than 0')
-  }
-  try {
-    return native.stableHashShard(key, numServers)
-  } catch (e) {
-    throw fromNativeThrow(e)
-  }
+  return nativeSync(() => native.stableHashShard(key, numServers))
 }
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
@@ -274,11 +228,11 @@ function normalizeServers(o) {
     return Object.freeze(
       o.servers.map((s) => {
         if (!Array.isArray(s) || s.length < 2) throw invalid('each server must be a [host, port] pair')
-        return Object.freeze([checkHost(s[0]), checkPort(s[1])])
+        return Object.freeze([hostOption(s[0]), s[1]])
       }),
     )
   }
-  return Object.freeze([Object.freeze([checkHost(o.host ?? DEFAULT_HOST), checkPort(o.port ?? DEFAULT_PORT)])])
+  return Object.freeze([Object.freeze([hostOption(o.host ?? DEFAULT_HOST), o.port ?? DEFAULT_PORT])])
 }
 
 class DistributedLock {
@@ -299,6 +253,10 @@ class DistributedLock {
 
   /** The live native primitive (connecting, acquiring, queued or held), or null. */
   #prim = null
+  /** The last primitive released cleanly: it keeps its connection for the next acquire()/enqueue(). */
+  #idle = null
+  /** Bumped by close(): a release() finishing after it does not keep its connection. */
+  #epoch = 0
   #held = false
   #enqueued = false
   #lostEarly = null
@@ -309,28 +267,47 @@ class DistributedLock {
   constructor(options, ...internal) {
     if (options === null || typeof options !== 'object') throw invalid('options must be an object with a key')
     const limit = internal[0] === kLimit ? internal[1] : 1
-    checkKey(options.key)
     this.#key = options.key
     this.#limit = limit
-    this.#acquireTimeoutS = checkInt('acquireTimeoutS', options.acquireTimeoutS ?? DEFAULT_ACQUIRE_TIMEOUT_S, 0)
-    this.#leaseTtlS = checkOptionalInt('leaseTtlS', options.leaseTtlS, 1)
+    this.#acquireTimeoutS = options.acquireTimeoutS ?? DEFAULT_ACQUIRE_TIMEOUT_S
+    this.#leaseTtlS = opt(options.leaseTtlS)
     this.#servers = normalizeServers(options)
     if (options.shardingStrategy !== undefined && typeof options.shardingStrategy !== 'function') {
       throw invalid('shardingStrategy must be a function')
     }
     this.#strategy = options.shardingStrategy ?? stableHashShard
-    this.#renewRatio = checkRatio(options.renewRatio)
+    this.#renewRatio = options.renewRatio ?? DEFAULT_RENEW_RATIO
     // Not part of the public typings: caps the renew interval (tests against a server with a short --read-timeout).
-    this.#renewMaxIntervalMs = checkMs('renewMaxIntervalMs', options.renewMaxIntervalMs)
+    this.#renewMaxIntervalMs = opt(options.renewMaxIntervalMs)
     this.#tlsOption = options.tls
     this.#tls = nativeTls(options.tls)
-    this.#auth = checkAuth(options.auth)
+    this.#auth = authOption(options.auth)
     if (options.onLockLost !== undefined && options.onLockLost !== null && typeof options.onLockLost !== 'function') {
       throw invalid('onLockLost must be a function')
     }
     this.#onLockLost = options.onLockLost ?? undefined
-    this.#connectTimeoutMs = checkMs('connectTimeoutMs', options.connectTimeoutMs)
-    this.#socketTimeoutMs = checkMs('socketTimeoutMs', options.socketTimeoutMs)
+    this.#connectTimeoutMs = opt(options.connectTimeoutMs)
+    this.#socketTimeoutMs = opt(options.socketTimeoutMs)
+    // Every rule on the key, numbers, ratio, TLS and auth lives in the native layer: check each server's options now,
+    // so a bad option throws here (as dflockd-client's constructor) instead of at acquire().
+    for (const [host, port] of this.#servers) nativeSync(() => native.dflockdValidateOptions(this.#nativeOptions({ host, port })))
+  }
+
+  /** The options of a native primitive on `server`. */
+  #nativeOptions(server) {
+    return {
+      key: this.#key,
+      limit: this.#limit,
+      acquireTimeoutS: this.#acquireTimeoutS,
+      leaseTtlS: this.#leaseTtlS,
+      server,
+      renewRatio: this.#renewRatio,
+      tls: this.#tls,
+      auth: this.#auth,
+      connectTimeoutMs: this.#connectTimeoutMs,
+      socketTimeoutMs: this.#socketTimeoutMs,
+      renewMaxIntervalMs: this.#renewMaxIntervalMs,
+    }
   }
 
   get key() {
@@ -404,45 +381,34 @@ class DistributedLock {
       this.close()
     }
     if (signal && signal.aborted) throw abortedError('acquire')
-    const o = {
-      key: this.#key,
-      limit: this.#limit,
-      acquireTimeoutS: this.#acquireTimeoutS,
-      server: this.#pickServer(),
-      renewRatio: this.#renewRatio,
-    }
-    if (this.#leaseTtlS !== undefined) o.leaseTtlS = this.#leaseTtlS
-    if (this.#tls) o.tls = this.#tls
-    if (this.#auth !== undefined) o.auth = this.#auth
-    if (this.#connectTimeoutMs !== undefined) o.connectTimeoutMs = this.#connectTimeoutMs
-    if (this.#socketTimeoutMs !== undefined) o.socketTimeoutMs = this.#socketTimeoutMs
-    if (this.#renewMaxIntervalMs !== undefined) o.renewMaxIntervalMs = this.#renewMaxIntervalMs
-    let prim
-    try {
-      prim = new native.NativeDflockdPrimitive(o)
-    } catch (e) {
-      throw fromNativeThrow(e)
+    const prim = nativeSync(() => new native.NativeDflockdPrimitive(this.#nativeOptions(this.#pickServer())))
+    const idle = this.#idle
+    if (idle) {
+      // Reuse the connection of the last clean release (when it goes to the same server; the native side checks).
+      this.#idle = null
+      prim.adoptConnection(idle)
+      idle.close()
     }
     const controller = new AbortController()
     this.#controller = controller
     this.#prim = prim
     this.#held = false
     this.#lostEarly = null
-    prim.onLost((key, token) => this.#lost(prim, controller, token))
+    prim.onLost((key, token, reason) => this.#lost(prim, controller, token, reason))
     return prim
   }
 
-  #lost(prim, controller, token) {
+  #lost(prim, controller, token, reason) {
     if (this.#prim !== prim) return
     if (!this.#held) {
       // Lost before the grant's continuation ran: report it once the grant is recorded (#granted).
-      this.#lostEarly = { prim, controller, token }
+      this.#lostEarly = { prim, controller, token, reason }
       return
     }
     this.#prim = null
     this.#held = false
     prim.close()
-    controller.abort(new LockError(`lock '${this.#key}' lost: the lease could not be renewed`, 'LOCK_LOST'))
+    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, 'LOCK_LOST'))
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
   }
 
@@ -451,7 +417,7 @@ class DistributedLock {
     this.#held = true
     const early = this.#lostEarly
     this.#lostEarly = null
-    if (early && early.prim === prim) this.#lost(prim, early.controller, early.token)
+    if (early && early.prim === prim) this.#lost(prim, early.controller, early.token, early.reason)
   }
 
   /** Drops `prim` if it is still ours (after a timeout or failure). */
@@ -521,7 +487,7 @@ class DistributedLock {
 
   /** Two-phase step 2: true once granted (at once if enqueue() already acquired), false on timeout. */
   async wait(timeoutS, options) {
-    const t = checkInt('timeoutS', timeoutS ?? this.#acquireTimeoutS, 0)
+    const t = timeoutS ?? this.#acquireTimeoutS
     const { signal } = options ?? {}
     checkSignal(signal)
     if (this.#held && this.#prim) return true
@@ -546,8 +512,9 @@ class DistributedLock {
     return true
   }
 
-  /** Releases the lock and closes the connection. Best effort on the wire (as dflockd-client): a failed
-   * release still closes the connection, and the server releases on disconnect. */
+  /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
+   * server releases on disconnect. After a clean release the connection is kept (idle, not keeping the process
+   * alive) for the next acquire()/enqueue() to the same server; close() drops it. */
   async release() {
     const prim = this.#prim
     if (!prim) throw new LockError('not connected; nothing to release', 'NOT_LOCKED')
@@ -555,10 +522,15 @@ class DistributedLock {
     this.#prim = null
     this.#held = false
     if (held) {
+      const epoch = this.#epoch
+      let r
       try {
-        await prim.release()
+        r = await prim.release()
       } finally {
-        prim.close()
+        if (r && r.ok && epoch === this.#epoch && prim.hasKeptConnection) {
+          if (this.#idle) this.#idle.close()
+          this.#idle = prim
+        } else prim.close()
       }
     } else {
       const interrupt = this.#interrupt
@@ -590,6 +562,10 @@ class DistributedLock {
 
   /** Drops the connection without releasing (the server releases on disconnect). Sync and idempotent. */
   close() {
+    this.#epoch++
+    const idle = this.#idle
+    this.#idle = null
+    if (idle) idle.close()
     const prim = this.#prim
     if (!prim) return
     this.#prim = null
@@ -612,9 +588,7 @@ class DistributedSemaphore extends DistributedLock {
   constructor(options) {
     if (options === null || typeof options !== 'object') throw invalid('options must be an object with a key and a limit')
     const limit = options.limit
-    if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > MAX_TIMEOUT_S) {
-      throw invalid(`limit must be an integer >= 1, got ${describe(limit)}`)
-    }
+    if (typeof limit !== 'number') throw invalid(`limit must be an integer >= 1, got ${describe(limit)}`)
     super(options, kLimit, limit)
     this.#limit = limit
   }
@@ -624,47 +598,6 @@ class DistributedSemaphore extends DistributedLock {
 }
 
 // ───────────────────────────── low-level Connection ─────────────────────────────
-
-function parseLease(field) {
-  if (field === undefined || field === '') return FALLBACK_LEASE_S
-  const n = Number(field)
-  return Number.isFinite(n) && n >= 0 ? n : FALLBACK_LEASE_S
-}
-
-function replyError(label, line) {
-  const word = line.split(' ')[0]
-  if (word === 'error_auth') return new AuthError()
-  return new LockError(`${label} failed: '${line}'`, 'SERVER_ERROR', { reply: word })
-}
-
-function parseGrant(label, line, key, prefix = 'ok') {
-  if (line === 'timeout') throw new AcquireTimeoutError(key)
-  if (!line.startsWith(prefix + ' ')) throw replyError(label, line)
-  const parts = line.split(' ')
-  if (!parts[1]) throw new LockError(`${label}: server returned no token: '${line}'`, 'PROTOCOL_ERROR')
-  return { token: parts[1], lease: parseLease(parts[2]) }
-}
-
-function parseEnqueue(label, line, key) {
-  if (line === 'queued') return { status: 'queued', token: null, lease: null }
-  if (line.startsWith('acquired ')) return { status: 'acquired', ...parseGrant(label, line, key, 'acquired') }
-  throw replyError(label, line)
-}
-
-function parseRenew(label, line, leaseTtlS) {
-  if (line === 'ok') return leaseTtlS ?? FALLBACK_LEASE_S
-  if (line.startsWith('ok ')) return parseLease(line.split(' ')[1])
-  throw replyError(label, line)
-}
-
-function parseOk(label, line) {
-  if (line !== 'ok') throw replyError(label, line)
-}
-
-function parseStats(line) {
-  if (!line.startsWith('ok ')) throw replyError('stats', line)
-  return parseStatsJson(line.slice(3))
-}
 
 function parseStatsJson(json) {
   let s
@@ -681,12 +614,24 @@ function parseStatsJson(json) {
 function serverOptions(options) {
   const o = options ?? {}
   if (typeof o !== 'object') throw invalid('options must be an object')
-  return { server: { host: checkHost(o.host ?? DEFAULT_HOST), port: checkPort(o.port ?? DEFAULT_PORT) }, ...connectOptions(o) }
+  return { server: { host: hostOption(o.host ?? DEFAULT_HOST), port: o.port ?? DEFAULT_PORT }, ...connectOptions(o) }
+}
+
+/**
+ * The error of a failed Connection call: AcquireTimeoutError for the server's `timeout`, AuthError for
+ * `error_auth`, and for other `error*` replies the dflockd-client message `<label> failed: '<reply>'`.
+ */
+function callError(error, label, key) {
+  if (error.code === 'TIMEOUT' && error.reply === 'timeout') return new AcquireTimeoutError(key)
+  if (error.code === 'SERVER_ERROR' && error.reply != null) {
+    return new LockError(`${label} failed: '${error.reply}'`, 'SERVER_ERROR', { reply: error.reply.split(' ')[0] })
+  }
+  return fromNative(error)
 }
 
 const kConnection = Symbol('Connection')
 
-/** One dflockd connection, one method per protocol command. */
+/** One dflockd connection, one method per protocol command (validation and reply parsing are native). */
 class Connection {
   #native
   #closed = false
@@ -698,100 +643,66 @@ class Connection {
 
   static async connect(options) {
     const o = serverOptions(options)
-    const r = await native.NativeDflockdConnection.connect(o)
+    const r = await nativeSync(() => native.NativeDflockdConnection.connect(o))
     if (!r.ok) throw fromNative(r.error)
     return new Connection(kConnection, r.value)
   }
 
-  async #request(cmd, key, arg) {
+  /** Runs one native call; resolves its result, rejects with the mapped LockError. */
+  async #call(label, key, start) {
     if (this.#closed) throw new LockError('connection closed', 'CONNECTION_ERROR')
-    const r = await this.#native.request(cmd, key, arg)
-    if (!r.ok) throw fromNative(r.error, key)
-    return r.value
+    const r = await nativeSync(start)
+    if (!r.ok) throw callError(r.error, label, key)
+    return r
   }
 
   /** Sends a raw request (validated framing) and resolves the reply line. */
   async request(cmd, key, arg) {
-    for (const [name, v] of [
-      ['cmd', cmd],
-      ['key', key],
-      ['arg', arg],
-    ]) {
-      if (typeof v !== 'string') throw invalid(`${name} must be a string`)
-      if (/[\r\n]/.test(v)) throw invalid(`${name} must not contain CR or LF`)
-      if (Buffer.byteLength(v, 'utf8') > MAX_LINE_BYTES) throw invalid(`${name} must be at most ${MAX_LINE_BYTES} bytes`)
-    }
-    return this.#request(cmd, key, arg)
+    return (await this.#call('request', key, () => this.#native.request(cmd, key, arg))).text
   }
 
   async acquire(key, acquireTimeoutS, leaseTtlS) {
-    checkKey(key)
-    const t = checkInt('acquireTimeoutS', acquireTimeoutS, 0)
-    const ttl = checkOptionalInt('leaseTtlS', leaseTtlS, 1)
-    return parseGrant('acquire', await this.#request('l', key, ttl === undefined ? `${t}` : `${t} ${ttl}`), key)
+    return grant(await this.#call('acquire', key, () => this.#native.lock(key, acquireTimeoutS, opt(leaseTtlS))))
   }
 
   async release(key, token) {
-    checkKey(key)
-    checkToken(token)
-    parseOk('release', await this.#request('r', key, token))
+    await this.#call('release', key, () => this.#native.release(key, token, false))
   }
 
   async renew(key, token, leaseTtlS) {
-    checkKey(key)
-    checkToken(token)
-    const ttl = checkOptionalInt('leaseTtlS', leaseTtlS, 1)
-    return parseRenew('renew', await this.#request('n', key, ttl === undefined ? token : `${token} ${ttl}`), ttl)
+    return (await this.#call('renew', key, () => this.#native.renew(key, token, opt(leaseTtlS), false))).lease
   }
 
   async enqueue(key, leaseTtlS) {
-    checkKey(key)
-    const ttl = checkOptionalInt('leaseTtlS', leaseTtlS, 1)
-    return parseEnqueue('enqueue', await this.#request('e', key, ttl === undefined ? '' : `${ttl}`), key)
+    return enqueued(await this.#call('enqueue', key, () => this.#native.enqueue(key, opt(leaseTtlS))))
   }
 
   async waitForLock(key, waitTimeoutS) {
-    checkKey(key)
-    const t = checkInt('waitTimeoutS', waitTimeoutS, 0)
-    return parseGrant('wait', await this.#request('w', key, `${t}`), key)
+    return grant(await this.#call('wait', key, () => this.#native.wait(key, waitTimeoutS, false)))
   }
 
   async semAcquire(key, acquireTimeoutS, limit, leaseTtlS) {
-    checkKey(key)
-    const t = checkInt('acquireTimeoutS', acquireTimeoutS, 0)
-    const n = checkInt('limit', limit, 1)
-    const ttl = checkOptionalInt('leaseTtlS', leaseTtlS, 1)
-    return parseGrant('sem_acquire', await this.#request('sl', key, ttl === undefined ? `${t} ${n}` : `${t} ${n} ${ttl}`), key)
+    return grant(await this.#call('sem_acquire', key, () => this.#native.lock(key, acquireTimeoutS, opt(leaseTtlS), limit)))
   }
 
   async semRelease(key, token) {
-    checkKey(key)
-    checkToken(token)
-    parseOk('sem_release', await this.#request('sr', key, token))
+    await this.#call('sem_release', key, () => this.#native.release(key, token, true))
   }
 
   async semRenew(key, token, leaseTtlS) {
-    checkKey(key)
-    checkToken(token)
-    const ttl = checkOptionalInt('leaseTtlS', leaseTtlS, 1)
-    return parseRenew('sem_renew', await this.#request('sn', key, ttl === undefined ? token : `${token} ${ttl}`), ttl)
+    return (await this.#call('sem_renew', key, () => this.#native.renew(key, token, opt(leaseTtlS), true))).lease
   }
 
   async semEnqueue(key, limit, leaseTtlS) {
-    checkKey(key)
-    const n = checkInt('limit', limit, 1)
-    const ttl = checkOptionalInt('leaseTtlS', leaseTtlS, 1)
-    return parseEnqueue('sem_enqueue', await this.#request('se', key, ttl === undefined ? `${n}` : `${n} ${ttl}`), key)
+    return enqueued(await this.#call('sem_enqueue', key, () => this.#native.enqueue(key, opt(leaseTtlS), limit)))
   }
 
   async semWaitForLock(key, waitTimeoutS) {
-    checkKey(key)
-    const t = checkInt('waitTimeoutS', waitTimeoutS, 0)
-    return parseGrant('sem_wait', await this.#request('sw', key, `${t}`), key)
+    return grant(await this.#call('sem_wait', key, () => this.#native.wait(key, waitTimeoutS, true)))
   }
 
   async stats() {
-    return parseStats(await this.#request('stats', '_', ''))
+    return parseStatsJson((await this.#call('stats', undefined, () => this.#native.stats())).text)
   }
 
   close() {
@@ -805,10 +716,18 @@ class Connection {
   }
 }
 
+function grant(r) {
+  return { token: r.token, lease: r.lease }
+}
+
+function enqueued(r) {
+  return r.status === 'acquired' ? { status: 'acquired', token: r.token, lease: r.lease } : { status: 'queued', token: null, lease: null }
+}
+
 /** Server statistics over a short-lived connection (needs a server with the `stats` command). */
 async function stats(options) {
   const o = serverOptions(options)
-  const r = await native.dflockdStats(o)
+  const r = await nativeSync(() => native.dflockdStats(o))
   if (!r.ok) {
     if (r.error && r.error.code === 'SERVER_ERROR') {
       throw new LockError(`stats failed: '${r.error.reply ?? r.error.message}'`, 'SERVER_ERROR', {
@@ -837,7 +756,7 @@ function parseDflockdUrl(url) {
   if (u.protocol !== 'dflockd:') throw invalid(`not a dflockd:// URL: ${url}`)
   if (!u.hostname) throw invalid(`dflockd URL has no host: ${url}`)
   if (u.hash) throw invalid(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${url}`)
-  const host = checkHost(u.hostname)
+  const host = hostOption(u.hostname)
   const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(`invalid port in dflockd URL: ${url}`)
   let key
@@ -849,9 +768,9 @@ function parseDflockdUrl(url) {
     throw invalid(`invalid percent-encoding in dflockd URL: ${url}`)
   }
   if (key === '') throw invalid(`dflockd URL has no key: ${url}`)
-  checkKey(key)
+  nativeSync(() => native.dflockdValidateKey(key))
   const out = { host, port, key, tls: false }
-  if (auth !== undefined && auth !== '') out.auth = checkAuth(auth)
+  if (auth !== undefined && auth !== '') out.auth = auth
   for (const [name, value] of u.searchParams) {
     if (name === 'limit') out.limit = urlInt(url, name, value)
     else if (name === 'leaseTtl') out.leaseTtl = urlInt(url, name, value)
@@ -939,21 +858,20 @@ function targetConfig(url, options, wait) {
     }
     acquireTimeoutS = Math.min(MAX_TIMEOUT_S, Math.ceil(o.timeout / 1000))
   }
-  const leaseTtl = checkOptionalInt('leaseTtl', o.leaseTtl, 1) ?? u.leaseTtl
-  const limit = checkOptionalInt('limit', o.limit, 1) ?? u.limit ?? 1
+  const limit = opt(o.limit) ?? u.limit ?? 1
   const useTls = o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined
-  const conn = connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth })
-  const cfg = {
-    ...u,
-    url,
+  const prim = {
+    key: u.key,
     limit,
-    prim: { key: u.key, limit, acquireTimeoutS, server: { host: u.host, port: u.port }, renewRatio: checkRatio(o.renewRatio), ...conn },
+    acquireTimeoutS,
+    leaseTtlS: opt(o.leaseTtl) ?? u.leaseTtl,
+    server: { host: u.host, port: u.port },
+    renewRatio: o.renewRatio ?? DEFAULT_RENEW_RATIO,
+    renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
+    ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
-  if (leaseTtl !== undefined) cfg.prim.leaseTtlS = leaseTtl
-  const cap = checkMs('renewMaxIntervalMs', o.renewMaxIntervalMs)
-  if (cap !== undefined) cfg.prim.renewMaxIntervalMs = cap
   if (o.onLost !== undefined && o.onLost !== null && typeof o.onLost !== 'function') throw invalid('onLost must be a function')
-  return cfg
+  return { ...u, url, limit, prim }
 }
 
 /**
@@ -964,26 +882,21 @@ function targetConfig(url, options, wait) {
 async function acquireTarget(url, options, { wait = true } = {}) {
   let cfg
   let signal
+  let prim
   try {
     cfg = targetConfig(url, options, wait)
     signal = checkSignal(options && options.signal)
+    if (signal && signal.aborted) return fail('ABORTED', 'acquire aborted')
+    prim = nativeSync(() => new native.NativeDflockdPrimitive(cfg.prim))
   } catch (e) {
     if (e instanceof LockError) return { ok: false, error: errorValue(e) }
     throw e
   }
-  if (signal && signal.aborted) return fail('ABORTED', 'acquire aborted')
-  let prim
-  try {
-    prim = new native.NativeDflockdPrimitive(cfg.prim)
-  } catch (e) {
-    throw fromNativeThrow(e)
-  }
   let handle = null
-  let lostEarly = false
-  const lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: the lease could not be renewed`
-  prim.onLost(() => {
+  let lostMessage = null
+  prim.onLost((key, token, reason) => {
+    lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason || 'the lease could not be renewed'}`
     if (handle) handle._lost(lostMessage)
-    else lostEarly = true
   })
   const r = await cancellable(prim, () => prim.acquire(), signal).promise
   if (!r.ok) {
@@ -1008,7 +921,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     prim,
     targetId(cfg),
   )
-  if (lostEarly) handle._lost(lostMessage)
+  if (lostMessage !== null) handle._lost(lostMessage)
   return { ok: true, value: handle }
 }
 
@@ -1049,7 +962,7 @@ async function statusTarget(url, options) {
     tls: o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined,
     auth: o.auth ?? u.auth,
   })
-  const r = await native.dflockdStats({ server: { host: u.host, port: u.port }, ...conn })
+  const r = await nativeSync(() => native.dflockdStats({ server: { host: u.host, port: u.port }, ...conn }))
   if (!r.ok) {
     if (r.error.code === 'SERVER_ERROR') {
       throw new LockError(

@@ -8,14 +8,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{FnArgs, Function, Null, PromiseRaw};
+use napi::bindgen_prelude::{FnArgs, Function, Null, Object, PromiseRaw};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
-use napi::{Env, Error, Status};
+use napi::{Env, Error, JsDeferred, JsValue, Status};
 use napi_derive::napi;
 use sema_core::dflockd::{
-    self as core, ConnectOptions, Connection, DflockdError, EnqueueOutcome, Primitive,
-    PrimitiveOptions, TlsOptions,
+    self as core, AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome,
+    EnqueueReply, Primitive, PrimitiveOptions, TlsOptions,
 };
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// A dflockd server address (already chosen by sharding).
@@ -230,10 +231,10 @@ fn int_arg(name: &str, v: f64, min: u64, max: u64) -> core::Result<u64> {
     Ok(v as u64)
 }
 
-/// A positive millisecond count (fractions rounded up), at most ~31.7 years.
+/// A positive millisecond count (fractions rounded up), at most ~31.7 years; 0 = the default.
 fn ms_arg(name: &str, v: Option<f64>, default: Duration) -> core::Result<Duration> {
     match v {
-        None => Ok(default),
+        None | Some(0.0) => Ok(default),
         Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 1e12 => {
             Ok(Duration::from_millis(ms.ceil() as u64))
         }
@@ -406,33 +407,312 @@ impl NativeDflockdPrimitive {
         self.inner.lease_s() as f64
     }
 
-    /// Register the loss callback `(key, token) => void`, called at most once per held lock
-    /// when renewal fails or the server drops the idle connection (closed, reset, or an
+    /// Register the loss callback `(key, token, reason) => void`, called at most once per held
+    /// lock when renewal fails or the server drops the idle connection (closed, reset, or an
     /// unsolicited `error` before its read-timeout close; the server then releases the lock),
-    /// never for `release()`/`close()`. It is held weakly: it never keeps the process alive.
-    #[napi(ts_args_type = "callback: (key: string, token: string) => void")]
-    pub fn on_lost(&self, callback: Function<FnArgs<(String, String)>, ()>) -> napi::Result<()> {
+    /// never for `release()`/`close()`. `reason` says what happened. It is held weakly: it never
+    /// keeps the process alive.
+    #[napi(ts_args_type = "callback: (key: string, token: string, reason: string) => void")]
+    pub fn on_lost(
+        &self,
+        callback: Function<FnArgs<(String, String, String)>, ()>,
+    ) -> napi::Result<()> {
         let tsfn = callback
-            .build_threadsafe_function::<FnArgs<(String, String)>>()
+            .build_threadsafe_function::<FnArgs<(String, String, String)>>()
             .weak::<true>()
             .callee_handled::<false>()
             .build()?;
         let tsfn = Arc::new(tsfn);
-        self.inner
-            .set_on_lost(Some(Arc::new(move |key: &str, token: &str| {
+        self.inner.set_on_lost(Some(Arc::new(
+            move |key: &str, token: &str, reason: &str| {
                 let _ = tsfn.call(
-                    FnArgs::from((key.to_string(), token.to_string())),
+                    FnArgs::from((key.to_string(), token.to_string(), reason.to_string())),
                     ThreadsafeFunctionCallMode::NonBlocking,
                 );
-            })));
+            },
+        )));
         Ok(())
+    }
+
+    /// Take over the connection `previous` kept after its last clean `release()`, when both go
+    /// to the same server with the same settings and this primitive is idle; the next
+    /// `acquire()`/`enqueue()` then reuses it instead of connecting (a kept connection the
+    /// server has dropped meanwhile is replaced silently). `previous` keeps nothing afterwards.
+    /// Returns whether a connection was taken over.
+    #[napi]
+    pub fn adopt_connection(&self, previous: &NativeDflockdPrimitive) -> bool {
+        self.inner.adopt_kept_connection(&previous.inner)
+    }
+
+    /// Whether a connection from a clean `release()` is kept for the next acquisition.
+    #[napi(getter)]
+    pub fn has_kept_connection(&self) -> bool {
+        self.inner.has_kept_connection()
     }
 }
 
-/// Low level: one connection, one method per protocol command, raw reply lines.
+/// Validate primitive options synchronously, as the `NativeDflockdPrimitive` constructor
+/// does (throws `"INVALID_ARGUMENT: ..."`), without building one.
+#[napi(js_name = "dflockdValidateOptions")]
+pub fn dflockd_validate_options(options: NativePrimitiveOptions) -> napi::Result<()> {
+    primitive_options(&options).map_err(invalid_js)?;
+    Ok(())
+}
+
+/// Result of a `NativeDflockdConnection` call: `{ok: true, ...fields}` or
+/// `{ok: false, error}`. A server `timeout` to `lock`/`wait` is `ok: false` with code
+/// `TIMEOUT` and `reply: 'timeout'` (client-side time limits have no `reply`).
+#[napi(object)]
+pub struct NativeCallResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// `lock`/`wait`/`enqueue` (acquired): the lease token.
+    pub token: Option<String>,
+    /// `lock`/`wait`/`enqueue` (acquired): the lease granted, `renew`: the lease now applied
+    /// (seconds; a bare `ok` to a renew gives the TTL sent, else 30).
+    pub lease: Option<f64>,
+    /// `enqueue`: `'acquired'` or `'queued'`.
+    #[napi(ts_type = "'acquired' | 'queued'")]
+    pub status: Option<String>,
+    /// `stats`: the JSON text; `request`: the raw reply line.
+    pub text: Option<String>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+impl NativeCallResult {
+    fn ok() -> Self {
+        NativeCallResult {
+            ok: true,
+            token: None,
+            lease: None,
+            status: None,
+            text: None,
+            error: None,
+        }
+    }
+
+    fn grant(g: core::Grant) -> Self {
+        NativeCallResult {
+            token: Some(g.token),
+            lease: Some(g.lease_s as f64),
+            ..Self::ok()
+        }
+    }
+
+    fn text(t: String) -> Self {
+        NativeCallResult {
+            text: Some(t),
+            ..Self::ok()
+        }
+    }
+
+    fn err(e: DflockdError) -> Self {
+        NativeCallResult {
+            ok: false,
+            error: Some(e.into()),
+            ..Self::ok()
+        }
+    }
+}
+
+/// Lease the official clients assume when a renew reply does not say.
+const FALLBACK_LEASE_S: u64 = 30;
+
+/// One request for the connection task (owned copies of the JS arguments).
+enum Op {
+    Lock {
+        key: String,
+        timeout_s: u64,
+        ttl_s: Option<u64>,
+        limit: Option<u64>,
+    },
+    Release {
+        key: String,
+        token: String,
+        sem: bool,
+    },
+    Renew {
+        key: String,
+        token: String,
+        ttl_s: Option<u64>,
+        sem: bool,
+    },
+    Enqueue {
+        key: String,
+        ttl_s: Option<u64>,
+        limit: Option<u64>,
+    },
+    Wait {
+        key: String,
+        timeout_s: u64,
+        sem: bool,
+    },
+    Stats,
+    Raw {
+        cmd: String,
+        key: String,
+        arg: String,
+    },
+}
+
+type Resolve = Box<dyn FnOnce(Env) -> napi::Result<NativeCallResult> + Send>;
+type Deferred = JsDeferred<NativeCallResult, Resolve>;
+
+fn settle(deferred: Deferred, r: NativeCallResult) {
+    deferred.resolve(Box::new(move |_| Ok(r)));
+}
+
+fn timed_out(key: &str) -> DflockdError {
+    DflockdError::new(
+        core::ErrorCode::Timeout,
+        format!("timeout acquiring '{key}'"),
+    )
+    .with_reply("timeout")
+}
+
+fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> NativeCallResult {
+    match r {
+        Ok(AcquireReply::Granted(g)) => NativeCallResult::grant(g),
+        Ok(AcquireReply::TimedOut) => NativeCallResult::err(timed_out(key)),
+        Err(e) => NativeCallResult::err(e),
+    }
+}
+
+/// Runs one request on the connection (the core validates, encodes and parses).
+async fn run_op(conn: &mut Connection, op: Op) -> NativeCallResult {
+    match op {
+        Op::Lock {
+            key,
+            timeout_s,
+            ttl_s,
+            limit,
+        } => {
+            let r = match limit {
+                None => conn.lock(&key, timeout_s, ttl_s).await,
+                Some(n) => conn.sem_lock(&key, timeout_s, n, ttl_s).await,
+            };
+            acquire_result(r, &key)
+        }
+        Op::Wait {
+            key,
+            timeout_s,
+            sem,
+        } => {
+            let r = if sem {
+                conn.sem_wait(&key, timeout_s).await
+            } else {
+                conn.wait(&key, timeout_s).await
+            };
+            acquire_result(r, &key)
+        }
+        Op::Release { key, token, sem } => {
+            let r = if sem {
+                conn.sem_release(&key, &token).await
+            } else {
+                conn.release(&key, &token).await
+            };
+            match r {
+                Ok(()) => NativeCallResult::ok(),
+                Err(e) => NativeCallResult::err(e),
+            }
+        }
+        Op::Renew {
+            key,
+            token,
+            ttl_s,
+            sem,
+        } => {
+            let r = if sem {
+                conn.sem_renew(&key, &token, ttl_s).await
+            } else {
+                conn.renew(&key, &token, ttl_s).await
+            };
+            match r {
+                Ok(lease) => NativeCallResult {
+                    lease: Some(lease.or(ttl_s).unwrap_or(FALLBACK_LEASE_S) as f64),
+                    ..NativeCallResult::ok()
+                },
+                Err(e) => NativeCallResult::err(e),
+            }
+        }
+        Op::Enqueue { key, ttl_s, limit } => {
+            let r = match limit {
+                None => conn.enqueue(&key, ttl_s).await,
+                Some(n) => conn.sem_enqueue(&key, n, ttl_s).await,
+            };
+            match r {
+                Ok(EnqueueReply::Acquired(g)) => NativeCallResult {
+                    status: Some("acquired".to_string()),
+                    ..NativeCallResult::grant(g)
+                },
+                Ok(EnqueueReply::Queued) => NativeCallResult {
+                    status: Some("queued".to_string()),
+                    ..NativeCallResult::ok()
+                },
+                Err(e) => NativeCallResult::err(e),
+            }
+        }
+        Op::Stats => match conn.stats_json().await {
+            Ok(json) => NativeCallResult::text(json),
+            Err(e) => NativeCallResult::err(e),
+        },
+        Op::Raw { cmd, key, arg } => match conn.request_raw(&cmd, &key, &arg).await {
+            Ok(line) => NativeCallResult::text(line),
+            Err(e) => NativeCallResult::err(e),
+        },
+    }
+}
+
+fn closed_error() -> DflockdError {
+    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
+}
+
+/// The task that owns one connection: runs the queued requests one at a time, in call order
+/// (no lock: nothing else touches the connection), until `close()` or the JS object is gone.
+async fn connection_task(
+    mut conn: Connection,
+    mut rx: mpsc::UnboundedReceiver<(Op, Deferred)>,
+    closed: CancellationToken,
+) {
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = closed.cancelled() => None,
+            job = rx.recv() => job,
+        };
+        let Some((op, deferred)) = next else { break };
+        let r = tokio::select! {
+            biased;
+            _ = closed.cancelled() => {
+                settle(deferred, NativeCallResult::err(DflockdError::new(
+                    core::ErrorCode::Aborted,
+                    "connection closed during the request",
+                )));
+                break;
+            }
+            r = run_op(&mut conn, op) => r,
+        };
+        settle(deferred, r);
+    }
+    conn.close();
+    rx.close();
+    while let Ok((_, deferred)) = rx.try_recv() {
+        settle(deferred, NativeCallResult::err(closed_error()));
+    }
+}
+
+/// A JS number that must be an integer in `min..=max`, or absent.
+fn opt_int_arg(name: &str, v: Option<f64>, min: u64, max: u64) -> core::Result<Option<u64>> {
+    v.map(|v| int_arg(name, v, min, max)).transpose()
+}
+
+/// Low level: one connection, one method per protocol command. Requests run one at a time in
+/// call order on a task that owns the connection; arguments are validated (and the promise
+/// resolved with `INVALID_ARGUMENT`) before anything is queued.
 #[napi]
 pub struct NativeDflockdConnection {
-    conn: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    tx: mpsc::UnboundedSender<(Op, Deferred)>,
     closed: CancellationToken,
 }
 
@@ -458,14 +738,16 @@ impl NativeDflockdConnection {
             }
         };
         Ok(match Connection::connect(&opts).await {
-            Ok(conn) => NativeConnectionResult {
-                ok: true,
-                value: Some(NativeDflockdConnection {
-                    conn: Arc::new(tokio::sync::Mutex::new(Some(conn))),
-                    closed: CancellationToken::new(),
-                }),
-                error: None,
-            },
+            Ok(conn) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let closed = CancellationToken::new();
+                tokio::spawn(connection_task(conn, rx, closed.clone()));
+                NativeConnectionResult {
+                    ok: true,
+                    value: Some(NativeDflockdConnection { tx, closed }),
+                    error: None,
+                }
+            }
             Err(e) => NativeConnectionResult {
                 ok: false,
                 value: None,
@@ -474,58 +756,158 @@ impl NativeDflockdConnection {
         })
     }
 
+    /// Queue `op` (or resolve at once with the validation error / closed connection).
+    fn submit<'env>(&self, env: &'env Env, op: core::Result<Op>) -> napi::Result<Object<'env>> {
+        let op = match op {
+            Ok(op) if !self.closed.is_cancelled() => op,
+            Ok(_) => return resolved(env, NativeCallResult::err(closed_error())),
+            Err(e) => return resolved(env, NativeCallResult::err(e)),
+        };
+        let (deferred, promise) = env.create_deferred::<NativeCallResult, Resolve>()?;
+        if let Err(mpsc::error::SendError((_, deferred))) = self.tx.send((op, deferred)) {
+            settle(deferred, NativeCallResult::err(closed_error()));
+        }
+        Ok(promise)
+    }
+
+    /// `l key timeout [ttl]` (or `sl key timeout limit [ttl]` when `limit` is given): resolves
+    /// `{ok, token, lease}`; a server `timeout` is `{ok: false, error: {code: 'TIMEOUT', reply:
+    /// 'timeout'}}`.
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn lock<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        timeout_s: f64,
+        lease_ttl_s: Option<f64>,
+        limit: Option<f64>,
+    ) -> napi::Result<Object<'env>> {
+        let max = core::protocol::MAX_SECONDS;
+        let op = (|| {
+            Ok(Op::Lock {
+                timeout_s: int_arg("acquireTimeoutS", timeout_s, 0, max)?,
+                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
+                limit: opt_int_arg("limit", limit, 1, max)?,
+                key,
+            })
+        })();
+        self.submit(env, op)
+    }
+
+    /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn release<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        token: String,
+        sem: bool,
+    ) -> napi::Result<Object<'env>> {
+        self.submit(env, Ok(Op::Release { key, token, sem }))
+    }
+
+    /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn renew<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        token: String,
+        lease_ttl_s: Option<f64>,
+        sem: bool,
+    ) -> napi::Result<Object<'env>> {
+        let op =
+            opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).map(|ttl_s| {
+                Op::Renew {
+                    key,
+                    token,
+                    ttl_s,
+                    sem,
+                }
+            });
+        self.submit(env, op)
+    }
+
+    /// `e key [ttl]` (or `se key limit [ttl]` when `limit` is given): resolves
+    /// `{ok, status: 'acquired', token, lease}` or `{ok, status: 'queued'}`.
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn enqueue<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        lease_ttl_s: Option<f64>,
+        limit: Option<f64>,
+    ) -> napi::Result<Object<'env>> {
+        let max = core::protocol::MAX_SECONDS;
+        let op = (|| {
+            Ok(Op::Enqueue {
+                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
+                limit: opt_int_arg("limit", limit, 1, max)?,
+                key,
+            })
+        })();
+        self.submit(env, op)
+    }
+
+    /// `w key timeout` (`sw` when `sem`): like `lock`.
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn wait<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        timeout_s: f64,
+        sem: bool,
+    ) -> napi::Result<Object<'env>> {
+        let op =
+            int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).map(|timeout_s| {
+                Op::Wait {
+                    key,
+                    timeout_s,
+                    sem,
+                }
+            });
+        self.submit(env, op)
+    }
+
+    /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn stats<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        self.submit(env, Ok(Op::Stats))
+    }
+
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
     /// lowercase command word, key rules for keyed commands, no CR/LF/NUL, lines <= 256 bytes)
-    /// and resolve the raw reply line (one trailing CR stripped).
-    /// Requests on one connection run one at a time in call order.
-    #[napi(ts_return_type = "Promise<NativeStringResult>")]
-    pub async fn request(
+    /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn request<'env>(
         &self,
+        env: &'env Env,
         cmd: String,
         key: String,
         arg: String,
-    ) -> napi::Result<NativeStringResult> {
-        let conn = self.conn.clone();
-        let closed = self.closed.clone();
-        if closed.is_cancelled() {
-            return Ok(string_result(Err(DflockdError::new(
-                core::ErrorCode::ConnectionError,
-                "connection is closed",
-            ))));
-        }
-        let work = {
-            let conn = conn.clone();
-            async move {
-                let mut guard = conn.lock().await;
-                match guard.as_mut() {
-                    Some(c) => c.request_raw(&cmd, &key, &arg).await,
-                    None => Err(DflockdError::new(
-                        core::ErrorCode::ConnectionError,
-                        "connection is closed",
-                    )),
-                }
-            }
-        };
-        let r = tokio::select! {
-            biased;
-            _ = closed.cancelled() => {
-                *conn.lock().await = None;
-                Err(DflockdError::new(core::ErrorCode::Aborted, "connection closed during the request"))
-            }
-            r = work => r,
-        };
-        Ok(string_result(r))
+    ) -> napi::Result<Object<'env>> {
+        self.submit(env, Ok(Op::Raw { cmd, key, arg }))
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves
-    /// `ABORTED`). The server auto-releases what this connection held.
+    /// `ABORTED`, queued ones `CONNECTION_ERROR`). The server auto-releases what this
+    /// connection held.
     #[napi]
     pub fn close(&self) {
         self.closed.cancel();
-        if let Ok(mut g) = self.conn.try_lock() {
-            *g = None;
-        }
     }
+}
+
+impl Drop for NativeDflockdConnection {
+    fn drop(&mut self) {
+        self.closed.cancel();
+    }
+}
+
+fn resolved(env: &Env, r: NativeCallResult) -> napi::Result<Object<'_>> {
+    let p = PromiseRaw::resolve(env, r)?;
+    // SAFETY-free conversion: a promise is an object.
+    Ok(Object::from_raw(env.raw(), p.raw()))
 }
 
 /// Connect, send `stats`, resolve the JSON text after `ok ` (Go server only), close.
@@ -553,4 +935,11 @@ pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<Native
 pub fn stable_hash_shard(key: String, num_servers: f64) -> napi::Result<u32> {
     let n = int_arg("numServers", num_servers, 1, u32::MAX as u64).map_err(invalid_js)?;
     core::stable_hash_shard(&key, n as u32).map_err(invalid_js)
+}
+
+/// Check a key as every request does (throws `"INVALID_ARGUMENT: ..."`): non-empty, at most
+/// 256 bytes, no space, tab, CR, LF or NUL.
+#[napi(js_name = "dflockdValidateKey")]
+pub fn dflockd_validate_key(key: String) -> napi::Result<()> {
+    core::protocol::validate_key(&key).map_err(invalid_js)
 }

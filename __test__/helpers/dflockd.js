@@ -19,7 +19,8 @@
 //   const p = await d.startTlsProxy(s, certs)  TLS (127.0.0.1, SAN localhost + 127.0.0.1) piped to s;
 //       p.host, p.port, await p.close()
 //   const f = await d.fakeServer(reply)  a scripted TCP server: reply([cmd, key, arg]) → reply line (without \n),
-//       or null to stay silent; f.port, f.connections, f.received (all bytes as text), await f.close()
+//       or null to stay silent; f.port, f.connections, f.open, f.received (all bytes as text), f.hangUp(line?),
+//       await f.close()
 //   await d.freePort()            a free loopback TCP port
 //   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded)
 //
@@ -266,6 +267,17 @@ async function fakeServer(reply = () => null) {
     port: 0,
     connections: 0,
     received: '',
+    /** Connections open now. */
+    get open() {
+      return sockets.size
+    },
+    /** Ends every open connection from the server side, after writing `line` (e.g. 'error', as an idle timeout). */
+    hangUp(line) {
+      for (const s of sockets) {
+        if (line !== undefined) s.write(line + '\n', () => s.destroy())
+        else s.destroy()
+      }
+    },
     async close() {
       live.delete(f)
       for (const s of sockets) s.destroy()

@@ -556,7 +556,7 @@ mod dflockd {
     fn counter(p: &Primitive) -> Arc<AtomicUsize> {
         let n = Arc::new(AtomicUsize::new(0));
         let c = n.clone();
-        p.set_on_lost(Some(Arc::new(move |k: &str, t: &str| {
+        p.set_on_lost(Some(Arc::new(move |k: &str, t: &str, _reason: &str| {
             assert_eq!((k, t), ("k", TOKEN));
             c.fetch_add(1, Ordering::SeqCst);
         })));

@@ -39,7 +39,7 @@ mod dflockd {
     fn loss_counter(p: &Primitive) -> Arc<AtomicUsize> {
         let n = Arc::new(AtomicUsize::new(0));
         let c = n.clone();
-        p.set_on_lost(Some(Arc::new(move |_k: &str, _t: &str| {
+        p.set_on_lost(Some(Arc::new(move |_k: &str, _t: &str, _reason: &str| {
             c.fetch_add(1, Ordering::SeqCst);
         })));
         n
@@ -497,7 +497,7 @@ mod dflockd {
         let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
         {
             let seen = seen.clone();
-            a.set_on_lost(Some(Arc::new(move |k: &str, t: &str| {
+            a.set_on_lost(Some(Arc::new(move |k: &str, t: &str, _reason: &str| {
                 seen.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push((k.to_string(), t.to_string()));

@@ -5,6 +5,7 @@
 //! connection is closed and every later request fails with `CONNECTION_ERROR`.
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -194,7 +195,10 @@ fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
 /// A connection to one dflockd server.
 pub struct Connection {
     io: Option<Box<dyn Io>>,
+    /// Bytes read and not consumed yet (the reply line being read, or its successor).
     buf: Vec<u8>,
+    /// Request being written (reused: no allocation per request once warm).
+    wbuf: Vec<u8>,
     busy: bool,
     socket_timeout: Duration,
     peer: String,
@@ -248,6 +252,7 @@ impl Connection {
         let mut conn = Connection {
             io: Some(io),
             buf: Vec::with_capacity(256),
+            wbuf: Vec::with_capacity(128),
             busy: false,
             socket_timeout: opts.socket_timeout,
             peer,
@@ -272,6 +277,30 @@ impl Connection {
     pub fn close(&mut self) {
         self.io = None;
         self.buf = Vec::new();
+        self.wbuf = Vec::new();
+    }
+
+    /// For a connection kept idle between uses: whether it still looks usable, checked without
+    /// waiting. `false` (and the connection is closed) when the server has ended it or sent
+    /// something unprompted (the `error` of its idle timeout), when bytes are pending, or after
+    /// an interrupted request. A server that hangs up right after this check is seen by the
+    /// next request as `CONNECTION_ERROR`.
+    pub fn is_reusable(&mut self) -> bool {
+        if self.io.is_none() || self.busy || !self.buf.is_empty() {
+            self.close();
+            return false;
+        }
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let gone = {
+            let fut = self.wait_server_gone();
+            let mut fut = std::pin::pin!(fut);
+            fut.as_mut().poll(&mut cx).is_ready()
+        };
+        if gone || !self.buf.is_empty() {
+            self.close();
+            return false;
+        }
+        true
     }
 
     fn fail(&mut self, e: DflockdError) -> DflockdError {
@@ -281,18 +310,47 @@ impl Connection {
 
     /// Send one validated request and return the reply line.
     pub async fn request(&mut self, req: &Request<'_>) -> Result<String> {
-        let bytes = req.encode()?;
-        self.exchange(&bytes, req.blocking_timeout_s()).await
+        self.wbuf.clear();
+        req.encode_into(&mut self.wbuf)?;
+        let end = self.exchange(req.blocking_timeout_s()).await?;
+        let line = self.line(end).map(str::to_owned);
+        self.consume(end);
+        line
     }
 
     /// Low level: send `cmd\nkey\narg\n` (validated framing, see [`protocol::encode_raw`]) and
     /// return the raw reply line.
     pub async fn request_raw(&mut self, cmd: &str, key: &str, arg: &str) -> Result<String> {
         let (bytes, blocking) = protocol::encode_raw(cmd, key, arg)?;
-        self.exchange(&bytes, blocking).await
+        self.wbuf = bytes;
+        let end = self.exchange(blocking).await?;
+        let line = self.line(end).map(str::to_owned);
+        self.consume(end);
+        line
     }
 
-    async fn exchange(&mut self, bytes: &[u8], blocking_s: Option<u64>) -> Result<String> {
+    /// The reply line at the start of the read buffer (`end` = index of its `\n`), one trailing
+    /// `\r` stripped.
+    fn line(&self, end: usize) -> Result<&str> {
+        let raw = &self.buf[..end];
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        std::str::from_utf8(raw).map_err(|_| {
+            DflockdError::protocol(format!("reply from {} is not valid UTF-8", self.peer))
+        })
+    }
+
+    /// Drop the reply line ending at `end` (and its `\n`) from the read buffer.
+    fn consume(&mut self, end: usize) {
+        if end + 1 >= self.buf.len() {
+            self.buf.clear();
+        } else {
+            self.buf.drain(..=end);
+        }
+    }
+
+    /// Write the request in `wbuf`, then read one reply line; returns the index of its `\n` in
+    /// the read buffer (consume it with [`Connection::consume`]).
+    async fn exchange(&mut self, blocking_s: Option<u64>) -> Result<usize> {
         if self.io.is_none() {
             return Err(DflockdError::connection(format!(
                 "connection to {} is closed",
@@ -308,18 +366,20 @@ impl Connection {
         }
         self.busy = true;
         let write_deadline = Instant::now() + self.socket_timeout;
-        let peer = self.peer.clone();
-        let write = async {
-            let io = self
-                .io
-                .as_mut()
-                .ok_or_else(|| DflockdError::connection("connection is closed"))?;
-            io.write_all(bytes)
-                .await
-                .map_err(|e| io_error(&peer, "write to", e))?;
-            io.flush().await.map_err(|e| io_error(&peer, "write to", e))
+        let written = {
+            let Connection { io, wbuf, peer, .. } = self;
+            let write = async {
+                let io = io
+                    .as_mut()
+                    .ok_or_else(|| DflockdError::connection("connection is closed"))?;
+                io.write_all(wbuf)
+                    .await
+                    .map_err(|e| io_error(peer, "write to", e))?;
+                io.flush().await.map_err(|e| io_error(peer, "write to", e))
+            };
+            tokio::time::timeout_at(write_deadline, write).await
         };
-        match tokio::time::timeout_at(write_deadline, write).await {
+        match written {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(self.fail(e)),
             Err(_) => {
@@ -334,50 +394,43 @@ impl Connection {
             Some(s) => Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN,
             None => self.socket_timeout,
         };
-        let line = self.read_line(limit).await;
-        match line {
-            Ok(line) => {
+        match self.read_line(limit).await {
+            Ok(end) => {
                 self.busy = false;
-                Ok(line)
+                Ok(end)
             }
             Err(e) => Err(self.fail(e)),
         }
     }
 
-    /// Read one `\n`-terminated line (one trailing `\r` stripped) within `limit`.
-    async fn read_line(&mut self, limit: Duration) -> Result<String> {
+    /// Read until the buffer holds one `\n`-terminated line within `limit`; returns the index
+    /// of that `\n`.
+    async fn read_line(&mut self, limit: Duration) -> Result<usize> {
         let deadline = Instant::now().checked_add(limit);
         let mut scanned = 0usize;
-        let mut chunk = [0u8; 8192];
+        let Connection { io, buf, peer, .. } = self;
         loop {
-            if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
+            if let Some(pos) = buf[scanned..].iter().position(|&b| b == b'\n') {
                 let end = scanned + pos;
-                if end > MAX_REPLY_LINE_BYTES + 1 {
+                if end > MAX_REPLY_LINE_BYTES + 1
+                    || (end > MAX_REPLY_LINE_BYTES && buf[end - 1] != b'\r')
+                {
                     return Err(overlong());
                 }
-                let rest = self.buf.split_off(end + 1);
-                let mut line = std::mem::replace(&mut self.buf, rest);
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                if line.len() > MAX_REPLY_LINE_BYTES {
-                    return Err(overlong());
-                }
-                return String::from_utf8(line).map_err(|_| {
-                    DflockdError::protocol(format!("reply from {} is not valid UTF-8", self.peer))
-                });
+                return Ok(end);
             }
-            scanned = self.buf.len();
-            if self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
+            scanned = buf.len();
+            if buf.len() > MAX_REPLY_LINE_BYTES + 1 {
                 return Err(overlong());
             }
-            let peer = self.peer.clone();
-            let io = self
-                .io
+            let io = io
                 .as_mut()
                 .ok_or_else(|| DflockdError::connection("connection is closed"))?;
-            let read = io.read(&mut chunk);
+            // Read straight into the buffer's spare capacity (no bounce buffer).
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(8192);
+            }
+            let read = io.read_buf(buf);
             let n = match deadline {
                 Some(d) => match tokio::time::timeout_at(d, read).await {
                     Ok(r) => r,
@@ -390,15 +443,14 @@ impl Connection {
                 },
                 None => read.await,
             }
-            .map_err(|e| io_error(&peer, "read from", e))?;
+            .map_err(|e| io_error(peer, "read from", e))?;
             if n == 0 {
-                return Err(DflockdError::connection(if self.buf.is_empty() {
+                return Err(DflockdError::connection(if buf.is_empty() {
                     format!("server {peer} closed the connection")
                 } else {
                     format!("server {peer} closed the connection mid-reply")
                 }));
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 
@@ -457,14 +509,19 @@ impl Connection {
         }
     }
 
-    /// Send a request whose reply is parsed by `parse`; a protocol error closes the connection.
+    /// Send a request whose reply is parsed by `parse` straight from the read buffer; a protocol
+    /// error closes the connection.
     async fn call<T>(
         &mut self,
         req: Request<'_>,
         parse: impl FnOnce(&str) -> Result<T>,
     ) -> Result<T> {
-        let line = self.request(&req).await?;
-        match parse(&line) {
+        self.wbuf.clear();
+        req.encode_into(&mut self.wbuf)?;
+        let end = self.exchange(req.blocking_timeout_s()).await?;
+        let r = self.line(end).and_then(parse);
+        self.consume(end);
+        match r {
             Err(e) if e.kind() == ErrorCode::ProtocolError => Err(self.fail(e)),
             r => r,
         }

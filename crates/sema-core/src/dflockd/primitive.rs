@@ -101,8 +101,9 @@ pub enum EnqueueOutcome {
     Queued,
 }
 
-/// Loss notification: `(key, token)`.
-pub type LossCallback = Arc<dyn Fn(&str, &str) + Send + Sync>;
+/// Loss notification: `(key, token, reason)`; the reason says why (the server closed the
+/// connection, sent an unsolicited reply, refused the renew, ...).
+pub type LossCallback = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
 
 struct HeldShared {
     token: String,
@@ -112,8 +113,24 @@ struct HeldShared {
     loss_reason: Mutex<Option<String>>,
 }
 
+/// What the renewal task answers to a release: the result and, after a clean `ok`, the
+/// connection for reuse by the next acquisition.
+struct Released {
+    result: Result<()>,
+    conn: Option<Connection>,
+}
+
+impl Released {
+    fn err(e: DflockdError) -> Self {
+        Released {
+            result: Err(e),
+            conn: None,
+        }
+    }
+}
+
 enum HeldCmd {
-    Release(oneshot::Sender<Result<()>>),
+    Release(oneshot::Sender<Released>),
 }
 
 struct Held {
@@ -134,7 +151,20 @@ struct State {
     phase: Phase,
     next_op: u64,
     stopped: Vec<JoinHandle<()>>,
+    /// A connection whose lock was released cleanly, kept for the next acquire/enqueue.
+    kept: Option<Connection>,
+    /// Bumped by `close()`: a release that finishes after a close does not keep its connection.
+    epoch: u64,
 }
+
+/// A started acquire/enqueue: its op id, its cancel token, renewal tasks of earlier holds to join
+/// first, and the connection kept from the last clean release.
+type Begun = (
+    u64,
+    CancellationToken,
+    Vec<JoinHandle<()>>,
+    Option<Connection>,
+);
 
 /// Taken synchronously when an `acquire`/`enqueue`/`wait` is requested (see
 /// [`Primitive::ticket`]): a `cancel()`/`close()` issued after it aborts that call even if the
@@ -189,6 +219,8 @@ impl Primitive {
                 phase: Phase::Idle,
                 next_op: 0,
                 stopped: Vec::new(),
+                kept: None,
+                epoch: 0,
             }),
             on_lost: Arc::new(Mutex::new(None)),
             tickets: AtomicU64::new(0),
@@ -250,7 +282,7 @@ impl Primitive {
         self.held_shared().is_some()
     }
 
-    fn begin(&self, ticket: Ticket) -> Result<(u64, CancellationToken, Vec<JoinHandle<()>>)> {
+    fn begin(&self, ticket: Ticket) -> Result<Begun> {
         let mut st = lock(&self.state);
         if self.ticket_cancelled(ticket) {
             return Err(DflockdError::aborted());
@@ -287,7 +319,64 @@ impl Primitive {
             cancel: cancel.clone(),
         };
         let old = std::mem::take(&mut st.stopped);
-        Ok((op, cancel, old))
+        let kept = st.kept.take();
+        Ok((op, cancel, old, kept))
+    }
+
+    /// Whether a connection from a clean release is kept for the next acquire/enqueue.
+    pub fn has_kept_connection(&self) -> bool {
+        lock(&self.state).kept.is_some()
+    }
+
+    /// Move the connection `from` kept after a clean release into this (idle) primitive, when
+    /// both use the same server and connection settings. Returns whether one was moved; `from`
+    /// keeps nothing afterwards either way.
+    pub fn adopt_kept_connection(&self, from: &Primitive) -> bool {
+        if std::ptr::eq(self, from) {
+            return self.has_kept_connection();
+        }
+        let Some(conn) = lock(&from.state).kept.take() else {
+            return false;
+        };
+        if from.opts.connect != self.opts.connect {
+            return false;
+        }
+        let mut st = lock(&self.state);
+        if matches!(st.phase, Phase::Idle) && st.kept.is_none() {
+            st.kept = Some(conn);
+            return true;
+        }
+        false
+    }
+
+    /// A connection for a new acquisition: the kept one when it still looks usable (see
+    /// [`Connection::is_reusable`]), else a new one. The flag says whether it was reused.
+    async fn open(&self, kept: Option<Connection>) -> Result<(Connection, bool)> {
+        if let Some(mut conn) = kept {
+            if conn.is_reusable() {
+                return Ok((conn, true));
+            }
+        }
+        Ok((Connection::connect(&self.opts.connect).await?, false))
+    }
+
+    async fn send_acquire(&self, conn: &mut Connection) -> Result<AcquireReply> {
+        let o = &self.opts;
+        if o.limit == 1 {
+            conn.lock(&o.key, o.acquire_timeout_s, o.lease_ttl_s).await
+        } else {
+            conn.sem_lock(&o.key, o.acquire_timeout_s, o.limit, o.lease_ttl_s)
+                .await
+        }
+    }
+
+    async fn send_enqueue(&self, conn: &mut Connection) -> Result<EnqueueReply> {
+        let o = &self.opts;
+        if o.limit == 1 {
+            conn.enqueue(&o.key, o.lease_ttl_s).await
+        } else {
+            conn.sem_enqueue(&o.key, o.limit, o.lease_ttl_s).await
+        }
     }
 
     /// End operation `op` without holding anything. `Err(ABORTED)` when it was cancelled or
@@ -368,19 +457,18 @@ impl Primitive {
 
     /// [`Primitive::acquire`] with a ticket taken earlier.
     pub async fn acquire_with(&self, ticket: Ticket) -> Result<bool> {
-        let (op, cancel, old) = self.begin(ticket)?;
+        let (op, cancel, old, kept) = self.begin(ticket)?;
         join_stopped(old).await;
-        let o = &self.opts;
         let work = async {
-            let mut conn = Connection::connect(&o.connect).await?;
-            let reply = if o.limit == 1 {
-                conn.lock(&o.key, o.acquire_timeout_s, o.lease_ttl_s)
-                    .await?
-            } else {
-                conn.sem_lock(&o.key, o.acquire_timeout_s, o.limit, o.lease_ttl_s)
-                    .await?
-            };
-            Ok::<_, DflockdError>((conn, reply))
+            let (mut conn, reused) = self.open(kept).await?;
+            let mut reply = self.send_acquire(&mut conn).await;
+            if reused && matches!(&reply, Err(e) if e.kind() == ErrorCode::ConnectionError) {
+                // The kept connection died while idle (the server dropped it); nothing was
+                // held on it, so a fresh connection is as good.
+                conn = Connection::connect(&self.opts.connect).await?;
+                reply = self.send_acquire(&mut conn).await;
+            }
+            Ok::<_, DflockdError>((conn, reply?))
         };
         let res = tokio::select! {
             biased;
@@ -411,17 +499,16 @@ impl Primitive {
 
     /// [`Primitive::enqueue`] with a ticket taken earlier.
     pub async fn enqueue_with(&self, ticket: Ticket) -> Result<EnqueueOutcome> {
-        let (op, cancel, old) = self.begin(ticket)?;
+        let (op, cancel, old, kept) = self.begin(ticket)?;
         join_stopped(old).await;
-        let o = &self.opts;
         let work = async {
-            let mut conn = Connection::connect(&o.connect).await?;
-            let reply = if o.limit == 1 {
-                conn.enqueue(&o.key, o.lease_ttl_s).await?
-            } else {
-                conn.sem_enqueue(&o.key, o.limit, o.lease_ttl_s).await?
-            };
-            Ok::<_, DflockdError>((conn, reply))
+            let (mut conn, reused) = self.open(kept).await?;
+            let mut reply = self.send_enqueue(&mut conn).await;
+            if reused && matches!(&reply, Err(e) if e.kind() == ErrorCode::ConnectionError) {
+                conn = Connection::connect(&self.opts.connect).await?;
+                reply = self.send_enqueue(&mut conn).await;
+            }
+            Ok::<_, DflockdError>((conn, reply?))
         };
         let res = tokio::select! {
             biased;
@@ -555,10 +642,11 @@ impl Primitive {
     /// nothing is held; `LOCK_LOST` when it was lost before (or the server no longer knew the
     /// token).
     pub async fn release(&self) -> Result<()> {
-        let held = {
+        let (held, epoch) = {
             let mut st = lock(&self.state);
+            let epoch = st.epoch;
             match std::mem::replace(&mut st.phase, Phase::Idle) {
-                Phase::Held(h) => h,
+                Phase::Held(h) => (h, epoch),
                 Phase::Queued(conn) => {
                     drop(conn);
                     return Err(DflockdError::new(
@@ -601,7 +689,15 @@ impl Primitive {
             let bound =
                 RELEASE_RENEW_WAIT + self.opts.connect.socket_timeout + Duration::from_secs(1);
             match tokio::time::timeout(bound, rx).await {
-                Ok(Ok(r)) => r,
+                Ok(Ok(Released { result, conn })) => {
+                    if let (Ok(()), Some(conn)) = (&result, conn) {
+                        let mut st = lock(&self.state);
+                        if st.epoch == epoch && matches!(st.phase, Phase::Idle) {
+                            st.kept = Some(conn);
+                        }
+                    }
+                    result
+                }
                 Ok(Err(_)) => Err(lost_err()),
                 Err(_) => {
                     held.cancel.cancel();
@@ -632,6 +728,8 @@ impl Primitive {
     pub fn close(&self) {
         let mut st = lock(&self.state);
         self.cancel_issued_tickets();
+        st.epoch += 1;
+        st.kept = None;
         match std::mem::replace(&mut st.phase, Phase::Idle) {
             Phase::Idle => {}
             Phase::Busy { cancel, .. } => cancel.cancel(),
@@ -683,7 +781,9 @@ impl Renewer {
         } else {
             conn.sem_release(&o.key, &self.shared.token).await
         };
-        conn.close();
+        if r.is_err() {
+            conn.close();
+        }
         match r {
             Err(e) if e.kind() == ErrorCode::ServerError => {
                 let mut lost = DflockdError::new(
@@ -697,6 +797,13 @@ impl Renewer {
             }
             r => r,
         }
+    }
+
+    /// Release, and hand the connection back when the server answered a clean `ok`.
+    async fn release_keep(&self, mut conn: Connection) -> Released {
+        let result = self.release(&mut conn).await;
+        let conn = (result.is_ok() && !conn.is_closed()).then_some(conn);
+        Released { result, conn }
     }
 
     fn mark_lost(&self, notify: bool, reason: &str) {
@@ -715,7 +822,7 @@ impl Renewer {
         let cb = lock(&self.on_lost).clone();
         if let Some(cb) = cb {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                cb(&self.opts.key, &self.shared.token)
+                cb(&self.opts.key, &self.shared.token, reason)
             }));
         }
     }
@@ -735,8 +842,7 @@ impl Renewer {
                 _ = self.cancel.cancelled() => return,
                 cmd = rx.recv() => match cmd {
                     Some(HeldCmd::Release(tx)) => {
-                        let r = self.release(&mut conn).await;
-                        let _ = tx.send(r);
+                        let _ = tx.send(self.release_keep(conn).await);
                         return;
                     }
                     None => return,
@@ -751,7 +857,7 @@ impl Renewer {
                 _ = tokio::time::sleep_until(next_renew) => {}
             }
             let start = Instant::now();
-            let mut pending: Option<oneshot::Sender<Result<()>>> = None;
+            let mut pending: Option<oneshot::Sender<Released>> = None;
             let mut give_up_at: Option<Instant> = None;
             let result = {
                 let fut = self.renew(&mut conn);
@@ -771,7 +877,7 @@ impl Renewer {
                         },
                         _ = tokio::time::sleep_until(give_up_at.unwrap_or(far)), if give_up_at.is_some() => {
                             if let Some(tx) = pending.take() {
-                                let _ = tx.send(Err(DflockdError::timeout(
+                                let _ = tx.send(Released::err(DflockdError::timeout(
                                     "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)",
                                 )));
                             }
@@ -787,8 +893,7 @@ impl Renewer {
                         .lease_s
                         .store(lease.unwrap_or(self.grant_lease_s), Ordering::SeqCst);
                     if let Some(tx) = pending.take() {
-                        let r = self.release(&mut conn).await;
-                        let _ = tx.send(r);
+                        let _ = tx.send(self.release_keep(conn).await);
                         return;
                     }
                 }
@@ -804,7 +909,7 @@ impl Renewer {
                             if let Some(r) = e.reply() {
                                 lost = lost.with_reply(r);
                             }
-                            let _ = tx.send(Err(lost));
+                            let _ = tx.send(Released::err(lost));
                         }
                         None => self.mark_lost(true, e.message()),
                     }

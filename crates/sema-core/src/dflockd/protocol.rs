@@ -103,10 +103,21 @@ impl Request<'_> {
 
     /// Validate every field and encode the three request lines.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let (key, arg): (&str, String) = match *self {
+        let mut out = Vec::with_capacity(64);
+        self.encode_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Validate every field and append the three request lines to `out` (nothing is appended
+    /// when validation fails). Numbers are formatted in place: no allocation besides `out`'s
+    /// own growth.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<()> {
+        use std::io::Write as _;
+        // Validate first, so a bad field never leaves half a request in `out`.
+        let key = match *self {
             Request::Auth { token } => {
                 validate_auth(token)?;
-                ("_", token.to_string())
+                "_"
             }
             Request::Lock {
                 key,
@@ -115,7 +126,8 @@ impl Request<'_> {
             } => {
                 validate_key(key)?;
                 validate_timeout(timeout_s)?;
-                (key, with_ttl(timeout_s.to_string(), ttl_s)?)
+                validate_opt_ttl(ttl_s)?;
+                key
             }
             Request::SemLock {
                 key,
@@ -126,52 +138,94 @@ impl Request<'_> {
                 validate_key(key)?;
                 validate_timeout(timeout_s)?;
                 validate_limit(limit)?;
-                (key, with_ttl(format!("{timeout_s} {limit}"), ttl_s)?)
+                validate_opt_ttl(ttl_s)?;
+                key
             }
             Request::Release { key, token } | Request::SemRelease { key, token } => {
                 validate_key(key)?;
                 validate_token(token)?;
-                (key, token.to_string())
+                key
             }
             Request::Renew { key, token, ttl_s } | Request::SemRenew { key, token, ttl_s } => {
                 validate_key(key)?;
                 validate_token(token)?;
-                (key, with_ttl(token.to_string(), ttl_s)?)
+                validate_opt_ttl(ttl_s)?;
+                key
             }
             Request::Enqueue { key, ttl_s } => {
                 validate_key(key)?;
-                let arg = match ttl_s {
-                    Some(t) => {
-                        validate_ttl(t)?;
-                        t.to_string()
-                    }
-                    None => String::new(),
-                };
-                (key, arg)
+                validate_opt_ttl(ttl_s)?;
+                key
             }
             Request::SemEnqueue { key, limit, ttl_s } => {
                 validate_key(key)?;
                 validate_limit(limit)?;
-                (key, with_ttl(limit.to_string(), ttl_s)?)
+                validate_opt_ttl(ttl_s)?;
+                key
             }
             Request::Wait { key, timeout_s } | Request::SemWait { key, timeout_s } => {
                 validate_key(key)?;
                 validate_timeout(timeout_s)?;
-                (key, timeout_s.to_string())
+                key
             }
-            Request::Stats => ("_", String::new()),
+            Request::Stats => "_",
         };
-        frame(self.cmd(), key, &arg)
+        let start = out.len();
+        out.extend_from_slice(self.cmd().as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'\n');
+        let arg_start = out.len();
+        // Writing into a Vec cannot fail.
+        let _ = match *self {
+            Request::Auth { token } => out.write_all(token.as_bytes()),
+            Request::Lock { timeout_s, .. } => write!(out, "{timeout_s}"),
+            Request::SemLock {
+                timeout_s, limit, ..
+            } => write!(out, "{timeout_s} {limit}"),
+            Request::Release { token, .. } | Request::SemRelease { token, .. } => {
+                out.write_all(token.as_bytes())
+            }
+            Request::Renew { token, .. } | Request::SemRenew { token, .. } => {
+                out.write_all(token.as_bytes())
+            }
+            Request::Enqueue { .. } => Ok(()),
+            Request::SemEnqueue { limit, .. } => write!(out, "{limit}"),
+            Request::Wait { timeout_s, .. } | Request::SemWait { timeout_s, .. } => {
+                write!(out, "{timeout_s}")
+            }
+            Request::Stats => Ok(()),
+        };
+        match *self {
+            Request::Lock { ttl_s: Some(t), .. }
+            | Request::SemLock { ttl_s: Some(t), .. }
+            | Request::Renew { ttl_s: Some(t), .. }
+            | Request::SemRenew { ttl_s: Some(t), .. }
+            | Request::SemEnqueue { ttl_s: Some(t), .. } => {
+                let _ = write!(out, " {t}");
+            }
+            Request::Enqueue { ttl_s: Some(t), .. } => {
+                let _ = write!(out, "{t}");
+            }
+            _ => {}
+        }
+        let arg_len = out.len() - arg_start;
+        if arg_len > MAX_REQUEST_LINE_BYTES {
+            out.truncate(start);
+            return Err(DflockdError::invalid(format!(
+                "argument line is {arg_len} bytes; the protocol allows at most {MAX_REQUEST_LINE_BYTES}"
+            )));
+        }
+        out.push(b'\n');
+        Ok(())
     }
 }
 
-fn with_ttl(mut arg: String, ttl_s: Option<u64>) -> Result<String> {
-    if let Some(t) = ttl_s {
-        validate_ttl(t)?;
-        arg.push(' ');
-        arg.push_str(&t.to_string());
+fn validate_opt_ttl(ttl_s: Option<u64>) -> Result<()> {
+    match ttl_s {
+        Some(t) => validate_ttl(t),
+        None => Ok(()),
     }
-    Ok(arg)
 }
 
 fn frame(cmd: &str, key: &str, arg: &str) -> Result<Vec<u8>> {

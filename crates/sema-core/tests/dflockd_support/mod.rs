@@ -334,7 +334,7 @@ pub fn loss_channel(
     p: &sema_core::dflockd::Primitive,
 ) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    p.set_on_lost(Some(Arc::new(move |k: &str, t: &str| {
+    p.set_on_lost(Some(Arc::new(move |k: &str, t: &str, _reason: &str| {
         let _ = tx.send((k.to_string(), t.to_string(), Instant::now()));
     })));
     rx

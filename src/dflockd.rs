@@ -384,9 +384,12 @@ impl NativeDflockdPrimitive {
 
     /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
     /// connection without sending a release (the server auto-releases on disconnect).
+    /// Also drops the loss callback: its threadsafe function (a libuv handle Node's event loop
+    /// scans on every wakeup) is released now instead of when the object is collected.
     #[napi]
     pub fn close(&self) {
         self.inner.close();
+        self.inner.set_on_lost(None);
     }
 
     /// Abort an in-flight acquire/enqueue/wait: it resolves `{ok: false, error: {code: 'ABORTED'}}`.

@@ -296,3 +296,17 @@ describe('loss reasons reach signal.reason and the target Lock', () => {
     assert.match(r.value.signal.reason.message, /^dflockd lock 't' on 127\.0\.0\.1:\d+ lost: server 127\.0\.0\.1:\d+ sent an unsolicited reply: error$/)
   })
 })
+
+describe('wait() argument checks', () => {
+  test('a bad wait() timeout is refused without sending `w` and leaves the enqueue pending', async () => {
+    const f = await d.fakeServer(([cmd]) => (cmd === 'e' ? 'queued' : cmd === 'w' ? 'timeout' : 'error'))
+    const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]] })
+    assert.equal(await l.enqueue(), 'queued')
+    for (const t of [1.5, -1, NaN, '1']) {
+      await assert.rejects(l.wait(t), (e) => e instanceof LockError && e.code === 'INVALID_ARGUMENT', String(t))
+    }
+    assert.equal(await l.wait(0), false, 'still enqueued: the real wait is sent')
+    assert.equal(f.received, 'e\nk\n\nw\nk\n0\n')
+    l.close()
+  })
+})

@@ -502,7 +502,10 @@ class DistributedLock {
       this.close()
       throw abortedError('wait')
     }
+    if (typeof t !== 'number') throw invalid(`timeoutS must be a number of seconds, got ${describe(t)}`)
     const r = await this.#run(prim, () => prim.wait(t), signal)
+    // A timeout the native side refuses was never sent: the enqueue stays pending.
+    if (!r.ok && r.error.code === 'INVALID_ARGUMENT' && this.#prim === prim) throw fromNative(r.error)
     if (!this.#settle(prim, r, signal, 'wait')) {
       // After a `w` timeout the server has dropped our queue entry: the connection is done.
       this.#drop(prim)

@@ -299,7 +299,8 @@ fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOption
 }
 
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
-/// automatic renewal. One connection per held lock/slot.
+/// automatic renewal. One connection per held lock/slot; after a clean `release()` it is kept
+/// for the next acquisition (see `adoptConnection`).
 #[napi]
 pub struct NativeDflockdPrimitive {
     inner: Arc<Primitive>,
@@ -363,7 +364,8 @@ impl NativeDflockdPrimitive {
             })
         })
     }
-    /// Release the held lock/slot and close its connection. `NOT_LOCKED` when nothing is
+    /// Release the held lock/slot; after a clean `ok` the connection is kept (idle, unwatched)
+    /// for the next `acquire()`/`enqueue()`, else closed. `NOT_LOCKED` when nothing is
     /// held, `LOCK_LOST` when it was lost before.
     #[napi(ts_return_type = "Promise<NativeNullResult>")]
     pub async fn release(&self) -> napi::Result<NativeNullResult> {

@@ -564,6 +564,82 @@ mod dflockd {
     }
 
     #[tokio::test]
+    async fn clean_release_keeps_the_connection_for_the_next_acquisition() {
+        let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
+        let p = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
+        for _ in 0..3 {
+            assert!(p.acquire().await.expect("acquire"));
+            p.release().await.expect("release");
+            assert!(p.has_kept_connection());
+        }
+        assert_eq!(
+            p.enqueue().await.expect("enqueue"),
+            EnqueueOutcome::Acquired
+        );
+        p.release().await.expect("release");
+        assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 1);
+        // Handed over to a new primitive with the same connection settings…
+        let q = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
+        assert!(q.adopt_kept_connection(&p));
+        assert!(!p.has_kept_connection());
+        assert!(q.acquire().await.expect("acquire"));
+        q.release().await.expect("release");
+        assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 1);
+        // …but not to one with other settings, and close() drops it.
+        let mut other = s.fake.connect_options();
+        other.socket_timeout = Duration::from_secs(3);
+        let r = Primitive::new(PrimitiveOptions::new("k", other)).expect("opts");
+        assert!(!r.adopt_kept_connection(&q));
+        assert!(!q.has_kept_connection());
+        assert!(r.acquire().await.expect("acquire"));
+        r.release().await.expect("release");
+        r.close();
+        assert!(!r.has_kept_connection());
+        assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 2);
+        let cmds: Vec<_> = s.requests().into_iter().map(|r| r[0].clone()).collect();
+        assert_eq!(
+            cmds,
+            ["l", "r", "l", "r", "l", "r", "e", "r", "l", "r", "l", "r"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_the_server_ends_is_replaced_without_a_loss() {
+        // The first connection is ended by the server after its release, as an idle timeout
+        // does (`error`, then close); the next acquisition must connect again, quietly.
+        let conns = Arc::new(AtomicUsize::new(0));
+        let c2 = conns.clone();
+        let fake = Fake::start(move |mut c: FakeConn| {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            async move {
+                while let Some([cmd, _, _]) = c.read_request().await {
+                    match cmd.as_str() {
+                        "l" => c.write(format!("ok {TOKEN} 30\n").as_bytes()).await,
+                        "r" => {
+                            c.write(b"ok\n").await;
+                            if n == 0 {
+                                c.write(b"error\n").await;
+                                return;
+                            }
+                        }
+                        _ => c.write(b"error\n").await,
+                    }
+                }
+            }
+        })
+        .await;
+        let p = Primitive::new(PrimitiveOptions::new("k", fake.connect_options())).expect("opts");
+        let lost = counter(&p);
+        assert!(p.acquire().await.expect("acquire"));
+        p.release().await.expect("release");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(p.acquire().await.expect("acquire on a new connection"));
+        p.release().await.expect("release");
+        assert_eq!(fake.accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(lost.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
     async fn renewal_resends_the_same_ttl_and_respects_the_cap() {
         // Python-like renew replies (TTL-1) must not change the TTL the client sends.
         let s = scripted(1, |_| Some(("ok 0\n", Duration::ZERO))).await;

@@ -1,7 +1,9 @@
 //! A distributed lock or semaphore slot: acquire, two-phase enqueue/wait, renewal, release, loss.
 //!
 //! A lock is a semaphore with limit 1 (it speaks `l r n e w`; limit > 1 speaks `sl sr sn se sw`).
-//! Each held lock/slot owns one connection. While held, a renewal task owns that connection: it
+//! Each held lock/slot owns one connection; after a clean release it is kept (idle, unwatched: the
+//! server may end it, which is harmless as nothing is held) and reused by the next acquire/enqueue
+//! when it still looks usable. While held, a renewal task owns that connection: it
 //! starts a renew every `max(100 ms, lease × renew_ratio)` and never more than
 //! `renew_max_interval` after the previous one started (the server drops connections idle for
 //! its read timeout, 23 s by default, and auto-releases their locks), always resending the TTL
@@ -638,7 +640,8 @@ impl Primitive {
         }
     }
 
-    /// Release the held lock/slot (`r`/`sr`) and close its connection. `NOT_LOCKED` when
+    /// Release the held lock/slot (`r`/`sr`); after a clean `ok` the connection is kept for the
+    /// next acquire/enqueue (see [`Primitive::has_kept_connection`]), else closed. `NOT_LOCKED` when
     /// nothing is held; `LOCK_LOST` when it was lost before (or the server no longer knew the
     /// token).
     pub async fn release(&self) -> Result<()> {

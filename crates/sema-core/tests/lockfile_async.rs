@@ -614,3 +614,137 @@ async fn extreme_options_do_not_panic() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(held.release().unwrap());
 }
+
+/// A waiter judges a holder file once per (inode, mtime, size), but the `retry_interval` poll
+/// always judges again: a holder that dies while we wait, without any file-system event on the
+/// lock's name, is reclaimed at the next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn judged_holder_is_rejudged_on_the_poll() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("rejudge.lock");
+    let mut holder = sleeper();
+    std::fs::write(
+        &path,
+        own_host_lock(
+            i64::from(holder.id()),
+            now_unix_secs(),
+            process_start_ticks(i64::from(holder.id())),
+        ),
+    )
+    .unwrap();
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            retry_interval: Duration::from_millis(300),
+            fsync: false,
+            ..LockOptions::default()
+        },
+    );
+    let lf2 = lf.clone();
+    let waiter = tokio::spawn(async move {
+        lf2.acquire(
+            &AcquireRequest::default(),
+            Some(Duration::from_secs(20)),
+            CancellationToken::new(),
+        )
+        .await
+    });
+    // Judged alive (and cached) for a few polls.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!waiter.is_finished(), "a live holder is never evicted");
+    // The holder dies: no event on the lock's name (nobody had it open).
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let t0 = std::time::Instant::now();
+    let held = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("reclaimed by the poll")
+        .unwrap()
+        .expect("acquired");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(held.release().unwrap());
+    assert!(entries(&d).is_empty());
+}
+
+/// Waiters of one process take their queue place when `acquire_in_order` is called, not when
+/// the future is first polled: spawned in reverse, they are still granted in call order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_in_order_keeps_call_order() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("order.lock");
+    let lf = LockFile::new(path.clone(), opts());
+    let first = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let futures: Vec<_> = (0..5)
+        .map(|i| {
+            lf.acquire_in_order(
+                AcquireRequest {
+                    tag: Some(format!("w{i}")),
+                    owner_pid: None,
+                },
+                Some(Duration::from_secs(10)),
+                CancellationToken::new(),
+            )
+        })
+        .collect();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, fut) in futures.into_iter().enumerate().rev() {
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let held = fut.await.expect("acquired");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            assert!(held.release().unwrap());
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(first.release().unwrap());
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert!(entries(&d).is_empty());
+}
+
+/// The process-wide loss hook hears `(id, reason)` once a held lock is found lost, after its
+/// reason is set; a plain release does not call it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_hook_reports_id_and_reason() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("hook.lock");
+    let seen: Arc<Mutex<Vec<(u64, String)>>> = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    set_loss_hook(Some(Box::new(move |id, reason| {
+        sink.lock().unwrap().push((id, reason.to_string()))
+    })));
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            heartbeat: Some(Duration::from_millis(30)),
+            ..opts()
+        },
+    );
+    let released = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    released.start_heartbeat_thread();
+    let released_id = released.id();
+    assert!(held_lock_by_id(released_id).is_some());
+    assert!(released.release().unwrap());
+    assert!(held_lock_by_id(released_id).is_none());
+
+    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    held.start_heartbeat_thread();
+    std::fs::remove_file(&path).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), held.lost().cancelled())
+        .await
+        .expect("loss detected");
+    let ours: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(id, _)| *id == held.id() || *id == released_id)
+        .cloned()
+        .collect();
+    assert_eq!(ours, vec![(held.id(), "lock file was removed".to_string())]);
+    assert!(held_lock_by_id(held.id()).is_none());
+    set_loss_hook(None);
+}

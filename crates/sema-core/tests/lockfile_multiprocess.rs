@@ -212,3 +212,56 @@ fn processes_racing_on_a_stale_lock_have_one_winner() {
         }
     }
 }
+
+/// A waiter that judged a live holder (and goes back to sleep without judging it again on
+/// every wake-up) still reclaims the lock when the holder process dies: the holder's descriptor
+/// was never linked under the lock's name (O_TMPFILE), so its closing makes no event on that
+/// name, and the `retry_interval` poll judges again.
+#[cfg(target_os = "linux")]
+#[test]
+fn waiter_reclaims_at_once_when_the_holder_dies() {
+    let d = tempfile::tempdir().unwrap();
+    let lock = d.path().join("dies.lock");
+    let mut holder = child("hold", &lock, &[]).spawn().unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("HELD") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+    }
+    let lf = LockFile::new(
+        lock.clone(),
+        LockOptions {
+            retry_interval: Duration::from_millis(300),
+            ..LockOptions::default()
+        },
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let lf2 = lf.clone();
+        let waiter = tokio::spawn(async move {
+            lf2.acquire(
+                &AcquireRequest::default(),
+                Some(Duration::from_secs(30)),
+                CancellationToken::new(),
+            )
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!waiter.is_finished());
+        holder.kill().unwrap(); // SIGKILL: the kernel closes its descriptor
+        holder.wait().unwrap();
+        let t0 = std::time::Instant::now();
+        let held = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("reclaimed")
+            .unwrap()
+            .expect("acquired");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        assert!(held.release().unwrap());
+    });
+}

@@ -1,14 +1,19 @@
 //! `LockFile` (one lock path plus options) and `HeldLock` (a lock this process holds).
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs::{File, Metadata};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::error::LockError;
@@ -18,7 +23,7 @@ use super::process::{
     current_pid, host_identity, now_unix_secs, own_start_ticks, process_start_ticks,
 };
 use super::stale::{judge, Observation, OsProbe, StaleContext, StaleJudgement};
-use super::sys::{self, CreationStrategy, ExclusiveLock, FileId};
+use super::sys::{self, CreationStrategy, ExclusiveLock, FileId, FileSig};
 use super::watch;
 
 /// How many create → examine → break rounds one attempt makes before reporting `AlreadyLocked`.
@@ -142,14 +147,62 @@ fn slot_for(key: &Path) -> Arc<Semaphore> {
     sem
 }
 
-static REGISTRY: LazyLock<Mutex<HashMap<u64, HeldLock>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Hasher of the registry's keys: ids are distinct counters, so a multiply spreads them well
+/// enough (no SipHash per acquisition).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Registry = HashMap<u64, HeldLock, BuildHasherDefault<IdHasher>>;
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Every lock this process holds (e.g. for an exit hook).
 pub fn held_locks() -> Vec<HeldLock> {
     lock(&REGISTRY).values().cloned().collect()
+}
+
+/// The held lock with this [`HeldLock::id`], while it is held (released or lost locks leave
+/// the registry).
+pub fn held_lock_by_id(id: u64) -> Option<HeldLock> {
+    lock(&REGISTRY).get(&id).cloned()
+}
+
+/// The first lock this process holds on the canonical path `key`.
+fn held_on_key(key: &Path) -> Option<HeldLock> {
+    lock(&REGISTRY)
+        .values()
+        .find(|h| h.inner.key == key)
+        .cloned()
+}
+
+/// The process-wide loss callback: `(lock id, reason)`.
+pub type LossCallback = dyn Fn(u64, &str) + Send + Sync;
+
+type LossHook = Arc<LossCallback>;
+
+static LOSS_HOOK: Mutex<Option<LossHook>> = Mutex::new(None);
+
+/// Set the process-wide callback told `(id, reason)` whenever a held lock is found lost (after
+/// its `lost_reason` is set and its `finished`/`lost` tokens are cancelled). One hook for all
+/// locks, instead of a task per lock; `None` removes it.
+pub fn set_loss_hook(hook: Option<Box<LossCallback>>) {
+    *lock(&LOSS_HOOK) = hook.map(Arc::from);
 }
 
 /// Release every lock this process holds (synchronous; for a Node `'exit'` hook). Errors are
@@ -171,22 +224,64 @@ pub fn release_all_held() {
 // ---------------------------------------------------------------------------------------------
 // LockFile
 
-/// One lock path with its options. Cheap to clone.
+/// One lock path with its options. Cheap to clone (one shared allocation).
 #[derive(Debug, Clone)]
 pub struct LockFile {
+    inner: Arc<FileInner>,
+}
+
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct FileInner {
     path: PathBuf,
+    /// `path` as a C string for `linkat` (`None` if it has a NUL byte).
+    #[cfg(unix)]
+    path_c: Option<CString>,
     key: PathBuf,
     options: LockOptions,
     strategy: CreationStrategy,
     extra_keys: bool,
+    /// The in-process FIFO of the canonical path (shared by every `LockFile` of it).
+    slot: Arc<Semaphore>,
+}
+
+impl std::ops::Deref for LockFile {
+    type Target = FileInner;
+    fn deref(&self) -> &FileInner {
+        &self.inner
+    }
+}
+
+/// A busy attempt: the holder as read (if it parses) and the signature of the file judged
+/// held, so a waiter need not judge the same file again on every wake-up.
+struct Busy {
+    holder: Option<LockInfo>,
+    sig: Option<FileSig>,
+}
+
+enum AttemptError {
+    Busy(Box<Busy>),
+    Failed(LockError),
+}
+
+impl AttemptError {
+    fn into_error(self) -> LockError {
+        match self {
+            AttemptError::Busy(b) => LockError::AlreadyLocked {
+                holder_pid: b.holder.as_ref().map(|i| i.pid),
+                locked_since: b.holder.as_ref().map(|i| i.timestamp),
+            },
+            AttemptError::Failed(e) => e,
+        }
+    }
 }
 
 /// What one examination of an existing lock file found.
 enum Examined {
     /// No file (any more): try creating again.
     Gone,
-    /// Held; the parsed holder if the file parses.
-    Held(Option<LockInfo>),
+    /// Held; the parsed holder if the file parses, and the file's signature if known.
+    Held(Option<LockInfo>, Option<FileSig>),
     /// It was stale and we removed it.
     Broken,
     /// It changed under us (replaced or rewritten): look again.
@@ -233,13 +328,29 @@ impl LockFile {
     /// A lock at `path` (already validated: see `validate_lock_path` / `validate_semats_path`).
     pub fn new(path: PathBuf, options: LockOptions) -> LockFile {
         let key = canonical_key(&path);
+        let slot = slot_for(&key);
         LockFile {
-            path,
-            key,
-            options,
-            strategy: CreationStrategy::Auto,
-            extra_keys: true,
+            inner: Arc::new(FileInner {
+                #[cfg(unix)]
+                path_c: sys::c_path(&path),
+                path,
+                key,
+                options,
+                strategy: CreationStrategy::Auto,
+                extra_keys: true,
+                slot,
+            }),
         }
+    }
+
+    #[cfg(unix)]
+    fn path_c(&self) -> Option<&std::ffi::CStr> {
+        self.inner.path_c.as_deref()
+    }
+
+    #[cfg(not(unix))]
+    fn path_c(&self) -> Option<&std::ffi::CStr> {
+        None
     }
 
     /// `false`: write only `pid=`, `timestamp=` and `tag=`, a file indistinguishable from
@@ -248,14 +359,14 @@ impl LockFile {
     /// our own format makes a dead holder's lock reclaimable at once). Ownership checks then
     /// compare the whole content instead of the token. Default `true`.
     pub fn with_extra_keys(mut self, extra_keys: bool) -> LockFile {
-        self.extra_keys = extra_keys;
+        Arc::make_mut(&mut self.inner).extra_keys = extra_keys;
         self
     }
 
     /// Force a creation strategy (tests exercise the O_TMPFILE fallback with it).
     #[doc(hidden)]
     pub fn with_creation_strategy(mut self, strategy: CreationStrategy) -> LockFile {
-        self.strategy = strategy;
+        Arc::make_mut(&mut self.inner).strategy = strategy;
         self
     }
 
@@ -361,7 +472,7 @@ impl LockFile {
     /// Acquire without waiting. Busy in-process queue or a held file → `AlreadyLocked` with the
     /// holder read from the file. Stale locks are broken safely first.
     pub fn try_acquire(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        let permit = match slot_for(&self.key).try_acquire_owned() {
+        let permit = match self.slot.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => return Err(self.already_locked_from_disk()),
         };
@@ -373,11 +484,14 @@ impl LockFile {
     /// from the file (unlike `acquire` with a zero timeout, which reports `Timeout` as semats'
     /// `acquire({timeout: 0})` does). Needs a tokio runtime.
     pub async fn try_acquire_async(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        let permit = match slot_for(&self.key).try_acquire_owned() {
+        let permit = match self.slot.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => return Err(self.already_locked_from_disk()),
         };
-        let held = self.attempt_async(req).await?;
+        let held = self
+            .attempt_async(req, false)
+            .await
+            .map_err(AttemptError::into_error)?;
         held.adopt_permit(permit);
         Ok(held)
     }
@@ -386,19 +500,66 @@ impl LockFile {
     /// it to race threads on the file itself.
     #[doc(hidden)]
     pub fn try_acquire_bypassing_queue(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        self.attempt_unslotted(req)
+        self.attempt_unslotted(req, false, self.options.fsync)
+            .map_err(AttemptError::into_error)
     }
 
     /// Wait for the lock: in-process FIFO first, then attempts woken by file-system events on
     /// the lock's name, by `retry_interval` and ended by the deadline (`Timeout`; `Some(0)` =
     /// exactly one attempt) or `cancel` (`Aborted`). A failed or cancelled acquire leaves no file,
     /// no temp file and no queue slot behind. Must run inside a tokio runtime (time enabled).
+    ///
+    /// While waiting, every wake-up first `stat`s the path: a file with the same identity,
+    /// mtime and size as the one already judged held (and no close event on the name since)
+    /// sends the waiter straight back to sleep, without building a lock file or probing the
+    /// holder again. The `retry_interval` poll always judges again, so stale expiry still
+    /// happens. A lock file is built only when the path looks free or the holder was broken.
     pub async fn acquire(
         &self,
         req: &AcquireRequest,
         timeout: Option<Duration>,
         cancel: CancellationToken,
     ) -> Result<HeldLock, LockError> {
+        self.acquire_in_order(req.clone(), timeout, cancel).await
+    }
+
+    /// [`LockFile::acquire`] that takes its place in the in-process FIFO queue NOW, on the
+    /// calling thread (no file I/O happens here), instead of when the returned future is first
+    /// polled: callers that spawn the future on a multi-threaded runtime keep their call order.
+    pub fn acquire_in_order(
+        &self,
+        req: AcquireRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = Result<HeldLock, LockError>> + Send + 'static {
+        let this = self.clone();
+        let mut queued = Box::pin(self.slot.clone().acquire_owned());
+        let first = if cancel.is_cancelled() {
+            Poll::Pending
+        } else {
+            // A free permit is taken, or this waiter is enqueued (the real waker replaces the
+            // no-op one when the future is polled again).
+            queued
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+        };
+        async move {
+            this.acquire_queued(&req, timeout, cancel, queued, first)
+                .await
+        }
+    }
+
+    async fn acquire_queued<Q>(
+        &self,
+        req: &AcquireRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+        mut queued: Q,
+        first: Poll<Result<OwnedSemaphorePermit, AcquireError>>,
+    ) -> Result<HeldLock, LockError>
+    where
+        Q: Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Unpin,
+    {
         if cancel.is_cancelled() {
             return Err(LockError::Aborted);
         }
@@ -407,54 +568,68 @@ impl LockFile {
         let passed = |deadline: Option<tokio::time::Instant>| {
             deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
         };
-
-        let slot = slot_for(&self.key);
-        let permit = match slot.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
+        let queue_closed = || {
+            LockError::io(
+                "Failed to create lock",
+                io::Error::other("in-process queue closed"),
+            )
+        };
+        let permit = match first {
+            Poll::Ready(Ok(p)) => p,
+            Poll::Ready(Err(_)) => return Err(queue_closed()),
+            Poll::Pending => {
                 if passed(deadline) {
                     return Err(timeout_error(timeout));
                 }
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => return Err(LockError::Aborted),
-                    p = slot.acquire_owned() => match p {
+                    p = &mut queued => match p {
                         Ok(p) => p,
-                        Err(_) => return Err(LockError::io(
-                            "Failed to create lock",
-                            io::Error::other("in-process queue closed"),
-                        )),
+                        Err(_) => return Err(queue_closed()),
                     },
                     _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
                 }
             }
         };
+        drop(queued);
 
         // First attempt without registering for events: the uncontended fast path.
-        match self.attempt_async(req).await {
+        match self.attempt_async(req, false).await {
             Ok(held) => {
                 held.adopt_permit(permit);
                 return Ok(held);
             }
-            Err(LockError::AlreadyLocked { .. }) => {}
-            Err(e) => return Err(e),
+            Err(AttemptError::Busy(_)) => {}
+            Err(AttemptError::Failed(e)) => return Err(e),
         }
         if passed(deadline) {
             return Err(timeout_error(timeout));
         }
         let guard = watch::watch(&self.key);
+        // The file last judged held, with the close generation seen before judging it.
+        let mut judged: Option<(FileSig, u64)> = None;
         loop {
-            // Register for events BEFORE the attempt, so a release in between is not missed.
+            // Register for events BEFORE looking, so a release in between is not missed.
             let notified = guard.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.attempt_async(req).await {
-                Ok(held) => {
-                    held.adopt_permit(permit);
-                    return Ok(held);
+            let close_gen = guard.close_generation();
+            let seen = sys::stat_sig(&self.path);
+            let unchanged = match (&seen, judged) {
+                (Ok(Some(sig)), Some((held_sig, gen))) => *sig == held_sig && gen == close_gen,
+                _ => false,
+            };
+            if !unchanged {
+                let look_first = !matches!(seen, Ok(None));
+                match self.attempt_async(req, look_first).await {
+                    Ok(held) => {
+                        held.adopt_permit(permit);
+                        return Ok(held);
+                    }
+                    Err(AttemptError::Busy(b)) => judged = b.sig.map(|s| (s, close_gen)),
+                    Err(AttemptError::Failed(e)) => return Err(e),
                 }
-                Err(LockError::AlreadyLocked { .. }) => {}
-                Err(e) => return Err(e),
             }
             if passed(deadline) {
                 return Err(timeout_error(timeout));
@@ -463,26 +638,32 @@ impl LockFile {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
                 _ = &mut notified => {}
-                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
+                    judged = None; // the poll judges again (stale expiry, a dead holder)
+                }
                 _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
             }
         }
     }
 
-    /// One attempt from async code: inline when `fsync` is off (microseconds), on the blocking
-    /// pool otherwise. If the calling future is dropped while the blocking attempt runs, a lock
-    /// it obtained is released at once (nothing is left behind).
-    async fn attempt_async(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
+    /// One attempt from async code, on the calling (tokio) thread: looking, building and
+    /// linking are short non-blocking calls; only the winner's `fsync`s (when on) go to the
+    /// blocking pool. If the calling future is dropped while they run, the lock obtained is
+    /// released at once (nothing is left behind).
+    async fn attempt_async(
+        &self,
+        req: &AcquireRequest,
+        look_first: bool,
+    ) -> Result<HeldLock, AttemptError> {
+        let held = self.attempt_unslotted(req, look_first, false)?;
         if !self.options.fsync {
-            return self.attempt_unslotted(req);
+            return Ok(held);
         }
         let shared = Arc::new(Mutex::new(Handoff::default()));
         let abandon = AbandonOnDrop(shared.clone());
-        let this = self.clone();
-        let req = req.clone();
         let worker_shared = shared.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let result = this.attempt_unslotted(&req);
+            let result = held.sync_durable().map(|()| held.clone());
             let mut h = lock(&worker_shared);
             if h.abandoned {
                 if let Ok(held) = result {
@@ -496,12 +677,15 @@ impl LockFile {
         let result = lock(&shared).result.take();
         drop(abandon);
         match (joined, result) {
-            (_, Some(r)) => r,
-            (Err(e), None) => Err(LockError::io("Failed to create lock", io::Error::other(e))),
-            (Ok(()), None) => Err(LockError::io(
+            (_, Some(r)) => r.map_err(AttemptError::Failed),
+            (Err(e), None) => Err(AttemptError::Failed(LockError::io(
+                "Failed to create lock",
+                io::Error::other(e),
+            ))),
+            (Ok(()), None) => Err(AttemptError::Failed(LockError::io(
                 "Failed to create lock",
                 io::Error::other("attempt produced no result"),
-            )),
+            ))),
         }
     }
 
@@ -511,74 +695,111 @@ impl LockFile {
         req: &AcquireRequest,
         permit: OwnedSemaphorePermit,
     ) -> Result<HeldLock, (LockError, OwnedSemaphorePermit)> {
-        match self.attempt_unslotted(req) {
+        match self.attempt_unslotted(req, false, self.options.fsync) {
             Ok(held) => {
                 held.adopt_permit(permit);
                 Ok(held)
             }
-            Err(e) => Err((e, permit)),
+            Err(e) => Err((e.into_error(), permit)),
         }
     }
 
     /// Create the file (breaking a stale one safely), without touching the in-process slot.
-    fn attempt_unslotted(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
+    /// `look_first`: examine the existing file before building one (a waiter that saw a file
+    /// there). `fsync`: sync the file and directory after winning (else the caller does, with
+    /// [`HeldLock::sync_durable`]).
+    fn attempt_unslotted(
+        &self,
+        req: &AcquireRequest,
+        look_first: bool,
+        fsync: bool,
+    ) -> Result<HeldLock, AttemptError> {
+        let mut examine_first = look_first;
+        let mut built: Option<(LockInfo, Vec<u8>)> = None;
+        for _ in 0..MAX_ROUNDS {
+            if !examine_first {
+                let (info, content) = match built.take() {
+                    Some((mut info, content)) => {
+                        // A later round: fresh timestamp (the content is rebuilt only if it moved).
+                        let now = now_unix_secs();
+                        if info.timestamp == now {
+                            (info, content)
+                        } else {
+                            info.timestamp = now;
+                            let content = info.serialize().into_bytes();
+                            (info, content)
+                        }
+                    }
+                    None => self.build_info(req),
+                };
+                match sys::create_lock_file(
+                    &self.path,
+                    self.path_c(),
+                    &content,
+                    fsync,
+                    self.strategy,
+                ) {
+                    Ok(file) => {
+                        return self
+                            .adopt_new_file(file, info, content)
+                            .map_err(AttemptError::Failed)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(AttemptError::Failed(LockError::io(
+                            "Failed to create lock",
+                            e,
+                        )))
+                    }
+                }
+                built = Some((info, content));
+            }
+            examine_first = false;
+            match self.examine_and_break() {
+                Examined::Held(holder, sig) => {
+                    return Err(AttemptError::Busy(Box::new(Busy { holder, sig })))
+                }
+                Examined::Changed | Examined::Gone | Examined::Broken => {}
+            }
+        }
+        Err(AttemptError::Busy(Box::new(Busy {
+            holder: None,
+            sig: None,
+        })))
+    }
+
+    /// What a new lock of `req` records, and its exact bytes.
+    fn build_info(&self, req: &AcquireRequest) -> (LockInfo, Vec<u8>) {
         let me = current_pid();
         let owner = req.owner_pid.map(i64::from).unwrap_or(me);
-        let start = if owner == me {
+        let extra = self.extra_keys;
+        let start = if !extra {
+            None
+        } else if owner == me {
             own_start_ticks()
         } else {
             process_start_ticks(owner)
         };
-        let tag = req
-            .tag
-            .as_deref()
-            .map(|t| sanitize_tag(t, self.options.max_tag_length));
-        let token = sys::random_hex(16);
-        let mut last_holder: Option<LockInfo> = None;
-        for _ in 0..MAX_ROUNDS {
-            let extra = self.extra_keys;
-            let info = LockInfo {
-                pid: owner,
-                timestamp: now_unix_secs(),
-                tag: tag.clone(),
-                host: extra.then(|| host_identity().to_string()),
-                start: if extra { start } else { None },
-                token: extra.then(|| token.clone()),
-            };
-            let content = info.serialize();
-            match sys::create_lock_file(
-                &self.path,
-                content.as_bytes(),
-                self.options.fsync,
-                self.strategy,
-            ) {
-                Ok(file) => return self.adopt_new_file(file, info, token, content.len()),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(LockError::io("Failed to create lock", e)),
-            }
-            match self.examine_and_break() {
-                Examined::Held(holder) => {
-                    return Err(LockError::AlreadyLocked {
-                        holder_pid: holder.as_ref().map(|i| i.pid),
-                        locked_since: holder.as_ref().map(|i| i.timestamp),
-                    })
-                }
-                Examined::Changed => {}
-                Examined::Gone | Examined::Broken => last_holder = None,
-            }
-        }
-        Err(LockError::AlreadyLocked {
-            holder_pid: last_holder.as_ref().map(|i| i.pid),
-            locked_since: last_holder.as_ref().map(|i| i.timestamp),
-        })
+        let info = LockInfo {
+            pid: owner,
+            timestamp: now_unix_secs(),
+            tag: req
+                .tag
+                .as_deref()
+                .map(|t| sanitize_tag(t, self.options.max_tag_length)),
+            host: extra.then(|| host_identity().to_string()),
+            start,
+            token: extra.then(|| sys::random_hex(16)),
+        };
+        let content = info.serialize().into_bytes();
+        (info, content)
     }
 
     fn adopt_new_file(
         &self,
         file: File,
         info: LockInfo,
-        token: String,
-        content_len: usize,
+        content: Vec<u8>,
     ) -> Result<HeldLock, LockError> {
         let meta = match file.metadata().or_else(|_| std::fs::metadata(&self.path)) {
             Ok(m) => m,
@@ -588,6 +809,7 @@ impl LockFile {
                 return Err(LockError::io("Failed to create lock", e));
             }
         };
+        let token = info.token.clone().unwrap_or_default();
         let held = HeldLock {
             inner: Arc::new(HeldInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -601,7 +823,7 @@ impl LockFile {
                 state: Mutex::new(HeldState {
                     file: Some(file),
                     file_id: sys::file_id(&meta),
-                    content_len,
+                    content,
                     current: info,
                     finished: false,
                     released: false,
@@ -622,34 +844,36 @@ impl LockFile {
         let file = match sys::open_existing(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Examined::Gone,
-            Err(_) => return Examined::Held(None),
+            Err(_) => return Examined::Held(None, None),
         };
         let Ok(meta) = file.metadata() else {
-            return Examined::Held(None);
+            return Examined::Held(None, None);
         };
+        let sig = Some(sys::file_sig(&meta));
         if !meta.is_file() {
-            return Examined::Held(None);
+            return Examined::Held(None, sig);
         }
         let id = sys::file_id(&meta);
         let Ok(bytes) = sys::read_capped(&file) else {
-            return Examined::Held(None);
+            return Examined::Held(None, sig);
         };
         let observation = observation_from(bytes.as_deref(), &meta);
         let holder = observation.info().cloned();
         let judgement = judge(&observation, &self.stale_context(), &OsProbe);
         if !matches!(judgement, StaleJudgement::Stale(_)) {
-            return Examined::Held(holder);
+            return Examined::Held(holder, sig);
         }
+        // Judged stale: never cache this file as held (it is re-examined on the next look).
         let _exclusive = match sys::try_flock_exclusive(&file, &self.path, id) {
             Ok(ExclusiveLock::Held(extra)) => extra,
             Ok(ExclusiveLock::Unsupported) => None,
-            Ok(ExclusiveLock::Busy) | Err(_) => return Examined::Held(holder),
+            Ok(ExclusiveLock::Busy) | Err(_) => return Examined::Held(holder, None),
         };
         match std::fs::metadata(&self.path) {
             Ok(now) if sys::file_id(&now) == id => {}
             Ok(_) => return Examined::Changed,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Examined::Gone,
-            Err(_) => return Examined::Held(holder),
+            Err(_) => return Examined::Held(holder, None),
         }
         match sys::read_capped(&file) {
             Ok(again) if again == bytes => {}
@@ -658,7 +882,7 @@ impl LockFile {
         match std::fs::remove_file(&self.path) {
             Ok(()) => Examined::Broken,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Examined::Gone,
-            Err(_) => Examined::Held(holder),
+            Err(_) => Examined::Held(holder, None),
         }
         // `file` (and `_exclusive`) close here, dropping the exclusive flock.
     }
@@ -676,6 +900,20 @@ impl LockFile {
 
     /// [`LockFile::release_as_process`] on behalf of `owner_pid` (e.g. the CLI's `--pid`).
     pub fn release_as(&self, owner_pid: i64, force: bool) -> Result<(), LockError> {
+        // A lock this process holds on this path, still ours on disk: one stat, one read, one
+        // unlink (the content read through our descriptor tells the recorded pid).
+        if let Some(held) = held_on_key(&self.key) {
+            match held.release_if(|current| force || current.pid == owner_pid) {
+                ReleaseIf::Released => return Ok(()),
+                ReleaseIf::Refused(pid) => {
+                    return Err(LockError::PermissionDenied {
+                        holder_pid: Some(pid),
+                    })
+                }
+                ReleaseIf::NotOurs => {}
+                ReleaseIf::Failed(e) => return Err(e),
+            }
+        }
         for round in 0..4 {
             let (observation, id) = self.observe_with_id();
             match &observation {
@@ -752,7 +990,7 @@ impl LockFile {
             match self.examine_and_break() {
                 Examined::Broken => return Ok(true),
                 Examined::Changed => continue,
-                Examined::Gone | Examined::Held(_) => break,
+                Examined::Gone | Examined::Held(..) => break,
             }
         }
         Ok(removed)
@@ -840,7 +1078,8 @@ struct HeldState {
     /// Our descriptor, with the shared flock. `None` once finished.
     file: Option<File>,
     file_id: FileId,
-    content_len: usize,
+    /// The exact bytes on disk now (what we wrote, as refreshed by the heartbeat).
+    content: Vec<u8>,
     /// What is on disk now (timestamp refreshed by the heartbeat).
     current: LockInfo,
     /// No longer held (released or lost); the descriptor is closed.
@@ -867,7 +1106,18 @@ enum Ownership {
     Unknown(io::Error),
 }
 
+/// Outcome of [`HeldLock::release_if`].
+enum ReleaseIf {
+    Released,
+    /// The condition refused; the pid on disk.
+    Refused(i64),
+    /// Not (any more) ours on disk, or already finished: nothing was deleted.
+    NotOurs,
+    Failed(LockError),
+}
+
 impl HeldInner {
+    /// One `stat` of the path (our inode?) and one `pread` through our descriptor (our bytes?).
     fn ownership(&self, state: &HeldState) -> Ownership {
         let Some(file) = state.file.as_ref() else {
             return Ownership::Lost("lock file was removed");
@@ -880,39 +1130,44 @@ impl HeldInner {
             }
             Err(e) => return Ownership::Unknown(e),
         }
-        match sys::read_capped(file) {
-            Ok(Some(bytes)) => {
-                let ours = if state.current.token.is_some() {
-                    matches!(parse_lock_info(&read_lock_bytes_lossy(&bytes)),
-                        Ok(info) if info.token.as_deref() == Some(self.token.as_str()))
-                } else {
-                    // No token written (plain format): the whole content must be ours.
-                    bytes == state.current.serialize().as_bytes()
-                };
-                if ours {
-                    Ownership::Ours
-                } else {
-                    Ownership::Lost("lock file was overwritten")
-                }
-            }
-            Ok(None) => Ownership::Lost("lock file was overwritten"),
-            Err(e) => Ownership::Unknown(e),
+        let bytes = match sys::content_equals(file, &state.content) {
+            Ok(None) => return Ownership::Ours,
+            Ok(Some(bytes)) => bytes,
+            Err(e) => return Ownership::Unknown(e),
+        };
+        // Not byte-identical: still ours if it carries our token (e.g. a heartbeat rewrite whose
+        // truncate failed). Without a token (plain format) the whole content must be ours.
+        let ours = state.current.token.is_some()
+            && matches!(parse_lock_info(&read_lock_bytes_lossy(&bytes)),
+                Ok(info) if info.token.as_deref() == Some(self.token.as_str()));
+        if ours {
+            Ownership::Ours
+        } else {
+            Ownership::Lost("lock file was overwritten")
         }
     }
 
-    /// Stop holding: close the descriptor, free the queue slot, leave the registry.
+    /// Stop holding: close the descriptor, free the queue slot, leave the registry and the
+    /// heartbeat list.
     fn finish(&self, state: &mut HeldState) {
         state.finished = true;
         state.file = None;
         state.permit = None;
         self.stop.cancel();
         lock(&REGISTRY).remove(&self.id);
+        if state.heartbeat_started {
+            heartbeat::remove(self.id);
+        }
     }
 
     fn lose(&self, state: &mut HeldState, reason: &str) {
         state.lost_reason = Some(reason.to_string());
         self.finish(state);
         self.lost.cancel();
+        let hook = lock(&LOSS_HOOK).clone();
+        if let Some(hook) = hook {
+            hook(self.id, reason);
+        }
     }
 
     /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop.
@@ -931,11 +1186,11 @@ impl HeldInner {
         }
         let mut next = state.current.clone();
         next.timestamp = now_unix_secs();
-        let content = next.serialize();
-        let old_len = state.content_len;
+        let content = next.serialize().into_bytes();
+        let old_len = state.content.len();
         if let Some(file) = state.file.as_ref() {
-            if sys::rewrite_in_place(file, content.as_bytes(), old_len).is_ok() {
-                state.content_len = content.len();
+            if sys::rewrite_in_place(file, &content, old_len).is_ok() {
+                state.content = content;
                 state.current = next;
             }
         }
@@ -944,9 +1199,19 @@ impl HeldInner {
 }
 
 impl HeldLock {
+    /// This lock's id in the process-wide registry ([`held_lock_by_id`]).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
     /// What was written at acquisition (sanitised tag, our pid/timestamp/host/start/token).
     pub fn info(&self) -> LockInfo {
         self.inner.info.clone()
+    }
+
+    /// The pid and timestamp written at acquisition, and the sanitised tag, borrowed.
+    pub fn info_ref(&self) -> &LockInfo {
+        &self.inner.info
     }
 
     /// What is on disk now (the timestamp as last refreshed by the heartbeat).
@@ -1001,75 +1266,229 @@ impl HeldLock {
         }
     }
 
+    /// fsync our file and its directory (after a link made without them). On failure the lock
+    /// is released (only if still ours) and the error returned.
+    fn sync_durable(&self) -> Result<(), LockError> {
+        let synced = {
+            let state = lock(&self.inner.state);
+            match state.file.as_ref() {
+                Some(file) => file.sync_all(),
+                None => Ok(()),
+            }
+        };
+        if let Err(e) = synced {
+            let _ = self.release();
+            return Err(LockError::io("Failed to create lock", e));
+        }
+        if let Some(dir) = self.inner.path.parent() {
+            sys::fsync_dir(dir);
+        }
+        Ok(())
+    }
+
     /// Release: idempotent. `Ok(true)` released now; `Ok(false)` already released or lost (then
     /// nothing is deleted). Deletes the file only if the path still names our inode and the
     /// content read through our descriptor carries our token. An error (e.g. the unlink failed)
     /// leaves the lock held, so the call can be retried.
     pub fn release(&self) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let mut state = lock(&inner.state);
-        if state.released {
-            return Ok(false);
-        }
-        if state.finished {
-            state.released = true;
-            return Ok(false);
-        }
-        match inner.ownership(&state) {
-            Ownership::Ours => match std::fs::remove_file(&inner.path) {
-                Ok(()) => {
-                    state.released = true;
-                    inner.finish(&mut state);
-                    Ok(true)
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    state.released = true;
-                    inner.lose(&mut state, "lock file was removed");
-                    Ok(false)
-                }
-                Err(e) => Err(LockError::io("Failed to release lock", e)),
-            },
-            Ownership::Lost(reason) => {
-                state.released = true;
-                inner.lose(&mut state, reason);
-                Ok(false)
-            }
-            Ownership::Unknown(e) => Err(LockError::io("Failed to release lock", e)),
+        match self.release_if(|_| true) {
+            ReleaseIf::Released => Ok(true),
+            ReleaseIf::NotOurs | ReleaseIf::Refused(_) => Ok(false),
+            ReleaseIf::Failed(e) => Err(e),
         }
     }
 
-    /// Start refreshing the timestamp every `options.heartbeat` on `rt` (no-op if the heartbeat
-    /// is off, already started, or the lock is no longer held). The task holds only a weak
-    /// reference, never panics, and stops on release, loss or runtime shutdown.
-    pub fn start_heartbeat(&self, rt: &tokio::runtime::Handle) {
+    /// The minimal release: one `stat`, one `pread`, the check, `unlink`, `close`. `allow` sees
+    /// what is on disk (ours) and may refuse.
+    fn release_if(&self, allow: impl FnOnce(&LockInfo) -> bool) -> ReleaseIf {
+        let inner = &self.inner;
+        let mut state = lock(&inner.state);
+        if state.released {
+            return ReleaseIf::NotOurs;
+        }
+        if state.finished {
+            state.released = true;
+            return ReleaseIf::NotOurs;
+        }
+        match inner.ownership(&state) {
+            Ownership::Ours => {
+                if !allow(&state.current) {
+                    return ReleaseIf::Refused(state.current.pid);
+                }
+                match std::fs::remove_file(&inner.path) {
+                    Ok(()) => {
+                        state.released = true;
+                        inner.finish(&mut state);
+                        ReleaseIf::Released
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        state.released = true;
+                        inner.lose(&mut state, "lock file was removed");
+                        ReleaseIf::NotOurs
+                    }
+                    Err(e) => ReleaseIf::Failed(LockError::io("Failed to release lock", e)),
+                }
+            }
+            Ownership::Lost(reason) => {
+                state.released = true;
+                inner.lose(&mut state, reason);
+                ReleaseIf::NotOurs
+            }
+            Ownership::Unknown(e) => ReleaseIf::Failed(LockError::io("Failed to release lock", e)),
+        }
+    }
+
+    /// Start refreshing the timestamp every `options.heartbeat` (no-op if the heartbeat is off,
+    /// already started, or the lock is no longer held). One process-wide heartbeat thread walks
+    /// all held locks at their periods: starting only adds an entry to its list, releasing
+    /// removes it (no timer armed or cancelled per lock). The runtime handle is not needed any
+    /// more; it is kept for the API.
+    pub fn start_heartbeat(&self, _rt: &tokio::runtime::Handle) {
+        self.start_heartbeat_thread();
+    }
+
+    /// [`HeldLock::start_heartbeat`] without a runtime.
+    pub fn start_heartbeat_thread(&self) {
         let Some(period) = self.inner.heartbeat else {
             return;
         };
-        {
-            let mut state = lock(&self.inner.state);
-            if state.heartbeat_started || state.finished {
-                return;
-            }
-            state.heartbeat_started = true;
+        let mut state = lock(&self.inner.state);
+        if state.heartbeat_started || state.finished {
+            return;
         }
-        let period = period.clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
-        let weak = Arc::downgrade(&self.inner);
-        let stop = self.inner.stop.clone();
-        rt.spawn(async move {
-            let first = tokio::time::Instant::now() + period;
-            let mut interval = tokio::time::interval_at(first, period);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => break,
-                    _ = interval.tick() => {}
-                }
-                let Some(inner) = weak.upgrade() else { break };
-                if !inner.heartbeat_tick() {
-                    break;
+        state.heartbeat_started = true;
+        heartbeat::add(
+            self.inner.id,
+            period.clamp(MIN_HEARTBEAT, MAX_HEARTBEAT),
+            Arc::downgrade(&self.inner),
+        );
+    }
+}
+
+mod heartbeat {
+    //! The process-wide heartbeat: one thread, a small list of (id, due, period, lock).
+    //! `add`/`remove` only edit the list under a mutex; the thread is woken (a condvar
+    //! notification) only when a new entry is due before its planned wake-up. While the list is
+    //! empty it wakes once a second for a while, so a new lock with the usual multi-second
+    //! period costs no wake-up at all; after a minute idle it sleeps until notified.
+
+    use super::{lock, HeldInner, PoisonError};
+    use std::sync::{Condvar, LazyLock, Mutex, Weak};
+    use std::time::{Duration, Instant};
+
+    struct Entry {
+        id: u64,
+        due: Instant,
+        period: Duration,
+        held: Weak<HeldInner>,
+    }
+
+    #[derive(Default)]
+    struct State {
+        entries: Vec<Entry>,
+        /// When the thread will look next (`None`: asleep until notified, or not started).
+        planned: Option<Instant>,
+        started: bool,
+    }
+
+    struct Shared {
+        state: Mutex<State>,
+        wake: Condvar,
+    }
+
+    static SHARED: LazyLock<Shared> = LazyLock::new(|| Shared {
+        state: Mutex::new(State::default()),
+        wake: Condvar::new(),
+    });
+
+    const IDLE_TICK: Duration = Duration::from_secs(1);
+    const IDLE_STOP: Duration = Duration::from_secs(60);
+
+    pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
+        let shared = &*SHARED;
+        let now = Instant::now();
+        let due = now
+            .checked_add(period)
+            .unwrap_or(now + super::MAX_HEARTBEAT);
+        let mut st = lock(&shared.state);
+        st.entries.push(Entry {
+            id,
+            due,
+            period,
+            held,
+        });
+        if !st.started {
+            st.started = true;
+            let spawned = std::thread::Builder::new()
+                .name("sema-heartbeat".into())
+                .spawn(run);
+            if spawned.is_err() {
+                st.started = false; // try again with the next lock
+            }
+            return;
+        }
+        if st.planned.is_none_or(|p| due < p) {
+            shared.wake.notify_one();
+        }
+    }
+
+    pub(super) fn remove(id: u64) {
+        let mut st = lock(&SHARED.state);
+        if let Some(i) = st.entries.iter().position(|e| e.id == id) {
+            st.entries.swap_remove(i);
+        }
+    }
+
+    fn run() {
+        let shared = &*SHARED;
+        let mut due_now: Vec<(u64, Weak<HeldInner>)> = Vec::new();
+        let mut idle_since: Option<Instant> = None;
+        let mut st = lock(&shared.state);
+        loop {
+            let now = Instant::now();
+            for e in st.entries.iter_mut() {
+                if e.due <= now {
+                    due_now.push((e.id, e.held.clone()));
+                    e.due = now.checked_add(e.period).unwrap_or(e.due);
                 }
             }
-        });
+            if !due_now.is_empty() {
+                st.planned = Some(now);
+                drop(st);
+                for (id, weak) in due_now.drain(..) {
+                    let keep = weak.upgrade().is_some_and(|inner| inner.heartbeat_tick());
+                    if !keep {
+                        remove(id);
+                    }
+                }
+                st = lock(&shared.state);
+                continue;
+            }
+            let next = st.entries.iter().map(|e| e.due).min();
+            let wait = match next {
+                Some(d) => {
+                    idle_since = None;
+                    Some(d.saturating_duration_since(now))
+                }
+                None => {
+                    let since = *idle_since.get_or_insert(now);
+                    (now.duration_since(since) < IDLE_STOP).then_some(IDLE_TICK)
+                }
+            };
+            st = match wait {
+                Some(w) => {
+                    st.planned = now.checked_add(w);
+                    shared
+                        .wake
+                        .wait_timeout(st, w)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0)
+                }
+                None => {
+                    st.planned = None;
+                    shared.wake.wait(st).unwrap_or_else(PoisonError::into_inner)
+                }
+            };
+        }
     }
 }

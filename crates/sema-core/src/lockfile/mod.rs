@@ -41,6 +41,7 @@ pub mod format;
 mod lock;
 pub mod paths;
 pub mod process;
+mod rng;
 pub mod stale;
 mod sys;
 mod watch;
@@ -51,7 +52,8 @@ pub use format::{
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
 };
 pub use lock::{
-    held_locks, release_all_held, AcquireRequest, HeldLock, LockFile, LockOptions, LockStatus,
+    held_lock_by_id, held_locks, release_all_held, set_loss_hook, AcquireRequest, HeldLock,
+    LockFile, LockOptions, LockStatus,
 };
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{

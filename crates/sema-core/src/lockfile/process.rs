@@ -1,6 +1,7 @@
 //! Process facts: liveness, start time, host identity, wall clock.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `Math.floor(Date.now() / 1000)`: Unix seconds, floored (negative before 1970).
@@ -60,9 +61,35 @@ pub fn is_process_running(pid: i64) -> bool {
     probe_liveness(pid) == Liveness::Alive
 }
 
-/// This process's pid.
+/// This process's pid, cached (a child after `fork` looks it up again).
 pub fn current_pid() -> i64 {
-    i64::from(std::process::id())
+    match PID.load(Ordering::Relaxed) {
+        0 => i64::from(init_pid()),
+        p => i64::from(p),
+    }
+}
+
+static PID: AtomicU32 = AtomicU32::new(0);
+
+fn init_pid() -> u32 {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        #[cfg(unix)]
+        // SAFETY: registers a plain `extern "C"` function without arguments that only stores to
+        // atomics (async-signal-safe, as a fork child handler must be); no pointers are passed.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+    });
+    let pid = std::process::id();
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+#[cfg(unix)]
+extern "C" fn after_fork_child() {
+    PID.store(0, Ordering::Relaxed);
+    super::rng::FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22), Linux only.
@@ -89,10 +116,20 @@ pub(crate) fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Start time of this process in clock ticks since boot, computed once.
+/// Start time of this process in clock ticks since boot, computed once (per pid, so a forked
+/// child computes its own).
 pub fn own_start_ticks() -> Option<u64> {
-    static OWN: OnceLock<Option<u64>> = OnceLock::new();
-    *OWN.get_or_init(|| process_start_ticks(current_pid()))
+    static OWN: Mutex<Option<(i64, Option<u64>)>> = Mutex::new(None);
+    let me = current_pid();
+    let mut cached = OWN.lock().unwrap_or_else(PoisonError::into_inner);
+    match *cached {
+        Some((pid, ticks)) if pid == me => ticks,
+        _ => {
+            let ticks = process_start_ticks(me);
+            *cached = Some((me, ticks));
+            ticks
+        }
+    }
 }
 
 /// Start time of `pid` as Unix seconds (fractional), Linux only: boot time (`btime` in

@@ -65,6 +65,40 @@ pub(crate) fn file_id(meta: &Metadata) -> FileId {
     }
 }
 
+/// What a stat of the lock path says about the file there: a file judged once is not judged
+/// again while all of this stays the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileSig {
+    id: FileId,
+    mtime_ns: i128,
+    len: u64,
+}
+
+pub(crate) fn file_sig(meta: &Metadata) -> FileSig {
+    let mtime_ns = meta
+        .modified()
+        .ok()
+        .map(|m| match m.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => d.as_nanos() as i128,
+            Err(e) => -(e.duration().as_nanos() as i128),
+        })
+        .unwrap_or(0);
+    FileSig {
+        id: file_id(meta),
+        mtime_ns,
+        len: meta.len(),
+    }
+}
+
+/// One `stat` of the path: `None` when nothing is there.
+pub(crate) fn stat_sig(path: &Path) -> io::Result<Option<FileSig>> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(Some(file_sig(&m))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// `pread` into `buf` until it is full or a read comes back short (end of file for a regular
 /// file); returns the bytes read.
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -119,10 +153,25 @@ fn write_all_at(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
 }
 
 /// The whole content through the descriptor, or `None` when it exceeds
-/// [`MAX_LOCK_FILE_BYTES`].
+/// [`MAX_LOCK_FILE_BYTES`]. One `pread` into a stack buffer for the usual small file (a short
+/// read is the end of a regular file); only a file that fills it is read further, on the heap.
 pub(crate) fn read_capped(file: &File) -> io::Result<Option<Vec<u8>>> {
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0usize;
+    let mut small = [0u8; SMALL_READ];
+    let n = read_full_at(file, &mut small, 0)?;
+    if n < small.len() {
+        return Ok(Some(small[..n].to_vec()));
+    }
+    read_capped_from(file, &small)
+}
+
+/// Size of the stack buffer of the one-`pread` reads (our files are ~150 bytes).
+pub(crate) const SMALL_READ: usize = 512;
+
+/// The rest of a file whose first `head.len()` bytes were read already (and filled the buffer).
+fn read_capped_from(file: &File, head: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = vec![0u8; (head.len() * 4).clamp(4096, MAX_LOCK_FILE_BYTES + 1)];
+    buf[..head.len()].copy_from_slice(head);
+    let mut len = head.len();
     loop {
         len += read_full_at(file, &mut buf[len..], len as u64)?;
         if len > MAX_LOCK_FILE_BYTES {
@@ -137,6 +186,27 @@ pub(crate) fn read_capped(file: &File) -> io::Result<Option<Vec<u8>>> {
     }
     buf.truncate(len);
     Ok(Some(buf))
+}
+
+/// Whether the file's whole content equals `expected`: one `pread` into a stack buffer when
+/// `expected` is small (a read that comes back shorter than the buffer is the whole file), else
+/// a heap read. `Ok(None)`: the content differs and is returned for a closer look (it may be
+/// our own content written by another path, e.g. after a failed truncate).
+pub(crate) fn content_equals(file: &File, expected: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    if expected.len() < SMALL_READ {
+        let mut small = [0u8; SMALL_READ];
+        let n = read_full_at(file, &mut small, 0)?;
+        if n < small.len() {
+            return Ok(if &small[..n] == expected {
+                None
+            } else {
+                Some(small[..n].to_vec())
+            });
+        }
+        return Ok(Some(read_capped_from(file, &small)?.unwrap_or_default()));
+    }
+    let bytes = read_capped(file)?.unwrap_or_default();
+    Ok(if bytes == expected { None } else { Some(bytes) })
 }
 
 /// Open an existing lock file for reading (non-blocking, so a FIFO planted at the path cannot
@@ -270,27 +340,10 @@ pub(crate) fn fsync_dir(dir: &Path) {
     }
 }
 
-/// `n` random bytes as lowercase hex. Falls back to a randomly seeded hash of the time, the pid
-/// and a counter if the OS generator fails (it does not in practice).
+/// `n` random bytes as lowercase hex, from the per-process CSPRNG ([`super::rng`]).
 pub(crate) fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
-    if getrandom::fill(&mut bytes).is_err() {
-        use std::hash::{BuildHasher, Hasher};
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let state = std::collections::hash_map::RandomState::new();
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut h = state.build_hasher();
-            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-            h.write_usize(i);
-            h.write_u32(std::process::id());
-            if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-                h.write_u128(d.as_nanos());
-            }
-            let v = h.finish().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
+    super::rng::fill(&mut bytes);
     let mut s = String::with_capacity(n * 2);
     for b in bytes {
         s.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
@@ -363,18 +416,25 @@ enum Outcome {
 
 /// Create the lock file at `path` with exactly `content`, atomically. `Err` of kind
 /// `AlreadyExists` means the lock is held. On success the descriptor holds a shared flock.
+///
+/// The content is complete before the file gets its name, so `fsync` (of the file and of the
+/// directory) happens only after the link succeeded: losers of a race never sync anything.
+/// `path_c` is `path` as a C string, if the caller has it at hand (saves an allocation).
 pub(crate) fn create_lock_file(
     path: &Path,
+    path_c: Option<&std::ffi::CStr>,
     content: &[u8],
     fsync: bool,
     strategy: CreationStrategy,
 ) -> io::Result<File> {
     #[cfg(target_os = "linux")]
     if strategy == CreationStrategy::Auto {
-        if let Outcome::Done(r) = create_via_tmpfile(path, content, fsync) {
+        if let Outcome::Done(r) = create_via_tmpfile(path, path_c, content, fsync) {
             return r;
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path_c;
     if strategy != CreationStrategy::Direct {
         if let Outcome::Done(r) = create_via_named_temp(path, content, fsync) {
             return r;
@@ -393,23 +453,84 @@ fn parent_dir(path: &Path) -> io::Result<&Path> {
     }
 }
 
-fn write_content(file: &File, content: &[u8], fsync: bool) -> io::Result<()> {
-    write_all_at(file, content, 0)?;
-    if fsync {
-        file.sync_all()?;
+/// After winning the link: make the file and its name durable. On failure the name is removed
+/// again (only if it still names our inode) and the error returned.
+fn sync_after_link(file: &File, path: &Path, dir: &Path, fsync: bool) -> io::Result<()> {
+    if !fsync {
+        return Ok(());
     }
+    if let Err(e) = file.sync_all() {
+        if let (Ok(ours), Ok(now)) = (file.metadata(), std::fs::metadata(path)) {
+            if file_id(&ours) == file_id(&now) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        return Err(e);
+    }
+    fsync_dir(dir);
     Ok(())
 }
 
+/// `/proc/self/fd/<fd>` NUL-terminated, in a stack buffer.
 #[cfg(target_os = "linux")]
-fn create_via_tmpfile(path: &Path, content: &[u8], fsync: bool) -> Outcome {
+fn proc_fd_path(fd: i32, buf: &mut [u8; 32]) -> &std::ffi::CStr {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 12];
+    let mut n = u32::try_from(fd).unwrap_or(0);
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let d = &digits[i..];
+    let end = PREFIX.len() + d.len();
+    buf[PREFIX.len()..end].copy_from_slice(d);
+    buf[end] = 0;
+    // The buffer holds exactly one NUL, at `end`; the fallback is unreachable.
+    std::ffi::CStr::from_bytes_with_nul(&buf[..=end]).unwrap_or(c"/proc/self/fd/")
+}
+
+/// `path` as a C string (`None` when it contains a NUL byte).
+#[cfg(unix)]
+pub(crate) fn c_path(path: &Path) -> Option<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).ok()
+}
+
+#[cfg(target_os = "linux")]
+fn create_via_tmpfile(
+    path: &Path,
+    path_c: Option<&std::ffi::CStr>,
+    content: &[u8],
+    fsync: bool,
+) -> Outcome {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
 
     let dir = match parent_dir(path) {
         Ok(d) => d,
         Err(e) => return Outcome::Done(Err(e)),
+    };
+    let owned;
+    let target = match path_c {
+        Some(c) => c,
+        None => match c_path(path) {
+            Some(c) => {
+                owned = c;
+                owned.as_c_str()
+            }
+            None => {
+                return Outcome::Done(Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path contains a NUL byte",
+                )))
+            }
+        },
     };
     let file = match OpenOptions::new()
         .read(true)
@@ -430,27 +551,21 @@ fn create_via_tmpfile(path: &Path, content: &[u8], fsync: bool) -> Outcome {
             }
         }
     };
-    if let Err(e) = write_content(&file, content, fsync) {
+    if let Err(e) = write_all_at(&file, content, 0) {
         return Outcome::Done(Err(e)); // the anonymous inode vanishes with the descriptor
     }
     flock_shared(&file);
-    let proc_path = format!("/proc/self/fd/{}\0", file.as_raw_fd());
-    let mut target = path.as_os_str().as_bytes().to_vec();
-    if target.contains(&0) {
-        return Outcome::Done(Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "path contains a NUL byte",
-        )));
-    }
-    target.push(0);
-    // SAFETY: both pointers are NUL-terminated byte strings that live until after the call
-    // (`proc_path` and `target` are owned locals); linkat only reads them.
+    let mut proc_buf = [0u8; 32];
+    let proc_path = proc_fd_path(file.as_raw_fd(), &mut proc_buf);
+    // SAFETY: both pointers are NUL-terminated C strings (`proc_path` in a local buffer,
+    // `target` borrowed from the caller or `owned`) that live until after the call; linkat only
+    // reads them.
     let rc = unsafe {
         libc::linkat(
             libc::AT_FDCWD,
-            proc_path.as_ptr().cast(),
+            proc_path.as_ptr(),
             libc::AT_FDCWD,
-            target.as_ptr().cast(),
+            target.as_ptr(),
             libc::AT_SYMLINK_FOLLOW,
         )
     };
@@ -462,10 +577,7 @@ fn create_via_tmpfile(path: &Path, content: &[u8], fsync: bool) -> Outcome {
             _ => Outcome::Done(Err(err)),
         };
     }
-    if fsync {
-        fsync_dir(dir);
-    }
-    Outcome::Done(Ok(file))
+    Outcome::Done(sync_after_link(&file, path, dir, fsync).map(|()| file))
 }
 
 fn create_via_named_temp(path: &Path, content: &[u8], fsync: bool) -> Outcome {
@@ -503,19 +615,14 @@ fn create_via_named_temp(path: &Path, content: &[u8], fsync: bool) -> Outcome {
             "could not find a free temp file name",
         )));
     };
-    if let Err(e) = write_content(&file, content, fsync) {
+    if let Err(e) = write_all_at(&file, content, 0) {
         return Outcome::Done(Err(e)); // guard removes the temp file
     }
     flock_shared(&file);
     let linked = std::fs::hard_link(&guard.0, path);
     drop(guard); // unlink the temp name on every path
     match linked {
-        Ok(()) => {
-            if fsync {
-                fsync_dir(dir);
-            }
-            Outcome::Done(Ok(file))
-        }
+        Ok(()) => Outcome::Done(sync_after_link(&file, path, dir, fsync).map(|()| file)),
         Err(e) if link_unsupported(&e) => Outcome::Unsupported,
         Err(e) => Outcome::Done(Err(e)),
     }
@@ -542,7 +649,9 @@ fn create_direct(path: &Path, content: &[u8], fsync: bool) -> io::Result<File> {
     }
     let file = options.open(path)?;
     flock_shared(&file);
-    if let Err(e) = write_content(&file, content, fsync) {
+    let written =
+        write_all_at(&file, content, 0).and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
+    if let Err(e) = written {
         // Remove only the file we created (never one that replaced it meanwhile).
         if let (Ok(ours), Ok(now)) = (file.metadata(), std::fs::metadata(path)) {
             if file_id(&ours) == file_id(&now) {

@@ -1,51 +1,115 @@
 'use strict'
 // File targets of the one-string API (acquire / tryAcquire / release / status): Lock handles over the Rust
-// engine. All file I/O of these functions runs on the tokio pool, off the JS thread.
+// engine. All file I/O of these functions runs off the JS thread (libuv pool or tokio pool).
 
+const nodePath = require('node:path')
 const native = require('./native')
 const { LockHandle } = require('./lock-handle')
 const { semaphoreError, toLockError } = require('./errors')
 const { withAbort } = require('./abort')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG } = require('./semaphore')
 
+// ─── loss notification: one native callback for every held lock, dispatched by lock id ───
+
+/** Held locks with a handle, by engine id. */
+const handles = new Map()
+/** Losses reported before their handle was registered (the native report may overtake the acquire result). */
+const earlyLosses = new Map()
+const EARLY_LOSSES_MAX = 256
+
+native.setLockLostHandler((id, reason) => {
+  const handle = handles.get(id)
+  if (handle) {
+    handles.delete(id)
+    handle._markLost(reason)
+    return
+  }
+  earlyLosses.set(id, reason)
+  if (earlyLosses.size > EARLY_LOSSES_MAX) earlyLosses.delete(earlyLosses.keys().next().value)
+})
+
 class FileLock extends LockHandle {
-  #held
+  #id
 
   constructor(held, target, onLost) {
-    const info = held.info()
-    super({ target, backend: 'file', pid: info.pid, timestamp: info.timestamp, tag: info.tag ?? undefined, token: held.token(), onLost })
-    this.#held = held
-    held.onLost((reason) => this._markLost(reason))
+    super({ target, backend: 'file', pid: held.pid, timestamp: held.timestamp, tag: held.tag ?? undefined, token: held.token, onLost })
+    this.#id = held.id
+    const reason = earlyLosses.get(held.id)
+    if (reason === undefined) {
+      handles.set(held.id, this)
+    } else {
+      earlyLosses.delete(held.id)
+      queueMicrotask(() => this._markLost(reason))
+    }
   }
 
   async _release() {
-    const r = await this.#held.releaseAsync()
+    const r = await native.releaseHeldAsync(this.#id)
     if (!r.ok) throw toLockError(r.error)
+    handles.delete(this.#id)
     return r.value
   }
 }
 
-/** Validated engine handle for a path, or a SemaphoreError. */
-function openFile(path, options = {}) {
-  const checked = native.checkLockPath(path, false)
-  if (!checked.ok) return { error: semaphoreError(checked.error) }
+// ─── validated engine handles, cached per (path, options) ───
+
+const OPTION_KEYS = ['staleTimeout', 'retryInterval', 'fsync', 'heartbeat', 'maxTagLength']
+const CACHE_MAX = 64
+/** key → NativeLockFile; insertion order is recency (a hit moves the entry to the end). */
+const fileCache = new Map()
+
+function configOf(options) {
   const config = { ...DEFAULT_CONFIG }
-  for (const k of ['staleTimeout', 'retryInterval', 'fsync', 'heartbeat', 'maxTagLength']) {
+  for (const k of OPTION_KEYS) {
     if (k in options) config[k] = options[k]
   }
-  return { file: new native.NativeLockFile(checked.path, engineOptions(config)) }
+  return config
+}
+
+function cacheKey(path, config) {
+  // A relative path means something else after process.chdir(): the working directory is part of the key.
+  let key = nodePath.isAbsolute(path) ? path : `${process.cwd()}\0${path}`
+  for (const k of OPTION_KEYS) {
+    const v = config[k]
+    key += `\0${typeof v}:${String(v)}`
+  }
+  return key
+}
+
+/** Validated engine handle for a path, or a SemaphoreError. `fresh` skips the cache. */
+function openFile(path, options = {}, fresh = false) {
+  const config = configOf(options)
+  const key = typeof path === 'string' ? cacheKey(path, config) : null
+  if (key !== null && !fresh) {
+    const hit = fileCache.get(key)
+    if (hit) {
+      fileCache.delete(key)
+      fileCache.set(key, hit)
+      return { file: hit, key }
+    }
+  }
+  const checked = native.checkLockPath(path, false)
+  if (!checked.ok) return { error: semaphoreError(checked.error) }
+  const file = new native.NativeLockFile(checked.path, engineOptions(config))
+  if (key !== null) {
+    fileCache.set(key, file)
+    if (fileCache.size > CACHE_MAX) fileCache.delete(fileCache.keys().next().value)
+  }
+  return { file, key }
+}
+
+/** Failures a cached handle may owe to a changed file system (a removed directory...): retried with a fresh check. */
+function unexpected(error) {
+  return error.code !== 'ALREADY_LOCKED' && error.code !== 'TIMEOUT' && error.code !== 'ABORTED'
 }
 
 async function acquireFile(target, path, options = {}, { wait }) {
-  const { file, error } = openFile(path, options)
-  if (error) return { ok: false, error }
-  const tag = options.tag ?? undefined
-  const ownerPid = options.pid ?? undefined
-  const r = await withAbort(options.signal, (cancelId) =>
-    wait
-      ? file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined)
-      : file.tryAcquireAsync(tag, ownerPid),
-  )
+  let r = await acquireWith(openFile(path, options), options, wait, true)
+  if (r.retry) {
+    fileCache.delete(r.retry)
+    r = await acquireWith(openFile(path, options, true), options, wait, false)
+  }
+  if (r.failed) return r.failed
   if (!r.ok) {
     if (r.error.code === 'TIMEOUT') {
       return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${options.timeout}ms` } }
@@ -56,15 +120,34 @@ async function acquireFile(target, path, options = {}, { wait }) {
   return { ok: true, value: new FileLock(r.lock, target, options.onLost) }
 }
 
+async function acquireWith({ file, key, error }, options, wait, mayRetry) {
+  if (error) return { failed: { ok: false, error } }
+  const tag = options.tag ?? undefined
+  const ownerPid = options.pid ?? undefined
+  const r = wait
+    ? await withAbort(options.signal, (cancelId) =>
+        file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
+      )
+    : await withAbort(options.signal, () => file.tryAcquireAsync(tag, ownerPid))
+  if (mayRetry && !r.ok && key !== null && unexpected(r.error)) return { retry: key }
+  return r
+}
+
 async function releaseFile(path, options = {}) {
-  const { file, error } = openFile(path)
+  let { file, key, error } = openFile(path)
   if (error) return { ok: false, error }
-  const r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
+  let r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
+  if (!r.ok && key !== null && r.error.code !== 'NOT_LOCKED' && r.error.code !== 'PERMISSION_DENIED') {
+    fileCache.delete(key)
+    ;({ file, error } = openFile(path, {}, true))
+    if (error) return { ok: false, error }
+    r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
+  }
   return r.ok ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(r.error) }
 }
 
 async function statusFile(target, path, options = {}) {
-  const { file, error } = openFile(path, options)
+  const { file, error } = openFile(path, options, true)
   if (error) throw toLockError(error)
   const s = await file.statusAsync()
   return {

@@ -125,9 +125,16 @@ class Semaphore {
 
   tryAcquireWithInfo(info) {
     const ownerPid = info && info.pid !== process.pid ? info.pid : undefined
-    const r = this.#file.tryAcquire(info ? (info.tag ?? undefined) : undefined, ownerPid)
+    const tag = info ? (info.tag ?? undefined) : undefined
+    // A number is the timestamp of a lock written exactly as asked (our pid, the tag as given).
+    const r = this.#file.tryAcquireSync(tag, ownerPid)
+    if (typeof r === 'number') {
+      installExitHook()
+      return { ok: true, value: { pid: process.pid, timestamp: r, tag } }
+    }
     if (!r.ok) return { ok: false, error: semaphoreError(r.error) }
-    return { ok: true, value: heldInfo(r.lock) }
+    installExitHook()
+    return { ok: true, value: { pid: r.pid, timestamp: r.timestamp, tag: r.tag ?? undefined } }
   }
 
   async acquire(options = {}) {
@@ -149,8 +156,8 @@ class Semaphore {
   }
 
   release(force = false) {
-    const r = this.#file.releaseAsProcess(Boolean(force))
-    return r.ok ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(r.error) }
+    const error = this.#file.releaseAsProcess(Boolean(force))
+    return error == null ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(error) }
   }
 
   forceRelease() {
@@ -187,8 +194,7 @@ function installExitHook() {
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */
 function heldInfo(lock) {
   installExitHook()
-  const info = lock.info()
-  return { pid: info.pid, timestamp: info.timestamp, tag: info.tag ?? undefined }
+  return { pid: lock.pid, timestamp: lock.timestamp, tag: lock.tag ?? undefined }
 }
 
 module.exports = {

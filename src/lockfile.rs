@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{within_runtime_if_available, Function};
+use napi::bindgen_prelude::{AsyncTask, Either, FnArgs, Function, PromiseRaw};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::{Env, Task};
 use napi_derive::napi;
 use sema_core::lockfile::{
     self, AcquireRequest, HeldLock, LockError, LockFile, LockOptions, Observation,
@@ -258,33 +259,120 @@ fn bool_result(r: Result<bool, LockError>) -> BoolResult {
     }
 }
 
-#[napi(object, object_from_js = false)]
-pub struct AcquireOutcome {
+/// A held lock as plain values: `id` addresses it in the engine's registry (`releaseHeld`,
+/// `setLockLostHandler`), so no native object (and no finalizer) exists per acquisition.
+#[napi(object)]
+pub struct NativeHeld {
+    pub id: f64,
+    pub pid: i64,
+    pub timestamp: i64,
+    pub tag: Option<String>,
+    pub token: String,
+}
+
+#[napi(object)]
+pub struct HeldOutcome {
     pub ok: bool,
-    pub lock: Option<NativeHeldLock>,
+    pub lock: Option<NativeHeld>,
     pub error: Option<NativeError>,
 }
 
-/// Starts the heartbeat of a fresh lock and wraps it for JS.
-fn acquired(r: Result<HeldLock, LockError>) -> AcquireOutcome {
+/// Starts the heartbeat of a fresh lock (an entry in the engine's heartbeat list, no task).
+fn start(held: &HeldLock) {
+    held.start_heartbeat_thread();
+}
+
+/// Starts the heartbeat of a fresh lock and describes it for JS.
+fn acquired(r: Result<HeldLock, LockError>) -> HeldOutcome {
     match r {
         Ok(held) => {
-            within_runtime_if_available(|| {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    held.start_heartbeat(&rt);
-                }
-            });
-            AcquireOutcome {
+            start(&held);
+            let info = held.info_ref();
+            HeldOutcome {
                 ok: true,
-                lock: Some(NativeHeldLock { inner: held }),
+                lock: Some(NativeHeld {
+                    id: held.id() as f64,
+                    pid: info.pid,
+                    timestamp: info.timestamp,
+                    tag: info.tag.clone(),
+                    token: info.token.clone().unwrap_or_default(),
+                }),
                 error: None,
             }
         }
-        Err(e) => AcquireOutcome {
+        Err(e) => HeldOutcome {
             ok: false,
             lock: None,
             error: Some((&e).into()),
         },
+    }
+}
+
+/// `tryAcquireSync`'s answer when it is not just the timestamp: a failure, or a success whose
+/// written tag differs from the one given (sanitised or cut).
+#[napi(object)]
+pub struct SyncAcquire {
+    pub ok: bool,
+    pub pid: Option<i64>,
+    pub timestamp: Option<i64>,
+    pub tag: Option<String>,
+    pub error: Option<NativeError>,
+}
+
+/// One attempt on the libuv pool: one hop out, one back.
+pub struct TryAcquireTask {
+    file: std::sync::Arc<LockFile>,
+    req: Option<AcquireRequest>,
+}
+
+impl Task for TryAcquireTask {
+    type Output = Result<HeldLock, LockError>;
+    type JsValue = HeldOutcome;
+
+    fn compute(&mut self) -> napi::Result<Self::Output> {
+        let req = self.req.take().unwrap_or_default();
+        let r = self.file.try_acquire(&req);
+        if let Ok(held) = &r {
+            start(held);
+        }
+        Ok(r)
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<HeldOutcome> {
+        Ok(acquired(output))
+    }
+}
+
+/// A held lock's release on the libuv pool.
+pub struct ReleaseTask {
+    id: u64,
+}
+
+impl Task for ReleaseTask {
+    type Output = Result<bool, LockError>;
+    type JsValue = BoolResult;
+
+    fn compute(&mut self) -> napi::Result<Self::Output> {
+        Ok(release_by_id(self.id))
+    }
+
+    fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<BoolResult> {
+        Ok(bool_result(output))
+    }
+}
+
+fn release_by_id(id: u64) -> Result<bool, LockError> {
+    match lockfile::held_lock_by_id(id) {
+        Some(held) => held.release(),
+        None => Ok(false), // already released or lost
+    }
+}
+
+fn to_id(id: f64) -> u64 {
+    if id.is_finite() && id >= 0.0 {
+        id as u64
+    } else {
+        0
     }
 }
 
@@ -329,42 +417,72 @@ impl NativeLockFile {
         }
     }
 
-    /// One attempt, on the calling thread (semats' `tryAcquire` is synchronous).
+    /// One attempt, on the calling thread (semats' `tryAcquire` is synchronous). Success is just
+    /// the timestamp written (a number) when the written tag is the one given and the owner is
+    /// this process; otherwise an object. The lock stays in the engine's registry (released by path or at exit).
     #[napi]
-    pub fn try_acquire(&self, tag: Option<String>, owner_pid: Option<u32>) -> AcquireOutcome {
-        acquired(self.inner.try_acquire(&request(tag, owner_pid)))
-    }
-
-    /// One attempt on the tokio pool (the target API's `tryAcquire`: all I/O off the JS thread).
-    #[napi]
-    pub async fn try_acquire_async(
+    pub fn try_acquire_sync(
         &self,
         tag: Option<String>,
         owner_pid: Option<u32>,
-    ) -> AcquireOutcome {
-        let file = self.inner.clone();
-        let r = tokio::task::spawn_blocking(move || file.try_acquire(&request(tag, owner_pid)))
-            .await
-            .unwrap_or_else(|e| Err(join_error(e)));
-        acquired(r)
+    ) -> Either<i64, SyncAcquire> {
+        let req = request(tag, owner_pid);
+        match self.inner.try_acquire(&req) {
+            Ok(held) => {
+                start(&held);
+                let info = held.info_ref();
+                if info.tag == req.tag && req.owner_pid.is_none() {
+                    Either::A(info.timestamp)
+                } else {
+                    Either::B(SyncAcquire {
+                        ok: true,
+                        pid: Some(info.pid),
+                        timestamp: Some(info.timestamp),
+                        tag: info.tag.clone(),
+                        error: None,
+                    })
+                }
+            }
+            Err(e) => Either::B(SyncAcquire {
+                ok: false,
+                pid: None,
+                timestamp: None,
+                tag: None,
+                error: Some((&e).into()),
+            }),
+        }
+    }
+
+    /// One attempt on the libuv pool (the target API's `tryAcquire`: all I/O off the JS thread).
+    #[napi(ts_return_type = "Promise<HeldOutcome>")]
+    pub fn try_acquire_async(
+        &self,
+        tag: Option<String>,
+        owner_pid: Option<u32>,
+    ) -> AsyncTask<TryAcquireTask> {
+        AsyncTask::new(TryAcquireTask {
+            file: self.inner.clone(),
+            req: Some(request(tag, owner_pid)),
+        })
     }
 
     /// Waits on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` = forever,
-    /// 0 = one attempt) and the cancel id (from `newCancelId`).
-    #[napi]
-    pub async fn acquire(
+    /// 0 = one attempt) and the cancel id (from `newCancelId`). Takes its place in the in-process FIFO queue
+    /// during this call, so waiters of one process are served in call order.
+    #[napi(ts_return_type = "Promise<HeldOutcome>")]
+    pub fn acquire<'env>(
         &self,
+        env: &'env Env,
         tag: Option<String>,
         owner_pid: Option<u32>,
         timeout_ms: Option<f64>,
         cancel_id: Option<u32>,
-    ) -> AcquireOutcome {
+    ) -> napi::Result<PromiseRaw<'env, HeldOutcome>> {
         let cancel = cancel_id.map(cancel_token).unwrap_or_default();
-        let r = self
+        let fut = self
             .inner
-            .acquire(&request(tag, owner_pid), timeout_ms.map(ms), cancel)
-            .await;
-        acquired(r)
+            .acquire_in_order(request(tag, owner_pid), timeout_ms.map(ms), cancel);
+        env.spawn_future(async move { Ok(acquired(fut.await)) })
     }
 
     /// Resolves once no lock file exists (the CLI's `wait`).
@@ -397,10 +515,13 @@ impl NativeLockFile {
         }
     }
 
-    /// semats' `release(force)`: by process, not by handle.
+    /// semats' `release(force)`: by process, not by handle. `null` on success, else the error.
     #[napi]
-    pub fn release_as_process(&self, force: bool) -> VoidResult {
-        void_result(self.inner.release_as_process(force))
+    pub fn release_as_process(&self, force: bool) -> Option<NativeError> {
+        self.inner
+            .release_as_process(force)
+            .err()
+            .map(|e| (&e).into())
     }
 
     /// `release_as_process` off the JS thread; `owner_pid` releases on behalf of the owner recorded by
@@ -431,73 +552,35 @@ fn join_error(e: tokio::task::JoinError) -> LockError {
     }
 }
 
-/// A lock this process holds.
+/// Releases the held lock `id` on the calling thread. true: released by this call; false: already released or
+/// lost. Never deletes a file that is not ours.
 #[napi]
-pub struct NativeHeldLock {
-    inner: HeldLock,
+pub fn release_held(id: f64) -> BoolResult {
+    bool_result(release_by_id(to_id(id)))
 }
 
-#[napi]
-impl NativeHeldLock {
-    /// What was written: pid, timestamp, sanitised tag.
-    #[napi]
-    pub fn info(&self) -> NativeLockInfo {
-        self.inner.info().into()
-    }
+/// `releaseHeld` on the libuv pool.
+#[napi(ts_return_type = "Promise<BoolResult>")]
+pub fn release_held_async(id: f64) -> AsyncTask<ReleaseTask> {
+    AsyncTask::new(ReleaseTask { id: to_id(id) })
+}
 
-    #[napi]
-    pub fn token(&self) -> String {
-        self.inner.token()
-    }
-
-    #[napi]
-    pub fn path(&self) -> String {
-        self.inner.path().to_string_lossy().into_owned()
-    }
-
-    /// true: released by this call; false: already released or lost. Never deletes a file that is not ours.
-    #[napi]
-    pub fn release(&self) -> BoolResult {
-        bool_result(self.inner.release())
-    }
-
-    #[napi]
-    pub async fn release_async(&self) -> BoolResult {
-        let held = self.inner.clone();
-        bool_result(
-            tokio::task::spawn_blocking(move || held.release())
-                .await
-                .unwrap_or_else(|e| Err(join_error(e))),
-        )
-    }
-
-    /// Calls `callback(reason)` once if the lock is lost. The callback is weak: it never keeps Node alive.
-    #[napi(ts_args_type = "callback: (reason: string) => void")]
-    pub fn on_lost(&self, callback: Function<String, ()>) -> napi::Result<()> {
-        let tsfn = callback
-            .build_threadsafe_function()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
-        let held = self.inner.clone();
-        let lost = held.lost();
-        within_runtime_if_available(|| {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let finished = held.finished();
-                rt.spawn(async move {
-                    // Loss cancels `finished` just before `lost`, so after either fires the reason decides.
-                    tokio::select! {
-                        _ = lost.cancelled() => {}
-                        _ = finished.cancelled() => {}
-                    }
-                    if let Some(reason) = held.lost_reason() {
-                        tsfn.call(reason, ThreadsafeFunctionCallMode::NonBlocking);
-                    }
-                });
-            }
-        });
-        Ok(())
-    }
+/// Sets the one process-wide loss callback: `callback(id, reason)` runs (on the JS thread) for every held lock
+/// found lost. The callback is weak: it never keeps Node alive.
+#[napi(ts_args_type = "callback: (id: number, reason: string) => void")]
+pub fn set_lock_lost_handler(callback: Function<FnArgs<(f64, String)>, ()>) -> napi::Result<()> {
+    let tsfn = callback
+        .build_threadsafe_function()
+        .weak::<true>()
+        .callee_handled::<false>()
+        .build()?;
+    lockfile::set_loss_hook(Some(Box::new(move |id, reason| {
+        tsfn.call(
+            FnArgs::from((id as f64, reason.to_string())),
+            ThreadsafeFunctionCallMode::NonBlocking,
+        );
+    })));
+    Ok(())
 }
 
 /// Releases every lock this process holds (the JS layer calls it from a `process.on('exit')` hook).

@@ -384,6 +384,46 @@ fn request(tag: Option<String>, owner_pid: Option<u32>) -> AcquireRequest {
 #[napi]
 pub struct NativeLockFile {
     inner: std::sync::Arc<LockFile>,
+    /// Index in [`FILES`] for the free hot-path functions (`fileTryAcquireSync`, …).
+    slot: u32,
+}
+
+/// The lock files JS holds, by index: the synchronous hot path (`fileTryAcquireSync`,
+/// `fileReleaseAsProcess`) takes this index instead of `this`, which skips napi's per-call
+/// borrow bookkeeping of class instances. An entry lives as long as its `NativeLockFile`.
+#[derive(Default)]
+struct FileSlab {
+    files: Vec<Option<std::sync::Arc<LockFile>>>,
+    free: Vec<u32>,
+}
+
+static FILES: Mutex<FileSlab> = Mutex::new(FileSlab {
+    files: Vec::new(),
+    free: Vec::new(),
+});
+
+fn files() -> std::sync::MutexGuard<'static, FileSlab> {
+    FILES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn file_by_slot(slot: u32) -> Option<std::sync::Arc<LockFile>> {
+    files().files.get(slot as usize).and_then(Clone::clone)
+}
+
+impl Drop for NativeLockFile {
+    fn drop(&mut self) {
+        let mut slab = files();
+        if let Some(entry) = slab.files.get_mut(self.slot as usize) {
+            *entry = None;
+            slab.free.push(self.slot);
+        }
+    }
+}
+
+fn gone() -> NativeError {
+    error("INVALID_ARGUMENT", "lock file handle is no longer valid")
 }
 
 #[napi]
@@ -391,12 +431,26 @@ impl NativeLockFile {
     /// `path` must come from `checkLockPath`.
     #[napi(constructor)]
     pub fn new(path: String, options: NativeFileOptions) -> Self {
-        NativeLockFile {
-            inner: std::sync::Arc::new(LockFile::new(
-                PathBuf::from(path),
-                engine_options(&options),
-            )),
-        }
+        let inner =
+            std::sync::Arc::new(LockFile::new(PathBuf::from(path), engine_options(&options)));
+        let mut slab = files();
+        let slot = match slab.free.pop() {
+            Some(i) => {
+                slab.files[i as usize] = Some(inner.clone());
+                i
+            }
+            None => {
+                slab.files.push(Some(inner.clone()));
+                u32::try_from(slab.files.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        NativeLockFile { inner, slot }
+    }
+
+    /// The index for the free hot-path functions.
+    #[napi(getter)]
+    pub fn slot(&self) -> u32 {
+        self.slot
     }
 
     #[napi]
@@ -414,42 +468,6 @@ impl NativeLockFile {
                 state: "unparseable".into(),
                 info: None,
             },
-        }
-    }
-
-    /// One attempt, on the calling thread (semats' `tryAcquire` is synchronous). Success is just
-    /// the timestamp written (a number) when the written tag is the one given and the owner is
-    /// this process; otherwise an object. The lock stays in the engine's registry (released by path or at exit).
-    #[napi]
-    pub fn try_acquire_sync(
-        &self,
-        tag: Option<String>,
-        owner_pid: Option<u32>,
-    ) -> Either<i64, SyncAcquire> {
-        let req = request(tag, owner_pid);
-        match self.inner.try_acquire(&req) {
-            Ok(held) => {
-                start(&held);
-                let info = held.info_ref();
-                if info.tag == req.tag && req.owner_pid.is_none() {
-                    Either::A(info.timestamp)
-                } else {
-                    Either::B(SyncAcquire {
-                        ok: true,
-                        pid: Some(info.pid),
-                        timestamp: Some(info.timestamp),
-                        tag: info.tag.clone(),
-                        error: None,
-                    })
-                }
-            }
-            Err(e) => Either::B(SyncAcquire {
-                ok: false,
-                pid: None,
-                timestamp: None,
-                tag: None,
-                error: Some((&e).into()),
-            }),
         }
     }
 
@@ -542,6 +560,62 @@ impl NativeLockFile {
     #[napi]
     pub fn clean_stale(&self) -> BoolResult {
         bool_result(self.inner.clean_stale())
+    }
+}
+
+/// One attempt of the lock file `slot` (a `NativeLockFile`'s `slot`), on the calling thread
+/// (semats' `tryAcquire` is synchronous). Success is just the timestamp written (a number) when
+/// the written tag is the one given and the owner is this process; otherwise an object. The
+/// lock stays in the engine's registry (released by path or at exit).
+#[napi]
+pub fn file_try_acquire_sync(
+    slot: u32,
+    tag: Option<String>,
+    owner_pid: Option<u32>,
+) -> Either<i64, SyncAcquire> {
+    let Some(file) = file_by_slot(slot) else {
+        return Either::B(SyncAcquire {
+            ok: false,
+            pid: None,
+            timestamp: None,
+            tag: None,
+            error: Some(gone()),
+        });
+    };
+    let req = request(tag, owner_pid);
+    match file.try_acquire(&req) {
+        Ok(held) => {
+            start(&held);
+            let info = held.info_ref();
+            if info.tag == req.tag && req.owner_pid.is_none() {
+                Either::A(info.timestamp)
+            } else {
+                Either::B(SyncAcquire {
+                    ok: true,
+                    pid: Some(info.pid),
+                    timestamp: Some(info.timestamp),
+                    tag: info.tag.clone(),
+                    error: None,
+                })
+            }
+        }
+        Err(e) => Either::B(SyncAcquire {
+            ok: false,
+            pid: None,
+            timestamp: None,
+            tag: None,
+            error: Some((&e).into()),
+        }),
+    }
+}
+
+/// semats' `release(force)` of the lock file `slot`: by process, not by handle. `null` on
+/// success, else the error.
+#[napi]
+pub fn file_release_as_process(slot: u32, force: bool) -> Option<NativeError> {
+    match file_by_slot(slot) {
+        Some(file) => file.release_as_process(force).err().map(|e| (&e).into()),
+        None => Some(gone()),
     }
 }
 

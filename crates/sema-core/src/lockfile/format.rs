@@ -56,25 +56,28 @@ impl LockInfo {
     /// Like [`LockInfo::serialize`], cutting the tag to `max_tag_utf16_units` UTF-16 code units
     /// first (semats' `serializeLockInfo(info, maxTagLength)`).
     pub fn serialize_with_max_tag(&self, max_tag_utf16_units: Option<usize>) -> String {
-        let mut out = format!("pid={}\ntimestamp={}\n", self.pid, self.timestamp);
+        use std::fmt::Write as _;
+        let extra = self.tag.as_ref().map_or(0, |t| t.len() + 5)
+            + self.host.as_ref().map_or(0, |h| h.len() + 6)
+            + self.token.as_ref().map_or(0, |t| t.len() + 7);
+        let mut out = String::with_capacity(64 + extra);
+        let _ = write!(out, "pid={}\ntimestamp={}\n", self.pid, self.timestamp);
         if let Some(tag) = &self.tag {
             out.push_str("tag=");
-            out.push_str(&sanitize_tag(tag, max_tag_utf16_units));
+            push_sanitized(&mut out, tag, max_tag_utf16_units);
             out.push('\n');
         }
         if let Some(host) = &self.host {
             out.push_str("host=");
-            out.push_str(&sanitize_tag(host, None));
+            push_sanitized(&mut out, host, None);
             out.push('\n');
         }
         if let Some(start) = self.start {
-            out.push_str("start=");
-            out.push_str(&start.to_string());
-            out.push('\n');
+            let _ = writeln!(out, "start={start}");
         }
         if let Some(token) = &self.token {
             out.push_str("token=");
-            out.push_str(&sanitize_tag(token, None));
+            push_sanitized(&mut out, token, None);
             out.push('\n');
         }
         out
@@ -222,6 +225,19 @@ pub fn read_lock_bytes_lossy(bytes: &[u8]) -> String {
 /// surrogate JS `slice` leaves.
 pub fn sanitize_tag(tag: &str, max_utf16_units: Option<usize>) -> String {
     let mut out = String::with_capacity(tag.len());
+    push_sanitized(&mut out, tag, max_utf16_units);
+    out
+}
+
+/// [`sanitize_tag`] appended to `out`.
+fn push_sanitized(out: &mut String, tag: &str, max_utf16_units: Option<usize>) {
+    // Nothing to replace and short enough (UTF-16 units never exceed UTF-8 bytes): as is.
+    if max_utf16_units.is_none_or(|max| tag.len() <= max)
+        && !tag.bytes().any(|b| b < 0x20 || b == 0x7f)
+    {
+        out.push_str(tag);
+        return;
+    }
     let mut units = 0usize;
     for c in tag.chars() {
         let c = if (c as u32) < 0x20 || c == '\u{7f}' {
@@ -241,7 +257,6 @@ pub fn sanitize_tag(tag: &str, max_utf16_units: Option<usize>) -> String {
         }
         out.push(c);
     }
-    out
 }
 
 #[cfg(test)]

@@ -187,7 +187,7 @@ pub fn held_lock_by_id(id: u64) -> Option<HeldLock> {
 fn held_on_key(key: &Path) -> Option<HeldLock> {
     lock(&REGISTRY)
         .values()
-        .find(|h| h.inner.key == key)
+        .find(|h| h.inner.file.key.as_os_str() == key.as_os_str())
         .cloned()
 }
 
@@ -243,6 +243,18 @@ pub struct FileInner {
     extra_keys: bool,
     /// The in-process FIFO of the canonical path (shared by every `LockFile` of it).
     slot: Arc<Semaphore>,
+}
+
+impl FileInner {
+    #[cfg(unix)]
+    fn path_c_opt(&self) -> Option<&std::ffi::CStr> {
+        self.path_c.as_deref()
+    }
+
+    #[cfg(not(unix))]
+    fn path_c_opt(&self) -> Option<&std::ffi::CStr> {
+        None
+    }
 }
 
 impl std::ops::Deref for LockFile {
@@ -343,14 +355,8 @@ impl LockFile {
         }
     }
 
-    #[cfg(unix)]
     fn path_c(&self) -> Option<&std::ffi::CStr> {
-        self.inner.path_c.as_deref()
-    }
-
-    #[cfg(not(unix))]
-    fn path_c(&self) -> Option<&std::ffi::CStr> {
-        None
+        self.inner.path_c_opt()
     }
 
     /// `false`: write only `pid=`, `timestamp=` and `tag=`, a file indistinguishable from
@@ -448,8 +454,7 @@ impl LockFile {
             Some(i) => {
                 i.pid == current_pid()
                     || held_locks().iter().any(|h| {
-                        h.inner.key == self.key
-                            && i.token.as_deref() == Some(h.inner.token.as_str())
+                        h.inner.file.key == self.key && i.token.as_deref() == Some(h.inner.token())
                     })
             }
         };
@@ -801,36 +806,32 @@ impl LockFile {
         info: LockInfo,
         content: Vec<u8>,
     ) -> Result<HeldLock, LockError> {
-        let meta = match file.metadata().or_else(|_| std::fs::metadata(&self.path)) {
-            Ok(m) => m,
+        let file_id = match sys::fstat_id(&file).or_else(|_| sys::stat_id(&self.path, None)) {
+            Ok(id) => id,
             Err(e) => {
                 // Cannot identify our own file: do not keep a lock we could never verify.
                 let _ = std::fs::remove_file(&self.path);
                 return Err(LockError::io("Failed to create lock", e));
             }
         };
-        let token = info.token.clone().unwrap_or_default();
         let held = HeldLock {
             inner: Arc::new(HeldInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                path: self.path.clone(),
-                key: self.key.clone(),
-                info: info.clone(),
-                token,
-                heartbeat: self.options.heartbeat,
-                lost: CancellationToken::new(),
-                stop: CancellationToken::new(),
+                file: self.inner.clone(),
                 state: Mutex::new(HeldState {
                     file: Some(file),
-                    file_id: sys::file_id(&meta),
+                    file_id,
                     content,
-                    current: info,
+                    timestamp: info.timestamp,
+                    lost: None,
+                    stop: None,
                     finished: false,
                     released: false,
                     lost_reason: None,
                     permit: None,
                     heartbeat_started: false,
                 }),
+                info,
             }),
         };
         lock(&REGISTRY).insert(held.inner.id, held.clone());
@@ -936,7 +937,7 @@ impl LockFile {
             }
             // A lock this process holds on this path: release it properly.
             for held in held_locks() {
-                if held.inner.key == self.key && held.is_on_disk() {
+                if held.inner.file.key == self.key && held.is_on_disk() {
                     match held.release() {
                         Ok(true) => return Ok(()),
                         Ok(false) => {}
@@ -1064,13 +1065,9 @@ pub struct HeldLock {
 
 struct HeldInner {
     id: u64,
-    path: PathBuf,
-    key: PathBuf,
+    /// The lock path's shared part (path, canonical key, options).
+    file: Arc<FileInner>,
     info: LockInfo,
-    token: String,
-    heartbeat: Option<Duration>,
-    lost: CancellationToken,
-    stop: CancellationToken,
     state: Mutex<HeldState>,
 }
 
@@ -1080,8 +1077,11 @@ struct HeldState {
     file_id: FileId,
     /// The exact bytes on disk now (what we wrote, as refreshed by the heartbeat).
     content: Vec<u8>,
-    /// What is on disk now (timestamp refreshed by the heartbeat).
-    current: LockInfo,
+    /// The timestamp on disk now (refreshed by the heartbeat; the rest is `info`).
+    timestamp: i64,
+    /// Created on demand (most holders never ask); cancelled by `finish` / `lose`.
+    lost: Option<CancellationToken>,
+    stop: Option<CancellationToken>,
     /// No longer held (released or lost); the descriptor is closed.
     finished: bool,
     /// `release()` (or `release_all_held`) was called.
@@ -1094,7 +1094,7 @@ struct HeldState {
 impl std::fmt::Debug for HeldLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeldLock")
-            .field("path", &self.inner.path)
+            .field("path", &self.inner.file.path)
             .field("info", &self.inner.info)
             .finish_non_exhaustive()
     }
@@ -1117,13 +1117,29 @@ enum ReleaseIf {
 }
 
 impl HeldInner {
+    fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    fn token(&self) -> &str {
+        self.info.token.as_deref().unwrap_or("")
+    }
+
+    /// What is on disk now.
+    fn current(&self, state: &HeldState) -> LockInfo {
+        LockInfo {
+            timestamp: state.timestamp,
+            ..self.info.clone()
+        }
+    }
+
     /// One `stat` of the path (our inode?) and one `pread` through our descriptor (our bytes?).
     fn ownership(&self, state: &HeldState) -> Ownership {
         let Some(file) = state.file.as_ref() else {
             return Ownership::Lost("lock file was removed");
         };
-        match std::fs::metadata(&self.path) {
-            Ok(m) if sys::file_id(&m) == state.file_id => {}
+        match sys::stat_id(self.path(), self.file.path_c_opt()) {
+            Ok(id) if id == state.file_id => {}
             Ok(_) => return Ownership::Lost("lock file was replaced"),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ownership::Lost("lock file was removed")
@@ -1137,9 +1153,9 @@ impl HeldInner {
         };
         // Not byte-identical: still ours if it carries our token (e.g. a heartbeat rewrite whose
         // truncate failed). Without a token (plain format) the whole content must be ours.
-        let ours = state.current.token.is_some()
+        let ours = self.info.token.is_some()
             && matches!(parse_lock_info(&read_lock_bytes_lossy(&bytes)),
-                Ok(info) if info.token.as_deref() == Some(self.token.as_str()));
+                Ok(info) if info.token.as_deref() == Some(self.token()));
         if ours {
             Ownership::Ours
         } else {
@@ -1153,7 +1169,9 @@ impl HeldInner {
         state.finished = true;
         state.file = None;
         state.permit = None;
-        self.stop.cancel();
+        if let Some(t) = &state.stop {
+            t.cancel();
+        }
         lock(&REGISTRY).remove(&self.id);
         if state.heartbeat_started {
             heartbeat::remove(self.id);
@@ -1163,7 +1181,9 @@ impl HeldInner {
     fn lose(&self, state: &mut HeldState, reason: &str) {
         state.lost_reason = Some(reason.to_string());
         self.finish(state);
-        self.lost.cancel();
+        if let Some(t) = &state.lost {
+            t.cancel();
+        }
         let hook = lock(&LOSS_HOOK).clone();
         if let Some(hook) = hook {
             hook(self.id, reason);
@@ -1184,14 +1204,14 @@ impl HeldInner {
             }
             Ownership::Unknown(_) => return true,
         }
-        let mut next = state.current.clone();
+        let mut next = self.current(&state);
         next.timestamp = now_unix_secs();
         let content = next.serialize().into_bytes();
         let old_len = state.content.len();
         if let Some(file) = state.file.as_ref() {
             if sys::rewrite_in_place(file, &content, old_len).is_ok() {
                 state.content = content;
-                state.current = next;
+                state.timestamp = next.timestamp;
             }
         }
         true
@@ -1216,26 +1236,50 @@ impl HeldLock {
 
     /// What is on disk now (the timestamp as last refreshed by the heartbeat).
     pub fn current_info(&self) -> LockInfo {
-        lock(&self.inner.state).current.clone()
+        let state = lock(&self.inner.state);
+        self.inner.current(&state)
     }
 
     pub fn path(&self) -> PathBuf {
-        self.inner.path.clone()
+        self.inner.path().to_path_buf()
     }
 
+    /// Our ownership token (empty for a lock in the plain format, which has none).
     pub fn token(&self) -> String {
-        self.inner.token.clone()
+        self.inner.token().to_string()
     }
 
     /// Cancelled when the lock is found lost (file removed, replaced or overwritten).
     pub fn lost(&self) -> CancellationToken {
-        self.inner.lost.clone()
+        let mut state = lock(&self.inner.state);
+        let lost = state.lost_reason.is_some();
+        state
+            .lost
+            .get_or_insert_with(|| {
+                let t = CancellationToken::new();
+                if lost {
+                    t.cancel();
+                }
+                t
+            })
+            .clone()
     }
 
     /// Cancelled when the lock stops being held for any reason (released or lost); check
     /// [`HeldLock::lost_reason`] to tell which.
     pub fn finished(&self) -> CancellationToken {
-        self.inner.stop.clone()
+        let mut state = lock(&self.inner.state);
+        let finished = state.finished;
+        state
+            .stop
+            .get_or_insert_with(|| {
+                let t = CancellationToken::new();
+                if finished {
+                    t.cancel();
+                }
+                t
+            })
+            .clone()
     }
 
     /// Why the lock was lost, once it was.
@@ -1280,7 +1324,7 @@ impl HeldLock {
             let _ = self.release();
             return Err(LockError::io("Failed to create lock", e));
         }
-        if let Some(dir) = self.inner.path.parent() {
+        if let Some(dir) = self.inner.path().parent() {
             sys::fsync_dir(dir);
         }
         Ok(())
@@ -1312,10 +1356,10 @@ impl HeldLock {
         }
         match inner.ownership(&state) {
             Ownership::Ours => {
-                if !allow(&state.current) {
-                    return ReleaseIf::Refused(state.current.pid);
+                if !allow(&inner.info) {
+                    return ReleaseIf::Refused(inner.info.pid);
                 }
-                match std::fs::remove_file(&inner.path) {
+                match std::fs::remove_file(inner.path()) {
                     Ok(()) => {
                         state.released = true;
                         inner.finish(&mut state);
@@ -1349,7 +1393,7 @@ impl HeldLock {
 
     /// [`HeldLock::start_heartbeat`] without a runtime.
     pub fn start_heartbeat_thread(&self) {
-        let Some(period) = self.inner.heartbeat else {
+        let Some(period) = self.inner.file.options.heartbeat else {
             return;
         };
         let mut state = lock(&self.inner.state);

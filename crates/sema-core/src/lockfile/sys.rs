@@ -99,6 +99,50 @@ pub(crate) fn stat_sig(path: &Path) -> io::Result<Option<FileSig>> {
     }
 }
 
+/// (device, inode) of an open descriptor: one plain `fstat` (std's `metadata()` is a `statx`
+/// asking for every field).
+#[cfg(unix)]
+pub(crate) fn fstat_id(file: &File) -> io::Result<FileId> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: `st` is a writable, properly sized `stat` buffer; the descriptor is owned by
+    // `file`, which outlives the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstat(file.as_raw_fd(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FileId {
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+    })
+}
+
+#[cfg(not(unix))]
+pub(crate) fn fstat_id(file: &File) -> io::Result<FileId> {
+    file.metadata().map(|m| file_id(&m))
+}
+
+/// (device, inode) of what `path` names: one plain `stat` through the cached C path when there
+/// is one.
+pub(crate) fn stat_id(path: &Path, path_c: Option<&std::ffi::CStr>) -> io::Result<FileId> {
+    #[cfg(unix)]
+    if let Some(c) = path_c {
+        // SAFETY: `c` is NUL-terminated and outlives the call; `st` is a writable, properly
+        // sized `stat` buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::stat(c.as_ptr(), &mut st) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(FileId {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        });
+    }
+    let _ = path_c;
+    std::fs::metadata(path).map(|m| file_id(&m))
+}
+
 /// `pread` into `buf` until it is full or a read comes back short (end of file for a regular
 /// file); returns the bytes read.
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -342,10 +386,17 @@ pub(crate) fn fsync_dir(dir: &Path) {
 
 /// `n` random bytes as lowercase hex, from the per-process CSPRNG ([`super::rng`]).
 pub(crate) fn random_hex(n: usize) -> String {
-    let mut bytes = vec![0u8; n];
-    super::rng::fill(&mut bytes);
+    let mut stack = [0u8; 32];
+    let mut heap = Vec::new();
+    let bytes: &mut [u8] = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, 0);
+        &mut heap
+    };
+    super::rng::fill(bytes);
     let mut s = String::with_capacity(n * 2);
-    for b in bytes {
+    for &b in bytes.iter() {
         s.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
         s.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
     }

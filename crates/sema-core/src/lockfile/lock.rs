@@ -264,6 +264,17 @@ impl std::ops::Deref for LockFile {
     }
 }
 
+/// A waiter's lock file, written and flocked but not linked yet (see
+/// [`LockFile::attempt_prepared`]).
+struct Prepared {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    file: File,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    info: LockInfo,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    content: Vec<u8>,
+}
+
 /// A busy attempt: the holder as read (if it parses) and the signature of the file judged
 /// held, so a waiter need not judge the same file again on every wake-up.
 struct Busy {
@@ -494,7 +505,7 @@ impl LockFile {
             Err(_) => return Err(self.already_locked_from_disk()),
         };
         let held = self
-            .attempt_async(req, false)
+            .attempt_async(req, false, &mut None)
             .await
             .map_err(AttemptError::into_error)?;
         held.adopt_permit(permit);
@@ -599,8 +610,10 @@ impl LockFile {
         };
         drop(queued);
 
-        // First attempt without registering for events: the uncontended fast path.
-        match self.attempt_async(req, false).await {
+        // First attempt without registering for events: the uncontended fast path. A file
+        // prepared for it and not linked is kept for the next attempts.
+        let mut prepared = None;
+        match self.attempt_async(req, false, &mut prepared).await {
             Ok(held) => {
                 held.adopt_permit(permit);
                 return Ok(held);
@@ -627,7 +640,7 @@ impl LockFile {
             };
             if !unchanged {
                 let look_first = !matches!(seen, Ok(None));
-                match self.attempt_async(req, look_first).await {
+                match self.attempt_async(req, look_first, &mut prepared).await {
                     Ok(held) => {
                         held.adopt_permit(permit);
                         return Ok(held);
@@ -659,8 +672,9 @@ impl LockFile {
         &self,
         req: &AcquireRequest,
         look_first: bool,
+        prepared: &mut Option<Prepared>,
     ) -> Result<HeldLock, AttemptError> {
-        let held = self.attempt_unslotted(req, look_first, false)?;
+        let held = self.attempt_prepared(req, look_first, false, prepared)?;
         if !self.options.fsync {
             return Ok(held);
         }
@@ -719,9 +733,34 @@ impl LockFile {
         look_first: bool,
         fsync: bool,
     ) -> Result<HeldLock, AttemptError> {
+        self.attempt_prepared(req, look_first, fsync, &mut None)
+    }
+
+    /// [`LockFile::attempt_unslotted`] that keeps its prepared O_TMPFILE file (content written,
+    /// flock taken) in `prepared` when the link loses, so the next attempt of the same waiter
+    /// is just `linkat` (the timestamp is rewritten if a second passed).
+    fn attempt_prepared(
+        &self,
+        req: &AcquireRequest,
+        look_first: bool,
+        fsync: bool,
+        prepared: &mut Option<Prepared>,
+    ) -> Result<HeldLock, AttemptError> {
+        let failed = |e| AttemptError::Failed(LockError::io("Failed to create lock", e));
         let mut examine_first = look_first;
         let mut built: Option<(LockInfo, Vec<u8>)> = None;
         for _ in 0..MAX_ROUNDS {
+            #[cfg(target_os = "linux")]
+            if !examine_first && self.strategy == CreationStrategy::Auto {
+                match self.link_prepared(req, fsync, prepared) {
+                    Some(Ok(held)) => return Ok(held),
+                    Some(Err(e)) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        examine_first = true; // examined below
+                    }
+                    Some(Err(e)) => return Err(failed(e)),
+                    None => {} // no O_TMPFILE here: the general path below
+                }
+            }
             if !examine_first {
                 let (info, content) = match built.take() {
                     Some((mut info, content)) => {
@@ -744,18 +783,9 @@ impl LockFile {
                     fsync,
                     self.strategy,
                 ) {
-                    Ok(file) => {
-                        return self
-                            .adopt_new_file(file, info, content)
-                            .map_err(AttemptError::Failed)
-                    }
+                    Ok(file) => return self.adopt_new_file(file, info, content).map_err(failed),
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => {
-                        return Err(AttemptError::Failed(LockError::io(
-                            "Failed to create lock",
-                            e,
-                        )))
-                    }
+                    Err(e) => return Err(failed(e)),
                 }
                 built = Some((info, content));
             }
@@ -771,6 +801,53 @@ impl LockFile {
             holder: None,
             sig: None,
         })))
+    }
+
+    /// One link attempt of the prepared file (prepared now if there is none; its timestamp
+    /// refreshed if a second passed). `None`: O_TMPFILE linking is unsupported here.
+    #[cfg(target_os = "linux")]
+    fn link_prepared(
+        &self,
+        req: &AcquireRequest,
+        fsync: bool,
+        prepared: &mut Option<Prepared>,
+    ) -> Option<io::Result<HeldLock>> {
+        let now = now_unix_secs();
+        match prepared.as_mut() {
+            Some(p) if p.info.timestamp != now => {
+                p.info.timestamp = now;
+                let content = p.info.serialize().into_bytes();
+                if let Err(e) = sys::rewrite_in_place(&p.file, &content, p.content.len()) {
+                    *prepared = None;
+                    return Some(Err(e));
+                }
+                p.content = content;
+            }
+            Some(_) => {}
+            None => {
+                let (info, content) = self.build_info(req);
+                match sys::tmpfile_prepare(&self.path, &content)? {
+                    Ok(file) => {
+                        *prepared = Some(Prepared {
+                            file,
+                            info,
+                            content,
+                        })
+                    }
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+        }
+        let p = prepared.as_ref()?;
+        match sys::tmpfile_link(&p.file, &self.path, self.path_c())? {
+            Ok(()) => {}
+            Err(e) => return Some(Err(e)),
+        }
+        let p = prepared.take()?;
+        if let Err(e) = sys::tmpfile_linked(&p.file, &self.path, fsync) {
+            return Some(Err(e));
+        }
+        Some(self.adopt_new_file(p.file, p.info, p.content))
     }
 
     /// What a new lock of `req` records, and its exact bytes.
@@ -800,18 +877,13 @@ impl LockFile {
         (info, content)
     }
 
-    fn adopt_new_file(
-        &self,
-        file: File,
-        info: LockInfo,
-        content: Vec<u8>,
-    ) -> Result<HeldLock, LockError> {
+    fn adopt_new_file(&self, file: File, info: LockInfo, content: Vec<u8>) -> io::Result<HeldLock> {
         let file_id = match sys::fstat_id(&file).or_else(|_| sys::stat_id(&self.path, None)) {
             Ok(id) => id,
             Err(e) => {
                 // Cannot identify our own file: do not keep a lock we could never verify.
                 let _ = std::fs::remove_file(&self.path);
-                return Err(LockError::io("Failed to create lock", e));
+                return Err(e);
             }
         };
         let held = HeldLock {

@@ -560,28 +560,28 @@ fn create_via_tmpfile(
     content: &[u8],
     fsync: bool,
 ) -> Outcome {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
+    let file = match tmpfile_prepare(path, content) {
+        Some(Ok(f)) => f,
+        Some(Err(e)) => return Outcome::Done(Err(e)),
+        None => return Outcome::Unsupported,
+    };
+    match tmpfile_link(&file, path, path_c) {
+        Some(Ok(())) => Outcome::Done(tmpfile_linked(&file, path, fsync).map(|()| file)),
+        Some(Err(e)) => Outcome::Done(Err(e)),
+        None => Outcome::Unsupported,
+    }
+}
 
+/// An anonymous (O_TMPFILE) file in `path`'s directory with exactly `content`, holding the
+/// shared flock: complete before it ever gets a name, and reusable for several link attempts
+/// (a waiter keeps one across wake-ups instead of building a file per attempt). `None`: the
+/// file system does not support O_TMPFILE.
+#[cfg(target_os = "linux")]
+pub(crate) fn tmpfile_prepare(path: &Path, content: &[u8]) -> Option<io::Result<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = match parent_dir(path) {
         Ok(d) => d,
-        Err(e) => return Outcome::Done(Err(e)),
-    };
-    let owned;
-    let target = match path_c {
-        Some(c) => c,
-        None => match c_path(path) {
-            Some(c) => {
-                owned = c;
-                owned.as_c_str()
-            }
-            None => {
-                return Outcome::Done(Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "path contains a NUL byte",
-                )))
-            }
-        },
+        Err(e) => return Some(Err(e)),
     };
     let file = match OpenOptions::new()
         .read(true)
@@ -596,16 +596,44 @@ fn create_via_tmpfile(
                 Some(code)
                     if code == libc::EISDIR || code == libc::EINVAL || is_unsupported(code) =>
                 {
-                    Outcome::Unsupported
+                    None
                 }
-                _ => Outcome::Done(Err(e)),
+                _ => Some(Err(e)),
             }
         }
     };
     if let Err(e) = write_all_at(&file, content, 0) {
-        return Outcome::Done(Err(e)); // the anonymous inode vanishes with the descriptor
+        return Some(Err(e)); // the anonymous inode vanishes with the descriptor
     }
     flock_shared(&file);
+    Some(Ok(file))
+}
+
+/// Give a prepared file the lock's name: `linkat("/proc/self/fd/N", path)`. `AlreadyExists` =
+/// held; `None`: linking this way is unsupported here.
+#[cfg(target_os = "linux")]
+pub(crate) fn tmpfile_link(
+    file: &File,
+    path: &Path,
+    path_c: Option<&std::ffi::CStr>,
+) -> Option<io::Result<()>> {
+    use std::os::unix::io::AsRawFd;
+    let owned;
+    let target = match path_c {
+        Some(c) => c,
+        None => match c_path(path) {
+            Some(c) => {
+                owned = c;
+                owned.as_c_str()
+            }
+            None => {
+                return Some(Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path contains a NUL byte",
+                )))
+            }
+        },
+    };
     let mut proc_buf = [0u8; 32];
     let proc_path = proc_fd_path(file.as_raw_fd(), &mut proc_buf);
     // SAFETY: both pointers are NUL-terminated C strings (`proc_path` in a local buffer,
@@ -620,15 +648,22 @@ fn create_via_tmpfile(
             libc::AT_SYMLINK_FOLLOW,
         )
     };
-    if rc != 0 {
-        let err = io::Error::last_os_error();
-        return match err.raw_os_error() {
-            Some(libc::ENOENT) if !Path::new("/proc/self/fd").is_dir() => Outcome::Unsupported,
-            Some(code) if code == libc::EPERM || is_unsupported(code) => Outcome::Unsupported,
-            _ => Outcome::Done(Err(err)),
-        };
+    if rc == 0 {
+        return Some(Ok(()));
     }
-    Outcome::Done(sync_after_link(&file, path, dir, fsync).map(|()| file))
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENOENT) if !Path::new("/proc/self/fd").is_dir() => None,
+        Some(code) if code == libc::EPERM || is_unsupported(code) => None,
+        _ => Some(Err(err)),
+    }
+}
+
+/// After a prepared file won the link: fsync it and the directory (when `fsync`).
+#[cfg(target_os = "linux")]
+pub(crate) fn tmpfile_linked(file: &File, path: &Path, fsync: bool) -> io::Result<()> {
+    let dir = parent_dir(path)?;
+    sync_after_link(file, path, dir, fsync)
 }
 
 fn create_via_named_temp(path: &Path, content: &[u8], fsync: bool) -> Outcome {

@@ -7,13 +7,14 @@
 //! to a `tokio::sync::Notify` per path. If the watcher cannot be created or a directory cannot
 //! be watched, waiters simply rely on their polling interval.
 //!
-//! On Linux only the events that can free a lock or change its holder are subscribed:
-//! `IN_DELETE`, `IN_MOVED_FROM`, `IN_MOVED_TO` and `IN_CLOSE_WRITE` (a foreign tool that wrote
-//! the file under its name finished writing, or closed it). Opens, reads, creations and in-place
-//! rewrites (heartbeats) wake nobody. A close-write also bumps the path's *close generation*, so
-//! a waiter that judged that file once knows to judge it again. (Our own holders' descriptors
-//! were opened O_TMPFILE or under a temp name, so their closing is not an event on the lock's
-//! name: a holder that dies is found by the `retry_interval` poll, as before.)
+//! On Linux only the events that can free a lock or replace its file are subscribed:
+//! `IN_DELETE`, `IN_MOVED_FROM` and `IN_MOVED_TO`. Opens, reads, closes (every waiter's look
+//! and every loser's prepared file), creations and in-place rewrites (heartbeats) wake nobody,
+//! not even the reader thread. A file that appears or is being written is held anyway; a
+//! holder that dies (its descriptor was opened O_TMPFILE or under a temp name, so its closing
+//! is no event on the lock's name either) is found by the `retry_interval` poll. Elsewhere
+//! every event also bumps the path's *close generation*, so a waiter that judged a file once
+//! judges it again after any change.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -90,7 +91,6 @@ mod backend {
     const MASK: u32 = libc::IN_DELETE
         | libc::IN_MOVED_FROM
         | libc::IN_MOVED_TO
-        | libc::IN_CLOSE_WRITE
         | libc::IN_DELETE_SELF
         | libc::IN_MOVE_SELF
         | libc::IN_ONLYDIR;
@@ -197,7 +197,7 @@ mod backend {
                 }
                 let path = dir.join(OsStr::from_bytes(name));
                 if let Some(e) = lock(waiters).get(&path) {
-                    wake(e, mask & libc::IN_CLOSE_WRITE != 0);
+                    wake(e, mask & libc::IN_MOVED_TO != 0); // a new file: judge it
                 }
             }
         }

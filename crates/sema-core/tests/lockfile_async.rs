@@ -748,3 +748,46 @@ async fn loss_hook_reports_id_and_reason() {
     assert!(held_lock_by_id(held.id()).is_none());
     set_loss_hook(None);
 }
+
+/// A directory's watch outlives its last waiter for a moment (a process contending in a loop
+/// reuses it instead of adding and removing it per acquisition): consecutive waits in one
+/// directory are all still woken by file-system events, not by the (here 60 s) poll.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consecutive_waits_reuse_the_watch_and_are_woken() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("again.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            retry_interval: Duration::from_secs(60),
+            fsync: false,
+            ..LockOptions::default()
+        },
+    );
+    for round in 0..3 {
+        std::fs::write(
+            &path,
+            format!(
+                "pid={}\ntimestamp={}\n",
+                std::process::id(),
+                now_unix_secs()
+            ),
+        )
+        .unwrap();
+        let p2 = path.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            std::fs::remove_file(p2).unwrap();
+        });
+        let held = lf
+            .acquire(
+                &AcquireRequest::default(),
+                Some(Duration::from_secs(20)),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        held.release().unwrap();
+    }
+}

@@ -243,6 +243,9 @@ pub struct FileInner {
     extra_keys: bool,
     /// The in-process FIFO of the canonical path (shared by every `LockFile` of it).
     slot: Arc<Semaphore>,
+    /// The directory is on tmpfs/ramfs: `fsync` is instant there, so async attempts sync
+    /// inline instead of hopping to the blocking pool.
+    memory_fs: bool,
 }
 
 impl FileInner {
@@ -352,8 +355,10 @@ impl LockFile {
     pub fn new(path: PathBuf, options: LockOptions) -> LockFile {
         let key = canonical_key(&path);
         let slot = slot_for(&key);
+        let memory_fs = options.fsync && sys::dir_is_memory_fs(&path);
         LockFile {
             inner: Arc::new(FileInner {
+                memory_fs,
                 #[cfg(unix)]
                 path_c: sys::c_path(&path),
                 path,
@@ -665,8 +670,8 @@ impl LockFile {
     }
 
     /// One attempt from async code, on the calling (tokio) thread: looking, building and
-    /// linking are short non-blocking calls; only the winner's `fsync`s (when on) go to the
-    /// blocking pool. If the calling future is dropped while they run, the lock obtained is
+    /// linking are short non-blocking calls; only the winner's `fsync`s (when on, and not on a
+    /// memory file system where they return at once) go to the blocking pool. If the calling future is dropped while they run, the lock obtained is
     /// released at once (nothing is left behind).
     async fn attempt_async(
         &self,
@@ -674,10 +679,11 @@ impl LockFile {
         look_first: bool,
         prepared: &mut Option<Prepared>,
     ) -> Result<HeldLock, AttemptError> {
-        let held = self.attempt_prepared(req, look_first, false, prepared)?;
-        if !self.options.fsync {
-            return Ok(held);
+        if !self.options.fsync || self.memory_fs {
+            // Nothing to sync, or syncs that return at once (tmpfs): all inline.
+            return self.attempt_prepared(req, look_first, self.options.fsync, prepared);
         }
+        let held = self.attempt_prepared(req, look_first, false, prepared)?;
         let shared = Arc::new(Mutex::new(Handoff::default()));
         let abandon = AbandonOnDrop(shared.clone());
         let worker_shared = shared.clone();

@@ -143,6 +143,29 @@ pub(crate) fn stat_id(path: &Path, path_c: Option<&std::ffi::CStr>) -> io::Resul
     std::fs::metadata(path).map(|m| file_id(&m))
 }
 
+/// Whether `path`'s directory is on a memory file system (tmpfs, ramfs), where `fsync` returns
+/// at once (nothing to write back): such syncs can run inline on an async thread.
+pub(crate) fn dir_is_memory_fs(path: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        const RAMFS_MAGIC: i64 = 0x8584_58f6;
+        let Some(dir) = path.parent().and_then(c_path) else {
+            return false;
+        };
+        // SAFETY: `dir` is NUL-terminated and outlives the call; `st` is a writable, properly
+        // sized `statfs` buffer.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::statfs(dir.as_ptr(), &mut st) };
+        rc == 0 && matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        false
+    }
+}
+
 /// `pread` into `buf` until it is full or a read comes back short (end of file for a regular
 /// file); returns the bytes read.
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -43,6 +44,49 @@ struct HubState {
     backend: Option<backend::Backend>,
     failed: bool,
     dirs: HashMap<PathBuf, usize>,
+    /// Directories nobody waits on any more, still watched since the given time: a waiter
+    /// that comes back soon (a process contending in a loop) reuses the watch instead of
+    /// adding and removing it per acquisition. Removed after [`IDLE_UNWATCH`].
+    idle: HashMap<PathBuf, Instant>,
+}
+
+const IDLE_UNWATCH: Duration = Duration::from_secs(2);
+
+impl HubState {
+    fn sweep_idle(&mut self, now: Instant) {
+        if self.idle.is_empty() {
+            return;
+        }
+        let expired: Vec<PathBuf> = self
+            .idle
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= IDLE_UNWATCH)
+            .map(|(d, _)| d.clone())
+            .collect();
+        for dir in expired {
+            self.idle.remove(&dir);
+            if let Some(b) = self.backend.as_mut() {
+                b.unwatch(&dir);
+            }
+        }
+    }
+}
+
+/// The directory's watch is gone (deleted or moved): an idle entry must not be reused.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn forget_idle(dir: &Path) {
+    let mut state = lock(&HUB.state);
+    if state.idle.remove(dir).is_some() {
+        if let Some(b) = state.backend.as_mut() {
+            b.unwatch(dir);
+        }
+    }
+}
+
+/// Drop idle watches that expired (the reader thread calls it on events nobody waits for).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn sweep_idle() {
+    lock(&HUB.state).sweep_idle(Instant::now());
 }
 
 static HUB: LazyLock<Hub> = LazyLock::new(|| Hub {
@@ -193,11 +237,21 @@ mod backend {
                     || name.is_empty()
                 {
                     wake_dir(waiters, &dir);
+                    if mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0 {
+                        super::forget_idle(&dir);
+                    }
                     continue;
                 }
                 let path = dir.join(OsStr::from_bytes(name));
-                if let Some(e) = lock(waiters).get(&path) {
-                    wake(e, mask & libc::IN_MOVED_TO != 0); // a new file: judge it
+                let matched = match lock(waiters).get(&path) {
+                    Some(e) => {
+                        wake(e, mask & libc::IN_MOVED_TO != 0); // a new file: judge it
+                        true
+                    }
+                    None => false,
+                };
+                if !matched {
+                    super::sweep_idle();
                 }
             }
         }
@@ -305,9 +359,13 @@ pub(crate) fn watch(path: &Path) -> WatchGuard {
                 None => state.failed = true,
             }
         }
+        state.sweep_idle(Instant::now());
         let count = state.dirs.get(&dir).copied().unwrap_or(0);
         if count > 0 {
             state.dirs.insert(dir.clone(), count + 1);
+            watched_dir = Some(dir);
+        } else if state.idle.remove(&dir).is_some() {
+            state.dirs.insert(dir.clone(), 1);
             watched_dir = Some(dir);
         } else if let Some(b) = state.backend.as_mut() {
             if b.watch(&dir) {
@@ -341,9 +399,9 @@ impl Drop for WatchGuard {
             let count = state.dirs.get(&dir).copied().unwrap_or(0);
             if count <= 1 {
                 state.dirs.remove(&dir);
-                if let Some(b) = state.backend.as_mut() {
-                    b.unwatch(&dir);
-                }
+                let now = Instant::now();
+                state.idle.insert(dir, now);
+                state.sweep_idle(now);
             } else {
                 state.dirs.insert(dir, count - 1);
             }

@@ -63,11 +63,41 @@ impl ProcessProbe for OsProbe {
         process::probe_liveness(pid)
     }
     fn start_ticks(&self, pid: i64) -> Option<u64> {
-        process::process_start_ticks(pid)
+        cached_start_ticks(pid)
     }
     fn start_unix_secs(&self, pid: i64) -> Option<f64> {
         process::process_start_unix_secs(pid)
     }
+}
+
+/// How long a pid's start time read from `/proc` is reused. Waiters judge every new holder
+/// file once; under contention the same few pids come back many times a second, and a pid is
+/// not reused by another process within a second in practice (if it were, the next judgement
+/// after this window sees it). A dead pid is still caught at once by `kill(pid, 0)`.
+const START_TICKS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn cached_start_ticks(pid: i64) -> Option<u64> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, PoisonError};
+    use std::time::Instant;
+    static CACHE: Mutex<Option<HashMap<i64, (u64, Instant)>>> = Mutex::new(None);
+    let now = Instant::now();
+    {
+        let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((ticks, at)) = guard.get_or_insert_with(HashMap::new).get(&pid) {
+            if now.duration_since(*at) < START_TICKS_TTL {
+                return Some(*ticks);
+            }
+        }
+    }
+    let ticks = process::process_start_ticks(pid)?;
+    let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    let map = guard.get_or_insert_with(HashMap::new);
+    if map.len() >= 256 {
+        map.retain(|_, (_, at)| now.duration_since(*at) < START_TICKS_TTL);
+    }
+    map.insert(pid, (ticks, now));
+    Some(ticks)
 }
 
 /// The inputs of a judgement besides the observation.

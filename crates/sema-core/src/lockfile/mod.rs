@@ -16,7 +16,8 @@
 //!
 //! - [`LockFile::acquire`], [`LockFile::try_acquire_async`] and [`LockFile::wait_until_free`]
 //!   must be polled inside a tokio runtime with time enabled (their futures are `Send`).
-//!   [`HeldLock::start_heartbeat`] takes a runtime handle. Everything else is synchronous and
+//!   [`HeldLock::start_heartbeat`] (or [`HeldLock::start_heartbeat_thread`]) only adds the lock
+//!   to the one process-wide heartbeat thread's list. Everything else is synchronous and
 //!   needs no runtime; with `fsync` on, [`LockFile::try_acquire`] and [`HeldLock::release`] do
 //!   disk syncs, so run them off the JS thread.
 //! - `acquire` with a zero timeout makes exactly one attempt and reports `Timeout` (semats'
@@ -25,6 +26,9 @@
 //! - A [`HeldLock`] is not released when its handles are dropped: the process-wide registry
 //!   keeps it until [`HeldLock::release`], loss, or [`release_all_held`] (an exit hook). A CLI
 //!   whose lock must outlive it (`--pid`) must not run that hook for it.
+//! - [`LockFile::acquire_in_order`] takes the in-process FIFO place on the calling thread (for
+//!   bindings that spawn the future elsewhere). Loss of any held lock can be observed per lock
+//!   ([`HeldLock::lost`]) or process-wide by id ([`set_loss_hook`], [`held_lock_by_id`]).
 //! - Call [`HeldLock::start_heartbeat`] after every successful acquisition, or long-held locks
 //!   age on other hosts and loss goes unnoticed until `release()`.
 //! - A lock in our format whose recorded owner process has died is reclaimable at once on this

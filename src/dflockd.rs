@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{FnArgs, Function, Null, Object, PromiseRaw};
+use napi::bindgen_prelude::{FnArgs, Function, Object, PromiseRaw};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi::{Env, Error, JsDeferred, JsValue, Status};
 use napi_derive::napi;
@@ -18,6 +18,10 @@ use sema_core::dflockd::{
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::result::{
+    bool_result, string_result, void_result, BoolResult, NativeError, StringResult, VoidResult,
+};
 
 /// A dflockd server address (already chosen by sharding).
 #[napi(object)]
@@ -83,51 +87,6 @@ pub struct NativeConnectOptions {
     pub socket_timeout_ms: Option<f64>,
 }
 
-/// A failure: a stable `code` (`TIMEOUT`, `AUTH_FAILED`, `CONNECTION_ERROR`, `PROTOCOL_ERROR`,
-/// `SERVER_ERROR`, `INVALID_ARGUMENT`, `LOCK_LOST`, `NOT_LOCKED`, `ABORTED`), a message and,
-/// when a server reply caused it, the raw reply line (e.g. `error_max_locks`).
-#[napi(object)]
-pub struct NativeError {
-    /// Stable error code.
-    pub code: String,
-    /// Human-readable message.
-    pub message: String,
-    /// Raw server reply that caused the error, if any.
-    pub reply: Option<String>,
-}
-
-impl From<DflockdError> for NativeError {
-    fn from(e: DflockdError) -> Self {
-        NativeError {
-            code: e.code().to_string(),
-            message: e.message().to_string(),
-            reply: e.reply().map(str::to_string),
-        }
-    }
-}
-
-/// `{ ok: true, value: boolean } | { ok: false, error }`.
-#[napi(object)]
-pub struct NativeBoolResult {
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// The value when `ok`.
-    pub value: Option<bool>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
-}
-
-/// `{ ok: true, value: string } | { ok: false, error }`.
-#[napi(object)]
-pub struct NativeStringResult {
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// The value when `ok`.
-    pub value: Option<String>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
-}
-
 /// `{ ok: true, value: 'acquired' | 'queued' } | { ok: false, error }`.
 #[napi(object)]
 pub struct NativeEnqueueResult {
@@ -136,17 +95,6 @@ pub struct NativeEnqueueResult {
     /// The value when `ok`.
     #[napi(ts_type = "'acquired' | 'queued'")]
     pub value: Option<String>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
-}
-
-/// `{ ok: true, value: null } | { ok: false, value: null, error }`.
-#[napi(object)]
-pub struct NativeNullResult {
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// Always `null`.
-    pub value: Null,
     /// The failure when not `ok`.
     pub error: Option<NativeError>,
 }
@@ -160,36 +108,6 @@ pub struct NativeConnectionResult {
     pub value: Option<NativeDflockdConnection>,
     /// The failure when not `ok`.
     pub error: Option<NativeError>,
-}
-
-fn bool_result(r: core::Result<bool>) -> NativeBoolResult {
-    match r {
-        Ok(v) => NativeBoolResult {
-            ok: true,
-            value: Some(v),
-            error: None,
-        },
-        Err(e) => NativeBoolResult {
-            ok: false,
-            value: None,
-            error: Some(e.into()),
-        },
-    }
-}
-
-fn string_result(r: core::Result<String>) -> NativeStringResult {
-    match r {
-        Ok(v) => NativeStringResult {
-            ok: true,
-            value: Some(v),
-            error: None,
-        },
-        Err(e) => NativeStringResult {
-            ok: false,
-            value: None,
-            error: Some(e.into()),
-        },
-    }
 }
 
 fn enqueue_result(r: core::Result<EnqueueOutcome>) -> NativeEnqueueResult {
@@ -321,11 +239,8 @@ impl NativeDflockdPrimitive {
 
     /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
     /// held (renewal started), `{ok: true, value: false}` on timeout.
-    #[napi(ts_return_type = "Promise<NativeBoolResult>")]
-    pub fn acquire<'env>(
-        &self,
-        env: &'env Env,
-    ) -> napi::Result<PromiseRaw<'env, NativeBoolResult>> {
+    #[napi(ts_return_type = "Promise<BoolResult>")]
+    pub fn acquire<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, BoolResult>> {
         // The ticket is taken now, on the JS thread, so a cancel() right after this call
         // aborts it even before the future first runs.
         let p = self.inner.clone();
@@ -348,12 +263,12 @@ impl NativeDflockdPrimitive {
     /// Phase two: wait up to `timeoutS` whole seconds for the grant. `true` = held (verified by
     /// an immediate renew; a stale grant gives `LOCK_LOST`), `false` = timed out (connection
     /// closed; enqueue again). After an `'acquired'` enqueue it resolves `true` at once.
-    #[napi(ts_return_type = "Promise<NativeBoolResult>")]
+    #[napi(ts_return_type = "Promise<BoolResult>")]
     pub fn wait<'env>(
         &self,
         env: &'env Env,
         timeout_s: f64,
-    ) -> napi::Result<PromiseRaw<'env, NativeBoolResult>> {
+    ) -> napi::Result<PromiseRaw<'env, BoolResult>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
         let t = int_arg("timeoutS", timeout_s, 0, core::protocol::MAX_SECONDS);
@@ -367,21 +282,10 @@ impl NativeDflockdPrimitive {
     /// Release the held lock/slot; after a clean `ok` the connection is kept (idle, unwatched)
     /// for the next `acquire()`/`enqueue()`, else closed. `NOT_LOCKED` when nothing is
     /// held, `LOCK_LOST` when it was lost before.
-    #[napi(ts_return_type = "Promise<NativeNullResult>")]
-    pub async fn release(&self) -> napi::Result<NativeNullResult> {
+    #[napi(ts_return_type = "Promise<VoidResult>")]
+    pub async fn release(&self) -> napi::Result<VoidResult> {
         let p = self.inner.clone();
-        Ok(match p.release().await {
-            Ok(()) => NativeNullResult {
-                ok: true,
-                value: Null,
-                error: None,
-            },
-            Err(e) => NativeNullResult {
-                ok: false,
-                value: Null,
-                error: Some(e.into()),
-            },
-        })
+        Ok(void_result(p.release().await))
     }
 
     /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
@@ -916,11 +820,8 @@ fn resolved(env: &Env, r: NativeCallResult) -> napi::Result<Object<'_>> {
 }
 
 /// Connect, send `stats`, resolve the JSON text after `ok ` (Go server only), close.
-#[napi(
-    js_name = "dflockdStats",
-    ts_return_type = "Promise<NativeStringResult>"
-)]
-pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<NativeStringResult> {
+#[napi(js_name = "dflockdStats", ts_return_type = "Promise<StringResult>")]
+pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<StringResult> {
     let opts = match connect_options(
         &options.server,
         &options.tls,

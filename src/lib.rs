@@ -7,6 +7,7 @@
 
 mod dflockd;
 mod lockfile;
+mod result;
 
 use napi_derive::napi;
 

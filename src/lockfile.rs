@@ -19,34 +19,7 @@ use sema_core::lockfile::{
 };
 use tokio_util::sync::CancellationToken;
 
-/// A failure as a value; `code` is one of the `SemaphoreErrorType` strings.
-#[napi(object)]
-pub struct NativeError {
-    pub code: String,
-    pub message: String,
-    pub holder_pid: Option<i64>,
-    pub locked_since: Option<i64>,
-}
-
-impl From<&LockError> for NativeError {
-    fn from(e: &LockError) -> Self {
-        NativeError {
-            code: e.kind().to_string(),
-            message: e.to_string(),
-            holder_pid: e.holder_pid(),
-            locked_since: e.locked_since(),
-        }
-    }
-}
-
-fn error(code: &str, message: impl Into<String>) -> NativeError {
-    NativeError {
-        code: code.to_string(),
-        message: message.into(),
-        holder_pid: None,
-        locked_since: None,
-    }
-}
+use crate::result::{bool_result, void_result, BoolResult, NativeError, VoidResult};
 
 #[napi(object)]
 pub struct NativeLockInfo {
@@ -84,7 +57,7 @@ pub fn parse_lock_info(content: String) -> ParseResult {
         Err(e) => ParseResult {
             ok: false,
             value: None,
-            error: Some(error("PARSE_ERROR", e.to_string())),
+            error: Some(NativeError::new("PARSE_ERROR", e.to_string())),
         },
     }
 }
@@ -125,7 +98,7 @@ pub struct PathCheck {
 #[napi]
 pub fn check_lock_path(path: String, semats: bool) -> PathCheck {
     let checked = if semats {
-        lockfile::validate_semats_path(&path).map_err(|m| error("INVALID_PATH", m))
+        lockfile::validate_semats_path(&path).map_err(|m| NativeError::new("INVALID_PATH", m))
     } else {
         lockfile::validate_lock_path(&path).map_err(|e| NativeError::from(&e))
     };
@@ -215,47 +188,6 @@ impl From<lockfile::LockStatus> for NativeStatus {
             is_stale: s.is_stale,
             is_owned_by_current_process: s.is_owned_by_current_process,
         }
-    }
-}
-
-#[napi(object)]
-pub struct VoidResult {
-    pub ok: bool,
-    pub error: Option<NativeError>,
-}
-
-#[napi(object)]
-pub struct BoolResult {
-    pub ok: bool,
-    pub value: Option<bool>,
-    pub error: Option<NativeError>,
-}
-
-fn void_result(r: Result<(), LockError>) -> VoidResult {
-    match r {
-        Ok(()) => VoidResult {
-            ok: true,
-            error: None,
-        },
-        Err(e) => VoidResult {
-            ok: false,
-            error: Some((&e).into()),
-        },
-    }
-}
-
-fn bool_result(r: Result<bool, LockError>) -> BoolResult {
-    match r {
-        Ok(v) => BoolResult {
-            ok: true,
-            value: Some(v),
-            error: None,
-        },
-        Err(e) => BoolResult {
-            ok: false,
-            value: None,
-            error: Some((&e).into()),
-        },
     }
 }
 
@@ -423,7 +355,7 @@ impl Drop for NativeLockFile {
 }
 
 fn gone() -> NativeError {
-    error("INVALID_ARGUMENT", "lock file handle is no longer valid")
+    NativeError::new("INVALID_ARGUMENT", "lock file handle is no longer valid")
 }
 
 #[napi]

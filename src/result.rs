@@ -1,0 +1,124 @@
+//! The result objects both bindings resolve with. Expected failures travel as values with a stable
+//! `code` (an async napi fn cannot give a rejection a custom `code`, and the JS layer wants semats'
+//! `SemaphoreResult` shapes anyway); only programming errors throw.
+
+use napi_derive::napi;
+use sema_core::dflockd::error::DflockdError;
+use sema_core::lockfile::LockError;
+
+/// A failure: a stable `code` (a `SemaphoreErrorType` string), a message and, where known, the
+/// holder of a busy lock file or the raw server reply that caused it (e.g. `error_max_locks`).
+#[napi(object)]
+pub struct NativeError {
+    pub code: String,
+    pub message: String,
+    /// dflockd: the raw server reply that caused the error.
+    pub reply: Option<String>,
+    /// Lock files: the pid recorded in the file that blocked us.
+    pub holder_pid: Option<i64>,
+    /// Lock files: the `timestamp=` of the file that blocked us.
+    pub locked_since: Option<i64>,
+}
+
+impl NativeError {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        NativeError {
+            code: code.to_string(),
+            message: message.into(),
+            reply: None,
+            holder_pid: None,
+            locked_since: None,
+        }
+    }
+}
+
+impl From<&LockError> for NativeError {
+    fn from(e: &LockError) -> Self {
+        NativeError {
+            holder_pid: e.holder_pid(),
+            locked_since: e.locked_since(),
+            ..NativeError::new(e.kind(), e.to_string())
+        }
+    }
+}
+
+impl From<LockError> for NativeError {
+    fn from(e: LockError) -> Self {
+        NativeError::from(&e)
+    }
+}
+
+impl From<DflockdError> for NativeError {
+    fn from(e: DflockdError) -> Self {
+        NativeError {
+            reply: e.reply().map(str::to_string),
+            ..NativeError::new(e.code(), e.message())
+        }
+    }
+}
+
+/// `{ ok: true } | { ok: false, error }`.
+#[napi(object)]
+pub struct VoidResult {
+    pub ok: bool,
+    pub error: Option<NativeError>,
+}
+
+/// `{ ok: true, value: boolean } | { ok: false, error }`.
+#[napi(object)]
+pub struct BoolResult {
+    pub ok: bool,
+    pub value: Option<bool>,
+    pub error: Option<NativeError>,
+}
+
+/// `{ ok: true, value: string } | { ok: false, error }`.
+#[napi(object)]
+pub struct StringResult {
+    pub ok: bool,
+    pub value: Option<String>,
+    pub error: Option<NativeError>,
+}
+
+pub fn void_result<E: Into<NativeError>>(r: Result<(), E>) -> VoidResult {
+    match r {
+        Ok(()) => VoidResult {
+            ok: true,
+            error: None,
+        },
+        Err(e) => VoidResult {
+            ok: false,
+            error: Some(e.into()),
+        },
+    }
+}
+
+pub fn bool_result<E: Into<NativeError>>(r: Result<bool, E>) -> BoolResult {
+    match r {
+        Ok(v) => BoolResult {
+            ok: true,
+            value: Some(v),
+            error: None,
+        },
+        Err(e) => BoolResult {
+            ok: false,
+            value: None,
+            error: Some(e.into()),
+        },
+    }
+}
+
+pub fn string_result<E: Into<NativeError>>(r: Result<String, E>) -> StringResult {
+    match r {
+        Ok(v) => StringResult {
+            ok: true,
+            value: Some(v),
+            error: None,
+        },
+        Err(e) => StringResult {
+            ok: false,
+            value: None,
+            error: Some(e.into()),
+        },
+    }
+}

@@ -8,7 +8,12 @@ const { acquire } = require('..')
 
 const [lockPath, name, rounds, mode] = process.argv.slice(2)
 const marker = `${lockPath}.inside`
-const say = (event, extra = {}) => process.stdout.write(JSON.stringify({ t: Date.now(), name, pid: process.pid, event, ...extra }) + '\n')
+// `hr`: CLOCK_MONOTONIC in ns (process.hrtime on Linux), one clock for every process on the host, so the parent
+// can order events of different workers exactly; `t` is wall-clock ms for display.
+const say = (event, extra = {}) =>
+  process.stdout.write(
+    JSON.stringify({ t: Date.now(), hr: String(process.hrtime.bigint()), name, pid: process.pid, event, ...extra }) + '\n',
+  )
 
 async function main() {
   for (let i = 0; i < Number(rounds); i++) {
@@ -30,6 +35,7 @@ async function main() {
     await new Promise((r) => setTimeout(r, 120)) // the "work"
     fs.closeSync(fd)
     fs.unlinkSync(marker)
+    say('leaving', { round: i + 1 }) // still holding: the next holder can only get in after this line
     await lock.release()
     say('released', { round: i + 1 })
   }

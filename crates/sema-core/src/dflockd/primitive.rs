@@ -161,6 +161,10 @@ struct State {
 
 /// A started acquire/enqueue: its op id, its cancel token, renewal tasks of earlier holds to join
 /// first, and the connection kept from the last clean release.
+/// A first request in flight, borrowed from the primitive and its connection.
+type SendFuture<'a, R> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<R>> + Send + 'a>>;
+
 type Begun = (
     u64,
     CancellationToken,
@@ -381,6 +385,33 @@ impl Primitive {
         }
     }
 
+    /// The first request of an acquisition (`send_acquire` or `send_enqueue`) on the kept
+    /// connection if there is one, else a new one. A kept connection that turns out dead
+    /// (`CONNECTION_ERROR`: the server dropped it while idle; nothing was held on it) is replaced
+    /// by a fresh one and the request sent once more. Cancellation (`cancel()`/`close()`) drops
+    /// the connection and yields `ABORTED`.
+    async fn open_and_send<R>(
+        &self,
+        kept: Option<Connection>,
+        cancel: &CancellationToken,
+        send: for<'a> fn(&'a Self, &'a mut Connection) -> SendFuture<'a, R>,
+    ) -> Result<(Connection, R)> {
+        let work = async {
+            let (mut conn, reused) = self.open(kept).await?;
+            let mut reply = send(self, &mut conn).await;
+            if reused && matches!(&reply, Err(e) if e.kind() == ErrorCode::ConnectionError) {
+                conn = Connection::connect(&self.opts.connect).await?;
+                reply = send(self, &mut conn).await;
+            }
+            Ok((conn, reply?))
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(DflockdError::aborted()),
+            r = work => r,
+        }
+    }
+
     /// End operation `op` without holding anything. `Err(ABORTED)` when it was cancelled or
     /// superseded by `close()`.
     fn end_op(&self, op: u64, cancel: &CancellationToken) -> Result<()> {
@@ -461,22 +492,9 @@ impl Primitive {
     pub async fn acquire_with(&self, ticket: Ticket) -> Result<bool> {
         let (op, cancel, old, kept) = self.begin(ticket)?;
         join_stopped(old).await;
-        let work = async {
-            let (mut conn, reused) = self.open(kept).await?;
-            let mut reply = self.send_acquire(&mut conn).await;
-            if reused && matches!(&reply, Err(e) if e.kind() == ErrorCode::ConnectionError) {
-                // The kept connection died while idle (the server dropped it); nothing was
-                // held on it, so a fresh connection is as good.
-                conn = Connection::connect(&self.opts.connect).await?;
-                reply = self.send_acquire(&mut conn).await;
-            }
-            Ok::<_, DflockdError>((conn, reply?))
-        };
-        let res = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(DflockdError::aborted()),
-            r = work => r,
-        };
+        let res = self
+            .open_and_send(kept, &cancel, |p, c| Box::pin(p.send_acquire(c)))
+            .await;
         match res {
             Ok((conn, AcquireReply::Granted(g))) => {
                 self.commit_held(op, &cancel, conn, g).map(|_| true)
@@ -503,20 +521,9 @@ impl Primitive {
     pub async fn enqueue_with(&self, ticket: Ticket) -> Result<EnqueueOutcome> {
         let (op, cancel, old, kept) = self.begin(ticket)?;
         join_stopped(old).await;
-        let work = async {
-            let (mut conn, reused) = self.open(kept).await?;
-            let mut reply = self.send_enqueue(&mut conn).await;
-            if reused && matches!(&reply, Err(e) if e.kind() == ErrorCode::ConnectionError) {
-                conn = Connection::connect(&self.opts.connect).await?;
-                reply = self.send_enqueue(&mut conn).await;
-            }
-            Ok::<_, DflockdError>((conn, reply?))
-        };
-        let res = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(DflockdError::aborted()),
-            r = work => r,
-        };
+        let res = self
+            .open_and_send(kept, &cancel, |p, c| Box::pin(p.send_enqueue(c)))
+            .await;
         match res {
             Ok((conn, EnqueueReply::Acquired(g))) => self
                 .commit_held(op, &cancel, conn, g)

@@ -28,8 +28,8 @@ after(() => {
   u.rmTmp(dir)
 })
 
-async function mutexRun(t, mode) {
-  const work = fs.mkdtempSync(path.join(dir, `mutex-${mode}-`))
+async function mutexRun(t, mode, base = dir) {
+  const work = fs.mkdtempSync(path.join(base, `mutex-${mode}-`))
   const file = path.join(work, 'm.lock')
   const marker = path.join(work, 'inside.marker')
   const counter = path.join(work, 'counter')
@@ -101,6 +101,19 @@ describe('mutual exclusion across processes', () => {
   })
 
   test(`async acquire/release: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) => mutexRun(t, 'async'))
+  // In tmpfs an uncontended acquire and every release run on the JS thread, and waiters use the cross-process queue.
+  test(
+    `async acquire/release in tmpfs (short calls on the JS thread): ${PROCS} processes × ${ITER}`,
+    { timeout: 170000, skip: !fs.existsSync('/dev/shm') && 'no /dev/shm' },
+    async (t) => {
+      const shm = fs.mkdtempSync('/dev/shm/sema-native-test-')
+      try {
+        await mutexRun(t, 'async', shm)
+      } finally {
+        fs.rmSync(shm, { recursive: true, force: true })
+      }
+    },
+  )
   test(`semats Semaphore#tryAcquire retry loop: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) =>
     mutexRun(t, 'semats'),
   )

@@ -15,7 +15,7 @@ use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi::{Env, Task};
 use napi_derive::napi;
 use sema_core::lockfile::{
-    self, AcquireRequest, HeldLock, LockError, LockFile, LockOptions, Observation,
+    self, AcquireNow, AcquireRequest, HeldLock, LockError, LockFile, LockOptions, Observation,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -403,23 +403,32 @@ impl NativeLockFile {
         }
     }
 
-    /// One attempt on the libuv pool (the target API's `tryAcquire`: all I/O off the JS thread).
-    #[napi(ts_return_type = "Promise<HeldOutcome>")]
+    /// One attempt (the target API's `tryAcquire`): on the calling thread when it is short (see
+    /// `LockFile::attempts_are_short`; the outcome comes back directly), else on the libuv pool (a promise).
+    #[napi(ts_return_type = "HeldOutcome | Promise<HeldOutcome>")]
     pub fn try_acquire_async(
         &self,
         tag: Option<String>,
         owner_pid: Option<u32>,
-    ) -> AsyncTask<TryAcquireTask> {
-        AsyncTask::new(TryAcquireTask {
+    ) -> Either<HeldOutcome, AsyncTask<TryAcquireTask>> {
+        let req = request(tag, owner_pid);
+        if self.inner.attempts_are_short() {
+            return Either::A(acquired(self.inner.try_acquire(&req)));
+        }
+        Either::B(AsyncTask::new(TryAcquireTask {
             file: self.inner.clone(),
-            req: Some(request(tag, owner_pid)),
-        })
+            req: Some(req),
+        }))
     }
 
-    /// Waits on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` = forever,
-    /// 0 = one attempt) and the cancel id (from `newCancelId`). Takes its place in the in-process FIFO queue
-    /// during this call, so waiters of one process are served in call order.
-    #[napi(ts_return_type = "Promise<HeldOutcome>")]
+    /// Acquires, waiting on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` =
+    /// forever, 0 = one attempt) and the cancel id (from `newCancelId`). Takes its place in the in-process FIFO
+    /// queue during this call, so waiters of one process are served in call order.
+    ///
+    /// The uncontended case is decided on the calling thread when the file calls are short (memory file system,
+    /// or local with fsync off; see `LockFile::acquire_now`): the outcome comes back directly, not as a promise,
+    /// saving two thread hops. Otherwise a promise.
+    #[napi(ts_return_type = "HeldOutcome | Promise<HeldOutcome>")]
     pub fn acquire<'env>(
         &self,
         env: &'env Env,
@@ -427,12 +436,24 @@ impl NativeLockFile {
         owner_pid: Option<u32>,
         timeout_ms: Option<f64>,
         cancel_id: Option<u32>,
-    ) -> napi::Result<PromiseRaw<'env, HeldOutcome>> {
-        let cancel = cancel_id.map(cancel_token).unwrap_or_default();
-        let fut = self
-            .inner
-            .acquire_in_order(request(tag, owner_pid), timeout_ms.map(ms), cancel);
+    ) -> napi::Result<Either<HeldOutcome, PromiseRaw<'env, HeldOutcome>>> {
+        let req = request(tag, owner_pid);
+        let cancelled = cancel_id.map(cancel_token);
+        let tried = match cancelled.as_ref().is_some_and(|c| c.is_cancelled()) {
+            true => None,
+            false => match self.inner.acquire_now(&req) {
+                AcquireNow::Done(r) => return Ok(Either::A(acquired(r))),
+                AcquireNow::Wait(tried) => Some(tried),
+            },
+        };
+        let fut = self.inner.acquire_in_order_tried(
+            req,
+            timeout_ms.map(ms),
+            cancelled.unwrap_or_default(),
+            tried,
+        );
         env.spawn_future(async move { Ok(acquired(fut.await)) })
+            .map(Either::B)
     }
 
     /// Resolves once no lock file exists (the CLI's `wait`).
@@ -563,6 +584,17 @@ fn join_error(e: tokio::task::JoinError) -> LockError {
 #[napi]
 pub fn release_held(id: f64) -> BoolResult {
     bool_result(release_by_id(to_id(id)))
+}
+
+/// `releaseHeld` on the calling thread when that is short (the lock is not on a network file system), else
+/// `null`: then call `releaseHeldAsync`.
+#[napi]
+pub fn release_held_now(id: f64) -> Option<BoolResult> {
+    match lockfile::held_lock_by_id(to_id(id)) {
+        Some(held) if held.release_is_short() => Some(bool_result(held.release())),
+        Some(_) => None,
+        None => Some(bool_result(Ok::<bool, LockError>(false))), // already released or lost
+    }
 }
 
 /// `releaseHeld` on the libuv pool.

@@ -22,8 +22,9 @@ use super::paths::canonical_key;
 use super::process::{
     current_pid, host_identity, now_unix_secs, own_start_ticks, process_start_ticks,
 };
+use super::queue::{self, Ticket, STARVING_AFTER};
 use super::stale::{judge, Observation, OsProbe, StaleContext, StaleJudgement};
-use super::sys::{self, CreationStrategy, ExclusiveLock, FileId, FileSig};
+use super::sys::{self, CreationStrategy, ExclusiveLock, FileId, FileSig, FsKind};
 use super::watch;
 
 /// How many create → examine → break rounds one attempt makes before reporting `AlreadyLocked`.
@@ -243,9 +244,10 @@ pub struct FileInner {
     extra_keys: bool,
     /// The in-process FIFO of the canonical path (shared by every `LockFile` of it).
     slot: Arc<Semaphore>,
-    /// The directory is on tmpfs/ramfs: `fsync` is instant there, so async attempts sync
-    /// inline instead of hopping to the blocking pool.
-    memory_fs: bool,
+    /// The directory's file system: on tmpfs `fsync` is instant, so async attempts sync inline
+    /// instead of hopping to the blocking pool; on a local disk without `fsync` the calls are
+    /// short enough to run on the JS thread (see [`LockFile::acquire_now`]).
+    fs: FsKind,
 }
 
 impl FileInner {
@@ -264,6 +266,31 @@ impl std::ops::Deref for LockFile {
     type Target = FileInner;
     fn deref(&self) -> &FileInner {
         &self.inner
+    }
+}
+
+/// What [`LockFile::acquire_now`] decided.
+pub enum AcquireNow {
+    /// Won, or failed for good.
+    Done(Result<HeldLock, LockError>),
+    /// Not decided on this thread: pass this to [`LockFile::acquire_in_order_tried`].
+    Wait(Tried),
+}
+
+/// An attempt made by [`LockFile::acquire_now`], with the place it took in the cross-process
+/// line (if any), handed to the wait so the place is not lost in between.
+pub struct Tried {
+    /// The attempt was made (and found the lock busy).
+    attempted: bool,
+    ticket: Option<Ticket>,
+}
+
+impl Tried {
+    fn nothing() -> Tried {
+        Tried {
+            attempted: false,
+            ticket: None,
+        }
     }
 }
 
@@ -355,10 +382,10 @@ impl LockFile {
     pub fn new(path: PathBuf, options: LockOptions) -> LockFile {
         let key = canonical_key(&path);
         let slot = slot_for(&key);
-        let memory_fs = options.fsync && sys::dir_is_memory_fs(&path);
+        let fs = sys::dir_fs_kind(&path);
         LockFile {
             inner: Arc::new(FileInner {
-                memory_fs,
+                fs,
                 #[cfg(unix)]
                 path_c: sys::c_path(&path),
                 path,
@@ -544,6 +571,51 @@ impl LockFile {
         self.acquire_in_order(req.clone(), timeout, cancel).await
     }
 
+    /// Whether one attempt is short enough for a thread that must not block (the JS thread): a
+    /// memory file system, or a local one with `fsync` off (no `fsync` of a disk, no network
+    /// file system, where every call may wait).
+    pub fn attempts_are_short(&self) -> bool {
+        match self.fs {
+            FsKind::Memory => true,
+            FsKind::Local => !self.options.fsync,
+            FsKind::Remote => false,
+        }
+    }
+
+    /// The uncontended fast path of `acquire`, on the calling thread, for callers that must not
+    /// block (the JS thread): one attempt, made only when it is short and certain to be fair.
+    /// `None` = not decided here (attempts are not short here, see
+    /// [`LockFile::attempts_are_short`]; the lock is taken or queued for in this process; or
+    /// the path is busy): call [`LockFile::acquire_in_order_tried`] to wait. `Some` = won, or
+    /// failed for good.
+    pub fn acquire_now(&self, req: &AcquireRequest) -> AcquireNow {
+        if !self.attempts_are_short() {
+            return AcquireNow::Wait(Tried::nothing());
+        }
+        let Ok(permit) = self.slot.clone().try_acquire_owned() else {
+            return AcquireNow::Wait(Tried::nothing());
+        };
+        // Waiting processes go first: the place taken in their line is handed on to the wait.
+        let ticket = queue::existing(&self.key).map(|q| q.join());
+        if ticket.as_ref().is_some_and(|t| !t.is_head()) {
+            return AcquireNow::Wait(Tried {
+                attempted: false,
+                ticket,
+            });
+        }
+        match self.attempt_prepared(req, false, self.options.fsync, &mut None) {
+            Ok(held) => {
+                held.adopt_permit(permit);
+                AcquireNow::Done(Ok(held))
+            }
+            Err(AttemptError::Busy(_)) => AcquireNow::Wait(Tried {
+                attempted: true,
+                ticket,
+            }),
+            Err(AttemptError::Failed(e)) => AcquireNow::Done(Err(e)),
+        }
+    }
+
     /// [`LockFile::acquire`] that takes its place in the in-process FIFO queue NOW, on the
     /// calling thread (no file I/O happens here), instead of when the returned future is first
     /// polled: callers that spawn the future on a multi-threaded runtime keep their call order.
@@ -552,6 +624,19 @@ impl LockFile {
         req: AcquireRequest,
         timeout: Option<Duration>,
         cancel: CancellationToken,
+    ) -> impl Future<Output = Result<HeldLock, LockError>> + Send + 'static {
+        self.acquire_in_order_tried(req, timeout, cancel, None)
+    }
+
+    /// [`LockFile::acquire_in_order`] after [`LockFile::acquire_now`] said `Wait(tried)`: the
+    /// first attempt, made a moment ago, is not repeated unless a slot had to be waited for,
+    /// and the place it took in the cross-process line is kept.
+    pub fn acquire_in_order_tried(
+        &self,
+        req: AcquireRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+        tried: Option<Tried>,
     ) -> impl Future<Output = Result<HeldLock, LockError>> + Send + 'static {
         let this = self.clone();
         let mut queued = Box::pin(self.slot.clone().acquire_owned());
@@ -565,7 +650,7 @@ impl LockFile {
                 .poll(&mut Context::from_waker(Waker::noop()))
         };
         async move {
-            this.acquire_queued(&req, timeout, cancel, queued, first)
+            this.acquire_queued(&req, timeout, cancel, queued, first, tried)
                 .await
         }
     }
@@ -577,6 +662,7 @@ impl LockFile {
         cancel: CancellationToken,
         mut queued: Q,
         first: Poll<Result<OwnedSemaphorePermit, AcquireError>>,
+        tried: Option<Tried>,
     ) -> Result<HeldLock, LockError>
     where
         Q: Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Unpin,
@@ -594,6 +680,11 @@ impl LockFile {
                 "Failed to create lock",
                 io::Error::other("in-process queue closed"),
             )
+        };
+        // `tried` counts only if the slot was free at once (no other waiter went first since).
+        let (tried, tried_ticket) = match tried {
+            Some(t) if matches!(first, Poll::Ready(Ok(_))) => (t.attempted, t.ticket),
+            _ => (false, None),
         };
         let permit = match first {
             Poll::Ready(Ok(p)) => p,
@@ -615,19 +706,50 @@ impl LockFile {
         };
         drop(queued);
 
+        // The cross-process queue, if this lock ever had waiters: the first attempt is made only
+        // at the head of it (behind waiting processes, not ahead of them).
+        let mut ticket = match tried_ticket {
+            Some(t) => Some(t),
+            None => queue::existing(&self.key).map(|q| q.join()),
+        };
+
         // First attempt without registering for events: the uncontended fast path. A file
         // prepared for it and not linked is kept for the next attempts.
         let mut prepared = None;
-        match self.attempt_async(req, false, &mut prepared).await {
-            Ok(held) => {
-                held.adopt_permit(permit);
-                return Ok(held);
+        if !tried && ticket.as_ref().is_none_or(Ticket::is_head) {
+            match self.attempt_async(req, false, &mut prepared).await {
+                Ok(held) => {
+                    held.adopt_permit(permit);
+                    return Ok(held);
+                }
+                Err(AttemptError::Busy(_)) => {}
+                Err(AttemptError::Failed(e)) => return Err(e),
             }
-            Err(AttemptError::Busy(_)) => {}
-            Err(AttemptError::Failed(e)) => return Err(e),
         }
         if passed(deadline) {
             return Err(timeout_error(timeout));
+        }
+        if ticket.is_none() {
+            ticket = queue::create(&self.key).map(|q| q.join());
+        }
+        // After STARVING_AFTER this waiter goes strictly first (see `queue`).
+        let starve_at = start + STARVING_AFTER;
+        let mut starving = false;
+        if let Some(ticket) = &ticket {
+            let polled = self
+                .wait_for_head(
+                    req,
+                    ticket,
+                    (deadline, timeout),
+                    (starve_at, &mut starving),
+                    &cancel,
+                    &mut prepared,
+                )
+                .await?;
+            if let Some(held) = polled {
+                held.adopt_permit(permit);
+                return Ok(held);
+            }
         }
         let guard = watch::watch(&self.key);
         // The file last judged held, with the close generation seen before judging it.
@@ -664,6 +786,52 @@ impl LockFile {
                 _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
                     judged = None; // the poll judges again (stale expiry, a dead holder)
                 }
+                _ = tokio::time::sleep_until(starve_at), if !starving && ticket.is_some() => {
+                    starving = true;
+                    if let Some(t) = &ticket {
+                        t.mark_starving();
+                    }
+                }
+                _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+            }
+        }
+    }
+
+    /// Wait in the cross-process queue until this process is the head (`Ok(None)`), polling the
+    /// lock file every `retry_interval` meanwhile: a lock found free (or stale) by a poll is
+    /// taken at once (`Ok(Some)`), so a head that stopped running cannot block the line.
+    async fn wait_for_head(
+        &self,
+        req: &AcquireRequest,
+        ticket: &Ticket,
+        (deadline, timeout): (Option<tokio::time::Instant>, Option<Duration>),
+        (starve_at, starving): (tokio::time::Instant, &mut bool),
+        cancel: &CancellationToken,
+        prepared: &mut Option<Prepared>,
+    ) -> Result<Option<HeldLock>, LockError> {
+        loop {
+            let changed = ticket.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if ticket.is_head() {
+                return Ok(None);
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(LockError::Aborted),
+                _ = &mut changed => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
+                    let look_first = !matches!(sys::stat_sig(&self.path), Ok(None));
+                    match self.attempt_async(req, look_first, prepared).await {
+                        Ok(held) => return Ok(Some(held)),
+                        Err(AttemptError::Busy(_)) => {}
+                        Err(AttemptError::Failed(e)) => return Err(e),
+                    }
+                }
+                _ = tokio::time::sleep_until(starve_at), if !*starving => {
+                    *starving = true;
+                    ticket.mark_starving();
+                }
                 _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
             }
         }
@@ -679,7 +847,7 @@ impl LockFile {
         look_first: bool,
         prepared: &mut Option<Prepared>,
     ) -> Result<HeldLock, AttemptError> {
-        if !self.options.fsync || self.memory_fs {
+        if !self.options.fsync || self.fs == FsKind::Memory {
             // Nothing to sync, or syncs that return at once (tmpfs): all inline.
             return self.attempt_prepared(req, look_first, self.options.fsync, prepared);
         }
@@ -1406,6 +1574,12 @@ impl HeldLock {
             sys::fsync_dir(dir);
         }
         Ok(())
+    }
+
+    /// Whether [`HeldLock::release`] is short enough for a thread that must not block (the JS
+    /// thread): not on a network file system (release never syncs).
+    pub fn release_is_short(&self) -> bool {
+        self.inner.file.fs != FsKind::Remote
     }
 
     /// Release: idempotent. `Ok(true)` released now; `Ok(false)` already released or lost (then

@@ -45,6 +45,7 @@ pub mod format;
 mod lock;
 pub mod paths;
 pub mod process;
+mod queue;
 mod rng;
 pub mod stale;
 mod sys;
@@ -56,8 +57,8 @@ pub use format::{
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
 };
 pub use lock::{
-    held_lock_by_id, held_locks, release_all_held, set_loss_hook, AcquireRequest, HeldLock,
-    LockFile, LockOptions, LockStatus,
+    held_lock_by_id, held_locks, release_all_held, set_loss_hook, AcquireNow, AcquireRequest,
+    HeldLock, LockFile, LockOptions, LockStatus, Tried,
 };
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{

@@ -143,26 +143,65 @@ pub(crate) fn stat_id(path: &Path, path_c: Option<&std::ffi::CStr>) -> io::Resul
     std::fs::metadata(path).map(|m| file_id(&m))
 }
 
-/// Whether `path`'s directory is on a memory file system (tmpfs, ramfs), where `fsync` returns
-/// at once (nothing to write back): such syncs can run inline on an async thread.
-pub(crate) fn dir_is_memory_fs(path: &Path) -> bool {
+/// What kind of file system a lock's directory is on: it decides which file calls may run
+/// inline on a thread that must not block for long (the JS thread, an async worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FsKind {
+    /// tmpfs, ramfs: every call, `fsync` included, returns at once (nothing to write back).
+    Memory,
+    /// A local disk file system: metadata calls take microseconds; `fsync` can take
+    /// milliseconds.
+    Local,
+    /// NFS, SMB, FUSE, 9p, cluster file systems, or unknown (not Linux, `statfs` failed): any
+    /// call may wait on a network or another process.
+    Remote,
+}
+
+/// The file system kind of `path`'s directory (see [`FsKind`]).
+pub(crate) fn dir_fs_kind(path: &Path) -> FsKind {
     #[cfg(target_os = "linux")]
     {
         const TMPFS_MAGIC: i64 = 0x0102_1994;
         const RAMFS_MAGIC: i64 = 0x8584_58f6;
+        // Network, user-space and cluster file systems, from linux/magic.h and their sources.
+        const REMOTE_MAGICS: [i64; 12] = [
+            0x6969,      // NFS
+            0x517b,      // SMB
+            0xfe53_4d42, // SMB2
+            0xff53_4d42, // CIFS
+            0x6573_5546, // FUSE (sshfs, s3fs...)
+            0x00c3_6400, // Ceph
+            0x0102_1997, // 9p (VM and WSL shares)
+            0x5346_414f, // AFS
+            0x7375_7245, // Coda
+            0x7461_636f, // OCFS2
+            0x0116_1970, // GFS2
+            0x0bd0_0bd0, // Lustre
+        ];
         let Some(dir) = path.parent().and_then(c_path) else {
-            return false;
+            return FsKind::Remote;
         };
         // SAFETY: `dir` is NUL-terminated and outlives the call; `st` is a writable, properly
         // sized `statfs` buffer.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         let rc = unsafe { libc::statfs(dir.as_ptr(), &mut st) };
-        rc == 0 && matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+        if rc != 0 {
+            return FsKind::Remote;
+        }
+        // f_type is a signed or unsigned word depending on the architecture; magics fit in 32 bits.
+        let magic = (st.f_type as i64) & 0xffff_ffff;
+        if magic == TMPFS_MAGIC || magic == RAMFS_MAGIC {
+            FsKind::Memory
+        } else if REMOTE_MAGICS.contains(&magic) {
+            FsKind::Remote
+        } else {
+            FsKind::Local
+        }
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = path;
-        false
+        FsKind::Remote
     }
 }
 
@@ -302,7 +341,7 @@ fn open_existing_rw(path: &Path) -> io::Result<File> {
 }
 
 #[cfg(unix)]
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+pub(crate) fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     use std::os::unix::io::AsRawFd;
     loop {
         // SAFETY: the descriptor is owned by `file`, which outlives this call; flock touches no

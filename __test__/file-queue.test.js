@@ -1,0 +1,148 @@
+'use strict'
+// The cross-process wait queue (crates/sema-core/src/lockfile/queue.rs), with real processes:
+// - waiting processes get the lock in the order they started waiting (a release wakes the head of the line, not
+//   a herd that races for it);
+// - a head that stopped running (SIGSTOP) does not block the others: they still poll the lock file.
+// Where a waiter stands is read from /proc/locks: the head holds the queue file's `flock` (FLOCK WRITE), the others
+// are blocked behind it ("-> FLOCK ... WRITE"). Lock files themselves carry a shared flock (FLOCK READ).
+
+const { test, describe, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const { setTimeout: sleep } = require('node:timers/promises')
+const u = require('./helpers/file-util')
+const sema = require('..')
+
+const linux = process.platform === 'linux'
+
+// A disk directory (fsync on: every file call off the JS thread) and tmpfs (uncontended calls on the JS thread).
+const dirs = {}
+before(() => {
+  dirs.disk = u.mkTmp('queue-')
+  if (fs.existsSync('/dev/shm')) dirs.tmpfs = fs.mkdtempSync('/dev/shm/sema-native-queue-')
+})
+after(() => {
+  u.killAll()
+  for (const d of Object.values(dirs)) u.rmTmp(d)
+})
+
+/** Where `pid` stands in a queue: 'head', 'line' (blocked behind the head) or null, from /proc/locks. */
+function placeOf(pid) {
+  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/)
+    const blocked = f[1] === '->'
+    const [kind, , mode, owner] = blocked ? f.slice(2) : f.slice(1)
+    if (kind === 'FLOCK' && mode === 'WRITE' && Number(owner) === pid) return blocked ? 'line' : 'head'
+  }
+  return null
+}
+
+/** Polls /proc/locks (there is no event for "blocked in flock") until `pid` stands at `place`. */
+async function until(pid, place, ms = 10000) {
+  const t0 = Date.now()
+  while (placeOf(pid) !== place) {
+    if (Date.now() - t0 > ms) throw new Error(`process ${pid} not at '${place}' in the queue within ${ms} ms`)
+    await sleep(2)
+  }
+}
+
+/** Polls until every thread of `pid` is stopped (SIGSTOP takes effect when each thread is next scheduled). */
+async function untilStopped(pid, ms = 10000) {
+  const t0 = Date.now()
+  const stopped = () =>
+    fs.readdirSync(`/proc/${pid}/task`).every((t) => {
+      const stat = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8')
+      return stat.slice(stat.lastIndexOf(')') + 2)[0] === 'T'
+    })
+  while (!stopped()) {
+    if (Date.now() - t0 > ms) throw new Error(`process ${pid} not stopped within ${ms} ms`)
+    await sleep(2)
+  }
+}
+
+/** Spawns a holder child waiting for `file`; resolves it once it stands at `place`. */
+async function waiter(file, place, options = { retryInterval: 10_000 }) {
+  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
+  child.out = u.lines(child)
+  // One reader of `held` per child (a second one would never see the line the first consumed).
+  child.held = child.out.next(/^held /, 50000)
+  child.held.catch(() => {})
+  await until(child.pid, place)
+  return child
+}
+
+/** Resolves the first of `children` to print `held`. */
+function firstHeld(children) {
+  return Promise.race(children.map((c) => c.held.then(() => c)))
+}
+
+for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${where})`, { skip: !linux && 'the queue is Linux only' }, () => {
+  const at = (name) => {
+    if (!dirs[where]) throw new Error(`no ${where} directory`)
+    return path.join(dirs[where], name)
+  }
+
+  test('waiting processes get the lock in the order they started waiting', { timeout: 60000 }, async () => {
+    const file = at('fifo.lock')
+    const r = await sema.acquire(file)
+    assert.ok(r.ok)
+    // One at a time, each once it stands in the queue: the first becomes head, the others line up behind it.
+    // Their poll interval is 10 s, so only the queue can wake them in time.
+    const waiters = []
+    for (let i = 0; i < 4; i++) waiters.push(await waiter(file, i === 0 ? 'head' : 'line'))
+    await r.value.release()
+    const order = []
+    let left = [...waiters]
+    while (left.length) {
+      const next = await firstHeld(left)
+      order.push(waiters.indexOf(next))
+      left = left.filter((c) => c !== next)
+      next.stdin.write('release\n')
+      await next.out.next(/^released true$/)
+    }
+    // Served by a herd (every waiter woken by every release, racing), 4 waiters come out in this order 1 time in 24.
+    assert.deepEqual(order, [0, 1, 2, 3])
+    for (const c of waiters) c.stdin.end()
+    await Promise.all(waiters.map((c) => u.waitExit(c, 10000, 'waiter')))
+  })
+
+  test('a stopped head does not block the line: the others still poll the lock file', { timeout: 60000 }, async () => {
+    const file = at('stopped.lock')
+    const r = await sema.acquire(file)
+    assert.ok(r.ok)
+    const head = await waiter(file, 'head')
+    const behind = await waiter(file, 'line', { retryInterval: 50 })
+    process.kill(head.pid, 'SIGSTOP')
+    try {
+      await untilStopped(head.pid)
+      await r.value.release()
+      // The head cannot run; the one behind it finds the lock free at its next 50 ms poll.
+      const first = await firstHeld([head, behind])
+      assert.equal(first, behind)
+    } finally {
+      process.kill(head.pid, 'SIGCONT')
+    }
+    behind.stdin.write('release\n')
+    await behind.out.next(/^released true$/)
+    await head.held
+    head.stdin.end()
+    behind.stdin.end()
+    await Promise.all([head, behind].map((c) => u.waitExit(c, 10000, 'waiter')))
+  })
+
+  test('a waiter that gives up leaves the line: the next one is served', { timeout: 60000 }, async () => {
+    const file = at('giveup.lock')
+    const r = await sema.acquire(file)
+    assert.ok(r.ok)
+    const head = await waiter(file, 'head')
+    const behind = await waiter(file, 'line')
+    // The head aborts its wait (SIGKILL: the kernel drops its place); the one behind becomes head.
+    head.kill('SIGKILL')
+    await until(behind.pid, 'head')
+    await r.value.release()
+    await behind.held
+    behind.stdin.end()
+    await u.waitExit(behind, 10000, 'waiter')
+  })
+})

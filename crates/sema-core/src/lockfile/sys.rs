@@ -834,4 +834,20 @@ mod tests {
         assert!(is_our_temp_name(&name, base), "{name:?}");
         assert_eq!(random_hex(16).len(), 32);
     }
+
+    /// The kind decides what runs on the JS thread: tmpfs is memory, a disk is local, and what
+    /// cannot be classified (a missing directory) is treated as remote (never inline).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn fs_kinds() {
+        if Path::new("/dev/shm").is_dir() {
+            assert_eq!(dir_fs_kind(Path::new("/dev/shm/x.lock")), FsKind::Memory);
+        }
+        assert_eq!(
+            dir_fs_kind(Path::new("/no/such/dir/x.lock")),
+            FsKind::Remote
+        );
+        let tmp = std::env::temp_dir().join("x.lock");
+        assert_ne!(dir_fs_kind(&tmp), FsKind::Remote, "{tmp:?}");
+    }
 }

@@ -26,6 +26,35 @@ function makeLocker() {
         }
       }
     }
+    case 'js-watch': {
+      // Reference rows, not a product: the cheapest wake-up a Node process can have. The wake (fs.watch: libuv's
+      // inotify on the JS thread's own event loop) and the attempt (the addon's synchronous Semaphore#tryAcquire)
+      // both run on the JS thread: no thread hop at all. Every waiter is woken by every release (no queue), and a
+      // process that releases may take the lock straight back (no fairness).
+      const { Semaphore } = require(root)
+      const sem = new Semaphore(cfg.lockPath, { tag: `bench ${process.pid}` })
+      const base = path.basename(cfg.lockPath)
+      let wake = null
+      const watcher = fs.watch(path.dirname(cfg.lockPath), (_event, name) => {
+        if (name === base && wake) wake()
+      })
+      watcher.unref()
+      const nextEvent = (ms) =>
+        new Promise((resolve) => {
+          const timer = setTimeout(() => ((wake = null), resolve()), ms)
+          wake = () => ((wake = null), clearTimeout(timer), resolve())
+        })
+      return async () => {
+        for (;;) {
+          const r = sem.tryAcquire(`bench ${process.pid}`)
+          if (r.ok) break
+          await nextEvent(100)
+        }
+        return async () => {
+          if (!sem.release().ok) throw new Error('release failed')
+        }
+      }
+    }
     case 'proper-lockfile': {
       const lockfile = require('proper-lockfile')
       // retries 1000 (1, 2, 4, 8, then 10 ms: ~10 s per call) rather than 1e6: the `retry` module builds the whole

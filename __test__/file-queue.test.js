@@ -61,6 +61,20 @@ async function untilStopped(pid, ms = 10000) {
   }
 }
 
+/** The queue file `pid` has open (from /proc/<pid>/fd), or null. */
+function queueFileOf(pid) {
+  for (const fd of fs.readdirSync(`/proc/${pid}/fd`)) {
+    let target
+    try {
+      target = fs.readlinkSync(`/proc/${pid}/fd/${fd}`)
+    } catch {
+      continue
+    }
+    if (/\/sema-native-\d+\/q-[0-9a-f]{16}$/.test(target)) return target
+  }
+  return null
+}
+
 /** Spawns a holder child waiting for `file`; resolves it once it stands at `place`. */
 async function waiter(file, place, options = { retryInterval: 10_000 }) {
   const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
@@ -91,6 +105,8 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     // Their poll interval is 10 s, so only the queue can wake them in time.
     const waiters = []
     for (let i = 0; i < 4; i++) waiters.push(await waiter(file, i === 0 ? 'head' : 'line'))
+    const queueFile = queueFileOf(waiters[0].pid)
+    assert.ok(queueFile && fs.existsSync(queueFile), `the head has the queue file open: ${queueFile}`)
     await r.value.release()
     const order = []
     let left = [...waiters]
@@ -103,6 +119,8 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     }
     // Served by a herd (every waiter woken by every release, racing), 4 waiters come out in this order 1 time in 24.
     assert.deepEqual(order, [0, 1, 2, 3])
+    // The last to leave an empty line removes the queue file: a lock contended once leaves nothing behind.
+    assert.equal(fs.existsSync(queueFile), false, `${queueFile} removed`)
     for (const c of waiters) c.stdin.end()
     await Promise.all(waiters.map((c) => u.waitExit(c, 10000, 'waiter')))
   })

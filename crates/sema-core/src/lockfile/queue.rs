@@ -65,6 +65,9 @@ mod imp {
 
     pub(crate) struct Queue {
         file: File,
+        /// The queue file's path and the lock's key, to remove the file when the line is empty.
+        path: PathBuf,
+        key: PathBuf,
         state: Mutex<State>,
         /// Wakes the agent thread when a waiter of this process wants a place in line.
         demand: Condvar,
@@ -85,6 +88,8 @@ mod imp {
         /// `flock` failed for a reason other than contention: behave as if always head (every
         /// waiter watches the lock file, as without a queue).
         broken: bool,
+        /// This process's presence mark is set (see [`mark`]).
+        present: bool,
     }
 
     /// A waiter's place in the queue; dropping it leaves the queue (and lets the next process
@@ -109,11 +114,17 @@ mod imp {
 
     pub(super) fn get(key: &Path, create: bool) -> Option<Arc<Queue>> {
         if let Some(known) = lock(&QUEUES).get(key) {
-            return Some(known.clone());
+            // Another process removed the file of an empty line: open the current one, unless
+            // this process still stands in the old line.
+            if !known.removed_elsewhere() {
+                return Some(known.clone());
+            }
         }
-        let file = open(key, create).ok()?;
+        let (file, path) = open(key, create).ok()?;
         let queue = Arc::new(Queue {
             file,
+            path,
+            key: key.to_path_buf(),
             state: Mutex::new(State::default()),
             demand: Condvar::new(),
             changed: Notify::new(),
@@ -121,9 +132,11 @@ mod imp {
         let mut map = lock(&QUEUES);
         // Another thread may have opened it meanwhile: keep the first (one agent per process).
         if let Some(first) = map.get(key) {
-            return Some(first.clone());
+            if !first.removed_elsewhere() {
+                return Some(first.clone());
+            }
         }
-        if map.len() < MAX_REMEMBERED {
+        if map.len() < MAX_REMEMBERED || map.contains_key(key) {
             map.insert(key.to_path_buf(), queue.clone());
         }
         Some(queue)
@@ -158,25 +171,31 @@ mod imp {
         format!("q-{h:016x}")
     }
 
-    fn open(key: &Path, create: bool) -> io::Result<File> {
+    fn open(key: &Path, create: bool) -> io::Result<(File, PathBuf)> {
         let path = queue_dir()?.join(name_of(key));
-        // Read-write: the presence mark is a read lock, which needs a readable descriptor, and
-        // an open file description of our own (a byte-range "OFD" lock belongs to it).
-        OpenOptions::new()
+        // Read-write: the marks are read locks, which need a readable descriptor, and an open
+        // file description of our own (a byte-range "OFD" lock belongs to it).
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(create)
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)
+            .open(&path)?;
+        Ok((file, path))
     }
 
-    /// Byte 0 of the queue file carries the *starving* marks: every process that has waited
-    /// longer than [`super::STARVING_AFTER`] holds a shared byte-range lock on it (an
-    /// open-file-description lock: independent of the whole-file `flock` of the head, released
-    /// by the kernel if the process dies).
-    fn starving_mark(
+    /// Byte [`STARVING`] of the queue file carries the *starving* marks: every process that
+    /// has waited longer than [`super::STARVING_AFTER`] holds a shared byte-range lock on it.
+    /// Byte [`PRESENT`] carries the *presence* marks of every process waiting at all. They are
+    /// open-file-description locks: independent of the whole-file `flock` of the head, and
+    /// dropped by the kernel if the process dies.
+    const STARVING: i64 = 0;
+    const PRESENT: i64 = 1;
+
+    fn mark(
         file: &File,
+        byte: i64,
         lock_type: libc::c_int,
         cmd: libc::c_int,
     ) -> io::Result<libc::flock> {
@@ -185,7 +204,7 @@ mod imp {
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = lock_type as libc::c_short;
         fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = 0;
+        fl.l_start = byte as libc::off_t;
         fl.l_len = 1;
         // SAFETY: the descriptor is owned by `file`, which outlives this call; `fl` is a valid,
         // writable `struct flock` for the kernel to read and (GETLK) fill in.
@@ -197,12 +216,12 @@ mod imp {
         }
     }
 
-    /// Another process has waited for this lock longer than [`super::STARVING_AFTER`] (a mark not of
-    /// ours).
-    fn others_starving(file: &File) -> bool {
-        match starving_mark(file, libc::F_WRLCK, libc::F_OFD_GETLK) {
+    /// Another process holds a mark on `byte` (ours never conflict with our own probe). An
+    /// error counts as marked: the cautious answer for both uses.
+    fn others_marked(file: &File, byte: i64) -> bool {
+        match mark(file, byte, libc::F_WRLCK, libc::F_OFD_GETLK) {
             Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short,
-            Err(_) => false,
+            Err(_) => true,
         }
     }
 
@@ -214,8 +233,11 @@ mod imp {
         pub(crate) fn join(self: &Arc<Self>) -> Ticket {
             let mut st = lock(&self.state);
             st.want = true;
+            if !st.present {
+                st.present = mark(&self.file, PRESENT, libc::F_RDLCK, libc::F_OFD_SETLK).is_ok();
+            }
             if !st.head && !st.broken {
-                let first = !others_starving(&self.file)
+                let first = !others_marked(&self.file, STARVING)
                     && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok();
                 if first {
                     st.head = true;
@@ -241,6 +263,45 @@ mod imp {
             Ticket {
                 queue: self.clone(),
             }
+        }
+
+        /// The file was removed by another process (its line was empty) and nobody here stands
+        /// in this old line: the current file must be opened instead.
+        fn removed_elsewhere(&self) -> bool {
+            let st = lock(&self.state);
+            if st.want || st.in_line {
+                return false;
+            }
+            self.file
+                .metadata()
+                .map(|m| m.nlink() == 0)
+                .unwrap_or(false)
+        }
+
+        /// Called when this process leaves the line with nobody of it in line any more: if
+        /// nobody else waits either (no presence mark, the head's place free), remove the file,
+        /// so a lock contended once does not leave a file behind. A process that opened the file
+        /// a moment before may still line up on the removed inode: it is then head of a line
+        /// of its own, watching the lock file beside the head of the new line (two woken
+        /// instead of one); the lock file still decides who holds the lock.
+        fn remove_if_empty(&self, st: &State) {
+            // The cheap check first: under contention somebody is nearly always present.
+            if st.in_line || st.broken || others_marked(&self.file, PRESENT) {
+                return;
+            }
+            if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+                return; // someone is head
+            }
+            // Checked again under the head's flock: a process marks its presence before it
+            // tries for the head's place.
+            if !others_marked(&self.file, PRESENT) {
+                let mut map = lock(&QUEUES);
+                let _ = std::fs::remove_file(&self.path);
+                if map.get(&self.key).is_some_and(|q| std::ptr::eq(&**q, self)) {
+                    map.remove(&self.key);
+                }
+            }
+            let _ = flock(&self.file, libc::LOCK_UN);
         }
 
         /// The agent: stand in line (blocked in `flock(LOCK_EX)`) whenever this process wants
@@ -291,7 +352,7 @@ mod imp {
         /// Mark this process as starving (it has waited [`super::STARVING_AFTER`]): from now until
         /// this ticket is dropped, nobody may take the head's place ahead of the line.
         pub(crate) fn mark_starving(&self) {
-            let _ = starving_mark(&self.queue.file, libc::F_RDLCK, libc::F_OFD_SETLK);
+            let _ = mark(&self.queue.file, STARVING, libc::F_RDLCK, libc::F_OFD_SETLK);
         }
 
         /// Notified when the head may have changed. Create and `enable()` it before checking
@@ -305,11 +366,16 @@ mod imp {
         fn drop(&mut self) {
             let mut st = lock(&self.queue.state);
             st.want = false;
-            let _ = starving_mark(&self.queue.file, libc::F_UNLCK, libc::F_OFD_SETLK);
+            let _ = mark(&self.queue.file, STARVING, libc::F_UNLCK, libc::F_OFD_SETLK);
+            if st.present {
+                st.present = false;
+                let _ = mark(&self.queue.file, PRESENT, libc::F_UNLCK, libc::F_OFD_SETLK);
+            }
             if st.head {
                 st.head = false;
                 let _ = flock(&self.queue.file, libc::LOCK_UN);
             }
+            self.queue.remove_if_empty(&st);
         }
     }
 }

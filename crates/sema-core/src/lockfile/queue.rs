@@ -18,8 +18,9 @@
 //! per process and lock.
 //!
 //! The queue files live in `/dev/shm/sema-native-<uid>/` (memory, gone at reboot), one empty
-//! file per lock that was ever waited for, named by a hash of the lock's canonical path. Linux
-//! only; elsewhere there is no queue and every waiter watches the lock file itself.
+//! file per lock while it has waiters, named by a hash of the lock's canonical path; the last
+//! process to leave an empty line removes it. Linux only; elsewhere there is no queue and every
+//! waiter watches the lock file itself.
 
 use std::path::Path;
 use std::sync::Arc;

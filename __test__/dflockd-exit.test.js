@@ -80,6 +80,25 @@ describe('process exit', { skip }, () => {
     assert.ok(r.ms < 10000, `took ${r.ms} ms`)
   })
 
+  test('Connection: a pending request keeps the process alive until its reply; idle connections left open do not', async () => {
+    const r = await runChild(`${prelude(s.port)}
+      ;(async () => {
+        const a = await Connection.connect({ host: '127.0.0.1', port: ${s.port} })
+        const b = await Connection.connect({ host: '127.0.0.1', port: ${s.port} })
+        await a.acquire('exit-pending', 0, 10)
+        // Nothing else is pending: only b's request (the server answers 'timeout' after 1 s) keeps the
+        // process alive; neither connection is ever closed.
+        b.acquire('exit-pending', 1, 10).then(
+          () => fail('acquired a held lock'),
+          (e) => console.log(e.code),
+        )
+      })().catch(fail)`, 15000)
+    assert.equal(r.killed, false, `child still running after 15 s\n${r.stderr}`)
+    assert.equal(r.code, 0, r.stderr)
+    assert.equal(r.stdout.trim(), 'TIMEOUT')
+    assert.ok(r.ms >= 1000, `exited after ${r.ms} ms, before the pending reply`)
+  })
+
   test('holds a renewing lock, then close() → exits', async () => {
     const r = await runChild(`${prelude(s.port)}
       ;(async () => {

@@ -634,27 +634,68 @@ function callError(error, label, key) {
 
 const kConnection = Symbol('Connection')
 
-/** One dflockd connection, one method per protocol command (validation and reply parsing are native). */
+/** The promises of one connection's queued requests, settled in order by the native reply callback. */
+class ReplyQueue {
+  #resolvers = []
+  #head = 0
+  // A never-firing timer that keeps the process alive while a request is pending (~0.4 µs to arm and clear).
+  #keepAlive = null
+
+  push() {
+    return new Promise((resolve) => {
+      if (this.#resolvers.length === this.#head) this.#keepAlive = setInterval(noop, 0x7fffffff)
+      this.#resolvers.push(resolve)
+    })
+  }
+
+  settle(reply) {
+    if (this.#head === this.#resolvers.length) return // nothing pending (cannot happen)
+    const resolve = this.#resolvers[this.#head]
+    this.#resolvers[this.#head++] = undefined
+    if (this.#head === this.#resolvers.length) {
+      this.#resolvers.length = 0
+      this.#head = 0
+      clearInterval(this.#keepAlive)
+      this.#keepAlive = null
+    } else if (this.#head >= 1024 && this.#head * 2 >= this.#resolvers.length) {
+      this.#resolvers = this.#resolvers.slice(this.#head)
+      this.#head = 0
+    }
+    resolve(reply)
+  }
+}
+
+function noop() {}
+
+/**
+ * One dflockd connection, one method per protocol command (validation and reply parsing are native).
+ * The native side answers every queued request through one callback, in call order: the pending
+ * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does (a ref'd
+ * timer while the FIFO is not empty, as a promise per request did before).
+ */
 class Connection {
   #native
   #closed = false
+  #pending
 
-  constructor(token, nativeConnection) {
+  constructor(token, nativeConnection, pending) {
     if (token !== kConnection) throw new TypeError('use Connection.connect(options)')
     this.#native = nativeConnection
+    this.#pending = pending
   }
 
   static async connect(options) {
     const o = serverOptions(options)
-    const r = await nativeSync(() => native.NativeDflockdConnection.connect(o))
+    const pending = new ReplyQueue()
+    const r = await nativeSync(() => native.NativeDflockdConnection.connect(o, (reply) => pending.settle(reply)))
     if (!r.ok) throw fromNative(r.error)
-    return new Connection(kConnection, r.value)
+    return new Connection(kConnection, r.value, pending)
   }
 
   /** Runs one native call; resolves its result, rejects with the mapped LockError. */
   async #call(label, key, start) {
     if (this.#closed) throw new LockError('connection closed', 'CONNECTION_ERROR')
-    const r = await nativeSync(start)
+    const r = nativeSync(start) ?? (await this.#pending.push())
     if (!r.ok) throw callError(r.error, label, key)
     return r
   }

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{FnArgs, Function, Object, PromiseRaw};
-use napi::threadsafe_function::ThreadsafeFunctionCallMode;
-use napi::{Env, Error, JsDeferred, JsValue, Status};
+use napi::bindgen_prelude::{FnArgs, Function, PromiseRaw};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Env, Error, Status};
 use napi_derive::napi;
 use sema_core::dflockd::{
     self as core, AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome,
@@ -465,11 +465,15 @@ enum Op {
     },
 }
 
-type Resolve = Box<dyn FnOnce(Env) -> napi::Result<NativeCallResult> + Send>;
-type Deferred = JsDeferred<NativeCallResult, Resolve>;
+/// The connection's reply callback: one threadsafe function per connection (weak: it never keeps
+/// Node alive; `lib/dflockd.js` keeps a ref'd handle while requests are pending), called once per
+/// queued request, in call order. A threadsafe function per request (what a `JsDeferred` is)
+/// costs a libuv handle opened and closed plus a cleanup hook per request.
+type Reply = ThreadsafeFunction<NativeCallResult, (), NativeCallResult, Status, false, true>;
 
-fn settle(deferred: Deferred, r: NativeCallResult) {
-    deferred.resolve(Box::new(move |_| Ok(r)));
+fn settle(reply: &Reply, r: NativeCallResult) {
+    // Fails only while the environment is being torn down: nobody is left to answer then.
+    let _ = reply.call(r, ThreadsafeFunctionCallMode::NonBlocking);
 }
 
 fn timed_out(key: &str) -> DflockdError {
@@ -581,8 +585,9 @@ fn closed_error() -> DflockdError {
 /// (no lock: nothing else touches the connection), until `close()` or the JS object is gone.
 async fn connection_task(
     mut conn: Connection,
-    mut rx: mpsc::UnboundedReceiver<(Op, Deferred)>,
+    mut rx: mpsc::UnboundedReceiver<Op>,
     closed: CancellationToken,
+    reply: Reply,
 ) {
     loop {
         let next = tokio::select! {
@@ -590,11 +595,11 @@ async fn connection_task(
             _ = closed.cancelled() => None,
             job = rx.recv() => job,
         };
-        let Some((op, deferred)) = next else { break };
+        let Some(op) = next else { break };
         let r = tokio::select! {
             biased;
             _ = closed.cancelled() => {
-                settle(deferred, NativeCallResult::err(DflockdError::new(
+                settle(&reply, NativeCallResult::err(DflockdError::new(
                     core::ErrorCode::Aborted,
                     "connection closed during the request",
                 )));
@@ -602,12 +607,12 @@ async fn connection_task(
             }
             r = run_op(&mut conn, op) => r,
         };
-        settle(deferred, r);
+        settle(&reply, r);
     }
     conn.close();
     rx.close();
-    while let Ok((_, deferred)) = rx.try_recv() {
-        settle(deferred, NativeCallResult::err(closed_error()));
+    while rx.try_recv().is_ok() {
+        settle(&reply, NativeCallResult::err(closed_error()));
     }
 }
 
@@ -621,76 +626,85 @@ fn opt_int_arg(name: &str, v: Option<f64>, min: u64, max: u64) -> core::Result<O
 /// resolved with `INVALID_ARGUMENT`) before anything is queued.
 #[napi]
 pub struct NativeDflockdConnection {
-    tx: mpsc::UnboundedSender<(Op, Deferred)>,
+    tx: mpsc::UnboundedSender<Op>,
     closed: CancellationToken,
 }
 
 #[napi]
 impl NativeDflockdConnection {
-    /// Connect (TCP, TLS when `tls` is given, then `auth` when given).
-    #[napi(ts_return_type = "Promise<NativeConnectionResult>")]
-    pub async fn connect(options: NativeConnectOptions) -> napi::Result<NativeConnectionResult> {
-        let opts = match connect_options(
+    /// Connect (TCP, TLS when `tls` is given, then `auth` when given). `onReply` receives the
+    /// result of every queued request, one call per request, in call order.
+    #[napi(
+        ts_return_type = "Promise<NativeConnectionResult>",
+        ts_args_type = "options: NativeConnectOptions, onReply: (result: NativeCallResult) => void"
+    )]
+    pub fn connect<'env>(
+        env: &'env Env,
+        options: NativeConnectOptions,
+        on_reply: Function<NativeCallResult, ()>,
+    ) -> napi::Result<PromiseRaw<'env, NativeConnectionResult>> {
+        let reply: Reply = on_reply
+            .build_threadsafe_function::<NativeCallResult>()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        let opts = connect_options(
             &options.server,
             &options.tls,
             &options.auth,
             options.connect_timeout_ms,
             options.socket_timeout_ms,
-        ) {
-            Ok(o) => o,
-            Err(e) => {
-                return Ok(NativeConnectionResult {
+        );
+        env.spawn_future(async move {
+            let conn = match opts {
+                Ok(o) => Connection::connect(&o).await,
+                Err(e) => Err(e),
+            };
+            Ok(match conn {
+                Ok(conn) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let closed = CancellationToken::new();
+                    tokio::spawn(connection_task(conn, rx, closed.clone(), reply));
+                    NativeConnectionResult {
+                        ok: true,
+                        value: Some(NativeDflockdConnection { tx, closed }),
+                        error: None,
+                    }
+                }
+                Err(e) => NativeConnectionResult {
                     ok: false,
                     value: None,
                     error: Some(e.into()),
-                })
-            }
-        };
-        Ok(match Connection::connect(&opts).await {
-            Ok(conn) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let closed = CancellationToken::new();
-                tokio::spawn(connection_task(conn, rx, closed.clone()));
-                NativeConnectionResult {
-                    ok: true,
-                    value: Some(NativeDflockdConnection { tx, closed }),
-                    error: None,
-                }
-            }
-            Err(e) => NativeConnectionResult {
-                ok: false,
-                value: None,
-                error: Some(e.into()),
-            },
+                },
+            })
         })
     }
 
-    /// Queue `op` (or resolve at once with the validation error / closed connection).
-    fn submit<'env>(&self, env: &'env Env, op: core::Result<Op>) -> napi::Result<Object<'env>> {
+    /// Queue `op` and return `null` (its result goes to `onReply`), or return the result at once
+    /// (the validation error, or the connection is closed; `onReply` is then not called).
+    fn submit(&self, op: core::Result<Op>) -> Option<NativeCallResult> {
         let op = match op {
             Ok(op) if !self.closed.is_cancelled() => op,
-            Ok(_) => return resolved(env, NativeCallResult::err(closed_error())),
-            Err(e) => return resolved(env, NativeCallResult::err(e)),
+            Ok(_) => return Some(NativeCallResult::err(closed_error())),
+            Err(e) => return Some(NativeCallResult::err(e)),
         };
-        let (deferred, promise) = env.create_deferred::<NativeCallResult, Resolve>()?;
-        if let Err(mpsc::error::SendError((_, deferred))) = self.tx.send((op, deferred)) {
-            settle(deferred, NativeCallResult::err(closed_error()));
+        match self.tx.send(op) {
+            Ok(()) => None,
+            Err(_) => Some(NativeCallResult::err(closed_error())),
         }
-        Ok(promise)
     }
 
     /// `l key timeout [ttl]` (or `sl key timeout limit [ttl]` when `limit` is given): resolves
     /// `{ok, token, lease}`; a server `timeout` is `{ok: false, error: {code: 'TIMEOUT', reply:
     /// 'timeout'}}`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn lock<'env>(
+    #[napi]
+    pub fn lock(
         &self,
-        env: &'env Env,
         key: String,
         timeout_s: f64,
         lease_ttl_s: Option<f64>,
         limit: Option<f64>,
-    ) -> napi::Result<Object<'env>> {
+    ) -> Option<NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             Ok(Op::Lock {
@@ -700,31 +714,24 @@ impl NativeDflockdConnection {
                 key,
             })
         })();
-        self.submit(env, op)
+        self.submit(op)
     }
 
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn release<'env>(
-        &self,
-        env: &'env Env,
-        key: String,
-        token: String,
-        sem: bool,
-    ) -> napi::Result<Object<'env>> {
-        self.submit(env, Ok(Op::Release { key, token, sem }))
+    #[napi]
+    pub fn release(&self, key: String, token: String, sem: bool) -> Option<NativeCallResult> {
+        self.submit(Ok(Op::Release { key, token, sem }))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn renew<'env>(
+    #[napi]
+    pub fn renew(
         &self,
-        env: &'env Env,
         key: String,
         token: String,
         lease_ttl_s: Option<f64>,
         sem: bool,
-    ) -> napi::Result<Object<'env>> {
+    ) -> Option<NativeCallResult> {
         let op =
             opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).map(|ttl_s| {
                 Op::Renew {
@@ -734,19 +741,18 @@ impl NativeDflockdConnection {
                     sem,
                 }
             });
-        self.submit(env, op)
+        self.submit(op)
     }
 
     /// `e key [ttl]` (or `se key limit [ttl]` when `limit` is given): resolves
     /// `{ok, status: 'acquired', token, lease}` or `{ok, status: 'queued'}`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn enqueue<'env>(
+    #[napi]
+    pub fn enqueue(
         &self,
-        env: &'env Env,
         key: String,
         lease_ttl_s: Option<f64>,
         limit: Option<f64>,
-    ) -> napi::Result<Object<'env>> {
+    ) -> Option<NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             Ok(Op::Enqueue {
@@ -755,18 +761,12 @@ impl NativeDflockdConnection {
                 key,
             })
         })();
-        self.submit(env, op)
+        self.submit(op)
     }
 
     /// `w key timeout` (`sw` when `sem`): like `lock`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn wait<'env>(
-        &self,
-        env: &'env Env,
-        key: String,
-        timeout_s: f64,
-        sem: bool,
-    ) -> napi::Result<Object<'env>> {
+    #[napi]
+    pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Option<NativeCallResult> {
         let op =
             int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).map(|timeout_s| {
                 Op::Wait {
@@ -775,27 +775,21 @@ impl NativeDflockdConnection {
                     sem,
                 }
             });
-        self.submit(env, op)
+        self.submit(op)
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn stats<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
-        self.submit(env, Ok(Op::Stats))
+    #[napi]
+    pub fn stats(&self) -> Option<NativeCallResult> {
+        self.submit(Ok(Op::Stats))
     }
 
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
     /// lowercase command word, key rules for keyed commands, no CR/LF/NUL, lines <= 256 bytes)
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
-    pub fn request<'env>(
-        &self,
-        env: &'env Env,
-        cmd: String,
-        key: String,
-        arg: String,
-    ) -> napi::Result<Object<'env>> {
-        self.submit(env, Ok(Op::Raw { cmd, key, arg }))
+    #[napi]
+    pub fn request(&self, cmd: String, key: String, arg: String) -> Option<NativeCallResult> {
+        self.submit(Ok(Op::Raw { cmd, key, arg }))
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves
@@ -811,12 +805,6 @@ impl Drop for NativeDflockdConnection {
     fn drop(&mut self) {
         self.closed.cancel();
     }
-}
-
-fn resolved(env: &Env, r: NativeCallResult) -> napi::Result<Object<'_>> {
-    let p = PromiseRaw::resolve(env, r)?;
-    // SAFETY-free conversion: a promise is an object.
-    Ok(Object::from_raw(env.raw(), p.raw()))
 }
 
 /// Connect, send `stats`, resolve the JSON text after `ok ` (Go server only), close.

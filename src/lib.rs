@@ -16,3 +16,26 @@ use napi_derive::napi;
 pub fn native_version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
+
+/// The addon's tokio runtime: one worker thread instead of one per core (the blocking pool, used
+/// for fsync, is separate and unchanged). A dflockd request, its socket's reactor and the settling
+/// of its result then run on one thread, and no second worker is woken to look for work on every
+/// request: measured against an instant-reply server, client CPU per lock + release pair drops
+/// ~13 % at 10 and 100 workers. The lock engine keeps its blocking work off this thread (fsync on
+/// the blocking pool, inotify and heartbeat on their own threads).
+///
+/// Runs at every module registration (once per Node environment, e.g. per worker thread); the
+/// runtime is built once per process. If it cannot be built, napi-rs's default runtime is used.
+#[napi_derive::module_init]
+fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+        {
+            napi::bindgen_prelude::create_custom_tokio_runtime(rt);
+        }
+    });
+}

@@ -16,7 +16,11 @@ use sema_core::dflockd::{
     self as core, AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome,
     EnqueueReply, Primitive, PrimitiveOptions, TlsOptions,
 };
-use tokio::sync::mpsc;
+use std::collections::VecDeque;
+use std::io::Write as _;
+
+use napi::bindgen_prelude::Either;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::result::{
@@ -465,6 +469,94 @@ enum Op {
     },
 }
 
+impl Op {
+    /// Encode the request exactly as the connection will (validating it); returns the timeout a
+    /// blocking command gives the server, in seconds.
+    fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
+        use core::Request as R;
+        let req = match self {
+            Op::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+                limit: None,
+            } => R::Lock {
+                key,
+                timeout_s: *timeout_s,
+                ttl_s: *ttl_s,
+            },
+            Op::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+                limit: Some(limit),
+            } => R::SemLock {
+                key,
+                timeout_s: *timeout_s,
+                limit: *limit,
+                ttl_s: *ttl_s,
+            },
+            Op::Release { key, token, sem } => match sem {
+                false => R::Release { key, token },
+                true => R::SemRelease { key, token },
+            },
+            Op::Renew {
+                key,
+                token,
+                ttl_s,
+                sem,
+            } => match sem {
+                false => R::Renew {
+                    key,
+                    token,
+                    ttl_s: *ttl_s,
+                },
+                true => R::SemRenew {
+                    key,
+                    token,
+                    ttl_s: *ttl_s,
+                },
+            },
+            Op::Enqueue {
+                key,
+                ttl_s,
+                limit: None,
+            } => R::Enqueue { key, ttl_s: *ttl_s },
+            Op::Enqueue {
+                key,
+                ttl_s,
+                limit: Some(limit),
+            } => R::SemEnqueue {
+                key,
+                limit: *limit,
+                ttl_s: *ttl_s,
+            },
+            Op::Wait {
+                key,
+                timeout_s,
+                sem,
+            } => match sem {
+                false => R::Wait {
+                    key,
+                    timeout_s: *timeout_s,
+                },
+                true => R::SemWait {
+                    key,
+                    timeout_s: *timeout_s,
+                },
+            },
+            Op::Stats => R::Stats,
+            Op::Raw { cmd, key, arg } => {
+                let (bytes, blocking) = core::protocol::encode_raw(cmd, key, arg)?;
+                out.extend_from_slice(&bytes);
+                return Ok(blocking);
+            }
+        };
+        req.encode_into(out)?;
+        Ok(req.blocking_timeout_s())
+    }
+}
+
 /// The connection's reply callback: one threadsafe function per connection (weak: it never keeps
 /// Node alive; `lib/dflockd.js` keeps a ref'd handle while requests are pending), called once per
 /// queued request, in call order. A threadsafe function per request (what a `JsDeferred` is)
@@ -581,38 +673,184 @@ fn closed_error() -> DflockdError {
     DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
 }
 
-/// The task that owns one connection: runs the queued requests one at a time, in call order
-/// (no lock: nothing else touches the connection), until `close()` or the JS object is gone.
+/// A queued request.
+struct Queued {
+    op: Op,
+    /// Its number among the connection's queued requests (for `expire`).
+    seq: u64,
+    /// Bytes of it already written from the JS thread.
+    written: usize,
+    /// Whether it was written completely from the JS thread: the task then only waits for the
+    /// reply, and the JS side enforces the reply deadline (`limit`) through `expire`.
+    direct: bool,
+    limit: Duration,
+}
+
+/// State shared by the JS thread and the connection task.
+struct State {
+    queue: VecDeque<Queued>,
+    /// A request is queued or in flight (set by `submit`, cleared by the task when it has
+    /// answered the last one).
+    busy: bool,
+    next_seq: u64,
+    /// `expire(seq)` was called: the request `seq` (written from the JS thread) is overdue.
+    expired: Option<u64>,
+    /// Plain TCP: the second socket handle for writing from the JS thread; dropped by the task
+    /// (under this lock) when it closes the connection.
+    writer: Option<std::net::TcpStream>,
+    /// Reused encoding buffer for direct writes.
+    wbuf: Vec<u8>,
+    /// The task has ended: requests are answered at once.
+    done: bool,
+    /// Why the connection ended while idle (given to the next request, as a read would).
+    idle_error: Option<DflockdError>,
+    /// The task ended on an error, not `close()`: later requests get "connection to <peer> is
+    /// closed", as from a closed core connection.
+    ended_on_error: Option<String>,
+}
+
+struct Shared {
+    state: std::sync::Mutex<State>,
+    wake: Notify,
+    socket_timeout: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain data behind: keep using it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn peer_closed_error(peer: &str) -> DflockdError {
+    DflockdError::new(
+        core::ErrorCode::ConnectionError,
+        format!("connection to {peer} is closed"),
+    )
+}
+
+fn aborted_error() -> DflockdError {
+    DflockdError::new(
+        core::ErrorCode::Aborted,
+        "connection closed during the request",
+    )
+}
+
+/// What the task does next.
+enum Next {
+    Run(Queued),
+    /// The head request was written from the JS thread and its reply is not complete yet.
+    AwaitReply,
+    Expired(Queued),
+    Idle,
+}
+
+/// The task that owns one connection: runs the queued requests one at a time, in call order,
+/// until `close()` or the JS object is gone. A request written from the JS thread (plain TCP,
+/// nothing in flight) does not wake this task: it is woken by the reply itself.
 async fn connection_task(
     mut conn: Connection,
-    mut rx: mpsc::UnboundedReceiver<Op>,
+    shared: Arc<Shared>,
     closed: CancellationToken,
     reply: Reply,
 ) {
+    // The head request is in flight when the loop ends (answered ABORTED, not CONNECTION_ERROR).
+    let mut head_in_flight = false;
+    let mut end_error: Option<DflockdError> = None;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = closed.cancelled() => None,
-            job = rx.recv() => job,
+        let next = {
+            let mut st = shared.lock();
+            match st.queue.front() {
+                None => Next::Idle,
+                Some(q) if !q.direct || conn.has_line() => match st.queue.pop_front() {
+                    Some(q) => Next::Run(q),
+                    None => Next::Idle,
+                },
+                Some(q) if st.expired == Some(q.seq) => match st.queue.pop_front() {
+                    Some(q) => Next::Expired(q),
+                    None => Next::Idle,
+                },
+                Some(_) => Next::AwaitReply,
+            }
         };
-        let Some(op) = next else { break };
-        let r = tokio::select! {
-            biased;
-            _ = closed.cancelled() => {
-                settle(&reply, NativeCallResult::err(DflockdError::new(
-                    core::ErrorCode::Aborted,
-                    "connection closed during the request",
-                )));
+        match next {
+            Next::Run(q) => {
+                conn.mark_written(q.written);
+                let r = tokio::select! {
+                    biased;
+                    _ = closed.cancelled() => {
+                        settle(&reply, NativeCallResult::err(aborted_error()));
+                        break;
+                    }
+                    r = run_op(&mut conn, q.op) => r,
+                };
+                settle(&reply, r);
+                let mut st = shared.lock();
+                if st.queue.is_empty() {
+                    st.busy = false;
+                }
+            }
+            Next::Expired(q) => {
+                settle(
+                    &reply,
+                    NativeCallResult::err(DflockdError::new(
+                        core::ErrorCode::Timeout,
+                        format!(
+                            "no reply from {} within {}ms",
+                            conn.peer(),
+                            q.limit.as_millis()
+                        ),
+                    )),
+                );
                 break;
             }
-            r = run_op(&mut conn, op) => r,
-        };
-        settle(&reply, r);
+            Next::AwaitReply | Next::Idle => {
+                let waiting = matches!(next, Next::AwaitReply);
+                tokio::select! {
+                    biased;
+                    _ = closed.cancelled() => {
+                        head_in_flight = waiting;
+                        break;
+                    }
+                    _ = shared.wake.notified() => {}
+                    r = conn.read_idle() => {
+                        if let Err(e) = r {
+                            if waiting {
+                                // The error belongs to the request in flight.
+                                let _ = shared.lock().queue.pop_front();
+                                settle(&reply, NativeCallResult::err(e));
+                            } else {
+                                end_error = Some(e);
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
+    let by_close = closed.is_cancelled();
+    let peer = conn.peer().to_string();
+    let queued = {
+        let mut st = shared.lock();
+        st.done = true;
+        st.writer = None;
+        st.idle_error = end_error;
+        if !by_close {
+            st.ended_on_error = Some(peer.clone());
+        }
+        std::mem::take(&mut st.queue)
+    };
     conn.close();
-    rx.close();
-    while rx.try_recv().is_ok() {
-        settle(&reply, NativeCallResult::err(closed_error()));
+    for (i, _) in queued.into_iter().enumerate() {
+        let e = if i == 0 && head_in_flight {
+            aborted_error()
+        } else if by_close {
+            closed_error()
+        } else {
+            peer_closed_error(&peer)
+        };
+        settle(&reply, NativeCallResult::err(e));
     }
 }
 
@@ -622,11 +860,18 @@ fn opt_int_arg(name: &str, v: Option<f64>, min: u64, max: u64) -> core::Result<O
 }
 
 /// Low level: one connection, one method per protocol command. Requests run one at a time in
-/// call order on a task that owns the connection; arguments are validated (and the promise
-/// resolved with `INVALID_ARGUMENT`) before anything is queued.
+/// call order on a task that owns the connection and answers each through `onReply`; a method
+/// returns a number when the request is queued (see `submit`) or the result itself when it is
+/// settled at once (arguments are validated, `INVALID_ARGUMENT`, before anything is queued).
+///
+/// Plain TCP, nothing in flight: the request is written here, on the JS thread (a non-blocking
+/// write on a second handle of the socket), and the task is not woken for it; the reply wakes
+/// it. That saves a thread wake-up per request; the reply deadline is then kept by the JS side
+/// (`expire`). Requests queued behind one in flight, TLS, and partial writes go through the
+/// task as before.
 #[napi]
 pub struct NativeDflockdConnection {
-    tx: mpsc::UnboundedSender<Op>,
+    shared: Arc<Shared>,
     closed: CancellationToken,
 }
 
@@ -655,19 +900,37 @@ impl NativeDflockdConnection {
             options.connect_timeout_ms,
             options.socket_timeout_ms,
         );
+        let socket_timeout = opts
+            .as_ref()
+            .map(|o| o.socket_timeout)
+            .unwrap_or(core::connection::DEFAULT_SOCKET_TIMEOUT);
         env.spawn_future(async move {
             let conn = match opts {
                 Ok(o) => Connection::connect(&o).await,
                 Err(e) => Err(e),
             };
             Ok(match conn {
-                Ok(conn) => {
-                    let (tx, rx) = mpsc::unbounded_channel();
+                Ok(mut conn) => {
+                    let shared = Arc::new(Shared {
+                        state: std::sync::Mutex::new(State {
+                            queue: VecDeque::new(),
+                            busy: false,
+                            next_seq: 0,
+                            expired: None,
+                            writer: conn.take_writer(),
+                            wbuf: Vec::with_capacity(128),
+                            done: false,
+                            idle_error: None,
+                            ended_on_error: None,
+                        }),
+                        wake: Notify::new(),
+                        socket_timeout,
+                    });
                     let closed = CancellationToken::new();
-                    tokio::spawn(connection_task(conn, rx, closed.clone(), reply));
+                    tokio::spawn(connection_task(conn, shared.clone(), closed.clone(), reply));
                     NativeConnectionResult {
                         ok: true,
-                        value: Some(NativeDflockdConnection { tx, closed }),
+                        value: Some(NativeDflockdConnection { shared, closed }),
                         error: None,
                     }
                 }
@@ -680,17 +943,78 @@ impl NativeDflockdConnection {
         })
     }
 
-    /// Queue `op` and return `null` (its result goes to `onReply`), or return the result at once
-    /// (the validation error, or the connection is closed; `onReply` is then not called).
-    fn submit(&self, op: core::Result<Op>) -> Option<NativeCallResult> {
+    /// Queue `op` and return a number (its result goes to `onReply`): the reply deadline in ms
+    /// the caller enforces with `expire` (the request was written from this thread), or 0 (the
+    /// connection task enforces it). Or return the result at once (the validation error, or the
+    /// connection is closed; `onReply` is then not called).
+    fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) if !self.closed.is_cancelled() => op,
-            Ok(_) => return Some(NativeCallResult::err(closed_error())),
-            Err(e) => return Some(NativeCallResult::err(e)),
+            Ok(_) => return Either::B(NativeCallResult::err(closed_error())),
+            Err(e) => return Either::B(NativeCallResult::err(e)),
         };
-        match self.tx.send(op) {
-            Ok(()) => None,
-            Err(_) => Some(NativeCallResult::err(closed_error())),
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        if st.done {
+            let e = match (st.idle_error.take(), &st.ended_on_error) {
+                (Some(e), _) => e,
+                (None, Some(peer)) => peer_closed_error(peer),
+                (None, None) => closed_error(),
+            };
+            return Either::B(NativeCallResult::err(e));
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let mut written = 0;
+        let mut direct = None;
+        if !st.busy {
+            if let Some(writer) = &st.writer {
+                st.wbuf.clear();
+                // An encoding error is left to the task, which reports it as before.
+                if let Ok(blocking) = op.encode(&mut st.wbuf) {
+                    // Non-blocking (the descriptor is shared with the tokio socket); WouldBlock
+                    // or an error leaves the (rest of the) write to the task.
+                    let mut w: &std::net::TcpStream = writer;
+                    if let Ok(n) = w.write(&st.wbuf) {
+                        written = n;
+                    }
+                    if written == st.wbuf.len() {
+                        direct = Some(match blocking {
+                            Some(s) => {
+                                Duration::from_secs(s.min(core::protocol::MAX_SECONDS))
+                                    + core::connection::BLOCKING_REPLY_MARGIN
+                            }
+                            None => self.shared.socket_timeout,
+                        });
+                    }
+                }
+            }
+        }
+        st.busy = true;
+        st.queue.push_back(Queued {
+            op,
+            seq,
+            written,
+            direct: direct.is_some(),
+            limit: direct.unwrap_or_default(),
+        });
+        drop(guard);
+        match direct {
+            Some(limit) => Either::A(limit.as_millis() as f64),
+            None => {
+                self.shared.wake.notify_one();
+                Either::A(0.0)
+            }
+        }
+    }
+
+    /// The reply to queued request number `seq` (counting from 0) is overdue: if it is still
+    /// awaited, it fails with `TIMEOUT` and the connection closes.
+    #[napi]
+    pub fn expire(&self, seq: f64) {
+        if seq.is_finite() && seq >= 0.0 {
+            self.shared.lock().expired = Some(seq as u64);
+            self.shared.wake.notify_one();
         }
     }
 
@@ -704,7 +1028,7 @@ impl NativeDflockdConnection {
         timeout_s: f64,
         lease_ttl_s: Option<f64>,
         limit: Option<f64>,
-    ) -> Option<NativeCallResult> {
+    ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             Ok(Op::Lock {
@@ -719,7 +1043,7 @@ impl NativeDflockdConnection {
 
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
     #[napi]
-    pub fn release(&self, key: String, token: String, sem: bool) -> Option<NativeCallResult> {
+    pub fn release(&self, key: String, token: String, sem: bool) -> Either<f64, NativeCallResult> {
         self.submit(Ok(Op::Release { key, token, sem }))
     }
 
@@ -731,7 +1055,7 @@ impl NativeDflockdConnection {
         token: String,
         lease_ttl_s: Option<f64>,
         sem: bool,
-    ) -> Option<NativeCallResult> {
+    ) -> Either<f64, NativeCallResult> {
         let op =
             opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).map(|ttl_s| {
                 Op::Renew {
@@ -752,7 +1076,7 @@ impl NativeDflockdConnection {
         key: String,
         lease_ttl_s: Option<f64>,
         limit: Option<f64>,
-    ) -> Option<NativeCallResult> {
+    ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             Ok(Op::Enqueue {
@@ -766,7 +1090,7 @@ impl NativeDflockdConnection {
 
     /// `w key timeout` (`sw` when `sem`): like `lock`.
     #[napi]
-    pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Option<NativeCallResult> {
+    pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Either<f64, NativeCallResult> {
         let op =
             int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).map(|timeout_s| {
                 Op::Wait {
@@ -780,7 +1104,7 @@ impl NativeDflockdConnection {
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
     #[napi]
-    pub fn stats(&self) -> Option<NativeCallResult> {
+    pub fn stats(&self) -> Either<f64, NativeCallResult> {
         self.submit(Ok(Op::Stats))
     }
 
@@ -788,7 +1112,7 @@ impl NativeDflockdConnection {
     /// lowercase command word, key rules for keyed commands, no CR/LF/NUL, lines <= 256 bytes)
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
     #[napi]
-    pub fn request(&self, cmd: String, key: String, arg: String) -> Option<NativeCallResult> {
+    pub fn request(&self, cmd: String, key: String, arg: String) -> Either<f64, NativeCallResult> {
         self.submit(Ok(Op::Raw { cmd, key, arg }))
     }
 

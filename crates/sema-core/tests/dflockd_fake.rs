@@ -1014,4 +1014,56 @@ mod dflockd {
         assert!(p.wait(1).await.expect("wait while held"));
         p.release().await.expect("release");
     }
+
+    /// A request written through `take_writer` (whole or in part) and reported with
+    /// `mark_written` goes out exactly once, and its reply is read as usual; `read_idle` buffers
+    /// a reply that arrives before the request is run, and reports EOF.
+    #[tokio::test]
+    async fn writer_handle_and_mark_written() {
+        use std::io::Write as _;
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            for _ in 0..2 {
+                if c.read_request().await.is_none() {
+                    return;
+                }
+                c.write(b"ok\n").await;
+            }
+        })
+        .await;
+        let mut conn = Connection::connect(&fake.connect_options())
+            .await
+            .expect("connect");
+        let mut w = conn.take_writer().expect("plain TCP has a writer handle");
+        assert!(conn.take_writer().is_none(), "given out once");
+        let mut bytes = Vec::new();
+        Request::Release {
+            key: "k",
+            token: "t1",
+        }
+        .encode_into(&mut bytes)
+        .expect("encode");
+        // Whole request written outside: the reply arrives while idle, then the request is run.
+        w.write_all(&bytes).expect("write");
+        conn.read_idle().await.expect("reply bytes");
+        assert!(conn.has_line());
+        conn.mark_written(bytes.len());
+        conn.release("k", "t1").await.expect("release");
+        // Part of it written outside: the connection writes the rest.
+        bytes.clear();
+        Request::Release {
+            key: "k",
+            token: "t2",
+        }
+        .encode_into(&mut bytes)
+        .expect("encode");
+        w.write_all(&bytes[..3]).expect("write");
+        conn.mark_written(3);
+        conn.release("k", "t2").await.expect("release");
+        assert_eq!(fake.received_text(), "r\nk\nt1\nr\nk\nt2\n");
+        // The server ends the connection: read_idle reports it and closes.
+        let e = conn.read_idle().await.expect_err("EOF");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert!(conn.is_closed());
+        drop(w);
+    }
 }

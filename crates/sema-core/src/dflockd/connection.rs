@@ -188,6 +188,20 @@ fn server_name(host: &str, tls: &TlsOptions) -> Result<ServerName<'static>> {
         .map_err(|e| DflockdError::invalid(format!("invalid TLS server name {name:?}: {e}")))
 }
 
+#[cfg(unix)]
+fn plain_writer(tcp: &TcpStream) -> Option<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    tcp.as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(std::net::TcpStream::from)
+}
+
+#[cfg(not(unix))]
+fn plain_writer(_tcp: &TcpStream) -> Option<std::net::TcpStream> {
+    None
+}
+
 fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
     DflockdError::connection(format!("{what} {peer} failed: {e}"))
 }
@@ -200,6 +214,10 @@ pub struct Connection {
     /// Request being written (reused: no allocation per request once warm).
     wbuf: Vec<u8>,
     busy: bool,
+    /// Bytes of the next request already written by the caller through [`Connection::take_writer`].
+    prewritten: usize,
+    /// A second handle on the plain TCP socket for [`Connection::take_writer`] (`None` with TLS).
+    writer: Option<std::net::TcpStream>,
     socket_timeout: Duration,
     peer: String,
 }
@@ -228,6 +246,10 @@ impl Connection {
                 .await
                 .map_err(|e| io_error(&peer, "connect to", e))?;
             let _ = tcp.set_nodelay(true);
+            let writer = match tls {
+                None => plain_writer(&tcp),
+                Some(_) => None,
+            };
             let io: Box<dyn Io> = match tls {
                 None => Box::new(tcp),
                 Some((cfg, name)) => {
@@ -238,9 +260,9 @@ impl Connection {
                     Box::new(stream)
                 }
             };
-            Ok::<_, DflockdError>(io)
+            Ok::<_, DflockdError>((io, writer))
         };
-        let io = match tokio::time::timeout(opts.connect_timeout, setup).await {
+        let (io, writer) = match tokio::time::timeout(opts.connect_timeout, setup).await {
             Ok(r) => r?,
             Err(_) => {
                 return Err(DflockdError::timeout(format!(
@@ -254,6 +276,8 @@ impl Connection {
             buf: Vec::with_capacity(256),
             wbuf: Vec::with_capacity(128),
             busy: false,
+            prewritten: 0,
+            writer,
             socket_timeout: opts.socket_timeout,
             peer,
         };
@@ -276,6 +300,8 @@ impl Connection {
     /// Close the connection (drop the socket). The server auto-releases what it held.
     pub fn close(&mut self) {
         self.io = None;
+        self.writer = None;
+        self.prewritten = 0;
         self.buf = Vec::new();
         self.wbuf = Vec::new();
     }
@@ -301,6 +327,69 @@ impl Connection {
             return false;
         }
         true
+    }
+
+    /// Plain TCP only: a second, independent handle on the socket (a duplicated descriptor,
+    /// non-blocking like the first), so the caller can write a request from its own thread
+    /// without waking the task that reads the replies. Given out once; `None` with TLS, after
+    /// the first call, or where the descriptor cannot be duplicated.
+    ///
+    /// The caller owns the framing: it may write only a request encoded exactly as this
+    /// connection would encode it, only while no other request is in flight, must report the
+    /// bytes written with [`Connection::mark_written`] before the request is run here, and must
+    /// drop the handle when the connection closes (the socket stays open while it lives).
+    pub fn take_writer(&mut self) -> Option<std::net::TcpStream> {
+        self.writer.take()
+    }
+
+    /// The first `n` bytes of the next request were already written through the handle of
+    /// [`Connection::take_writer`]: the next request writes only the rest.
+    pub fn mark_written(&mut self, n: usize) {
+        self.prewritten = n;
+    }
+
+    /// Whether a complete reply line is buffered.
+    pub fn has_line(&self) -> bool {
+        self.buf.contains(&b'\n')
+    }
+
+    /// While no request is being run here (its bytes may have been written through
+    /// [`Connection::take_writer`]): read what the server sends into the reply buffer, once,
+    /// and return after at least one byte arrived. EOF, a read error or more than a reply
+    /// line's worth of bytes without a newline close the connection and return the error.
+    /// Cancel-safe, as [`Connection::wait_server_gone`].
+    pub async fn read_idle(&mut self) -> Result<()> {
+        if self.busy {
+            return Err(self.fail(DflockdError::connection(format!(
+                "connection to {} was interrupted mid-request and is closed",
+                self.peer
+            ))));
+        }
+        let mut chunk = [0u8; 4096];
+        let Some(io) = self.io.as_mut() else {
+            return Err(DflockdError::connection(format!(
+                "connection to {} is closed",
+                self.peer
+            )));
+        };
+        match io.read(&mut chunk).await {
+            Ok(0) => Err(self.fail(DflockdError::connection(if self.buf.is_empty() {
+                format!("server {} closed the connection", self.peer)
+            } else {
+                format!("server {} closed the connection mid-reply", self.peer)
+            }))),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                if !self.has_line() && self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
+                    return Err(self.fail(overlong()));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let peer = self.peer.clone();
+                Err(self.fail(io_error(&peer, "read from", e)))
+            }
+        }
     }
 
     fn fail(&mut self, e: DflockdError) -> DflockdError {
@@ -366,13 +455,17 @@ impl Connection {
         }
         self.busy = true;
         let write_deadline = Instant::now() + self.socket_timeout;
+        let skip = std::mem::take(&mut self.prewritten).min(self.wbuf.len());
         let written = {
             let Connection { io, wbuf, peer, .. } = self;
             let write = async {
                 let io = io
                     .as_mut()
                     .ok_or_else(|| DflockdError::connection("connection is closed"))?;
-                io.write_all(wbuf)
+                if skip == wbuf.len() {
+                    return Ok(());
+                }
+                io.write_all(&wbuf[skip..])
                     .await
                     .map_err(|e| io_error(peer, "write to", e))?;
                 io.flush().await.map_err(|e| io_error(peer, "write to", e))

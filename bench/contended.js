@@ -79,6 +79,7 @@ function analyse(cfg, results) {
   const wait = summarize(waitMs)
   return {
     kind: cfg.kind,
+    ...(cfg.fsync === false ? { fsync: false } : {}),
     procs: cfg.procs,
     rounds: cfg.rounds,
     ops: holds.length,

@@ -149,6 +149,29 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await Promise.all([head, behind].map((c) => u.waitExit(c, 10000, 'waiter')))
   })
 
+  test('behind a stopped head, timeouts shorter than the poll still make their attempt', { timeout: 60000 }, async () => {
+    const file = at('stopped-timeout.lock')
+    const r = await sema.acquire(file)
+    assert.ok(r.ok)
+    const head = await waiter(file, 'head')
+    process.kill(head.pid, 'SIGSTOP')
+    try {
+      await untilStopped(head.pid)
+      await r.value.release()
+      // The lock is free, the head cannot run. timeout 0 = exactly one attempt; 80 ms is below the 100 ms poll.
+      for (const timeout of [0, 80]) {
+        const again = await sema.acquire(file, { timeout })
+        assert.ok(again.ok, `timeout ${timeout}: ${JSON.stringify(again.error)}`)
+        await again.value.release()
+      }
+    } finally {
+      process.kill(head.pid, 'SIGCONT')
+    }
+    await head.held
+    head.stdin.end()
+    await u.waitExit(head, 10000, 'waiter')
+  })
+
   test('a waiter that gives up leaves the line: the next one is served', { timeout: 60000 }, async () => {
     const file = at('giveup.lock')
     const r = await sema.acquire(file)

@@ -282,7 +282,12 @@ pub enum AcquireNow {
 pub struct Tried {
     /// The attempt was made (and found the lock busy).
     attempted: bool,
+    /// Declared before `permit`: dropped first, so a ticket is never dropped without the slot
+    /// (two tickets of one process would share the queue's one `want` flag).
     ticket: Option<Ticket>,
+    /// The in-process slot taken by the attempt, kept so that no other waiter of this process
+    /// (another thread, a worker_thread) can take it between the attempt and the wait.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Tried {
@@ -290,6 +295,7 @@ impl Tried {
         Tried {
             attempted: false,
             ticket: None,
+            permit: None,
         }
     }
 }
@@ -601,6 +607,7 @@ impl LockFile {
             return AcquireNow::Wait(Tried {
                 attempted: false,
                 ticket,
+                permit: Some(permit),
             });
         }
         match self.attempt_prepared(req, false, self.options.fsync, &mut None) {
@@ -611,6 +618,7 @@ impl LockFile {
             Err(AttemptError::Busy(_)) => AcquireNow::Wait(Tried {
                 attempted: true,
                 ticket,
+                permit: Some(permit),
             }),
             Err(AttemptError::Failed(e)) => AcquireNow::Done(Err(e)),
         }
@@ -640,7 +648,11 @@ impl LockFile {
     ) -> impl Future<Output = Result<HeldLock, LockError>> + Send + 'static {
         let this = self.clone();
         let mut queued = Box::pin(self.slot.clone().acquire_owned());
-        let first = if cancel.is_cancelled() {
+        let mut tried = tried;
+        let kept = tried.as_mut().and_then(|t| t.permit.take());
+        let first = if let Some(permit) = kept {
+            Poll::Ready(Ok(permit)) // the slot acquire_now took: nobody went first
+        } else if cancel.is_cancelled() {
             Poll::Pending
         } else {
             // A free permit is taken, or this waiter is enqueued (the real waker replaces the
@@ -716,7 +728,9 @@ impl LockFile {
         // First attempt without registering for events: the uncontended fast path. A file
         // prepared for it and not linked is kept for the next attempts.
         let mut prepared = None;
-        if !tried && ticket.as_ref().is_none_or(Ticket::is_head) {
+        // A deadline that has passed still gets its one attempt (`Some(0)` = exactly one), even
+        // behind the line: the head may be stopped with the lock free.
+        if !tried && (passed(deadline) || ticket.as_ref().is_none_or(Ticket::is_head)) {
             match self.attempt_async(req, false, &mut prepared).await {
                 Ok(held) => {
                     held.adopt_permit(permit);
@@ -832,7 +846,15 @@ impl LockFile {
                     *starving = true;
                     ticket.mark_starving();
                 }
-                _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+                // One last look before giving up: with a timeout below `retry_interval` a
+                // waiter behind a stopped head would otherwise never look at all.
+                _ = sleep_until_opt(deadline) => {
+                    return match self.attempt_async(req, true, prepared).await {
+                        Ok(held) => Ok(Some(held)),
+                        Err(AttemptError::Busy(_)) => Err(timeout_error(timeout)),
+                        Err(AttemptError::Failed(e)) => Err(e),
+                    };
+                }
             }
         }
     }

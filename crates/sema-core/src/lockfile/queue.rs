@@ -62,10 +62,14 @@ mod imp {
 
     use tokio::sync::Notify;
 
+    use crate::lockfile::process::current_pid;
     use crate::lockfile::sys::flock;
 
     pub(crate) struct Queue {
         file: File,
+        /// The process that opened it: a forked child shares the descriptor (and so the
+        /// parent's flock and marks) and must open its own.
+        pid: i64,
         /// The queue file's path and the lock's key, to remove the file when the line is empty.
         path: PathBuf,
         key: PathBuf,
@@ -117,13 +121,14 @@ mod imp {
         if let Some(known) = lock(&QUEUES).get(key) {
             // Another process removed the file of an empty line: open the current one, unless
             // this process still stands in the old line.
-            if !known.removed_elsewhere() {
+            if known.pid == current_pid() && !known.removed_elsewhere() {
                 return Some(known.clone());
             }
         }
         let (file, path) = open(key, create).ok()?;
         let queue = Arc::new(Queue {
             file,
+            pid: current_pid(),
             path,
             key: key.to_path_buf(),
             state: Mutex::new(State::default()),
@@ -133,7 +138,7 @@ mod imp {
         let mut map = lock(&QUEUES);
         // Another thread may have opened it meanwhile: keep the first (one agent per process).
         if let Some(first) = map.get(key) {
-            if !first.removed_elsewhere() {
+            if first.pid == current_pid() && !first.removed_elsewhere() {
                 return Some(first.clone());
             }
         }
@@ -145,7 +150,13 @@ mod imp {
 
     /// The directory of this user's queue files, made if missing; refused if it is not a
     /// directory owned by this user (another user could otherwise steer our queue files).
-    fn queue_dir() -> io::Result<PathBuf> {
+    /// Checked once per process (afterwards only `open` runs on the JS thread's fast path);
+    /// made again if it was removed meanwhile (see [`open`]).
+    fn queue_dir(again: bool) -> io::Result<PathBuf> {
+        static CHECKED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        if let (Some(dir), false) = (CHECKED.get(), again) {
+            return Ok(dir.clone());
+        }
         // SAFETY: getuid has no preconditions and cannot fail.
         let uid = unsafe { libc::getuid() };
         let dir = PathBuf::from(format!("/dev/shm/sema-native-{uid}"));
@@ -155,9 +166,12 @@ mod imp {
             Err(e) => return Err(e),
         }
         let meta = std::fs::symlink_metadata(&dir)?;
-        if !meta.is_dir() || meta.uid() != uid {
-            return Err(io::Error::other("queue directory is not ours"));
+        // Ours, and writable by nobody else: others could otherwise remove or replace queue
+        // files (which would cost fairness, never exclusion).
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+            return Err(io::Error::other("queue directory is not ours alone"));
         }
+        let _ = CHECKED.set(dir.clone());
         Ok(dir)
     }
 
@@ -173,17 +187,25 @@ mod imp {
     }
 
     fn open(key: &Path, create: bool) -> io::Result<(File, PathBuf)> {
-        let path = queue_dir()?.join(name_of(key));
+        let name = name_of(key);
         // Read-write: the marks are read locks, which need a readable descriptor, and an open
         // file description of our own (a byte-range "OFD" lock belongs to it).
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&path)?;
-        Ok((file, path))
+        let open_in = |dir: PathBuf| {
+            let path = dir.join(&name);
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .open(&path)
+                .map(|file| (file, path))
+        };
+        match open_in(queue_dir(false)?) {
+            // The directory itself was removed (a tmp cleaner): make it again, once.
+            Err(e) if create && e.kind() == io::ErrorKind::NotFound => open_in(queue_dir(true)?),
+            r => r,
+        }
     }
 
     /// Byte [`STARVING`] of the queue file carries the *starving* marks: every process that
@@ -285,24 +307,30 @@ mod imp {
         /// a moment before may still line up on the removed inode: it is then head of a line
         /// of its own, watching the lock file beside the head of the new line (two woken
         /// instead of one); the lock file still decides who holds the lock.
-        fn remove_if_empty(&self, st: &State) {
+        fn remove_if_empty(&self, st: &State) -> bool {
             // The cheap check first: under contention somebody is nearly always present.
             if st.in_line || st.broken || others_marked(&self.file, PRESENT) {
-                return;
+                return false;
             }
             if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
-                return; // someone is head
+                return false; // someone is head
             }
             // Checked again under the head's flock: a process marks its presence before it
             // tries for the head's place.
-            if !others_marked(&self.file, PRESENT) {
-                let mut map = lock(&QUEUES);
-                let _ = std::fs::remove_file(&self.path);
-                if map.get(&self.key).is_some_and(|q| std::ptr::eq(&**q, self)) {
-                    map.remove(&self.key);
-                }
-            }
+            let removed =
+                !others_marked(&self.file, PRESENT) && std::fs::remove_file(&self.path).is_ok();
             let _ = flock(&self.file, libc::LOCK_UN);
+            removed
+        }
+
+        /// Forget this queue in [`QUEUES`] after its file was removed. Called WITHOUT `state`
+        /// held: `get` takes `QUEUES` and then a queue's `state`, so the reverse order here
+        /// would deadlock against it.
+        fn forget(&self) {
+            let mut map = lock(&QUEUES);
+            if map.get(&self.key).is_some_and(|q| std::ptr::eq(&**q, self)) {
+                map.remove(&self.key);
+            }
         }
 
         /// The agent: stand in line (blocked in `flock(LOCK_EX)`) whenever this process wants
@@ -320,11 +348,18 @@ mod imp {
                         st = next;
                         if waited.timed_out() && !st.in_line {
                             st.agent = false;
+                            let idle = !st.want;
+                            drop(st);
+                            // Unused for AGENT_IDLE: let the descriptor go (reopened on demand).
+                            if idle {
+                                self.forget();
+                            }
                             return;
                         }
                     }
                 }
                 let r = flock(&self.file, libc::LOCK_EX);
+                let mut removed = false;
                 let mut st = lock(&self.state);
                 st.in_line = false;
                 match r {
@@ -333,11 +368,17 @@ mod imp {
                     Ok(()) => {
                         if !st.head {
                             let _ = flock(&self.file, libc::LOCK_UN);
+                            // This process may be the last to leave (its waiters gave up while
+                            // the agent still stood in line): nobody else would remove the file.
+                            removed = self.remove_if_empty(&st);
                         }
                     }
                     Err(_) => st.broken = true,
                 }
                 drop(st);
+                if removed {
+                    self.forget();
+                }
                 self.changed.notify_waiters();
             }
         }
@@ -376,7 +417,16 @@ mod imp {
                 st.head = false;
                 let _ = flock(&self.queue.file, libc::LOCK_UN);
             }
-            self.queue.remove_if_empty(&st);
+            let removed = self.queue.remove_if_empty(&st);
+            // Nobody here stands in line and no agent will come back to it: do not keep the
+            // descriptor (the file may be removed by another process later; a kept entry would
+            // hold it open for good). With an agent, its idle exit forgets it; until then a
+            // process waiting in a loop keeps its descriptor and its agent.
+            let idle = !st.in_line && !st.agent;
+            drop(st);
+            if removed || idle {
+                self.queue.forget();
+            }
         }
     }
 }

@@ -164,7 +164,7 @@ pub(crate) fn dir_fs_kind(path: &Path) -> FsKind {
         const TMPFS_MAGIC: i64 = 0x0102_1994;
         const RAMFS_MAGIC: i64 = 0x8584_58f6;
         // Network, user-space and cluster file systems, from linux/magic.h and their sources.
-        const REMOTE_MAGICS: [i64; 12] = [
+        const REMOTE_MAGICS: [i64; 15] = [
             0x6969,      // NFS
             0x517b,      // SMB
             0xfe53_4d42, // SMB2
@@ -177,6 +177,9 @@ pub(crate) fn dir_fs_kind(path: &Path) -> FsKind {
             0x7461_636f, // OCFS2
             0x0116_1970, // GFS2
             0x0bd0_0bd0, // Lustre
+            0x4750_4653, // GPFS
+            0x1983_0326, // BeeGFS
+            0x2003_0528, // OrangeFS / PVFS2
         ];
         let Some(dir) = path.parent().and_then(c_path) else {
             return FsKind::Remote;

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use sema_core::lockfile::*;
 
+/// The queue file name, derived here independently of the crate: the name must stay the same
+/// across versions (processes of different versions share one line), so the test pins it.
 fn fnv(key: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

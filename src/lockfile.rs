@@ -294,10 +294,12 @@ impl Task for ReleaseTask {
 }
 
 fn release_by_id(id: u64) -> Result<bool, LockError> {
-    match lockfile::held_lock_by_id(id) {
-        Some(held) => held.release(),
-        None => Ok(false), // already released or lost
-    }
+    release_found(lockfile::held_lock_by_id(id))
+}
+
+/// Releases a held lock found by id; not found = already released or lost.
+fn release_found(held: Option<HeldLock>) -> Result<bool, LockError> {
+    held.map_or(Ok(false), |held| held.release())
 }
 
 fn to_id(id: f64) -> u64 {
@@ -439,12 +441,13 @@ impl NativeLockFile {
     ) -> napi::Result<Either<HeldOutcome, PromiseRaw<'env, HeldOutcome>>> {
         let req = request(tag, owner_pid);
         let cancelled = cancel_id.map(cancel_token);
-        let tried = match cancelled.as_ref().is_some_and(|c| c.is_cancelled()) {
-            true => None,
-            false => match self.inner.acquire_now(&req) {
+        let tried = if cancelled.as_ref().is_some_and(|c| c.is_cancelled()) {
+            None
+        } else {
+            match self.inner.acquire_now(&req) {
                 AcquireNow::Done(r) => return Ok(Either::A(acquired(r))),
                 AcquireNow::Wait(tried) => Some(tried),
-            },
+            }
         };
         let fut = self.inner.acquire_in_order_tried(
             req,
@@ -590,11 +593,11 @@ pub fn release_held(id: f64) -> BoolResult {
 /// `null`: then call `releaseHeldAsync`.
 #[napi]
 pub fn release_held_now(id: f64) -> Option<BoolResult> {
-    match lockfile::held_lock_by_id(to_id(id)) {
-        Some(held) if held.release_is_short() => Some(bool_result(held.release())),
-        Some(_) => None,
-        None => Some(bool_result(Ok::<bool, LockError>(false))), // already released or lost
+    let held = lockfile::held_lock_by_id(to_id(id));
+    if held.as_ref().is_some_and(|h| !h.release_is_short()) {
+        return None;
     }
+    Some(bool_result(release_found(held)))
 }
 
 /// `releaseHeld` on the libuv pool.

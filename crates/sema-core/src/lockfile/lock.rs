@@ -748,14 +748,13 @@ impl LockFile {
         }
         // After STARVING_AFTER this waiter goes strictly first (see `queue`).
         let starve_at = start + STARVING_AFTER;
-        let mut starving = false;
         if let Some(ticket) = &ticket {
             let polled = self
                 .wait_for_head(
                     req,
                     ticket,
                     (deadline, timeout),
-                    (starve_at, &mut starving),
+                    starve_at,
                     &cancel,
                     &mut prepared,
                 )
@@ -765,6 +764,13 @@ impl LockFile {
                 return Ok(held);
             }
         }
+        let starving = async {
+            match &ticket {
+                Some(t) => t.starving_from(starve_at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(starving);
         let guard = watch::watch(&self.key);
         // The file last judged held, with the close generation seen before judging it.
         let mut judged: Option<(FileSig, u64)> = None;
@@ -800,12 +806,7 @@ impl LockFile {
                 _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
                     judged = None; // the poll judges again (stale expiry, a dead holder)
                 }
-                _ = tokio::time::sleep_until(starve_at), if !starving && ticket.is_some() => {
-                    starving = true;
-                    if let Some(t) = &ticket {
-                        t.mark_starving();
-                    }
-                }
+                _ = &mut starving => {} // never completes: it only sets the mark
                 _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
             }
         }
@@ -819,10 +820,12 @@ impl LockFile {
         req: &AcquireRequest,
         ticket: &Ticket,
         (deadline, timeout): (Option<tokio::time::Instant>, Option<Duration>),
-        (starve_at, starving): (tokio::time::Instant, &mut bool),
+        starve_at: tokio::time::Instant,
         cancel: &CancellationToken,
         prepared: &mut Option<Prepared>,
     ) -> Result<Option<HeldLock>, LockError> {
+        let starving = ticket.starving_from(starve_at);
+        tokio::pin!(starving);
         loop {
             let changed = ticket.changed();
             tokio::pin!(changed);
@@ -842,10 +845,7 @@ impl LockFile {
                         Err(AttemptError::Failed(e)) => return Err(e),
                     }
                 }
-                _ = tokio::time::sleep_until(starve_at), if !*starving => {
-                    *starving = true;
-                    ticket.mark_starving();
-                }
+                _ = &mut starving => {} // never completes: it only sets the mark
                 // One last look before giving up: with a timeout below `retry_interval` a
                 // waiter behind a stopped head would otherwise never look at all.
                 _ = sleep_until_opt(deadline) => {

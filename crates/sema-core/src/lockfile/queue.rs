@@ -101,6 +101,8 @@ mod imp {
     /// become head if this one was).
     pub(crate) struct Ticket {
         queue: Arc<Queue>,
+        /// This ticket's starving mark is set (see [`Ticket::starving_from`]).
+        starving: std::sync::atomic::AtomicBool,
     }
 
     static QUEUES: LazyLock<Mutex<HashMap<PathBuf, Arc<Queue>>>> =
@@ -121,7 +123,7 @@ mod imp {
         if let Some(known) = lock(&QUEUES).get(key) {
             // Another process removed the file of an empty line: open the current one, unless
             // this process still stands in the old line.
-            if known.pid == current_pid() && !known.removed_elsewhere() {
+            if known.usable() {
                 return Some(known.clone());
             }
         }
@@ -138,7 +140,7 @@ mod imp {
         let mut map = lock(&QUEUES);
         // Another thread may have opened it meanwhile: keep the first (one agent per process).
         if let Some(first) = map.get(key) {
-            if first.pid == current_pid() && !first.removed_elsewhere() {
+            if first.usable() {
                 return Some(first.clone());
             }
         }
@@ -285,7 +287,14 @@ mod imp {
             }
             Ticket {
                 queue: self.clone(),
+                starving: std::sync::atomic::AtomicBool::new(false),
             }
+        }
+
+        /// Still the queue to use: opened by this process (a forked child shares the parent's
+        /// descriptor, and so its flock and marks) and not removed by another process since.
+        fn usable(&self) -> bool {
+            self.pid == current_pid() && !self.removed_elsewhere()
         }
 
         /// The file was removed by another process (its line was empty) and nobody here stands
@@ -391,10 +400,17 @@ mod imp {
             st.head || st.broken
         }
 
-        /// Mark this process as starving (it has waited [`super::STARVING_AFTER`]): from now until
-        /// this ticket is dropped, nobody may take the head's place ahead of the line.
-        pub(crate) fn mark_starving(&self) {
-            let _ = mark(&self.queue.file, STARVING, libc::F_RDLCK, libc::F_OFD_SETLK);
+        /// Mark this process as starving at `at` (its wait began [`super::STARVING_AFTER`]
+        /// before): from then until this ticket is dropped, nobody may take the head's place
+        /// ahead of the line. Never completes: race it beside the other things a wait waits for.
+        pub(crate) async fn starving_from(&self, at: tokio::time::Instant) {
+            use std::sync::atomic::Ordering;
+            if !self.starving.load(Ordering::Relaxed) {
+                tokio::time::sleep_until(at).await;
+                let _ = mark(&self.queue.file, STARVING, libc::F_RDLCK, libc::F_OFD_SETLK);
+                self.starving.store(true, Ordering::Relaxed);
+            }
+            std::future::pending::<()>().await
         }
 
         /// Notified when the head may have changed. Create and `enable()` it before checking
@@ -455,7 +471,9 @@ mod imp {
             true
         }
 
-        pub(crate) fn mark_starving(&self) {}
+        pub(crate) async fn starving_from(&self, _at: tokio::time::Instant) {
+            std::future::pending::<()>().await
+        }
 
         pub(crate) fn changed(&self) -> std::future::Pending<()> {
             std::future::pending()

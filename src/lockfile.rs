@@ -165,7 +165,7 @@ fn engine_options(o: &NativeFileOptions) -> LockOptions {
     }
 }
 
-/// What is on disk: `state` is `missing`, `parsed` (with `info`) or `unparseable`.
+/// What is on disk: `state` is `missing`, `parsed` (with `info`), `unparseable` or `symlink` (never followed).
 #[napi(object)]
 pub struct NativeObservation {
     pub state: String,
@@ -400,6 +400,10 @@ impl NativeLockFile {
             },
             Observation::Unparseable { .. } => NativeObservation {
                 state: "unparseable".into(),
+                info: None,
+            },
+            Observation::Symlink => NativeObservation {
+                state: "symlink".into(),
                 info: None,
             },
         }

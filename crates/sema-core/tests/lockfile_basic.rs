@@ -507,21 +507,6 @@ fn fsync_off_works_too() {
     assert!(held.release().unwrap());
 }
 
-#[cfg(unix)]
-#[test]
-fn symlinked_lock_path_locks_the_target() {
-    let d = dir();
-    let target = d.path().join("real.lock");
-    let link = d.path().join("link.lock");
-    std::os::unix::fs::symlink(&target, &link).unwrap();
-    let resolved = validate_semats_path(link.to_str().unwrap()).unwrap();
-    assert_eq!(resolved, target);
-    let lf = LockFile::new(resolved, LockOptions::default());
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
-    assert!(target.exists());
-    held.release().unwrap();
-}
-
 #[test]
 fn plain_format_writes_exactly_what_semats_writes() {
     let d = dir();

@@ -23,7 +23,7 @@ use super::process::{
     current_pid, host_identity, now_unix_secs, own_start_ticks, process_start_ticks,
 };
 use super::queue::{self, Ticket, STARVING_AFTER};
-use super::stale::{judge, Observation, OsProbe, StaleContext, StaleJudgement};
+use super::stale::{judge, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement};
 use super::sys::{self, CreationStrategy, ExclusiveLock, FileId, FileSig, FsKind};
 use super::watch;
 
@@ -345,6 +345,8 @@ enum Examined {
     Broken,
     /// It changed under us (replaced or rewritten): look again.
     Changed,
+    /// The path's last component is a symbolic link: never followed, never removed.
+    Symlink,
 }
 
 fn age_of(meta: &Metadata) -> Duration {
@@ -454,7 +456,8 @@ impl LockFile {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return (Observation::Missing, None),
             Err(_) => {
-                return match std::fs::metadata(&self.path) {
+                return match std::fs::symlink_metadata(&self.path) {
+                    Ok(meta) if meta.file_type().is_symlink() => (Observation::Symlink, None),
                     Ok(meta) => (
                         Observation::Unparseable {
                             age: age_of(&meta),
@@ -496,7 +499,15 @@ impl LockFile {
     /// semats' `status()` (see [`LockStatus`]).
     pub fn status(&self) -> LockStatus {
         let observation = self.observe();
-        let judgement = judge(&observation, &self.stale_context(), &OsProbe);
+        let mut judgement = judge(&observation, &self.stale_context(), &OsProbe);
+        // A holder's descriptor still open (e.g. inherited by the command of `run` after its
+        // wrapper died) keeps the lock held, whatever the recorded pid says.
+        if judgement.is_stale()
+            && sys::open_existing(&self.path)
+                .is_ok_and(|f| sys::presence(&f) == sys::Presence::Holder)
+        {
+            judgement = StaleJudgement::Held(HeldBecause::HolderPresent);
+        }
         let info = observation.info().cloned();
         let is_owned_by_current_process = match &info {
             None => false,
@@ -990,6 +1001,7 @@ impl LockFile {
                 Examined::Held(holder, sig) => {
                     return Err(AttemptError::Busy(Box::new(Busy { holder, sig })))
                 }
+                Examined::Symlink => return Err(AttemptError::Failed(self.symlink_error())),
                 Examined::Changed | Examined::Gone | Examined::Broken => {}
             }
         }
@@ -1106,13 +1118,28 @@ impl LockFile {
         Ok(held)
     }
 
-    /// Open the existing file, judge it, and break it if stale, race-safely: exclusive flock
-    /// (a live holder's shared flock or another breaker makes it fail), then verify the path
-    /// still names the same inode with byte-identical content, and only then unlink.
+    /// The refusal of a symlink at the lock path (see [`Examined::Symlink`]).
+    fn symlink_error(&self) -> LockError {
+        LockError::InvalidPath(format!(
+            "Lock path is a symbolic link (refused, never followed): {}",
+            self.path.display()
+        ))
+    }
+
+    /// Open the existing file, judge it, and break it if stale, race-safely:
+    /// 1. a holder's presence mark (an OFD write lock, which a mere reader cannot take) still
+    ///    held means a live holder, whatever the content says;
+    /// 2. breakers are serialised per user by a lock in our private runtime directory, and
+    ///    across users by the exclusive `flock` on the file. A reader's shared `flock` makes that
+    ///    fail too: it is passed over when no process holds an exclusive one (no other breaker)
+    ///    and the presence probe works here (so a holder would have shown itself in 1);
+    /// 3. then the path must still name the same inode (never followed) with byte-identical
+    ///    content, and only then is it unlinked.
     fn examine_and_break(&self) -> Examined {
         let file = match sys::open_existing(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Examined::Gone,
+            Err(e) if sys::is_symlink_refusal(&e, &self.path) => return Examined::Symlink,
             Err(_) => return Examined::Held(None, None),
         };
         let Ok(meta) = file.metadata() else {
@@ -1133,12 +1160,30 @@ impl LockFile {
             return Examined::Held(holder, sig);
         }
         // Judged stale: never cache this file as held (it is re-examined on the next look).
+        let presence = sys::presence(&file);
+        if presence == sys::Presence::Holder {
+            return Examined::Held(holder, None);
+        }
+        let per_user = match queue::lock_break(id) {
+            queue::BreakLock::Held(guard) => Some(guard),
+            queue::BreakLock::Busy => return Examined::Held(holder, None),
+            queue::BreakLock::Unavailable => None,
+        };
         let _exclusive = match sys::try_flock_exclusive(&file, &self.path, id) {
             Ok(ExclusiveLock::Held(extra)) => extra,
             Ok(ExclusiveLock::Unsupported) => None,
+            // Only shared flocks, no holder's mark, and breakers of this user serialised:
+            // readers, who must not keep a dead holder's lock from being reclaimed.
+            Ok(ExclusiveLock::Busy)
+                if per_user.is_some()
+                    && presence == sys::Presence::Absent
+                    && !sys::exclusive_flock_held(id) =>
+            {
+                None
+            }
             Ok(ExclusiveLock::Busy) | Err(_) => return Examined::Held(holder, None),
         };
-        match std::fs::metadata(&self.path) {
+        match std::fs::symlink_metadata(&self.path) {
             Ok(now) if sys::file_id(&now) == id => {}
             Ok(_) => return Examined::Changed,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Examined::Gone,
@@ -1187,6 +1232,7 @@ impl LockFile {
             let (observation, id) = self.observe_with_id();
             match &observation {
                 Observation::Missing => return Err(LockError::NotLocked),
+                Observation::Symlink => return Err(self.symlink_error()),
                 Observation::Parsed { info, .. } => {
                     if !force && info.pid != owner_pid {
                         return Err(LockError::PermissionDenied {
@@ -1214,7 +1260,7 @@ impl LockFile {
                 }
             }
             // Plain unlink, of the file we looked at (unless it keeps changing).
-            let same = match (std::fs::metadata(&self.path), id) {
+            let same = match (std::fs::symlink_metadata(&self.path), id) {
                 (Ok(m), Some(id)) => sys::file_id(&m) == id,
                 (Err(e), _) if e.kind() == io::ErrorKind::NotFound => {
                     return Err(LockError::NotLocked)
@@ -1259,6 +1305,7 @@ impl LockFile {
             match self.examine_and_break() {
                 Examined::Broken => return Ok(true),
                 Examined::Changed => continue,
+                Examined::Symlink => return Err(self.symlink_error()),
                 Examined::Gone | Examined::Held(..) => break,
             }
         }
@@ -1283,6 +1330,9 @@ impl LockFile {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let observation = self.observe();
+            if observation == Observation::Symlink {
+                return Err(self.symlink_error());
+            }
             match judge(&observation, &self.stale_context(), &OsProbe) {
                 StaleJudgement::Free | StaleJudgement::Stale(_) => return Ok(()),
                 StaleJudgement::Held(_) => {}

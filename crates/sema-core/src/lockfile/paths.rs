@@ -1,9 +1,13 @@
 //! Lock-path validation and resolution.
 //!
 //! [`validate_semats_path`] reproduces semats' constructor (`validatePath` plus the parent check)
-//! message for message, including how `getPath()` resolves: Node's `path.resolve` (absolute,
-//! lexically normalised), then `realpath` when the path exists, or the link target of a dangling
-//! symlink. [`validate_lock_path`] is the stricter rule set of the new API.
+//! message for message, and how `getPath()` resolves: Node's `path.resolve` (absolute,
+//! lexically normalised), then symlinks in the *parent directories* resolved (`realpath` of the
+//! parent), which for a lock path that is not itself a symlink is exactly semats' `realpath`.
+//! The last component is never followed: a symlink there (which whoever can write to the
+//! directory could plant, pointing at any file of ours) is kept as given, and every operation
+//! on it is refused (`INVALID_PATH`) instead of acting on its target. [`validate_lock_path`] is
+//! the stricter rule set of the new API.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -22,8 +26,9 @@ const MSG_DOTDOT: &str =
 ///   substring, so `a..b.lock` is refused too, as semats does);
 /// - `"Parent directory does not exist: <dir>"`.
 ///
-/// Returns what semats' `getPath()` returns: the absolute, normalised path, with symlinks
-/// followed when the path exists (`realpath`), or the target of a dangling symlink.
+/// Returns what semats' `getPath()` returns: the absolute, normalised path with the parent
+/// directory's symlinks resolved (semats' `realpath`, except that a symlink at the last
+/// component is not followed: see the module docs).
 pub fn validate_semats_path(path: &str) -> Result<PathBuf, String> {
     if js_trim(path).is_empty() {
         return Err(MSG_EMPTY.to_string());
@@ -49,7 +54,7 @@ pub fn validate_semats_path(path: &str) -> Result<PathBuf, String> {
 /// The new API's rules: empty or NUL → `InvalidPath`; `..` as a path *segment* →
 /// `PathTraversal` (`a..b.lock` is fine); a missing parent → `InvalidPath("Parent directory
 /// does not exist: <dir>")`; a parent that is not a directory, or a directory at the path
-/// itself → `InvalidPath`. Symlinks are resolved like [`validate_semats_path`].
+/// itself → `InvalidPath`. Symlinks are resolved like [`validate_semats_path`] (parents only).
 pub fn validate_lock_path(path: &str) -> Result<PathBuf, LockError> {
     if js_trim(path).is_empty() {
         return Err(LockError::InvalidPath(MSG_EMPTY.to_string()));
@@ -91,7 +96,7 @@ pub fn validate_lock_path(path: &str) -> Result<PathBuf, LockError> {
             resolved.display()
         )));
     }
-    if resolved.is_dir() {
+    if std::fs::symlink_metadata(&resolved).is_ok_and(|m| m.is_dir()) {
         return Err(LockError::InvalidPath(format!(
             "Path is a directory: {}",
             resolved.display()
@@ -100,7 +105,8 @@ pub fn validate_lock_path(path: &str) -> Result<PathBuf, LockError> {
     Ok(resolved)
 }
 
-/// Node's `path.resolve(p)` followed by semats' symlink handling.
+/// Node's `path.resolve(p)`, then the parent directory's symlinks resolved; the last component
+/// is never followed.
 fn resolve_like_semats(path: &str) -> Result<PathBuf, String> {
     let raw = Path::new(path);
     let absolute = if raw.is_absolute() {
@@ -111,19 +117,7 @@ fn resolve_like_semats(path: &str) -> Result<PathBuf, String> {
         cwd.join(raw)
     };
     let resolved = lexical_normalize(&absolute);
-    if resolved.exists() {
-        return Ok(std::fs::canonicalize(&resolved).unwrap_or(resolved));
-    }
-    match std::fs::symlink_metadata(&resolved) {
-        Ok(meta) if meta.file_type().is_symlink() => match std::fs::read_link(&resolved) {
-            Ok(target) => {
-                let base = resolved.parent().unwrap_or(Path::new("/"));
-                Ok(lexical_normalize(&base.join(target)))
-            }
-            Err(_) => Ok(resolved),
-        },
-        _ => Ok(resolved),
-    }
+    Ok(canonical_key(&resolved))
 }
 
 /// Lexical normalisation like Node's `path.normalize` on an absolute path: drops `.` and
@@ -195,6 +189,30 @@ mod tests {
         assert_eq!(
             validate_semats_path("/x.lock").ok(),
             Some(PathBuf::from("/x.lock"))
+        );
+    }
+
+    /// A symlink at the last component is kept as given (never resolved to its target, existing
+    /// or dangling); a symlink among the parents is resolved.
+    #[cfg(unix)]
+    #[test]
+    fn last_component_symlink_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::write(dir.join("victim"), b"secret").unwrap();
+        std::os::unix::fs::symlink(dir.join("victim"), dir.join("x.lock")).unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling.lock")).unwrap();
+        std::os::unix::fs::symlink(&dir, dir.join("via")).unwrap();
+        for name in ["x.lock", "dangling.lock"] {
+            let p = dir.join(name);
+            let s = p.to_str().unwrap();
+            assert_eq!(validate_semats_path(s).unwrap(), p);
+            assert_eq!(validate_lock_path(s).unwrap(), p);
+        }
+        let through = dir.join("via").join("y.lock");
+        assert_eq!(
+            validate_lock_path(through.to_str().unwrap()).unwrap(),
+            dir.join("y.lock")
         );
     }
 

@@ -3,7 +3,7 @@
 //! A pure function of an [`Observation`], a [`StaleContext`] (options, our host identity, the
 //! current time) and a [`ProcessProbe`] (so tests can script process facts). The rules:
 //!
-//! - missing → free;
+//! - missing → free; a symbolic link → held (never followed, never broken);
 //! - `stale_timeout` `None` → nothing is ever stale (semats' `null`);
 //! - unparseable or empty → held while its mtime age ≤ max(`pending_write_grace`,
 //!   `stale_timeout`), stale after (so a half-written or garbage file expires instead of never);
@@ -32,6 +32,9 @@ pub enum Observation {
     /// A file that exists but cannot be parsed (empty, partial, garbage, unreadable, > 1 MiB);
     /// `age` is measured from its mtime.
     Unparseable { age: Duration, error: ParseError },
+    /// A symbolic link at the lock path. Never followed: whoever planted it could point it at
+    /// any file of ours. Held (never broken); acquiring and releasing refuse it.
+    Symlink,
 }
 
 impl Observation {
@@ -127,6 +130,11 @@ pub enum HeldBecause {
     Fresh,
     /// A foreign file older than the stale timeout, but its pid is running.
     ForeignHolderRunning,
+    /// A symbolic link at the lock path (never followed, never broken).
+    Symlink,
+    /// The content says stale, but a descriptor with the holder's presence mark is still open
+    /// (e.g. inherited by a child of the recorded holder).
+    HolderPresent,
 }
 
 /// Why a lock counts as stale.
@@ -183,6 +191,7 @@ pub fn judge(
 ) -> StaleJudgement {
     let info = match observation {
         Observation::Missing => return StaleJudgement::Free,
+        Observation::Symlink => return StaleJudgement::Held(HeldBecause::Symlink),
         Observation::Parsed { info, .. } => info,
         Observation::Unparseable { age, .. } => {
             let Some(timeout) = ctx.stale_timeout else {

@@ -37,8 +37,8 @@ pub enum CreationStrategy {
 /// (device, inode): what a path refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileId {
-    dev: u64,
-    ino: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 #[cfg(unix)]
@@ -90,9 +90,10 @@ pub(crate) fn file_sig(meta: &Metadata) -> FileSig {
     }
 }
 
-/// One `stat` of the path: `None` when nothing is there.
+/// One `lstat` of the path (a symlink there is described, never followed): `None` when nothing
+/// is there.
 pub(crate) fn stat_sig(path: &Path) -> io::Result<Option<FileSig>> {
-    match std::fs::metadata(path) {
+    match std::fs::symlink_metadata(path) {
         Ok(m) => Ok(Some(file_sig(&m))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -122,15 +123,15 @@ pub(crate) fn fstat_id(file: &File) -> io::Result<FileId> {
     file.metadata().map(|m| file_id(&m))
 }
 
-/// (device, inode) of what `path` names: one plain `stat` through the cached C path when there
-/// is one.
+/// (device, inode) of the name `path` itself: one `lstat` through the cached C path when there
+/// is one (a symlink at the path is described, never followed).
 pub(crate) fn stat_id(path: &Path, path_c: Option<&std::ffi::CStr>) -> io::Result<FileId> {
     #[cfg(unix)]
     if let Some(c) = path_c {
         // SAFETY: `c` is NUL-terminated and outlives the call; `st` is a writable, properly
         // sized `stat` buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let rc = unsafe { libc::stat(c.as_ptr(), &mut st) };
+        let rc = unsafe { libc::lstat(c.as_ptr(), &mut st) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -140,7 +141,7 @@ pub(crate) fn stat_id(path: &Path, path_c: Option<&std::ffi::CStr>) -> io::Resul
         });
     }
     let _ = path_c;
-    std::fs::metadata(path).map(|m| file_id(&m))
+    std::fs::symlink_metadata(path).map(|m| file_id(&m))
 }
 
 /// What kind of file system a lock's directory is on: it decides which file calls may run
@@ -319,16 +320,35 @@ pub(crate) fn content_equals(file: &File, expected: &[u8]) -> io::Result<Option<
 }
 
 /// Open an existing lock file for reading (non-blocking, so a FIFO planted at the path cannot
-/// hang us; close-on-exec).
+/// hang us; close-on-exec; never through a symlink: see [`is_symlink_refusal`]).
 pub(crate) fn open_existing(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
     }
     options.open(path)
+}
+
+/// Whether an open of `path` failed because its last component is a symbolic link (`O_NOFOLLOW`
+/// gives `ELOOP` then; confirmed with an `lstat`, since a loop in a parent gives it too).
+pub(crate) fn is_symlink_refusal(e: &io::Error, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::ELOOP) && is_symlink(path)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        is_symlink(path)
+    }
+}
+
+/// Whether the last component of `path` is a symbolic link (an `lstat`).
+pub(crate) fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// Open an existing lock file read-write (for `flock(LOCK_EX)` on NFS, where an exclusive lock
@@ -339,7 +359,7 @@ fn open_existing_rw(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(path)
 }
 
@@ -370,6 +390,117 @@ pub(crate) fn flock_shared(file: &File) {
     #[cfg(not(unix))]
     {
         let _ = file;
+    }
+}
+
+/// A byte-range lock of an open file description (an "OFD" lock, Linux): owned by the open
+/// file, not the process, so it travels with an inherited descriptor, is not shared with
+/// another `open` of the same file (not even in this process), and is dropped by the kernel
+/// when the last descriptor of the open file closes. `cmd` is `F_OFD_SETLK` (never waits) or
+/// `F_OFD_GETLK` (fills in the first conflicting lock, or `F_UNLCK`).
+#[cfg(target_os = "linux")]
+pub(crate) fn ofd_lock(
+    file: &File,
+    byte: i64,
+    lock_type: libc::c_int,
+    cmd: libc::c_int,
+) -> io::Result<libc::flock> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: `flock` is a plain C struct; all-zero is a valid value (l_pid must be 0 for OFD
+    // commands), the fields used are set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = lock_type as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = byte as libc::off_t;
+    fl.l_len = 1;
+    // SAFETY: the descriptor is owned by `file`, which outlives this call; `fl` is a valid,
+    // writable `struct flock` for the kernel to read and (GETLK) fill in.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl) };
+    if rc == 0 {
+        Ok(fl)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The byte of a lock file whose OFD write lock says "the holder is here" (beyond any content:
+/// sema and semats never lock, older versions of this engine only `flock`).
+#[cfg(target_os = "linux")]
+const PRESENCE_BYTE: i64 = 0;
+
+/// Take a new lock file's holder marks: the shared `flock` (what older versions of this engine
+/// look for), and an OFD *write* lock on [`PRESENCE_BYTE`]. A write lock needs a writable
+/// descriptor, which a user who may only read the file (mode 0644) cannot open: unlike a
+/// shared `flock`, a reader cannot imitate it. Both are best effort (a file system without
+/// them lacks this signal; the content still names the holder).
+pub(crate) fn hold_presence(file: &File) {
+    flock_shared(file);
+    #[cfg(target_os = "linux")]
+    {
+        let _ = ofd_lock(file, PRESENCE_BYTE, libc::F_WRLCK, libc::F_OFD_SETLK);
+    }
+}
+
+/// What the presence byte of a lock file says, probed without taking anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Presence {
+    /// A descriptor holding the holder's write lock is open: the holder, or a process that
+    /// inherited its descriptor (the command of `sema-native run`), is alive.
+    Holder,
+    /// No holder's mark (a reader's read lock on the byte does not count).
+    Absent,
+    /// The probe is not supported here (no OFD locks): only the `flock` can tell.
+    Unknown,
+}
+
+/// Probe the presence byte through `file` (any descriptor of the lock file, read-only is fine:
+/// `F_OFD_GETLK` needs no write access).
+pub(crate) fn presence(file: &File) -> Presence {
+    #[cfg(target_os = "linux")]
+    {
+        match ofd_lock(file, PRESENCE_BYTE, libc::F_WRLCK, libc::F_OFD_GETLK) {
+            Ok(fl) if fl.l_type == libc::F_WRLCK as libc::c_short => Presence::Holder,
+            Ok(_) => Presence::Absent,
+            Err(_) => Presence::Unknown,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        Presence::Unknown
+    }
+}
+
+/// Whether some process holds an exclusive `flock` on the file `id` (another breaker), from
+/// `/proc/locks`. When `flock(LOCK_EX)` fails it tells a breaker (exclusive) from readers
+/// (shared: anyone who can read the file can take one). Unreadable or unknown: `true`, the
+/// cautious answer.
+pub(crate) fn exclusive_flock_held(id: FileId) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+            return true;
+        };
+        // "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF" (device as hex major:minor);
+        // lines with "->" are requests still waiting, not locks held.
+        let want = format!(
+            "{:02x}:{:02x}:{}",
+            libc::major(id.dev as libc::dev_t),
+            libc::minor(id.dev as libc::dev_t),
+            id.ino
+        );
+        text.lines().any(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            fields.next() == Some("FLOCK")
+                && fields.next().is_some()
+                && fields.next() == Some("WRITE")
+                && fields.nth(1) == Some(want.as_str())
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = id;
+        true
     }
 }
 
@@ -405,7 +536,7 @@ pub(crate) fn try_flock_exclusive(
                         Ok(f) => f,
                         Err(_) => return Ok(ExclusiveLock::Busy),
                     };
-                    if file_id(&rw.metadata()?) != id {
+                    if fstat_id(&rw)? != id {
                         return Ok(ExclusiveLock::Busy);
                     }
                     match flock(&rw, libc::LOCK_EX | libc::LOCK_NB) {
@@ -569,6 +700,16 @@ fn parent_dir(path: &Path) -> io::Result<&Path> {
     }
 }
 
+/// Remove the name `path` only while it names `file`'s inode (never a file or symlink that
+/// replaced it meanwhile: the name is `lstat`ed, not followed).
+pub(crate) fn remove_if_ours(file: &File, path: &Path) {
+    if let (Ok(ours), Ok(now)) = (fstat_id(file), stat_id(path, None)) {
+        if ours == now {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// After winning the link: make the file and its name durable. On failure the name is removed
 /// again (only if it still names our inode) and the error returned.
 fn sync_after_link(file: &File, path: &Path, dir: &Path, fsync: bool) -> io::Result<()> {
@@ -576,11 +717,7 @@ fn sync_after_link(file: &File, path: &Path, dir: &Path, fsync: bool) -> io::Res
         return Ok(());
     }
     if let Err(e) = file.sync_all() {
-        if let (Ok(ours), Ok(now)) = (file.metadata(), std::fs::metadata(path)) {
-            if file_id(&ours) == file_id(&now) {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        remove_if_ours(file, path);
         return Err(e);
     }
     fsync_dir(dir);
@@ -670,7 +807,7 @@ pub(crate) fn tmpfile_prepare(path: &Path, content: &[u8]) -> Option<io::Result<
     if let Err(e) = write_all_at(&file, content, 0) {
         return Some(Err(e)); // the anonymous inode vanishes with the descriptor
     }
-    flock_shared(&file);
+    hold_presence(&file);
     Some(Ok(file))
 }
 
@@ -769,7 +906,7 @@ fn create_via_named_temp(path: &Path, content: &[u8], fsync: bool) -> Outcome {
     if let Err(e) = write_all_at(&file, content, 0) {
         return Outcome::Done(Err(e)); // guard removes the temp file
     }
-    flock_shared(&file);
+    hold_presence(&file);
     let linked = std::fs::hard_link(&guard.0, path);
     drop(guard); // unlink the temp name on every path
     match linked {
@@ -799,16 +936,11 @@ fn create_direct(path: &Path, content: &[u8], fsync: bool) -> io::Result<File> {
         options.mode(0o644);
     }
     let file = options.open(path)?;
-    flock_shared(&file);
+    hold_presence(&file);
     let written =
         write_all_at(&file, content, 0).and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
     if let Err(e) = written {
-        // Remove only the file we created (never one that replaced it meanwhile).
-        if let (Ok(ours), Ok(now)) = (file.metadata(), std::fs::metadata(path)) {
-            if file_id(&ours) == file_id(&now) {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        remove_if_ours(&file, path);
         return Err(e);
     }
     if fsync {

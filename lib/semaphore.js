@@ -88,6 +88,9 @@ function acquireTimeoutMs(timeout) {
 
 // ─── the class ───
 
+/** The key of `Semaphore`'s `cleanStale` that reports why it failed (not part of the public class). */
+const CLEAN_STALE_RESULT = Symbol('cleanStaleResult')
+
 class Semaphore {
   #path
   #config
@@ -181,8 +184,14 @@ class Semaphore {
   }
 
   cleanStale() {
-    const r = this.#file.cleanStale()
+    const r = this[CLEAN_STALE_RESULT]()
     return r.ok ? r.value : false
+  }
+
+  /** `cleanStale()` as a result, with the reason it failed (the CLI's `clean` reports it; semats returns false). */
+  [CLEAN_STALE_RESULT]() {
+    const r = this.#file.cleanStale()
+    return r.ok ? r : { ok: false, error: semaphoreError(r.error) }
   }
 }
 
@@ -215,4 +224,5 @@ module.exports = {
   acquireTimeoutMs,
   installExitHook,
   DEFAULT_CONFIG,
+  CLEAN_STALE_RESULT,
 }

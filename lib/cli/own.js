@@ -444,7 +444,13 @@ async function cmdClean(o, rep) {
   const config = {}
   const stale = durationOption(o, 'stale')
   if (stale !== undefined) config.staleTimeout = stale
-  const cleaned = new Semaphore(file, config).cleanStale()
+  const { CLEAN_STALE_RESULT } = require('../semaphore')
+  const r = new Semaphore(file, config)[CLEAN_STALE_RESULT]()
+  if (!r.ok) {
+    rep.fail(r.error, describeFailure(r.error, rep.target))
+    return failureCode(r.error.type)
+  }
+  const cleaned = r.value
   rep.ok({ cleaned }, cleaned ? `removed stale lock ${rep.target}` : `nothing to clean at ${rep.target}`)
   return 0
 }

@@ -51,8 +51,13 @@ impl Observation {
 pub trait ProcessProbe {
     /// `kill(pid, 0)`.
     fn liveness(&self, pid: i64) -> Liveness;
-    /// Start time of `pid` in clock ticks since boot, if known.
+    /// Start time of `pid` in clock ticks since boot, if known. May come from a cache: enough to
+    /// confirm that the holder is alive, never to call it dead.
     fn start_ticks(&self, pid: i64) -> Option<u64>;
+    /// [`ProcessProbe::start_ticks`] read now (no cache): asked before a pid is judged reused.
+    fn start_ticks_now(&self, pid: i64) -> Option<u64> {
+        self.start_ticks(pid)
+    }
     /// Start time of `pid` in Unix seconds, if known.
     fn start_unix_secs(&self, pid: i64) -> Option<f64>;
 }
@@ -68,39 +73,54 @@ impl ProcessProbe for OsProbe {
     fn start_ticks(&self, pid: i64) -> Option<u64> {
         cached_start_ticks(pid)
     }
+    fn start_ticks_now(&self, pid: i64) -> Option<u64> {
+        let ticks = process::process_start_ticks(pid)?;
+        remember_start_ticks(pid, ticks);
+        Some(ticks)
+    }
     fn start_unix_secs(&self, pid: i64) -> Option<f64> {
         process::process_start_unix_secs(pid)
     }
 }
 
 /// How long a pid's start time read from `/proc` is reused. Waiters judge every new holder
-/// file once; under contention the same few pids come back many times a second, and a pid is
-/// not reused by another process within a second in practice (if it were, the next judgement
-/// after this window sees it). A dead pid is still caught at once by `kill(pid, 0)`.
+/// file once; under contention the same few pids come back many times a second. A cached value
+/// that matches the lock confirms its holder alive; one that differs is never trusted (the pid
+/// may have been reused within the window, by the very process that now holds the lock): the
+/// start time is read again before the holder is judged gone ([`ProcessProbe::start_ticks_now`]).
+/// A dead pid is still caught at once by `kill(pid, 0)`.
 const START_TICKS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
+type StartTicksCache = std::collections::HashMap<i64, (u64, std::time::Instant)>;
+
+static START_TICKS: std::sync::Mutex<Option<StartTicksCache>> = std::sync::Mutex::new(None);
+
+fn start_ticks_cache() -> std::sync::MutexGuard<'static, Option<StartTicksCache>> {
+    START_TICKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn cached_start_ticks(pid: i64) -> Option<u64> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, PoisonError};
-    use std::time::Instant;
-    static CACHE: Mutex<Option<HashMap<i64, (u64, Instant)>>> = Mutex::new(None);
-    let now = Instant::now();
-    {
-        let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((ticks, at)) = guard.get_or_insert_with(HashMap::new).get(&pid) {
-            if now.duration_since(*at) < START_TICKS_TTL {
-                return Some(*ticks);
-            }
+    let now = std::time::Instant::now();
+    if let Some((ticks, at)) = start_ticks_cache().get_or_insert_with(Default::default).get(&pid) {
+        if now.duration_since(*at) < START_TICKS_TTL {
+            return Some(*ticks);
         }
     }
     let ticks = process::process_start_ticks(pid)?;
-    let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    let map = guard.get_or_insert_with(HashMap::new);
+    remember_start_ticks(pid, ticks);
+    Some(ticks)
+}
+
+fn remember_start_ticks(pid: i64, ticks: u64) {
+    let now = std::time::Instant::now();
+    let mut guard = start_ticks_cache();
+    let map = guard.get_or_insert_with(Default::default);
     if map.len() >= 256 {
         map.retain(|_, (_, at)| now.duration_since(*at) < START_TICKS_TTL);
     }
     map.insert(pid, (ticks, now));
-    Some(ticks)
 }
 
 /// The inputs of a judgement besides the observation.
@@ -219,7 +239,12 @@ pub fn judge(
                     if let (Some(recorded), Some(current)) =
                         (info.start, probe.start_ticks(info.pid))
                     {
-                        if recorded != current {
+                        // A cached start time only ever confirms the holder: read it again.
+                        if recorded != current
+                            && probe
+                                .start_ticks_now(info.pid)
+                                .is_some_and(|now| now != recorded)
+                        {
                             return StaleJudgement::Stale(StaleBecause::OwnHostPidReused);
                         }
                     }
@@ -549,6 +574,32 @@ mod tests {
         for (name, obs, timeout, expected) in rows {
             assert_eq!(judge(&obs, &ctx(timeout), &probe), expected, "{name}");
         }
+    }
+
+    /// The pid-reuse race: a holder's pid was reused within the cache window by the process
+    /// that now holds the lock. A cached start time (the previous process's) differs from the
+    /// one recorded; the judgement must read it again and find the holder alive. Reproduced
+    /// with the real cache and the real `/proc`: this process, recorded with its true start
+    /// time, while the cache remembers another one for its pid.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_cached_start_time_never_makes_a_live_holder_dead() {
+        let me = process::current_pid();
+        let Some(true_start) = process::process_start_ticks(me) else {
+            return;
+        };
+        remember_start_ticks(me, true_start + 12_345); // the previous owner of the pid
+        let obs = parsed(me, NOW, Some("me:boot:1"), Some(true_start));
+        assert_eq!(
+            judge(&obs, &ctx(Some(HOUR)), &OsProbe),
+            StaleJudgement::Held(HeldBecause::OwnHostHolderAlive)
+        );
+        // And a pid whose start time really differs is still judged reused.
+        let obs = parsed(me, NOW, Some("me:boot:1"), Some(true_start + 1));
+        assert_eq!(
+            judge(&obs, &ctx(Some(HOUR)), &OsProbe),
+            StaleJudgement::Stale(StaleBecause::OwnHostPidReused)
+        );
     }
 
     #[test]

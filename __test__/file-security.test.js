@@ -1,0 +1,203 @@
+'use strict'
+// Hostile lock directories, with another user as the adversary (root runs the suite; the adversary is `nobody`
+// through setpriv) in a sticky world-writable directory, as /tmp is:
+// - a symlink planted at the lock path (to an existing file, an old one, or nowhere) is refused by every operation
+//   of the API, the semats class and the CLI with INVALID_PATH, and its target is never touched;
+// - a reader who can only read a dead holder's lock file and holds a shared flock on it cannot keep the lock from
+//   being reclaimed (status, tryAcquire, acquire, clean), and afterwards processes still exclude each other.
+// Skipped when not root (another user is needed) or not on Linux.
+
+const { describe, test, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const { spawn, spawnSync } = require('node:child_process')
+const u = require('./helpers/file-util')
+const { cli } = require('./fixtures/cli/helpers')
+const sema = require('..')
+
+const linux = process.platform === 'linux'
+const root = typeof process.getuid === 'function' && process.getuid() === 0
+const skip = !linux ? 'Linux only' : !root ? 'needs root, to act as another user (setpriv)' : false
+const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+
+/** Runs `cmd args` as nobody; throws unless it exits 0. */
+function asNobody(cmd, ...args) {
+  const r = spawnSync('setpriv', [...NOBODY, cmd, ...args], { encoding: 'utf8' })
+  if (r.status !== 0) throw new Error(`as nobody: ${cmd} ${args.join(' ')}: ${r.status} ${r.stderr}`)
+  return r.stdout
+}
+
+/** A sticky world-writable directory (as /tmp) and a private one of ours for the victims. */
+function dirs() {
+  const shared = fs.realpathSync(u.mkTmp('security-shared-'))
+  fs.chmodSync(shared, 0o1777)
+  const mine = fs.realpathSync(u.mkTmp('security-victim-'))
+  fs.chmodSync(mine, 0o755) // nobody must be able to name the victims, not read them
+  return { shared, mine }
+}
+
+function snapshot(file) {
+  const st = fs.statSync(file)
+  return { text: fs.readFileSync(file, 'utf8'), mtimeMs: st.mtimeMs, ino: st.ino, mode: st.mode }
+}
+
+describe('a symlink planted at the lock path by another user', { skip }, () => {
+  let d
+  const victims = {}
+  before(() => {
+    d = dirs()
+    for (const [name, age] of [['fresh', 0], ['old', 7200]]) {
+      const file = path.join(d.mine, `${name}-secret.txt`)
+      fs.writeFileSync(file, `${name} secret\n`, { mode: 0o600 })
+      const t = new Date(Date.now() - age * 1000)
+      fs.utimesSync(file, t, t)
+      victims[name] = { file, before: snapshot(file) }
+    }
+    // The adversary plants the links (it cannot read the victims, only name them).
+    asNobody('ln', '-s', victims.fresh.file, path.join(d.shared, 'fresh.lock'))
+    asNobody('ln', '-s', victims.old.file, path.join(d.shared, 'old.lock'))
+    asNobody('ln', '-s', path.join(d.mine, 'created-through-link'), path.join(d.shared, 'dangling.lock'))
+  })
+  after(() => {
+    u.rmTmp(d && d.shared)
+    u.rmTmp(d && d.mine)
+  })
+
+  const links = ['fresh.lock', 'old.lock', 'dangling.lock']
+  const refused = (r, what) => {
+    assert.equal(r.ok, false, `${what} succeeded`)
+    assert.equal(r.error.type, 'INVALID_PATH', `${what}: ${JSON.stringify(r.error)}`)
+    assert.match(r.error.message, /symbolic link/, what)
+  }
+  const victimsUntouched = () => {
+    for (const v of Object.values(victims)) assert.deepEqual(snapshot(v.file), v.before, `${v.file} was touched`)
+    assert.equal(fs.existsSync(path.join(d.mine, 'created-through-link')), false, 'a file was created through the link')
+    for (const l of links) assert.ok(fs.lstatSync(path.join(d.shared, l)).isSymbolicLink(), `${l} is still the link`)
+  }
+
+  test('acquire, tryAcquire, release and release with force refuse it (INVALID_PATH)', async () => {
+    for (const l of links) {
+      const p = path.join(d.shared, l)
+      refused(await sema.acquire(p, { timeout: 300, staleTimeout: 1000 }), `acquire ${l}`)
+      refused(await sema.tryAcquire(p, { staleTimeout: 1000 }), `tryAcquire ${l}`)
+      refused(await sema.release(p), `release ${l}`)
+      refused(await sema.release(p, { force: true }), `release --force ${l}`)
+      const s = await sema.status(p)
+      assert.equal(s.locked, true, `status ${l}`)
+      assert.equal(s.isStale, false, `status ${l}`)
+    }
+    victimsUntouched()
+  })
+
+  test('the semats class refuses it too; getPath() is the link, not its target', async () => {
+    for (const l of links) {
+      const p = path.join(d.shared, l)
+      const s = new sema.Semaphore(p, { staleTimeout: 1000 })
+      assert.equal(s.getPath(), p)
+      refused(s.tryAcquire(), `Semaphore#tryAcquire ${l}`)
+      refused(await s.acquire({ timeout: 200 }), `Semaphore#acquire ${l}`)
+      refused(s.release(), `Semaphore#release ${l}`)
+      refused(s.release(true), `Semaphore#release(true) ${l}`)
+      refused(s.forceRelease(), `Semaphore#forceRelease ${l}`)
+      assert.equal(s.status().isStale, false)
+      assert.equal(s.cleanStale(), false) // semats' boolean; the CLI's clean reports why (below)
+    }
+    victimsUntouched()
+  })
+
+  test('CLI release --force, clean, try-acquire and acquire refuse it', async () => {
+    for (const l of links) {
+      const p = path.join(d.shared, l)
+      for (const args of [['release', p, '--force'], ['clean', p, '--stale', '1s'], ['try-acquire', p], ['acquire', p, '--timeout', '200ms']]) {
+        const r = await cli(args)
+        assert.notEqual(r.code, 0, `${args.join(' ')} succeeded: ${r.stdout} ${r.stderr}`)
+        assert.match(r.stderr, /symbolic link/, args.join(' '))
+      }
+    }
+    victimsUntouched()
+  })
+})
+
+describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
+  let d
+  let reader = null
+  before(() => {
+    d = dirs()
+  })
+  after(() => {
+    if (reader) reader.kill('SIGKILL')
+    u.rmTmp(d && d.shared)
+    u.rmTmp(d && d.mine)
+  })
+
+  /** A holder process takes `file` and is SIGKILLed: its lock stays, naming a dead pid. */
+  async function deadHolder(file) {
+    const child = u.spawnNode('file-holder.js', [file])
+    await u.lines(child).next(/^held /, 20000)
+    child.kill('SIGKILL')
+    await child.exited
+    assert.ok(fs.existsSync(file))
+  }
+
+  /** nobody takes a shared flock on `file` (it can only read it) and keeps it until killed. */
+  async function sharedFlockAsNobody(file) {
+    if (reader) reader.kill('SIGKILL')
+    reader = spawn('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 60'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    const out = await new Promise((resolve, reject) => {
+      let text = ''
+      reader.stdout.on('data', (c) => {
+        text += c
+        if (text.includes('locked')) resolve(text)
+      })
+      reader.once('exit', (code) => reject(new Error(`reader exited ${code}`)))
+    })
+    assert.match(out, /locked/)
+  }
+
+  test('status says stale, and tryAcquire, acquire and clean reclaim it', async () => {
+    const file = path.join(d.shared, 'dead.lock')
+    for (const how of ['tryAcquire', 'acquire', 'clean']) {
+      await deadHolder(file)
+      await sharedFlockAsNobody(file)
+      const s = await sema.status(file)
+      assert.equal(s.isStale, true, `${how}: status`)
+      if (how === 'clean') {
+        const r = await cli(['clean', file])
+        assert.equal(r.code, 0, r.stderr)
+        assert.equal(fs.existsSync(file), false, 'clean removed it')
+      } else {
+        const r = how === 'acquire' ? await sema.acquire(file, { timeout: 5000 }) : await sema.tryAcquire(file)
+        assert.equal(r.ok, true, `${how}: ${JSON.stringify(r.error)}`)
+        assert.equal(await r.value.release(), true)
+      }
+    }
+  })
+
+  test('after the reclaim, 4 processes × 60 acquisitions still never overlap', { timeout: 120000 }, async () => {
+    const file = path.join(d.shared, 'mutex.lock')
+    await deadHolder(file)
+    await sharedFlockAsNobody(file)
+    const marker = path.join(d.shared, 'inside.marker')
+    const counter = path.join(d.shared, 'counter')
+    fs.writeFileSync(counter, '0')
+    const kids = Array.from({ length: 4 }, () => u.spawnNode('file-mutex-worker.js', [file, marker, counter, 60, 'async']))
+    await Promise.all(kids.map((k) => u.lines(k).next(/^ready$/, 20000)))
+    for (const k of kids) k.stdin.end('go\n')
+    const exits = await Promise.all(kids.map((k) => u.waitExit(k, 100000, 'mutex worker')))
+    let overlaps = 0
+    let acquired = 0
+    for (const e of exits) {
+      assert.equal(e.code, 0, e.stdout + e.stderr)
+      const r = JSON.parse(e.stdout.split('\n').find((l) => l.startsWith('result ')).slice(7))
+      assert.deepEqual(r.errors, [])
+      overlaps += r.overlaps
+      acquired += r.acquired
+    }
+    assert.equal(overlaps, 0)
+    assert.equal(acquired, 240)
+    assert.equal(Number(fs.readFileSync(counter, 'utf8')), 240)
+  })
+})

@@ -143,7 +143,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
   /** nobody takes a shared flock on `file` (it can only read it) and keeps it until killed. */
   async function sharedFlockAsNobody(file) {
     if (reader) reader.kill('SIGKILL')
-    reader = spawn('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 60'], {
+    reader = spawn('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 600'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     const out = await new Promise((resolve, reject) => {
@@ -199,5 +199,35 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
     assert.equal(overlaps, 0)
     assert.equal(acquired, 240)
     assert.equal(Number(fs.readFileSync(counter, 'utf8')), 240)
+  })
+})
+
+describe('a tag over the 1 MiB readers accept', () => {
+  let dir
+  before(() => {
+    dir = u.mkTmp('security-tag-')
+  })
+  after(() => u.rmTmp(dir))
+
+  test('is refused with INVALID_ARGUMENT by acquire, tryAcquire and the semats class, leaving no file', async () => {
+    const file = path.join(dir, 'big.lock')
+    const tag = 'x'.repeat(1024 * 1024 + 1)
+    const options = { maxTagLength: 4 * 1024 * 1024, timeout: 1000 }
+    for (const r of [
+      await sema.acquire(file, { ...options, tag }),
+      await sema.tryAcquire(file, { ...options, tag }),
+      new sema.Semaphore(file, { maxTagLength: 4 * 1024 * 1024 }).tryAcquire(tag),
+      await new sema.Semaphore(file, { maxTagLength: 4 * 1024 * 1024 }).acquire({ tag, timeout: 1000 }),
+    ]) {
+      assert.equal(r.ok, false)
+      assert.equal(r.error.type, 'INVALID_ARGUMENT', JSON.stringify(r.error))
+      assert.match(r.error.message, /^tag: 1048577 UTF-16 units \(maxTagLength 4194304\)/)
+    }
+    assert.deepEqual(fs.readdirSync(dir), [])
+    // A big tag that fits is written, and released (before, a lock file over the limit could not be released).
+    const r = await sema.acquire(file, { ...options, tag: 'y'.repeat(1000 * 1000) })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.equal(await r.value.release(), true)
+    assert.deepEqual(fs.readdirSync(dir), [])
   })
 })

@@ -196,3 +196,46 @@ fn an_inherited_holder_descriptor_keeps_the_lock() {
     assert!(!other.status().is_stale);
     assert!(held.release().unwrap());
 }
+
+/// A tag that would make the lock file larger than readers accept (1 MiB) is refused with
+/// `INVALID_ARGUMENT` before anything is created, by every entry point; nothing is left behind.
+/// (Before, the lock was created and then `release()` could not read its own file back: it
+/// returned false and the file stayed until it went stale.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_over_the_read_limit_is_refused_and_leaves_nothing() {
+    let (d, dir) = dir();
+    let path = dir.join("big.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            max_tag_length: Some(4 * MAX_LOCK_FILE_BYTES),
+            ..LockOptions::default()
+        },
+    );
+    let req = AcquireRequest {
+        tag: Some("x".repeat(MAX_LOCK_FILE_BYTES + 1)),
+        owner_pid: None,
+    };
+    let check = |e: LockError| {
+        assert_eq!(e.kind(), "INVALID_ARGUMENT", "{e}");
+        assert!(
+            e.to_string().starts_with("tag: 1048577 UTF-16 units"),
+            "{e}"
+        );
+    };
+    check(lf.try_acquire(&req).unwrap_err());
+    check(
+        lf.acquire(&req, Some(Duration::from_secs(1)), CancellationToken::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    // The largest tag that fits is accepted, and released.
+    let fits = AcquireRequest {
+        tag: Some("x".repeat(MAX_LOCK_FILE_BYTES - 1024)),
+        owner_pid: None,
+    };
+    let held = lf.try_acquire(&fits).unwrap();
+    assert!(held.release().unwrap());
+    assert!(!path.exists());
+}

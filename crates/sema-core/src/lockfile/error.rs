@@ -27,6 +27,9 @@ pub enum LockError {
     PathTraversal(String),
     /// The lock was lost (file removed or replaced). `"LOCK_LOST"`; the message is the reason.
     LockLost(String),
+    /// A request the engine cannot honour (e.g. a tag that would make the lock file larger than
+    /// readers accept). `"INVALID_ARGUMENT"`; the message names the argument and its value.
+    InvalidArgument(String),
     /// An I/O failure. `"IO_ERROR"`, `"<context>: <error>"`, e.g. `"Failed to create lock: ..."`.
     Io {
         context: String,
@@ -46,6 +49,7 @@ impl LockError {
             LockError::InvalidPath(_) => "INVALID_PATH",
             LockError::PathTraversal(_) => "PATH_TRAVERSAL",
             LockError::LockLost(_) => "LOCK_LOST",
+            LockError::InvalidArgument(_) => "INVALID_ARGUMENT",
             LockError::Io { .. } => "IO_ERROR",
         }
     }
@@ -92,7 +96,8 @@ impl fmt::Display for LockError {
             }
             LockError::InvalidPath(msg)
             | LockError::PathTraversal(msg)
-            | LockError::LockLost(msg) => f.write_str(msg),
+            | LockError::LockLost(msg)
+            | LockError::InvalidArgument(msg) => f.write_str(msg),
             LockError::Io { context, source } => write!(f, "{context}: {source}"),
         }
     }
@@ -146,6 +151,11 @@ mod tests {
                 "Path cannot be empty",
             ),
             (LockError::PathTraversal("x".into()), "PATH_TRAVERSAL", "x"),
+            (
+                LockError::InvalidArgument("tag: too long".into()),
+                "INVALID_ARGUMENT",
+                "tag: too long",
+            ),
             (
                 LockError::LockLost("lock file was removed".into()),
                 "LOCK_LOST",

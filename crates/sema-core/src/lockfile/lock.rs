@@ -17,7 +17,9 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::error::LockError;
-use super::format::{parse_lock_info, read_lock_bytes_lossy, sanitize_tag, LockInfo, ParseError};
+use super::format::{
+    parse_lock_info, read_lock_bytes_lossy, sanitize_tag, LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
+};
 use super::paths::canonical_key;
 use super::process::{
     current_pid, host_identity, now_unix_secs, own_start_ticks, process_start_ticks,
@@ -954,6 +956,9 @@ impl LockFile {
         prepared: &mut Option<Prepared>,
     ) -> Result<HeldLock, AttemptError> {
         let failed = |e| AttemptError::Failed(LockError::io("Failed to create lock", e));
+        if let Some(e) = self.oversize(req) {
+            return Err(AttemptError::Failed(e));
+        }
         let mut examine_first = look_first;
         let mut built: Option<(LockInfo, Vec<u8>)> = None;
         for _ in 0..MAX_ROUNDS {
@@ -1056,6 +1061,30 @@ impl LockFile {
             return Some(Err(e));
         }
         Some(self.adopt_new_file(p.file, p.info, p.content))
+    }
+
+    /// Refuses a tag that would make the lock file larger than readers accept
+    /// ([`MAX_LOCK_FILE_BYTES`]): nobody, not even this process's release, could read it back,
+    /// so the lock would stay until it went stale. Checked only for a tag that could reach it
+    /// (the other keys take under 200 bytes; sanitising and cutting never lengthen a tag).
+    fn oversize(&self, req: &AcquireRequest) -> Option<LockError> {
+        let tag = req.tag.as_deref()?;
+        if tag.len() + 1024 <= MAX_LOCK_FILE_BYTES {
+            return None;
+        }
+        let (_, content) = self.build_info(req);
+        (content.len() > MAX_LOCK_FILE_BYTES).then(|| {
+            LockError::InvalidArgument(format!(
+                "tag: {} UTF-16 units (maxTagLength {}) make a lock file of {} bytes, over the {} \
+                 bytes readers accept",
+                tag.encode_utf16().count(),
+                self.options
+                    .max_tag_length
+                    .map_or_else(|| "null".to_string(), |n| n.to_string()),
+                content.len(),
+                MAX_LOCK_FILE_BYTES
+            ))
+        })
     }
 
     /// What a new lock of `req` records, and its exact bytes.

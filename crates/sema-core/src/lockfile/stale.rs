@@ -103,7 +103,10 @@ fn start_ticks_cache() -> std::sync::MutexGuard<'static, Option<StartTicksCache>
 
 fn cached_start_ticks(pid: i64) -> Option<u64> {
     let now = std::time::Instant::now();
-    if let Some((ticks, at)) = start_ticks_cache().get_or_insert_with(Default::default).get(&pid) {
+    if let Some((ticks, at)) = start_ticks_cache()
+        .get_or_insert_with(Default::default)
+        .get(&pid)
+    {
         if now.duration_since(*at) < START_TICKS_TTL {
             return Some(*ticks);
         }

@@ -8,6 +8,7 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
+const { spawnSync } = require('node:child_process')
 const { cli, start, until, mkTmp, rmTmp, BIN } = require('./fixtures/cli/helpers')
 
 const NODE = process.execPath
@@ -163,23 +164,38 @@ describe('run: signals', { concurrency: true }, () => {
     fs.unlinkSync(p)
   })
 
-  it('the CLI SIGKILLed mid-run leaves a lock that a waiter reclaims at once', async () => {
+  it('the CLI SIGKILLed mid-run: the command keeps the lock while it runs (as with flock(1)), then it is reclaimed at once', async () => {
     const p = lockPath()
-    const child = start(['run', p, '--', 'sh', '-c', 'echo "pid=$$"; while :; do sleep 0.05; done'])
-    await until(() => /pid=\d+\n/.test(child.out), { what: 'the command to start' })
-    const orphan = Number(/pid=(\d+)/.exec(child.out)[1])
+    // The command inherits the lock file's descriptor (fd 3) and waits for a line from a FIFO (not its stdin: Node
+    // closes a child's stdin pipe when the child, here the wrapper, exits).
+    const fifo = path.join(dir, `go-${n}`)
+    assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
+    const first = start(['run', p, '--', 'sh', '-c', `echo "pid=$$"; read line < "${fifo}"; echo finished`])
+    await until(() => /pid=\d+\n/.test(first.out), { what: 'the command to start' })
+    const orphan = Number(/pid=(\d+)/.exec(first.out)[1])
+    let second = null
     try {
-      child.kill('SIGKILL')
-      await child.done
-      assert.ok(fs.existsSync(p), 'the lock file is left behind')
-      const t0 = Date.now()
-      const r = await cli(['acquire', p, '--timeout', '5s', '--json'])
-      assert.equal(r.code, 0, r.stdout + r.stderr)
-      assert.ok(Date.now() - t0 < 4000, 'reclaimed without waiting for the timeout')
-      assert.equal(JSON.parse(r.stdout).pid, process.pid)
-      assert.equal((await cli(['release', p])).code, 0)
+      first.kill('SIGKILL')
+      await first.done
+      assert.ok(isAlive(orphan), 'the command outlives the wrapper')
+      // The recorded pid (the wrapper's) is dead, but the command holds the lock: nobody else may enter.
+      const status = JSON.parse((await cli(['status', p, '--json'])).stdout)
+      assert.equal(status.isStale, false, JSON.stringify(status))
+      assert.equal((await cli(['try-acquire', p])).code, 1)
+      const busy = await cli(['run', p, '--timeout', '300ms', '--', 'echo', 'entered'])
+      assert.equal(busy.code, 1, busy.stdout + busy.stderr)
+      assert.equal(busy.stdout, '')
+      // A second run waits; it enters once the first command has ended.
+      second = start(['run', p, '--', 'sh', '-c', 'echo second'])
+      await fs.promises.writeFile(fifo, 'go\n')
+      const r = await second.done
+      assert.equal(r.code, 0, r.stderr)
+      assert.equal(r.stdout, 'second\n')
+      assert.ok(first.out.includes('finished\n'), 'the first command had ended')
+      assert.ok(!fs.existsSync(p))
     } finally {
       if (isAlive(orphan)) process.kill(orphan, 'SIGKILL')
+      if (second && second.exitCode === null) second.kill('SIGKILL')
     }
   })
 })

@@ -629,6 +629,24 @@ pub fn set_lock_lost_handler(callback: Function<FnArgs<(f64, String)>, ()>) -> n
 }
 
 /// Releases every lock this process holds (the JS layer calls it from a `process.on('exit')` hook).
+/// The descriptor of the held lock with this token (for `sema-native run`, which hands it to its command so that
+/// the command keeps the lock if the wrapper dies); `null` when no such lock is held here.
+#[napi]
+pub fn held_lock_fd(token: String) -> Option<i32> {
+    #[cfg(unix)]
+    {
+        lockfile::held_locks()
+            .into_iter()
+            .find(|h| !token.is_empty() && h.token() == token)
+            .and_then(|h| h.raw_fd())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = token;
+        None
+    }
+}
+
 #[napi]
 pub fn release_all_held() {
     lockfile::release_all_held();

@@ -5,8 +5,14 @@
 // inherited stdio, pass SIGINT/SIGTERM/SIGHUP/SIGQUIT on to it, wait for it to end, release, exit with its status
 // (128+N when it died of signal N). The lock is kept alive by the package (heartbeat for files, lease renewal for
 // dflockd); if it is lost anyway, a warning goes to stderr and the command keeps running.
+//
+// If this wrapper dies first (SIGKILL, OOM), the command must keep the lock while it lives, as with flock(1): for a
+// file lock the command inherits the lock file's descriptor as fd 3, and with it the holder's presence mark (a lock
+// of the open file, not of a process), so the engine judges the lock held while that descriptor is open anywhere,
+// although the pid recorded in the file is dead. When the command ends too, the lock is reclaimable at once.
 
 const { spawn } = require('node:child_process')
+const native = require('../native')
 const { UsageError, err, exit, signalExitCode, formatDuration } = require('./common')
 
 const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT']
@@ -68,8 +74,11 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
         resolve(code)
       }
     }
+    // fd 3 of the command: the lock file's descriptor (file locks), so the command holds the lock if we die.
+    const held = lock.backend === 'file' && lock.token ? native.heldLockFd(lock.token) : null
+    const stdio = held == null ? 'inherit' : ['inherit', 'inherit', 'inherit', held]
     try {
-      child = spawn(o.argv[0], o.argv.slice(1), { stdio: 'inherit' })
+      child = spawn(o.argv[0], o.argv.slice(1), { stdio })
     } catch (e) {
       err(`sema-native: ${o.argv[0]}: ${e.message}\n`)
       settle(126)

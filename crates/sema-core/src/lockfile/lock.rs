@@ -1596,6 +1596,16 @@ impl HeldLock {
         self.inner.token().to_string()
     }
 
+    /// The descriptor of the lock file while the lock is held (close-on-exec). A child process
+    /// given a copy of it (e.g. as an inherited stdio slot, as `flock(1)` does) carries the
+    /// holder's presence mark and `flock` with it: while that child lives the lock stays held,
+    /// even after this process died.
+    #[cfg(unix)]
+    pub fn raw_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        use std::os::unix::io::AsRawFd;
+        lock(&self.inner.state).file.as_ref().map(File::as_raw_fd)
+    }
+
     /// Cancelled when the lock is found lost (file removed, replaced or overwritten).
     pub fn lost(&self) -> CancellationToken {
         let mut state = lock(&self.inner.state);

@@ -231,3 +231,130 @@ describe('a tag over the 1 MiB readers accept', () => {
     assert.deepEqual(fs.readdirSync(dir), [])
   })
 })
+
+describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/dev/shm') && 'no /dev/shm') }, () => {
+  // Users of their own (no other test runs as them), so that this suite owns their queue directories.
+  const VICTIM = 54321
+  const ATTACKER = 54322
+  const KILLED = 54323
+  const qdir = (uid) => `/dev/shm/sema-native-${uid}`
+  let shared
+  const kids = []
+  before(() => {
+    shared = dirs().shared
+    for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
+  })
+  after(() => {
+    for (const k of kids) k.kill('SIGKILL')
+    for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
+    u.rmTmp(shared)
+  })
+
+  /** `file-user-cmd.js` as `uid`, once it is ready; `.run(line, pred)` sends a command and resolves its answer. */
+  async function userProcess(uid) {
+    const child = u.spawnTracked('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', process.execPath, path.join(__dirname, 'helpers', 'file-user-cmd.js')], {
+      cwd: path.join(__dirname, '..'),
+    })
+    kids.push(child)
+    const out = u.lines(child)
+    await out.next(/^ready$/, 20000)
+    child.run = (line, pred) => {
+      child.stdin.write(`${line}\n`)
+      return out.next(pred, 30000)
+    }
+    child.out = out
+    return child
+  }
+
+  const queueFiles = (uid) => (fs.existsSync(qdir(uid)) ? fs.readdirSync(qdir(uid)).filter((n) => /^q-[0-9a-f]{16}$/.test(n)) : [])
+
+  test("removed while a process runs and put back as another user's symlink: the process never uses it", async () => {
+    const a = path.join(shared, 'queued.lock')
+    const b = path.join(shared, 'queued-later.lock') // another lock: a queue file not opened before
+    const holder = await userProcess(VICTIM)
+    const holderB = await userProcess(VICTIM)
+    assert.equal(await holder.run(`acquire ${a} 1000`, /^(acquired|failed)/), 'acquired')
+    assert.equal(await holderB.run(`acquire ${b} 1000`, /^(acquired|failed)/), 'acquired')
+    const waiter = await userProcess(VICTIM)
+    // It waits: its queue directory is made and verified.
+    assert.equal(await waiter.run(`acquire ${a} 300`, /^(acquired|failed)/), 'failed TIMEOUT')
+    // The directory goes away while the waiter runs; another user puts a symlink to a directory of their own (open
+    // to everyone) in its place.
+    fs.rmSync(qdir(VICTIM), { recursive: true, force: true })
+    const trap = fs.mkdtempSync('/dev/shm/sema-native-trap-')
+    try {
+      fs.chownSync(trap, ATTACKER, ATTACKER)
+      fs.chmodSync(trap, 0o777)
+      const ln = spawnSync('setpriv', [`--reuid=${ATTACKER}`, `--regid=${ATTACKER}`, '--clear-groups', 'ln', '-s', trap, qdir(VICTIM)])
+      assert.equal(ln.status, 0, String(ln.stderr))
+      // Every name made in the trap while the waiter waits (a queue file would be removed again when it gives up).
+      const made = []
+      let sentinelSeen
+      const seen = new Promise((resolve) => (sentinelSeen = resolve))
+      const watcher = fs.watch(trap, (_event, name) => {
+        made.push(name)
+        if (name === 'sentinel') sentinelSeen()
+      })
+      try {
+        assert.equal(await waiter.run(`acquire ${b} 300`, /^(acquired|failed)/), 'failed TIMEOUT')
+        fs.writeFileSync(path.join(trap, 'sentinel'), '') // every earlier event has been delivered once this one is
+        await seen
+      } finally {
+        watcher.close()
+      }
+      fs.unlinkSync(path.join(trap, 'sentinel'))
+      assert.deepEqual([...new Set(made)], ['sentinel'], "a queue file was made in the other user's directory")
+      // Waiting still works without the queue.
+      assert.equal(await holderB.run('release', /^released/), 'released true')
+      assert.equal(await waiter.run(`acquire ${b} 10000`, /^(acquired|failed)/), 'acquired')
+      assert.equal(await waiter.run('release', /^released/), 'released true')
+      assert.deepEqual(fs.readdirSync(trap), [])
+    } finally {
+      fs.rmSync(qdir(VICTIM), { force: true })
+      fs.rmSync(trap, { recursive: true, force: true })
+    }
+  })
+
+  test('after a contended run the queue file and the emptied directory are gone', async () => {
+    const a = path.join(shared, 'handoff.lock')
+    const holder = await userProcess(VICTIM)
+    assert.equal(await holder.run(`acquire ${a} 1000`, /^(acquired|failed)/), 'acquired')
+    const waiter = await userProcess(VICTIM)
+    const got = waiter.run(`acquire ${a} 20000`, /^(acquired|failed)/)
+    await until(() => queueFiles(VICTIM).length === 1, 'the waiter to line up')
+    assert.equal(await holder.run('release', /^released/), 'released true')
+    assert.equal(await got, 'acquired')
+    assert.equal(await waiter.run('release', /^released/), 'released true')
+    assert.equal(fs.existsSync(qdir(VICTIM)), false, `left: ${queueFiles(VICTIM)}`)
+  })
+
+  test('queue files of SIGKILLed waiters are swept by the next process of their user', async () => {
+    const a = path.join(shared, 'killed.lock')
+    const holder = await userProcess(KILLED)
+    assert.equal(await holder.run(`acquire ${a} 1000`, /^(acquired|failed)/), 'acquired')
+    const waiters = [await userProcess(KILLED), await userProcess(KILLED)]
+    for (const w of waiters) w.stdin.write(`acquire ${a} 60000\n`)
+    await until(() => queueFiles(KILLED).length === 1, 'the waiters to line up')
+    for (const p of [...waiters, holder]) {
+      p.kill('SIGKILL')
+      await p.exited
+    }
+    const left = queueFiles(KILLED)
+    assert.equal(left.length, 1, 'SIGKILL leaves the queue file')
+    // The next process of that user to acquire a lock (here an uncontended one of its own) sweeps it.
+    const next = await userProcess(KILLED)
+    assert.equal(await next.run(`acquire ${path.join(shared, 'other.lock')} 1000`, /^(acquired|failed)/), 'acquired')
+    assert.equal(await next.run('release', /^released/), 'released true')
+    assert.deepEqual(queueFiles(KILLED), [])
+    assert.equal(fs.existsSync(qdir(KILLED)), false)
+  })
+})
+
+/** Resolves once `predicate()` holds, looking every 10 ms, for at most 20 s. */
+async function until(predicate, what) {
+  const t0 = Date.now()
+  while (!predicate()) {
+    if (Date.now() - t0 > 20000) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}

@@ -182,7 +182,8 @@ mod imp {
         let dir = Arc::new(verify_dir(create)?);
         *held = Some(dir.clone());
         drop(held);
-        sweep(&dir);
+        // A directory made to be used now is not removed for being empty.
+        sweep(&dir, !create);
         Ok(dir)
     }
 
@@ -271,9 +272,10 @@ mod imp {
     }
 
     /// Remove the queue files nobody stands in (left by killed processes), checked under each
-    /// file's own flock as [`Queue::remove_if_empty`] does. Runs when a process first verifies
-    /// the directory. Errors are ignored: sweeping is tidying, never needed for correctness.
-    fn sweep(dir: &File) {
+    /// file's own flock as [`Queue::remove_if_empty`] does, then the directory if it is empty and
+    /// `remove_empty`. Runs when a process first verifies the directory. Errors are ignored:
+    /// sweeping is tidying, never needed for correctness.
+    fn sweep(dir: &File, remove_empty: bool) {
         let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else {
             return;
         };
@@ -296,7 +298,9 @@ mod imp {
             }
             let _ = flock(&file, libc::LOCK_UN);
         }
-        remove_dir_if_empty(dir);
+        if remove_empty {
+            remove_dir_if_empty(dir);
+        }
     }
 
     /// Remove the runtime directory if it is empty and still the one at the path.

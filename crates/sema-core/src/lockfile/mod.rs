@@ -4,10 +4,13 @@
 //! - [`format`](mod@format): exactly the bytes both tools write (`pid=`, `timestamp=`, `tag=`), then our
 //!   `host=`, `start=`, `token=`; semats' parse rules.
 //! - Atomic creation of a complete file (O_TMPFILE + `linkat`, or a named temp file + `link`),
-//!   never check-then-rename; the holder keeps a shared `flock` on it while it holds the lock.
+//!   never check-then-rename.
 //! - [`stale`]: one pure judgement; a dead holder on this host is reclaimed at once, a live one
 //!   never; foreign files follow semats' rule; unparseable files expire by mtime.
-//! - Race-safe stale breaking (exclusive flock, same inode, identical content, then unlink).
+//! - The holder's presence: an OFD write lock on its lock file (a reader cannot imitate it) and,
+//!   for older versions, a shared `flock`; a present holder is never broken.
+//! - Race-safe stale breaking (a per-user break lock and the exclusive flock, same inode never
+//!   followed, identical content, then unlink); a symlink at the lock path is never followed.
 //! - A heartbeat that refreshes a held lock's timestamp and detects loss.
 //! - Fair waiting: an in-process FIFO per lock path, woken by inotify/kqueue events with
 //!   polling as the fallback.

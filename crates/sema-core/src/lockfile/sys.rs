@@ -11,8 +11,12 @@
 //! 3. Last resort (a file system without hard links): `O_CREAT|O_EXCL` at the path, flock,
 //!    write, fsync. Readers may briefly see an empty file, which every judgement treats as held.
 //!
-//! The returned descriptor keeps the shared `flock` for as long as the lock is held: the kernel
-//! drops it when the process dies.
+//! The returned descriptor keeps the holder's marks ([`hold_presence`]) for as long as the lock
+//! is held: the kernel drops them when the last copy of the descriptor is closed (the process
+//! died, and any child that inherited it ended).
+//!
+//! Every call on the lock's name acts on the name itself, never through a symlink there:
+//! `O_NOFOLLOW` opens, `lstat`s, and `link`/`O_EXCL` creation (which never follow).
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, OpenOptions};

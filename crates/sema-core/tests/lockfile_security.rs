@@ -170,9 +170,9 @@ async fn a_readers_shared_flock_does_not_keep_a_dead_holders_lock() {
 }
 
 /// A live holder is still protected by its presence mark when its recorded pid is dead (a child
-/// that inherited its descriptor holds it): nobody breaks it.
-#[test]
-fn an_inherited_holder_descriptor_keeps_the_lock() {
+/// that inherited its descriptor holds it): nobody breaks it, and `wait` keeps waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inherited_holder_descriptor_keeps_the_lock() {
     let (_d, dir) = dir();
     let path = dir.join("inherited.lock");
     let dead = {
@@ -194,6 +194,10 @@ fn an_inherited_holder_descriptor_keeps_the_lock() {
     assert_eq!(e.kind(), "ALREADY_LOCKED");
     assert!(!other.clean_stale().unwrap());
     assert!(!other.status().is_stale);
+    let waited = other
+        .wait_until_free(Some(Duration::from_millis(200)), CancellationToken::new())
+        .await;
+    assert_eq!(waited.unwrap_err().kind(), "TIMEOUT");
     assert!(held.release().unwrap());
 }
 

@@ -501,15 +501,7 @@ impl LockFile {
     /// semats' `status()` (see [`LockStatus`]).
     pub fn status(&self) -> LockStatus {
         let observation = self.observe();
-        let mut judgement = judge(&observation, &self.stale_context(), &OsProbe);
-        // A holder's descriptor still open (e.g. inherited by the command of `run` after its
-        // wrapper died) keeps the lock held, whatever the recorded pid says.
-        if judgement.is_stale()
-            && sys::open_existing(&self.path)
-                .is_ok_and(|f| sys::presence(&f) == sys::Presence::Holder)
-        {
-            judgement = StaleJudgement::Held(HeldBecause::HolderPresent);
-        }
+        let judgement = self.judge_with_presence(&observation);
         let info = observation.info().cloned();
         let is_owned_by_current_process = match &info {
             None => false,
@@ -526,6 +518,20 @@ impl LockFile {
             is_stale: judgement.is_stale(),
             is_owned_by_current_process,
         }
+    }
+
+    /// The judgement of `observation`, where a stale verdict is overruled by a holder's presence
+    /// mark still held on the file: a holder's descriptor still open (e.g. inherited by the
+    /// command of `run` after its wrapper died) keeps the lock held, whatever the file says.
+    fn judge_with_presence(&self, observation: &Observation) -> StaleJudgement {
+        let judgement = judge(observation, &self.stale_context(), &OsProbe);
+        if judgement.is_stale()
+            && sys::open_existing(&self.path)
+                .is_ok_and(|f| sys::presence(&f) == sys::Presence::Holder)
+        {
+            return StaleJudgement::Held(HeldBecause::HolderPresent);
+        }
+        judgement
     }
 
     fn already_locked_from_disk(&self) -> LockError {
@@ -1362,7 +1368,7 @@ impl LockFile {
             if observation == Observation::Symlink {
                 return Err(self.symlink_error());
             }
-            match judge(&observation, &self.stale_context(), &OsProbe) {
+            match self.judge_with_presence(&observation) {
                 StaleJudgement::Free | StaleJudgement::Stale(_) => return Ok(()),
                 StaleJudgement::Held(_) => {}
             }

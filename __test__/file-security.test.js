@@ -239,15 +239,17 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
   const KILLED = 54323
   const qdir = (uid) => `/dev/shm/sema-native-${uid}`
   let shared
+  let mine
   const kids = []
   before(() => {
-    shared = dirs().shared
+    ;({ shared, mine } = dirs())
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
   })
   after(() => {
     for (const k of kids) k.kill('SIGKILL')
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
     u.rmTmp(shared)
+    u.rmTmp(mine)
   })
 
   /** `file-user-cmd.js` as `uid`, once it is ready; `.run(line, pred)` sends a command and resolves its answer. */

@@ -15,15 +15,18 @@ const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONF
 
 /** Held locks with a handle, by engine id. */
 const handles = new Map()
-/** Losses reported before their handle was registered (the native report may overtake the acquire result). */
+/** Losses (and releases by path, null) reported before their handle was registered (the native report may overtake the acquire result). */
 const earlyLosses = new Map()
 const EARLY_LOSSES_MAX = 256
 
+// This thread's locks only: each worker thread that loads the module sets its own (the engine keeps one callback
+// per thread). `reason` null: released by path (`release(path)`, semats' `release()`), not through the handle.
 native.setLockLostHandler((id, reason) => {
   const handle = handles.get(id)
   if (handle) {
     handles.delete(id)
-    handle._markLost(reason)
+    if (reason === null) handle._markReleased()
+    else handle._markLost(reason)
     return
   }
   earlyLosses.set(id, reason)
@@ -36,12 +39,13 @@ class FileLock extends LockHandle {
   constructor(held, target, onLost) {
     super({ target, backend: 'file', pid: held.pid, timestamp: held.timestamp, tag: held.tag ?? undefined, token: held.token, onLost })
     this.#id = held.id
-    const reason = earlyLosses.get(held.id)
-    if (reason === undefined) {
+    if (!earlyLosses.has(held.id)) {
       handles.set(held.id, this)
     } else {
+      const reason = earlyLosses.get(held.id)
       earlyLosses.delete(held.id)
-      queueMicrotask(() => this._markLost(reason))
+      if (reason === null) this._markReleased()
+      else queueMicrotask(() => this._markLost(reason))
     }
   }
 

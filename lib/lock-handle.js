@@ -45,6 +45,11 @@ class LockHandle {
     }
   }
 
+  /** Called by the backend when the lock was released by other means (e.g. `release(path)`): `released` turns true. */
+  _markReleased() {
+    if (this.#state === 'held') this.#state = 'released'
+  }
+
   /** Resolves true if this call released the lock, false if it was already released or lost (or another call is releasing it). */
   release() {
     if (this.#releasing) return this.#releasing.then(() => false, () => false)

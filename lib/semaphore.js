@@ -3,6 +3,7 @@
 // defaults (ms), error types and message strings. The engine underneath is the Rust core (lock files written
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
+const { isMainThread } = require('node:worker_threads')
 const native = require('./native')
 const { semaphoreError, failure, invalidArgument } = require('./errors')
 const { withAbort } = require('./abort')
@@ -189,12 +190,14 @@ class Semaphore {
 let exitHookInstalled = false
 /**
  * Locks still held when the process exits normally are released, so other tools do not see a dead pid's lock
- * (after a crash, our own stale judgement reclaims it at once). Installed on the first acquisition.
+ * (after a crash, our own stale judgement reclaims it at once). Installed on the first acquisition. A worker
+ * thread's 'exit' is its own end, not the process's: it releases that thread's locks only (the engine does it
+ * too when a worker is terminated); the main thread's releases every thread's.
  */
 function installExitHook() {
   if (exitHookInstalled) return
   exitHookInstalled = true
-  process.once('exit', () => native.releaseAllHeld())
+  process.once('exit', isMainThread ? () => native.releaseAllHeld() : () => native.releaseThreadHeld())
 }
 
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */

@@ -64,10 +64,15 @@ const CACHE_MAX = 64
 /** key → NativeLockFile; insertion order is recency (a hit moves the entry to the end). */
 const fileCache = new Map()
 
+/** Options whose `null` has a meaning of its own (never stale, heartbeat off); for the others null = the default. */
+const NULL_MEANS = new Set(['staleTimeout', 'heartbeat'])
+
+/** Engine config from validated target options: absent (undefined, or null where null has no meaning) = default. */
 function configOf(options) {
   const config = { ...DEFAULT_CONFIG }
   for (const k of OPTION_KEYS) {
-    if (k in options) config[k] = options[k]
+    const v = options[k]
+    if (v !== undefined && (v !== null || NULL_MEANS.has(k))) config[k] = v
   }
   return config
 }

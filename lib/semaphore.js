@@ -7,6 +7,7 @@ const { isMainThread } = require('node:worker_threads')
 const native = require('./native')
 const { semaphoreError, failure, invalidArgument } = require('./errors')
 const { withAbort } = require('./abort')
+const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE } = require('./validate')
 
 const DEFAULT_CONFIG = Object.freeze({
   staleTimeout: 3_600_000,
@@ -81,10 +82,10 @@ function lockInfo(n) {
   return info
 }
 
-/** semats' acquire timeout: `timeout ?? config.acquireTimeout`; null or NaN waits forever; 0 or less tries once. */
+/** A validated acquire timeout for the engine: null or Infinity waits forever; 0 tries once. */
 function acquireTimeoutMs(timeout) {
-  if (timeout === null || timeout === undefined || Number.isNaN(timeout)) return null
-  return Math.max(0, Number(timeout))
+  if (timeout === null || timeout === undefined || timeout === Infinity) return null
+  return timeout
 }
 
 // ─── the class ───
@@ -100,6 +101,7 @@ class Semaphore {
     const checked = native.checkLockPath(lockPath, true)
     if (!checked.ok) throw new Error(checked.error.message)
     this.#path = checked.path
+    validate(config, CONFIG, 'config')
     this.#config = { ...DEFAULT_CONFIG, ...config }
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
     // The hot path (tryAcquire / release) calls free functions with this index: cheaper than methods.
@@ -124,11 +126,23 @@ class Semaphore {
   }
 
   tryAcquire(tag) {
+    try {
+      one('tag', tag)
+    } catch (e) {
+      return asFailure(e)
+    }
     return this.#tryAcquire(tag ?? undefined, undefined)
   }
 
   tryAcquireWithInfo(info) {
-    const ownerPid = info && info.pid !== process.pid ? info.pid : undefined
+    try {
+      if (info !== undefined && (info === null || typeof info !== 'object')) validate(info, {}, 'info')
+      one('pid', info?.pid, 'info.pid')
+      one('tag', info?.tag, 'info.tag')
+    } catch (e) {
+      return asFailure(e)
+    }
+    const ownerPid = info && info.pid != null && info.pid !== process.pid ? info.pid : undefined
     return this.#tryAcquire(info ? (info.tag ?? undefined) : undefined, ownerPid)
   }
 
@@ -144,7 +158,12 @@ class Semaphore {
     return { ok: true, value: { pid: r.pid, timestamp: r.timestamp, tag: r.tag ?? undefined } }
   }
 
-  async acquire(options = {}) {
+  async acquire(options) {
+    try {
+      options = validate(options, SEMATS_ACQUIRE)
+    } catch (e) {
+      return asFailure(e)
+    }
     const timeout = acquireTimeoutMs(options.timeout ?? this.#config.acquireTimeout)
     const r = await withAbort(options.signal, (cancelId) =>
       this.#file.acquire(options.tag ?? undefined, undefined, timeout ?? undefined, cancelId ?? undefined),

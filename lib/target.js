@@ -7,6 +7,7 @@ const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file-lock')
 const dflockd = require('./dflockd')
+const { validate, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
 function parseTarget(target) {
@@ -37,20 +38,30 @@ function resolve(target) {
 function acquireOn(target, options, wait) {
   const { parsed, failed } = resolve(target)
   if (failed) return Promise.resolve(failed)
+  try {
+    options = validate(options, ACQUIRE)
+  } catch (e) {
+    return Promise.resolve(asFailure(e))
+  }
   return parsed.backend === 'file'
     ? acquireFile(target, parsed.path, options, { wait })
     : dflockd.acquireTarget(target, options, { wait })
 }
 
-function acquire(target, options = {}) {
+function acquire(target, options) {
   return acquireOn(target, options, true)
 }
 
-function tryAcquire(target, options = {}) {
+function tryAcquire(target, options) {
   return acquireOn(target, options, false)
 }
 
-async function release(target, options = {}) {
+async function release(target, options) {
+  try {
+    options = validate(options, RELEASE)
+  } catch (e) {
+    return asFailure(e)
+  }
   if (target instanceof LockHandle) {
     try {
       return (await target.release())
@@ -65,8 +76,9 @@ async function release(target, options = {}) {
   return parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options)
 }
 
-async function status(target, options = {}) {
+async function status(target, options) {
   const parsed = parseTarget(target)
+  options = validate(options, STATUS)
   return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
 }
 
@@ -74,7 +86,7 @@ async function status(target, options = {}) {
  * Acquires, runs `fn(lock)`, always releases. A lock lost while `fn` ran rejects with LOCK_LOST even when `fn`
  * succeeded (its work was not exclusive); `fn`'s own error wins over any release error.
  */
-async function withLock(target, fn, options = {}) {
+async function withLock(target, fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('withLock needs a function')
   const r = await acquire(target, options)
   if (!r.ok) {

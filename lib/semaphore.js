@@ -217,6 +217,25 @@ function installExitHook() {
   if (exitHookInstalled) return
   exitHookInstalled = true
   process.once('exit', isMainThread ? () => native.releaseAllHeld() : () => native.releaseThreadHeld())
+  // Signals reach the main thread only (a worker cannot listen to them).
+  if (isMainThread) for (const signal of RELEASE_ON) process.on(signal, releaseAndReraise)
+}
+
+/** Signals whose default action ends the process without an 'exit' event: held locks would stay on disk. */
+const RELEASE_ON = process.platform === 'win32' ? ['SIGINT', 'SIGHUP'] : ['SIGINT', 'SIGTERM', 'SIGHUP']
+
+/**
+ * A listener changes what a signal does (Node no longer exits on it), so this one steps aside whenever the program
+ * has a listener of its own: then the program keeps control, and its own `process.exit()` releases through 'exit'.
+ * When it is the only listener, the process would otherwise have died of the signal: release every held lock, then
+ * remove this listener (the default action is back) and raise the signal again, so the process ends exactly as it
+ * would have (killed by the signal, as its parent and shell see it).
+ */
+function releaseAndReraise(signal) {
+  if (process.listenerCount(signal) > 1) return
+  native.releaseAllHeld()
+  for (const s of RELEASE_ON) process.removeListener(s, releaseAndReraise)
+  process.kill(process.pid, signal)
 }
 
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */

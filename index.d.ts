@@ -244,7 +244,11 @@ export declare function tryAcquire(target: string, options?: AcquireOptions): Pr
 export declare function release(target: string | Lock, options?: ReleaseOptions): Promise<SemaphoreResult<void>>
 /** What the target looks like now. Rejects with LockError for a bad target or an unreachable server. */
 export declare function status(target: string, options?: StatusOptions): Promise<LockStatus>
-/** Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own error wins over a release error. */
+/**
+ * Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own
+ * error wins over a release error; `fn` may release the lock itself. Nested in an async call chain that already holds
+ * `target` through withLock, rejects at once with `ALREADY_LOCKED` (it would wait for itself forever).
+ */
 export declare function withLock<T>(target: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
 
 // ─────────────────────── dflockd client (dflockd-client names) ───────────────────────

@@ -30,6 +30,11 @@ class LockHandle {
     return this.#state !== 'held'
   }
 
+  /** Internal: the lock was lost (not released by its holder). */
+  get _lost() {
+    return this.#state === 'lost'
+  }
+
   /** Called by the backend when the lock is found lost. Aborts `signal`, then runs `onLost`; never throws. */
   _markLost(message) {
     if (this.#state !== 'held') return

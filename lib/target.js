@@ -2,6 +2,8 @@
 // One API over any target string: a path, a file:// URL or a dflockd:// URL. Switching a service from one
 // machine to many is a change of this string, nothing else.
 
+const { AsyncLocalStorage } = require('node:async_hooks')
+const nodePath = require('node:path')
 const { fileURLToPath } = require('node:url')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('./errors')
 const { LockHandle } = require('./lock-handle')
@@ -82,30 +84,66 @@ async function status(target, options) {
   return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
 }
 
+/** The targets the current async call chain holds through withLock (a fresh Set per withLock, inherited by `fn`). */
+const heldByChain = new AsyncLocalStorage()
+
+/** What names one lock, for telling a nested withLock on it: an absolute path, or a dflockd server and key. */
+function lockKey(target) {
+  try {
+    const parsed = parseTarget(target)
+    if (parsed.backend === 'file') return `file:${nodePath.resolve(parsed.path)}`
+    const u = dflockd.parseDflockdUrl(target)
+    return `dflockd:${u.host.toLowerCase()}:${u.port}/${u.key}`
+  } catch {
+    return null // acquire reports it
+  }
+}
+
 /**
  * Acquires, runs `fn(lock)`, always releases. A lock lost while `fn` ran rejects with LOCK_LOST even when `fn`
- * succeeded (its work was not exclusive); `fn`'s own error wins over any release error.
+ * succeeded (its work was not exclusive); `fn`'s own error wins over any release error; `fn` may release the lock
+ * itself. A withLock on a target that the same async call chain already holds through withLock would wait for
+ * itself forever: it rejects at once with ALREADY_LOCKED instead (independent concurrent calls still queue).
  */
 async function withLock(target, fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('withLock needs a function')
+  const key = lockKey(target)
+  const outer = heldByChain.getStore()
+  if (key !== null && outer !== undefined && outer.has(key)) {
+    throw new LockError(
+      `withLock('${displayTarget(target)}'): this async call chain already holds ` +
+        'this lock (a nested withLock on the same target would wait for itself forever)',
+      'ALREADY_LOCKED',
+    )
+  }
   const r = await acquire(target, options)
   if (!r.ok) {
     if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message)
     throw toLockError(r.error)
   }
   const lock = r.value
+  const held = new Set(outer)
+  if (key !== null) held.add(key)
   let result
   try {
-    result = await fn(lock)
+    result = await heldByChain.run(held, () => fn(lock))
   } catch (e) {
     await lock.release().catch(() => {})
     throw e
+  } finally {
+    // A task `fn` started and left running may take this lock once `fn` is done.
+    held.delete(key)
   }
   const released = await lock.release()
-  if (!released) {
+  if (!released && (lock._lost || lock.signal.aborted)) {
     throw lock.signal.reason instanceof LockError ? lock.signal.reason : new LockError('Lock was lost', 'LOCK_LOST')
   }
   return result
+}
+
+/** A target for messages: a dflockd URL without its token. */
+function displayTarget(target) {
+  return target.replace(/^(dflockd:\/\/)[^@/]*@/i, '$1')
 }
 
 module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget }

@@ -48,6 +48,7 @@ export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: Se
  * value; nothing is coerced. `null` or `undefined` for an option means its default.
  */
 export declare class LockError extends Error {
+  /** `code` defaults to `IO_ERROR` (semats' type for a failure with no more specific one). */
   constructor(message: string, code?: SemaphoreErrorType, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
   /** Stable error code, one of {@link SemaphoreErrorType}. */
   readonly code: SemaphoreErrorType

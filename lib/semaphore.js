@@ -5,7 +5,7 @@
 
 const { isMainThread } = require('node:worker_threads')
 const native = require('./native')
-const { semaphoreError, failure, invalidArgument } = require('./errors')
+const { semaphoreError, fileError, failure } = require('./errors')
 const { withAbort } = require('./abort')
 const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE } = require('./validate')
 
@@ -52,7 +52,8 @@ function engineOptions(config) {
   const staleTimeoutMs = finiteOrNull(config.staleTimeout)
   const heartbeatOff = config.heartbeat === null || config.heartbeat === false || config.heartbeat === 0
   // undefined leaves the engine's default: min(10 s, staleTimeout / 4)
-  const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : positiveMs(config.heartbeat, 'heartbeat')
+  // (validated: a positive number here)
+  const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : config.heartbeat
   // napi maps `undefined` (not `null`) to None in object fields.
   return {
     staleTimeoutMs: staleTimeoutMs === null ? undefined : Math.max(0, staleTimeoutMs),
@@ -62,13 +63,6 @@ function engineOptions(config) {
     heartbeatOff,
     maxTagLength: finiteOrNull(config.maxTagLength) ?? undefined,
   }
-}
-
-function positiveMs(value, name) {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(value)}`)
-  }
-  return value
 }
 
 function finiteOrNull(v) {
@@ -153,7 +147,7 @@ class Semaphore {
       installExitHook()
       return { ok: true, value: { pid: process.pid, timestamp: r, tag } }
     }
-    if (!r.ok) return { ok: false, error: semaphoreError(r.error) }
+    if (!r.ok) return { ok: false, error: fileError(r.error, this.#path) }
     installExitHook()
     return { ok: true, value: { pid: r.pid, timestamp: r.timestamp, tag: r.tag ?? undefined } }
   }
@@ -172,7 +166,7 @@ class Semaphore {
       if (r.error.code === 'TIMEOUT') {
         return failure('TIMEOUT', `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`)
       }
-      return { ok: false, error: semaphoreError(r.error) }
+      return { ok: false, error: fileError(r.error, this.#path) }
     }
     return { ok: true, value: heldInfo(r.lock) }
   }
@@ -183,7 +177,7 @@ class Semaphore {
 
   release(force = false) {
     const error = native.fileReleaseAsProcess(this.#slot, Boolean(force))
-    return error == null ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(error) }
+    return error == null ? { ok: true, value: undefined } : { ok: false, error: fileError(error, this.#path) }
   }
 
   forceRelease() {

@@ -22,10 +22,24 @@ function parseTarget(target) {
       throw new LockError(`Invalid file URL: ${e.message}`, 'INVALID_PATH')
     }
   }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(target)) {
-    throw invalidArgument(`unsupported target scheme in '${target}' (use a path, file:// or dflockd://)`)
-  }
+  const unsupported = unsupportedScheme(target)
+  if (unsupported) throw invalidArgument(unsupported)
   return { backend: 'file', path: target }
+}
+
+/**
+ * Why `target` (neither dflockd:// nor file:) is refused, or null. It looks like a URL (`scheme:`, two letters or
+ * more, so that a Windows drive letter `C:` is still a path): a misspelt `dflockd:/x`, `dflockd:nightly` or `http://`
+ * must not silently become a lock file of that name in the working directory.
+ */
+function unsupportedScheme(target) {
+  const m = /^([a-z][a-z0-9+.-]*):/i.exec(target)
+  if (!m || m[1].length < 2) return null
+  const hint = /^dflockd$/i.test(m[1]) ? `; a dflockd target is dflockd://host[:port]/key` : ''
+  return (
+    `unsupported target '${target}': it starts like a URL with the scheme '${m[1]}:' (use a path, file:// or ` +
+    `dflockd://${hint}; for a file whose name has a colon, write ./${target})`
+  )
 }
 
 /** Like parseTarget, but a bad target becomes a failed SemaphoreResult instead of a throw. */
@@ -146,4 +160,4 @@ function displayTarget(target) {
   return target.replace(/^(dflockd:\/\/)[^@/]*@/i, '$1')
 }
 
-module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget }
+module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme }

@@ -599,6 +599,12 @@ pub fn release_held(id: f64) -> BoolResult {
     bool_result(release_by_id(to_id(id)))
 }
 
+/// Whether the lock `id` is still held (not released, not lost).
+#[napi]
+pub fn is_held(id: f64) -> bool {
+    lockfile::held_lock_by_id(to_id(id)).is_some()
+}
+
 /// `releaseHeld` on the calling thread when that is short (the lock is not on a network file system), else
 /// `null`: then call `releaseHeldAsync`.
 #[napi]

@@ -234,9 +234,11 @@ function caOption(o) {
   }
 }
 
-/** The target as our API takes it: dflockd and file URLs as given, paths made absolute. */
+/** The target as our API takes it: dflockd and file URLs as given, paths made absolute. Throws UsageError. */
 function apiTarget(target) {
   if (isDflockd(target) || /^file:/i.test(target)) return target
+  const unsupported = require('../target').unsupportedScheme(target)
+  if (unsupported) throw new UsageError(unsupported)
   return path.resolve(target)
 }
 

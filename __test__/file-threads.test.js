@@ -163,6 +163,27 @@ describe("a worker thread's end releases its own locks only", () => {
   })
 })
 
+test('a worker terminated while waiting: the lock it is granted afterwards is released, not leaked', BOUND, async () => {
+  const file = fresh('pending')
+  const r = await sema.acquire(file)
+  assert.equal(r.ok, true)
+  const w = worker(
+    `
+    const pending = sema.acquire(workerData.file) // in line (the in-process FIFO) when the call returns
+    parentPort.postMessage({ waiting: true })
+    await pending // granted only after the worker is gone
+    `,
+    { file },
+  )
+  assert.deepEqual(await message(w), { waiting: true })
+  await w.terminate()
+  assert.equal(await r.value.release(), true)
+  // Whoever got it next (the dead worker's waiter, if it was still in line) must not keep it.
+  const again = await within(sema.acquire(file, { timeout: 10_000 }), 're-acquisition')
+  assert.equal(again.ok, true, again.ok || again.error.message)
+  assert.equal(await again.value.release(), true)
+})
+
 describe('loss reaches the thread that holds the lock', () => {
   test('main thread lock lost after a worker loaded the module: signal aborts, onLost runs', BOUND, async () => {
     const mine = fresh('main')

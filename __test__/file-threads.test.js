@@ -42,17 +42,9 @@ function worker(body, workerData) {
   return new Worker(code, { eval: true, workerData })
 }
 
-/**
- * `p`, or a failure after `ms`. The timer also keeps the event loop alive while the test waits for a native
- * report (a held lock itself never keeps Node alive).
- */
-function within(p, what, ms = 10_000) {
-  let timer
-  const bound = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no ${what} within ${ms} ms`)), ms)
-  })
-  return Promise.race([p, bound]).finally(() => clearTimeout(timer))
-}
+/** `p`, or a failure after 10 s. Its timer also keeps the event loop alive while the test waits for a native
+ * report (a held lock itself never keeps Node alive). */
+const within = (p, what) => u.within(p, 10_000, what)
 
 async function message(w) {
   const [m] = await once(w, 'message')

@@ -43,8 +43,12 @@ export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: Se
  * Thrown by `withLock`, `status`, the dflockd classes and constructors. Functions that return a
  * `SemaphoreResult` (`acquire`, `tryAcquire`, `release`, semats' methods) never reject: a bad target or option
  * comes back as a failed result with type `INVALID_ARGUMENT`, `INVALID_PATH` or `PATH_TRAVERSAL`.
+ * Every option is checked the same way for every entry point and backend: a wrong type or value (`tag: 123`,
+ * `timeout: '5s'`, `pid: 1.5`, `options: null`…) gives `INVALID_ARGUMENT` with a message naming the option and the
+ * value; nothing is coerced. `null` or `undefined` for an option means its default.
  */
 export declare class LockError extends Error {
+  /** `code` defaults to `IO_ERROR` (semats' type for a failure with no more specific one). */
   constructor(message: string, code?: SemaphoreErrorType, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
   /** Stable error code, one of {@link SemaphoreErrorType}. */
   readonly code: SemaphoreErrorType
@@ -112,7 +116,10 @@ export interface SemaphoreStatus {
 
 /** Drop-in replacement for semats' `Semaphore`: same methods, shapes, defaults (ms), error types and messages. */
 export declare class Semaphore {
-  /** Throws a plain Error with semats' messages ("Path cannot be empty", "Parent directory does not exist: …"). */
+  /**
+   * Throws a plain Error with semats' messages for a bad path ("Path cannot be empty", "Parent directory does not
+   * exist: …"), a LockError `INVALID_ARGUMENT` for a bad config value (e.g. `staleTimeout: '1h'`).
+   */
   constructor(lockPath: string, config?: SemaphoreConfig)
   static withDefaults(lockPath: string): Semaphore
   /** Absolute path with symlinks resolved. */
@@ -144,7 +151,7 @@ export interface DflockdTlsOptions {
 }
 
 export interface AcquireOptions {
-  /** ms to wait; `null`/undefined waits forever (file) or `acquireTimeoutS` 10 s (dflockd, as its client). 0 = one attempt. */
+  /** ms to wait (>= 0; `Infinity` waits forever); `null`/undefined waits forever (file) or 10 s (dflockd, as its client). 0 = one attempt. */
   timeout?: number | null
   /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
   signal?: AbortSignal
@@ -162,7 +169,7 @@ export interface AcquireOptions {
   heartbeat?: number | null | false
   /** File: see {@link SemaphoreConfig.maxTagLength}. */
   maxTagLength?: number
-  /** File: record this pid as the owner instead of `process.pid` (e.g. a calling shell's `$$`). */
+  /** File: record this pid (an integer 1…2147483647) as the owner instead of `process.pid` (e.g. a calling shell's `$$`). */
   pid?: number
   /** dflockd: lease in seconds (overrides `?leaseTtl=`). */
   leaseTtl?: number
@@ -238,7 +245,11 @@ export declare function tryAcquire(target: string, options?: AcquireOptions): Pr
 export declare function release(target: string | Lock, options?: ReleaseOptions): Promise<SemaphoreResult<void>>
 /** What the target looks like now. Rejects with LockError for a bad target or an unreachable server. */
 export declare function status(target: string, options?: StatusOptions): Promise<LockStatus>
-/** Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own error wins over a release error. */
+/**
+ * Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own
+ * error wins over a release error; `fn` may release the lock itself. Nested in an async call chain that already holds
+ * `target` through withLock, rejects at once with `ALREADY_LOCKED` (it would wait for itself forever).
+ */
 export declare function withLock<T>(target: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
 
 // ─────────────────────── dflockd client (dflockd-client names) ───────────────────────

@@ -5,7 +5,7 @@
 // - native result objects from the binding ({code, message, reply?, holderPid?, lockedSince?}).
 
 class LockError extends Error {
-  constructor(message, code = 'SERVER_ERROR', details = {}) {
+  constructor(message, code = 'IO_ERROR', details = {}) {
     super(message)
     this.name = 'LockError'
     this.code = code
@@ -45,6 +45,18 @@ function semaphoreError(nativeError) {
   return e
 }
 
+/**
+ * semaphoreError for a failure on the lock file `path`: an OS error ("Permission denied (os error 13)") names the
+ * file it happened on, as Node's own fs errors do.
+ */
+function fileError(nativeError, path) {
+  const e = semaphoreError(nativeError)
+  if (typeof e.message === 'string' && /\(os error \d+\)/.test(e.message) && !e.message.includes(path)) {
+    e.message = `${e.message}, lock file '${path}'`
+  }
+  return e
+}
+
 function failure(type, message, extra) {
   return { ok: false, error: { type, message, ...extra } }
 }
@@ -62,4 +74,4 @@ function invalidArgument(message) {
   return new LockError(message, 'INVALID_ARGUMENT')
 }
 
-module.exports = { LockError, AcquireTimeoutError, AuthError, semaphoreError, failure, toLockError, invalidArgument }
+module.exports = { LockError, AcquireTimeoutError, AuthError, semaphoreError, fileError, failure, toLockError, invalidArgument }

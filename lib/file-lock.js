@@ -7,7 +7,7 @@
 const nodePath = require('node:path')
 const native = require('./native')
 const { LockHandle } = require('./lock-handle')
-const { semaphoreError, toLockError } = require('./errors')
+const { fileError, toLockError } = require('./errors')
 const { withAbort } = require('./abort')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG } = require('./semaphore')
 
@@ -15,15 +15,18 @@ const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONF
 
 /** Held locks with a handle, by engine id. */
 const handles = new Map()
-/** Losses reported before their handle was registered (the native report may overtake the acquire result). */
+/** Losses (and releases by path, null) reported before their handle was registered (the native report may overtake the acquire result). */
 const earlyLosses = new Map()
 const EARLY_LOSSES_MAX = 256
 
+// This thread's locks only: each worker thread that loads the module sets its own (the engine keeps one callback
+// per thread). `reason` null: released by path (`release(path)`, semats' `release()`), not through the handle.
 native.setLockLostHandler((id, reason) => {
   const handle = handles.get(id)
   if (handle) {
     handles.delete(id)
-    handle._markLost(reason)
+    if (reason === null) handle._markReleased()
+    else handle._markLost(reason)
     return
   }
   earlyLosses.set(id, reason)
@@ -33,15 +36,18 @@ native.setLockLostHandler((id, reason) => {
 class FileLock extends LockHandle {
   #id
 
-  constructor(held, target, onLost) {
+  constructor(held, target, onLost, path) {
     super({ target, backend: 'file', pid: held.pid, timestamp: held.timestamp, tag: held.tag ?? undefined, token: held.token, onLost })
     this.#id = held.id
-    const reason = earlyLosses.get(held.id)
-    if (reason === undefined) {
+    /** The absolute lock path (for release by path). */
+    Object.defineProperty(this, '_path', { value: path })
+    if (!earlyLosses.has(held.id)) {
       handles.set(held.id, this)
     } else {
+      const reason = earlyLosses.get(held.id)
       earlyLosses.delete(held.id)
-      queueMicrotask(() => this._markLost(reason))
+      if (reason === null) this._markReleased()
+      else queueMicrotask(() => this._markLost(reason))
     }
   }
 
@@ -60,10 +66,15 @@ const CACHE_MAX = 64
 /** key → NativeLockFile; insertion order is recency (a hit moves the entry to the end). */
 const fileCache = new Map()
 
+/** Options whose `null` has a meaning of its own (never stale, heartbeat off); for the others null = the default. */
+const NULL_MEANS = new Set(['staleTimeout', 'heartbeat'])
+
+/** Engine config from validated target options: absent (undefined, or null where null has no meaning) = default. */
 function configOf(options) {
   const config = { ...DEFAULT_CONFIG }
   for (const k of OPTION_KEYS) {
-    if (k in options) config[k] = options[k]
+    const v = options[k]
+    if (v !== undefined && (v !== null || NULL_MEANS.has(k))) config[k] = v
   }
   return config
 }
@@ -91,7 +102,7 @@ function openFile(path, options = {}, fresh = false) {
     }
   }
   const checked = native.checkLockPath(path, false)
-  if (!checked.ok) return { error: semaphoreError(checked.error) }
+  if (!checked.ok) return { error: fileError(checked.error, path) }
   const file = new native.NativeLockFile(checked.path, engineOptions(config))
   if (key !== null) {
     fileCache.set(key, file)
@@ -116,10 +127,10 @@ async function acquireFile(target, path, options = {}, { wait }) {
     if (r.error.code === 'TIMEOUT') {
       return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${options.timeout}ms` } }
     }
-    return { ok: false, error: semaphoreError(r.error) }
+    return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }
   installExitHook()
-  return { ok: true, value: new FileLock(r.lock, target, options.onLost) }
+  return { ok: true, value: new FileLock(r.lock, target, options.onLost, nodePath.resolve(path)) }
 }
 
 async function acquireWith({ file, key, error }, options, wait, mayRetry) {
@@ -145,7 +156,23 @@ async function releaseFile(path, options = {}) {
     if (error) return { ok: false, error }
     r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
   }
-  return r.ok ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(r.error) }
+  if (!r.ok) return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
+  markReleasedByPath(nodePath.resolve(path))
+  return { ok: true, value: undefined }
+}
+
+/**
+ * After a release by path: this thread's handles on that path whose lock is no longer in the engine were released
+ * by it (`released` turns true now, not when the engine's report arrives; other threads' handles hear it from the
+ * report).
+ */
+function markReleasedByPath(path) {
+  for (const [id, handle] of handles) {
+    if (handle._path === path && !native.isHeld(id)) {
+      handles.delete(id)
+      handle._markReleased()
+    }
+  }
 }
 
 async function statusFile(target, path, options = {}) {

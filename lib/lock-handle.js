@@ -30,6 +30,11 @@ class LockHandle {
     return this.#state !== 'held'
   }
 
+  /** Internal: the lock was lost (not released by its holder). */
+  get _lost() {
+    return this.#state === 'lost'
+  }
+
   /** Called by the backend when the lock is found lost. Aborts `signal`, then runs `onLost`; never throws. */
   _markLost(message) {
     if (this.#state !== 'held') return
@@ -43,6 +48,11 @@ class LockHandle {
     } catch (e) {
       reportCallbackError(e)
     }
+  }
+
+  /** Called by the backend when the lock was released by other means (e.g. `release(path)`): `released` turns true. */
+  _markReleased() {
+    if (this.#state === 'held') this.#state = 'released'
   }
 
   /** Resolves true if this call released the lock, false if it was already released or lost (or another call is releasing it). */

@@ -3,9 +3,11 @@
 // defaults (ms), error types and message strings. The engine underneath is the Rust core (lock files written
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
+const { isMainThread } = require('node:worker_threads')
 const native = require('./native')
-const { semaphoreError, failure, invalidArgument } = require('./errors')
+const { semaphoreError, fileError, failure } = require('./errors')
 const { withAbort } = require('./abort')
+const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE } = require('./validate')
 
 const DEFAULT_CONFIG = Object.freeze({
   staleTimeout: 3_600_000,
@@ -50,7 +52,8 @@ function engineOptions(config) {
   const staleTimeoutMs = finiteOrNull(config.staleTimeout)
   const heartbeatOff = config.heartbeat === null || config.heartbeat === false || config.heartbeat === 0
   // undefined leaves the engine's default: min(10 s, staleTimeout / 4)
-  const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : positiveMs(config.heartbeat, 'heartbeat')
+  // (validated: a positive number here)
+  const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : config.heartbeat
   // napi maps `undefined` (not `null`) to None in object fields.
   return {
     staleTimeoutMs: staleTimeoutMs === null ? undefined : Math.max(0, staleTimeoutMs),
@@ -60,13 +63,6 @@ function engineOptions(config) {
     heartbeatOff,
     maxTagLength: finiteOrNull(config.maxTagLength) ?? undefined,
   }
-}
-
-function positiveMs(value, name) {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(value)}`)
-  }
-  return value
 }
 
 function finiteOrNull(v) {
@@ -80,10 +76,10 @@ function lockInfo(n) {
   return info
 }
 
-/** semats' acquire timeout: `timeout ?? config.acquireTimeout`; null or NaN waits forever; 0 or less tries once. */
+/** A validated acquire timeout for the engine: null or Infinity waits forever; 0 tries once. */
 function acquireTimeoutMs(timeout) {
-  if (timeout === null || timeout === undefined || Number.isNaN(timeout)) return null
-  return Math.max(0, Number(timeout))
+  if (timeout === null || timeout === undefined || timeout === Infinity) return null
+  return timeout
 }
 
 // ─── the class ───
@@ -102,6 +98,7 @@ class Semaphore {
     const checked = native.checkLockPath(lockPath, true)
     if (!checked.ok) throw new Error(checked.error.message)
     this.#path = checked.path
+    validate(config, CONFIG, 'config')
     this.#config = { ...DEFAULT_CONFIG, ...config }
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
     // The hot path (tryAcquire / release) calls free functions with this index: cheaper than methods.
@@ -126,11 +123,23 @@ class Semaphore {
   }
 
   tryAcquire(tag) {
+    try {
+      one('tag', tag)
+    } catch (e) {
+      return asFailure(e)
+    }
     return this.#tryAcquire(tag ?? undefined, undefined)
   }
 
   tryAcquireWithInfo(info) {
-    const ownerPid = info && info.pid !== process.pid ? info.pid : undefined
+    try {
+      if (info !== undefined && (info === null || typeof info !== 'object')) validate(info, {}, 'info')
+      one('pid', info?.pid, 'info.pid')
+      one('tag', info?.tag, 'info.tag')
+    } catch (e) {
+      return asFailure(e)
+    }
+    const ownerPid = info && info.pid != null && info.pid !== process.pid ? info.pid : undefined
     return this.#tryAcquire(info ? (info.tag ?? undefined) : undefined, ownerPid)
   }
 
@@ -141,12 +150,17 @@ class Semaphore {
       installExitHook()
       return { ok: true, value: { pid: process.pid, timestamp: r, tag } }
     }
-    if (!r.ok) return { ok: false, error: semaphoreError(r.error) }
+    if (!r.ok) return { ok: false, error: fileError(r.error, this.#path) }
     installExitHook()
     return { ok: true, value: { pid: r.pid, timestamp: r.timestamp, tag: r.tag ?? undefined } }
   }
 
-  async acquire(options = {}) {
+  async acquire(options) {
+    try {
+      options = validate(options, SEMATS_ACQUIRE)
+    } catch (e) {
+      return asFailure(e)
+    }
     const timeout = acquireTimeoutMs(options.timeout ?? this.#config.acquireTimeout)
     const r = await withAbort(options.signal, (cancelId) =>
       this.#file.acquire(options.tag ?? undefined, undefined, timeout ?? undefined, cancelId ?? undefined),
@@ -155,7 +169,7 @@ class Semaphore {
       if (r.error.code === 'TIMEOUT') {
         return failure('TIMEOUT', `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`)
       }
-      return { ok: false, error: semaphoreError(r.error) }
+      return { ok: false, error: fileError(r.error, this.#path) }
     }
     return { ok: true, value: heldInfo(r.lock) }
   }
@@ -166,7 +180,7 @@ class Semaphore {
 
   release(force = false) {
     const error = native.fileReleaseAsProcess(this.#slot, Boolean(force))
-    return error == null ? { ok: true, value: undefined } : { ok: false, error: semaphoreError(error) }
+    return error == null ? { ok: true, value: undefined } : { ok: false, error: fileError(error, this.#path) }
   }
 
   forceRelease() {
@@ -198,12 +212,33 @@ class Semaphore {
 let exitHookInstalled = false
 /**
  * Locks still held when the process exits normally are released, so other tools do not see a dead pid's lock
- * (after a crash, our own stale judgement reclaims it at once). Installed on the first acquisition.
+ * (after a crash, our own stale judgement reclaims it at once). Installed on the first acquisition. A worker
+ * thread's 'exit' is its own end, not the process's: it releases that thread's locks only (the engine does it
+ * too when a worker is terminated); the main thread's releases every thread's.
  */
 function installExitHook() {
   if (exitHookInstalled) return
   exitHookInstalled = true
-  process.once('exit', () => native.releaseAllHeld())
+  process.once('exit', isMainThread ? () => native.releaseAllHeld() : () => native.releaseThreadHeld())
+  // Signals reach the main thread only (a worker cannot listen to them).
+  if (isMainThread) for (const signal of RELEASE_ON) process.on(signal, releaseAndReraise)
+}
+
+/** Signals whose default action ends the process without an 'exit' event: held locks would stay on disk. */
+const RELEASE_ON = process.platform === 'win32' ? ['SIGINT', 'SIGHUP'] : ['SIGINT', 'SIGTERM', 'SIGHUP']
+
+/**
+ * A listener changes what a signal does (Node no longer exits on it), so this one steps aside whenever the program
+ * has a listener of its own: then the program keeps control, and its own `process.exit()` releases through 'exit'.
+ * When it is the only listener, the process would otherwise have died of the signal: release every held lock, then
+ * remove this listener (the default action is back) and raise the signal again, so the process ends exactly as it
+ * would have (killed by the signal, as its parent and shell see it).
+ */
+function releaseAndReraise(signal) {
+  if (process.listenerCount(signal) > 1) return
+  native.releaseAllHeld()
+  for (const s of RELEASE_ON) process.removeListener(s, releaseAndReraise)
+  process.kill(process.pid, signal)
 }
 
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */

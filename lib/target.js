@@ -2,11 +2,14 @@
 // One API over any target string: a path, a file:// URL or a dflockd:// URL. Switching a service from one
 // machine to many is a change of this string, nothing else.
 
+const { AsyncLocalStorage } = require('node:async_hooks')
+const nodePath = require('node:path')
 const { fileURLToPath } = require('node:url')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('./errors')
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file-lock')
 const dflockd = require('./dflockd')
+const { validate, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
 function parseTarget(target) {
@@ -19,10 +22,24 @@ function parseTarget(target) {
       throw new LockError(`Invalid file URL: ${e.message}`, 'INVALID_PATH')
     }
   }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(target)) {
-    throw invalidArgument(`unsupported target scheme in '${target}' (use a path, file:// or dflockd://)`)
-  }
+  const unsupported = unsupportedScheme(target)
+  if (unsupported) throw invalidArgument(unsupported)
   return { backend: 'file', path: target }
+}
+
+/**
+ * Why `target` (neither dflockd:// nor file:) is refused, or null. It looks like a URL (`scheme:`, two letters or
+ * more, so that a Windows drive letter `C:` is still a path): a misspelt `dflockd:/x`, `dflockd:nightly` or `http://`
+ * must not silently become a lock file of that name in the working directory.
+ */
+function unsupportedScheme(target) {
+  const m = /^([a-z][a-z0-9+.-]*):/i.exec(target)
+  if (!m || m[1].length < 2) return null
+  const hint = /^dflockd$/i.test(m[1]) ? `; a dflockd target is dflockd://host[:port]/key` : ''
+  return (
+    `unsupported target '${target}': it starts like a URL with the scheme '${m[1]}:' (use a path, file:// or ` +
+    `dflockd://${hint}; for a file whose name has a colon, write ./${target})`
+  )
 }
 
 /** Like parseTarget, but a bad target becomes a failed SemaphoreResult instead of a throw. */
@@ -37,20 +54,30 @@ function resolve(target) {
 function acquireOn(target, options, wait) {
   const { parsed, failed } = resolve(target)
   if (failed) return Promise.resolve(failed)
+  try {
+    options = validate(options, ACQUIRE)
+  } catch (e) {
+    return Promise.resolve(asFailure(e))
+  }
   return parsed.backend === 'file'
     ? acquireFile(target, parsed.path, options, { wait })
     : dflockd.acquireTarget(target, options, { wait })
 }
 
-function acquire(target, options = {}) {
+function acquire(target, options) {
   return acquireOn(target, options, true)
 }
 
-function tryAcquire(target, options = {}) {
+function tryAcquire(target, options) {
   return acquireOn(target, options, false)
 }
 
-async function release(target, options = {}) {
+async function release(target, options) {
+  try {
+    options = validate(options, RELEASE)
+  } catch (e) {
+    return asFailure(e)
+  }
   if (target instanceof LockHandle) {
     try {
       return (await target.release())
@@ -65,35 +92,72 @@ async function release(target, options = {}) {
   return parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options)
 }
 
-async function status(target, options = {}) {
+async function status(target, options) {
   const parsed = parseTarget(target)
+  options = validate(options, STATUS)
   return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
+}
+
+/** The targets the current async call chain holds through withLock (a fresh Set per withLock, inherited by `fn`). */
+const heldByChain = new AsyncLocalStorage()
+
+/** What names one lock, for telling a nested withLock on it: an absolute path, or a dflockd server and key. */
+function lockKey(target) {
+  try {
+    const parsed = parseTarget(target)
+    if (parsed.backend === 'file') return `file:${nodePath.resolve(parsed.path)}`
+    const u = dflockd.parseDflockdUrl(target)
+    return `dflockd:${u.host.toLowerCase()}:${u.port}/${u.key}`
+  } catch {
+    return null // acquire reports it
+  }
 }
 
 /**
  * Acquires, runs `fn(lock)`, always releases. A lock lost while `fn` ran rejects with LOCK_LOST even when `fn`
- * succeeded (its work was not exclusive); `fn`'s own error wins over any release error.
+ * succeeded (its work was not exclusive); `fn`'s own error wins over any release error; `fn` may release the lock
+ * itself. A withLock on a target that the same async call chain already holds through withLock would wait for
+ * itself forever: it rejects at once with ALREADY_LOCKED instead (independent concurrent calls still queue).
  */
-async function withLock(target, fn, options = {}) {
+async function withLock(target, fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('withLock needs a function')
+  const key = lockKey(target)
+  const outer = heldByChain.getStore()
+  if (key !== null && outer !== undefined && outer.has(key)) {
+    throw new LockError(
+      `withLock('${displayTarget(target)}'): this async call chain already holds ` +
+        'this lock (a nested withLock on the same target would wait for itself forever)',
+      'ALREADY_LOCKED',
+    )
+  }
   const r = await acquire(target, options)
   if (!r.ok) {
     if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message)
     throw toLockError(r.error)
   }
   const lock = r.value
+  const held = new Set(outer)
+  if (key !== null) held.add(key)
   let result
   try {
-    result = await fn(lock)
+    result = await heldByChain.run(held, () => fn(lock))
   } catch (e) {
     await lock.release().catch(() => {})
     throw e
+  } finally {
+    // A task `fn` started and left running may take this lock once `fn` is done.
+    held.delete(key)
   }
   const released = await lock.release()
-  if (!released) {
+  if (!released && (lock._lost || lock.signal.aborted)) {
     throw lock.signal.reason instanceof LockError ? lock.signal.reason : new LockError('Lock was lost', 'LOCK_LOST')
   }
   return result
 }
 
-module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget }
+/** A target for messages: a dflockd URL without its token. */
+function displayTarget(target) {
+  return target.replace(/^(dflockd:\/\/)[^@/]*@/i, '$1')
+}
+
+module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme }

@@ -7,6 +7,7 @@
 
 mod dflockd;
 mod lockfile;
+mod owner;
 mod result;
 
 use napi_derive::napi;

@@ -15,10 +15,12 @@ use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi::{Env, Task};
 use napi_derive::napi;
 use sema_core::lockfile::{
-    self, AcquireNow, AcquireRequest, HeldLock, LockError, LockFile, LockOptions, Observation,
+    self, AcquireNow, AcquireRequest, HeldEnd, HeldLock, LockError, LockFile, LockOptions,
+    Observation,
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::owner;
 use crate::result::{bool_result, void_result, BoolResult, NativeError, VoidResult};
 
 #[napi(object)]
@@ -209,16 +211,21 @@ pub struct HeldOutcome {
     pub error: Option<NativeError>,
 }
 
-/// Starts the heartbeat of a fresh lock (an entry in the engine's heartbeat list, no task).
-fn start(held: &HeldLock) {
+/// Gives a fresh lock to the JS thread `owner` and starts its heartbeat (an entry in the
+/// engine's heartbeat list, no task). Fails (the lock released) when that thread has exited.
+fn start(r: Result<HeldLock, LockError>, owner: u64) -> Result<HeldLock, LockError> {
+    let held = r?;
+    if !owner::claim(&held, owner) {
+        return Err(LockError::Aborted);
+    }
     held.start_heartbeat_thread();
+    Ok(held)
 }
 
-/// Starts the heartbeat of a fresh lock and describes it for JS.
+/// Describes a started lock (see [`start`]) for JS.
 fn acquired(r: Result<HeldLock, LockError>) -> HeldOutcome {
     match r {
         Ok(held) => {
-            start(&held);
             let info = held.info_ref();
             HeldOutcome {
                 ok: true,
@@ -255,6 +262,7 @@ pub struct SyncAcquire {
 pub struct TryAcquireTask {
     file: std::sync::Arc<LockFile>,
     req: Option<AcquireRequest>,
+    owner: u64,
 }
 
 impl Task for TryAcquireTask {
@@ -263,11 +271,7 @@ impl Task for TryAcquireTask {
 
     fn compute(&mut self) -> napi::Result<Self::Output> {
         let req = self.req.take().unwrap_or_default();
-        let r = self.file.try_acquire(&req);
-        if let Ok(held) = &r {
-            start(held);
-        }
-        Ok(r)
+        Ok(start(self.file.try_acquire(&req), self.owner))
     }
 
     fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<HeldOutcome> {
@@ -318,6 +322,8 @@ fn request(tag: Option<String>, owner_pid: Option<u32>) -> AcquireRequest {
 #[napi]
 pub struct NativeLockFile {
     inner: std::sync::Arc<LockFile>,
+    /// The JS thread that made it (a JS object never crosses threads): its locks are that thread's.
+    owner: u64,
     /// Index in [`FILES`] for the free hot-path functions (`fileTryAcquireSync`, …).
     slot: u32,
 }
@@ -327,7 +333,8 @@ pub struct NativeLockFile {
 /// borrow bookkeeping of class instances. An entry lives as long as its `NativeLockFile`.
 #[derive(Default)]
 struct FileSlab {
-    files: Vec<Option<std::sync::Arc<LockFile>>>,
+    /// Each file with its owner (see `NativeLockFile::owner`).
+    files: Vec<Option<(std::sync::Arc<LockFile>, u64)>>,
     free: Vec<u32>,
 }
 
@@ -342,7 +349,7 @@ fn files() -> std::sync::MutexGuard<'static, FileSlab> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn file_by_slot(slot: u32) -> Option<std::sync::Arc<LockFile>> {
+fn file_by_slot(slot: u32) -> Option<(std::sync::Arc<LockFile>, u64)> {
     files().files.get(slot as usize).and_then(Clone::clone)
 }
 
@@ -364,21 +371,23 @@ fn gone() -> NativeError {
 impl NativeLockFile {
     /// `path` must come from `checkLockPath`.
     #[napi(constructor)]
-    pub fn new(path: String, options: NativeFileOptions) -> Self {
+    pub fn new(env: Env, path: String, options: NativeFileOptions) -> napi::Result<Self> {
+        let owner = owner::of(&env)?;
         let inner =
             std::sync::Arc::new(LockFile::new(PathBuf::from(path), engine_options(&options)));
         let mut slab = files();
+        let entry = Some((inner.clone(), owner));
         let slot = match slab.free.pop() {
             Some(i) => {
-                slab.files[i as usize] = Some(inner.clone());
+                slab.files[i as usize] = entry;
                 i
             }
             None => {
-                slab.files.push(Some(inner.clone()));
+                slab.files.push(entry);
                 u32::try_from(slab.files.len() - 1).unwrap_or(u32::MAX)
             }
         };
-        NativeLockFile { inner, slot }
+        Ok(NativeLockFile { inner, owner, slot })
     }
 
     /// The index for the free hot-path functions.
@@ -419,11 +428,12 @@ impl NativeLockFile {
     ) -> Either<HeldOutcome, AsyncTask<TryAcquireTask>> {
         let req = request(tag, owner_pid);
         if self.inner.attempts_are_short() {
-            return Either::A(acquired(self.inner.try_acquire(&req)));
+            return Either::A(acquired(start(self.inner.try_acquire(&req), self.owner)));
         }
         Either::B(AsyncTask::new(TryAcquireTask {
             file: self.inner.clone(),
             req: Some(req),
+            owner: self.owner,
         }))
     }
 
@@ -449,7 +459,7 @@ impl NativeLockFile {
             None
         } else {
             match self.inner.acquire_now(&req) {
-                AcquireNow::Done(r) => return Ok(Either::A(acquired(r))),
+                AcquireNow::Done(r) => return Ok(Either::A(acquired(start(r, self.owner)))),
                 AcquireNow::Wait(tried) => Some(tried),
             }
         };
@@ -459,7 +469,8 @@ impl NativeLockFile {
             cancelled.unwrap_or_default(),
             tried,
         );
-        env.spawn_future(async move { Ok(acquired(fut.await)) })
+        let owner = self.owner;
+        env.spawn_future(async move { Ok(acquired(start(fut.await, owner))) })
             .map(Either::B)
     }
 
@@ -533,7 +544,7 @@ pub fn file_try_acquire_sync(
     tag: Option<String>,
     owner_pid: Option<u32>,
 ) -> Either<i64, SyncAcquire> {
-    let Some(file) = file_by_slot(slot) else {
+    let Some((file, owner)) = file_by_slot(slot) else {
         return Either::B(SyncAcquire {
             ok: false,
             pid: None,
@@ -543,9 +554,8 @@ pub fn file_try_acquire_sync(
         });
     };
     let req = request(tag, owner_pid);
-    match file.try_acquire(&req) {
+    match start(file.try_acquire(&req), owner) {
         Ok(held) => {
-            start(&held);
             let info = held.info_ref();
             if info.tag == req.tag && req.owner_pid.is_none() {
                 Either::A(info.timestamp)
@@ -574,7 +584,7 @@ pub fn file_try_acquire_sync(
 #[napi]
 pub fn file_release_as_process(slot: u32, force: bool) -> Option<NativeError> {
     match file_by_slot(slot) {
-        Some(file) => file.release_as_process(force).err().map(|e| (&e).into()),
+        Some((file, _)) => file.release_as_process(force).err().map(|e| (&e).into()),
         None => Some(gone()),
     }
 }
@@ -591,6 +601,12 @@ fn join_error(e: tokio::task::JoinError) -> LockError {
 #[napi]
 pub fn release_held(id: f64) -> BoolResult {
     bool_result(release_by_id(to_id(id)))
+}
+
+/// Whether the lock `id` is still held (not released, not lost).
+#[napi]
+pub fn is_held(id: f64) -> bool {
+    lockfile::held_lock_by_id(to_id(id)).is_some()
 }
 
 /// `releaseHeld` on the calling thread when that is short (the lock is not on a network file system), else
@@ -610,25 +626,37 @@ pub fn release_held_async(id: f64) -> AsyncTask<ReleaseTask> {
     AsyncTask::new(ReleaseTask { id: to_id(id) })
 }
 
-/// Sets the one process-wide loss callback: `callback(id, reason)` runs (on the JS thread) for every held lock
-/// found lost. The callback is weak: it never keeps Node alive.
-#[napi(ts_args_type = "callback: (id: number, reason: string) => void")]
-pub fn set_lock_lost_handler(callback: Function<FnArgs<(f64, String)>, ()>) -> napi::Result<()> {
+/// Sets this JS thread's loss callback: `callback(id, reason)` runs (on this thread) for every lock this thread
+/// holds that is found lost, and `callback(id, null)` for one released by path (`releaseAsAsync`, semats'
+/// `release`) rather than through its id. Each thread hears about its own locks only. The callback is weak: it
+/// never keeps Node alive.
+#[napi(ts_args_type = "callback: (id: number, reason: string | null) => void")]
+pub fn set_lock_lost_handler(
+    env: Env,
+    callback: Function<FnArgs<(f64, Option<String>)>, ()>,
+) -> napi::Result<()> {
+    let owner = owner::of(&env)?;
     let tsfn = callback
         .build_threadsafe_function()
         .weak::<true>()
         .callee_handled::<false>()
         .build()?;
-    lockfile::set_loss_hook(Some(Box::new(move |id, reason| {
-        tsfn.call(
-            FnArgs::from((id as f64, reason.to_string())),
-            ThreadsafeFunctionCallMode::NonBlocking,
-        );
-    })));
+    lockfile::set_loss_hook(
+        owner,
+        Some(Box::new(move |id, how| {
+            let reason = match how {
+                HeldEnd::Lost(reason) => Some(reason.to_string()),
+                HeldEnd::ReleasedByPath => None,
+            };
+            tsfn.call(
+                FnArgs::from((id as f64, reason)),
+                ThreadsafeFunctionCallMode::NonBlocking,
+            );
+        })),
+    );
     Ok(())
 }
 
-/// Releases every lock this process holds (the JS layer calls it from a `process.on('exit')` hook).
 /// The descriptor of the held lock with this token (for `sema-native run`, which hands it to its command so that
 /// the command keeps the lock if the wrapper dies); `null` when no such lock is held here.
 #[napi]
@@ -647,9 +675,19 @@ pub fn held_lock_fd(token: String) -> Option<i32> {
     }
 }
 
+/// Releases every lock of the process, whichever thread took it (the JS layer calls it from the main thread's
+/// `process.on('exit')` hook).
 #[napi]
 pub fn release_all_held() {
     lockfile::release_all_held();
+}
+
+/// Releases the locks this JS thread holds (a worker thread's `process.on('exit')` hook; the environment's
+/// cleanup does it too, for a terminated worker).
+#[napi]
+pub fn release_thread_held(env: Env) -> napi::Result<()> {
+    lockfile::release_all_held_by(owner::of(&env)?);
+    Ok(())
 }
 
 // Cancellation of waits by id: JS owns the AbortSignal (see lib/abort.js) and cancels through these.

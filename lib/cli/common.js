@@ -127,6 +127,39 @@ function displayTarget(target) {
   return String(target).replace(/^(dflockd:\/\/)[^@/]*@/i, '$1***@')
 }
 
+/** The command line of process `pid` (Linux: /proc; elsewhere `ps`), or null when it cannot be read. */
+function processArgs(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`).toString('utf8').split('\0').filter(Boolean)
+  } catch {}
+  const r = require('node:child_process').spawnSync('ps', ['-o', 'args=', '-p', String(pid)], { encoding: 'utf8' })
+  return r.status === 0 && r.stdout.trim() ? r.stdout.trim().split(/\s+/) : null
+}
+
+/**
+ * Why `pid`, as the default owner of a lock taken from the command line (this command's parent), would not keep it
+ * (null if it would). Such a parent runs only until this command returns, so the lock would be free a moment after
+ * we report it taken:
+ * - npm's own process (`npx`, `npm exec`, and `npm run` where the script's shell exec'ed us);
+ * - a shell started to run this one command and nothing after it (`sh -c 'sema-native acquire x'`: an npm script
+ *   line, a make recipe line). A line that goes on (`acquire x && build`) keeps its shell alive, and is fine.
+ */
+function shortLivedOwner(pid) {
+  const args = processArgs(pid)
+  if (!args) return null
+  const npm = args.slice(0, 3).some((a) => /(^|[\\/])(npm|npx)(\.cmd|\.exe)?$/i.test(a) || /[\\/]np[mx]-cli\.js$/.test(a))
+  if (npm) return `its parent process (pid ${pid}) is npm (${args.slice(0, 4).join(' ')}), which exits as soon as this command returns`
+  const shell = /(^|\/)-?(sh|bash|dash|zsh|ksh|mksh|ash)$/.test(args[0] ?? '')
+  const c = args.findIndex((a, i) => i > 0 && /^-[a-z]*c[a-z]*$/.test(a))
+  if (shell && c > 0 && c + 1 < args.length && !/[;&|\n`]|\$\(/.test(args[c + 1])) {
+    return (
+      `its parent process (pid ${pid}) is a shell that runs only this command (${args[0]} -c '${args[c + 1]}'), ` +
+      'which exits as soon as this command returns'
+    )
+  }
+  return null
+}
+
 function isDflockd(target) {
   return /^dflockd:\/\//i.test(target)
 }
@@ -181,6 +214,7 @@ module.exports = {
   errnoCode,
   displayTarget,
   isDflockd,
+  shortLivedOwner,
   rustParent,
   exists,
   api,

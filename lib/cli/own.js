@@ -17,6 +17,7 @@ const {
   formatDuration,
   displayTarget,
   isDflockd,
+  shortLivedOwner,
   api,
 } = require('./common')
 
@@ -46,7 +47,8 @@ Options:
   --timeout <time>   How long acquire/wait/run wait (default: forever; 0 = one try)
   --tag <text>       Tag written into the lock file
   --pid <pid>        Owner pid recorded by acquire/try-acquire and checked by release
-                     (default: the parent process, i.e. the calling shell)
+                     (default: the parent process, i.e. the calling shell; pass --pid $$
+                     in scripts; under npx or npm scripts use run: see acquire --help)
   --stale <time>     Locks of other tools older than this whose pid is gone may be
                      broken (default 1h; 0 or off: never by age)
   --force            release: remove the lock whoever holds it
@@ -80,6 +82,12 @@ as long as that process lives or until \`${PROG} release\`. From a script:
   ${PROG} acquire /tmp/job.lock --pid $$ --timeout 30s || exit 1
   ...
   ${PROG} release /tmp/job.lock --pid $$
+
+Pass --pid $$ whenever ${PROG} might not be a direct child of your script's shell: inside
+$( ... ), ( ... ) or a pipeline, or when release runs from another process. Under npx,
+npm exec or a one-command npm script the parent is npm's own short-lived process: acquire
+refuses that (exit 2); use \`${PROG} run\` there. In a Makefile each recipe line is its own
+shell: use \`${PROG} run build.lock -- $(MAKE) real-build\`.
 
 dflockd:// targets cannot be acquired this way: the server releases a lock when the
 connection that holds it closes, which is when this command exits. Use \`${PROG} run\`.
@@ -234,9 +242,11 @@ function caOption(o) {
   }
 }
 
-/** The target as our API takes it: dflockd and file URLs as given, paths made absolute. */
+/** The target as our API takes it: dflockd and file URLs as given, paths made absolute. Throws UsageError. */
 function apiTarget(target) {
   if (isDflockd(target) || /^file:/i.test(target)) return target
+  const unsupported = require('../target').unsupportedScheme(target)
+  if (unsupported) throw new UsageError(unsupported)
   return path.resolve(target)
 }
 
@@ -328,8 +338,27 @@ async function acquireWithNotice(target, options, verbose, shown) {
   return api().acquire(target, options)
 }
 
+/**
+ * The owner a lock taken by acquire/try-acquire is recorded for: --pid, else this command's parent. A parent that
+ * would not keep the lock (npm's own process) is refused rather than warned about: a warning is easily missed in a
+ * CI log, and the script would go on without the exclusion it asked for.
+ */
+function ownerPid(o) {
+  const given = pidOption(o)
+  if (given !== undefined) return given
+  const why = shortLivedOwner(process.ppid)
+  if (why) {
+    throw new UsageError(
+      `the lock would be recorded for this command's parent, but ${why}: the lock would be free again at once. ` +
+        `Hold it around a command with \`${PROG} run <target> -- <command>\`, or pass --pid of a process that lives as ` +
+        'long as the lock must (in a shell script: --pid $$)',
+    )
+  }
+  return process.ppid
+}
+
 async function cmdAcquire(o, rep, wait) {
-  const pid = pidOption(o) ?? process.ppid
+  const pid = ownerPid(o)
   const options = { pid, tag: o.tag }
   const stale = durationOption(o, 'stale')
   if (stale !== undefined) options.staleTimeout = stale

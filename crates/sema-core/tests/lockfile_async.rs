@@ -706,17 +706,23 @@ async fn acquire_in_order_keeps_call_order() {
     assert!(entries(&d).is_empty());
 }
 
-/// The process-wide loss hook hears `(id, reason)` once a held lock is found lost, after its
-/// reason is set; a plain release does not call it.
+/// An owner's loss hook hears `(id, Lost(reason))` once one of its held locks is found lost,
+/// after its reason is set; a plain release does not call it, and another owner's hook hears
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loss_hook_reports_id_and_reason() {
+async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("hook.lock");
-    let seen: Arc<Mutex<Vec<(u64, String)>>> = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    set_loss_hook(Some(Box::new(move |id, reason| {
-        sink.lock().unwrap().push((id, reason.to_string()))
-    })));
+    type Seen = Arc<Mutex<Vec<(u64, String)>>>;
+    let hook = |seen: &Seen| -> Box<LossCallback> {
+        let sink = seen.clone();
+        Box::new(move |id, how: HeldEnd<'_>| sink.lock().unwrap().push((id, format!("{how:?}"))))
+    };
+    let (owner, other) = (1001, 1002);
+    let seen: Seen = Arc::default();
+    let seen_other: Seen = Arc::default();
+    set_loss_hook(owner, Some(hook(&seen)));
+    set_loss_hook(other, Some(hook(&seen_other)));
     let lf = LockFile::new(
         path.clone(),
         LockOptions {
@@ -725,6 +731,7 @@ async fn loss_hook_reports_id_and_reason() {
         },
     );
     let released = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    released.set_owner(owner);
     released.start_heartbeat_thread();
     let released_id = released.id();
     assert!(held_lock_by_id(released_id).is_some());
@@ -732,6 +739,7 @@ async fn loss_hook_reports_id_and_reason() {
     assert!(held_lock_by_id(released_id).is_none());
 
     let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    held.set_owner(owner);
     held.start_heartbeat_thread();
     std::fs::remove_file(&path).unwrap();
     tokio::time::timeout(Duration::from_secs(5), held.lost().cancelled())
@@ -744,9 +752,40 @@ async fn loss_hook_reports_id_and_reason() {
         .filter(|(id, _)| *id == held.id() || *id == released_id)
         .cloned()
         .collect();
-    assert_eq!(ours, vec![(held.id(), "lock file was removed".to_string())]);
+    assert_eq!(
+        ours,
+        vec![(held.id(), "Lost(\"lock file was removed\")".to_string())]
+    );
+    assert!(seen_other.lock().unwrap().is_empty());
     assert!(held_lock_by_id(held.id()).is_none());
-    set_loss_hook(None);
+
+    // Released by path (semats' `release()`): the owner hears ReleasedByPath.
+    let by_path = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    by_path.set_owner(owner);
+    lf.release_as_process(false).unwrap();
+    assert!(seen
+        .lock()
+        .unwrap()
+        .contains(&(by_path.id(), "ReleasedByPath".to_string())));
+    set_loss_hook(owner, None);
+    set_loss_hook(other, None);
+}
+
+/// `release_all_held_by(owner)` releases that owner's locks and no other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_all_held_by_releases_one_owner() {
+    let d = tempfile::tempdir().unwrap();
+    let mine = LockFile::new(d.path().join("mine.lock"), opts());
+    let theirs = LockFile::new(d.path().join("theirs.lock"), opts());
+    let a = mine.try_acquire(&AcquireRequest::default()).unwrap();
+    a.set_owner(2001);
+    let b = theirs.try_acquire(&AcquireRequest::default()).unwrap();
+    b.set_owner(2002);
+    release_all_held_by(2002);
+    assert!(a.is_held() && a.is_on_disk());
+    assert!(!b.is_held());
+    assert!(!d.path().join("theirs.lock").exists());
+    assert!(a.release().unwrap());
 }
 
 /// A directory's watch outlives its last waiter for a moment (a process contending in a loop

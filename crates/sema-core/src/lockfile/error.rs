@@ -50,6 +50,13 @@ impl LockError {
             LockError::PathTraversal(_) => "PATH_TRAVERSAL",
             LockError::LockLost(_) => "LOCK_LOST",
             LockError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            // The OS refused us (a read-only directory, a file of another user): the caller's rights, not the
+            // disk, so the same code as a lock another process holds.
+            LockError::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                "PERMISSION_DENIED"
+            }
             LockError::Io { .. } => "IO_ERROR",
         }
     }
@@ -165,6 +172,14 @@ mod tests {
                 LockError::io("Failed to create lock", std::io::Error::other("boom")),
                 "IO_ERROR",
                 "Failed to create lock: boom",
+            ),
+            (
+                LockError::io(
+                    "Failed to create lock",
+                    std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                ),
+                "PERMISSION_DENIED",
+                "Failed to create lock: permission denied",
             ),
         ];
         for (err, kind, msg) in cases {

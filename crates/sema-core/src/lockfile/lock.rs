@@ -194,29 +194,73 @@ fn held_on_key(key: &Path) -> Option<HeldLock> {
         .cloned()
 }
 
-/// The process-wide loss callback: `(lock id, reason)`.
-pub type LossCallback = dyn Fn(u64, &str) + Send + Sync;
+/// How a held lock stopped being held, as told to its owner's [`set_loss_hook`] callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldEnd<'a> {
+    /// Found lost (file removed, replaced or overwritten), with the reason.
+    Lost(&'a str),
+    /// Released by path ([`LockFile::release_as`]), not through its own handle: the handle's
+    /// owner learns that it no longer holds it.
+    ReleasedByPath,
+}
+
+/// An owner's loss callback: `(lock id, how it ended)`.
+pub type LossCallback = dyn Fn(u64, HeldEnd<'_>) + Send + Sync;
 
 type LossHook = Arc<LossCallback>;
 
-static LOSS_HOOK: Mutex<Option<LossHook>> = Mutex::new(None);
+/// One callback per owner ([`HeldLock::set_owner`]): in a process with several JS threads, each
+/// thread's locks are reported to that thread only.
+static LOSS_HOOKS: LazyLock<Mutex<HashMap<u64, LossHook>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// Set the process-wide callback told `(id, reason)` whenever a held lock is found lost (after
-/// its `lost_reason` is set and its `finished`/`lost` tokens are cancelled). One hook for all
-/// locks, instead of a task per lock; `None` removes it.
-pub fn set_loss_hook(hook: Option<Box<LossCallback>>) {
-    *lock(&LOSS_HOOK) = hook.map(Arc::from);
+/// Set the callback told `(id, how)` whenever a lock of `owner` is found lost (after its
+/// `lost_reason` is set and its `finished`/`lost` tokens are cancelled) or released by path.
+/// One hook for all of an owner's locks, instead of a task per lock; `None` removes it.
+pub fn set_loss_hook(owner: u64, hook: Option<Box<LossCallback>>) {
+    let mut hooks = lock(&LOSS_HOOKS);
+    match hook {
+        Some(h) => {
+            hooks.insert(owner, Arc::from(h));
+        }
+        None => {
+            hooks.remove(&owner);
+        }
+    }
 }
 
-/// Release every lock this process holds (synchronous; for a Node `'exit'` hook). Errors are
-/// ignored: at exit there is nobody to report them to.
+fn notify_owner(owner: u64, id: u64, how: HeldEnd<'_>) {
+    if owner == NO_OWNER {
+        return;
+    }
+    let hook = lock(&LOSS_HOOKS).get(&owner).cloned();
+    if let Some(hook) = hook {
+        hook(id, how);
+    }
+}
+
+/// The owner of a lock no caller claimed ([`HeldLock::set_owner`] never called).
+pub const NO_OWNER: u64 = 0;
+
+/// Release every lock this process holds (synchronous; for the exit of the process). Errors
+/// are ignored: at exit there is nobody to report them to.
 pub fn release_all_held() {
+    release_held_where(|_| true);
+}
+
+/// Release every lock of `owner` ([`HeldLock::set_owner`]; e.g. a JS thread that exits while
+/// the process goes on). Other owners' locks are left alone.
+pub fn release_all_held_by(owner: u64) {
+    release_held_where(|h| h.owner() == owner);
+}
+
+fn release_held_where(select: impl Fn(&HeldLock) -> bool) {
     // Locks recorded for another owner (`AcquireRequest::owner_pid`, the CLI's `--pid`) belong to
     // that process and outlive this one: its owner releases them.
     let me = current_pid();
     let ours: Vec<HeldLock> = lock(&REGISTRY)
         .values()
-        .filter(|h| h.inner.info.pid == me)
+        .filter(|h| h.inner.info.pid == me && select(h))
         .cloned()
         .collect();
     for held in ours {
@@ -1132,6 +1176,7 @@ impl LockFile {
         let held = HeldLock {
             inner: Arc::new(HeldInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                owner: AtomicU64::new(NO_OWNER),
                 file: self.inner.clone(),
                 state: Mutex::new(HeldState {
                     file: Some(file),
@@ -1253,7 +1298,10 @@ impl LockFile {
         // unlink (the content read through our descriptor tells the recorded pid).
         if let Some(held) = held_on_key(&self.key) {
             match held.release_if(|current| force || current.pid == owner_pid) {
-                ReleaseIf::Released => return Ok(()),
+                ReleaseIf::Released => {
+                    held.notify_released_by_path();
+                    return Ok(());
+                }
                 ReleaseIf::Refused(pid) => {
                     return Err(LockError::PermissionDenied {
                         holder_pid: Some(pid),
@@ -1288,7 +1336,10 @@ impl LockFile {
             for held in held_locks() {
                 if held.inner.file.key == self.key && held.is_on_disk() {
                     match held.release() {
-                        Ok(true) => return Ok(()),
+                        Ok(true) => {
+                            held.notify_released_by_path();
+                            return Ok(());
+                        }
                         Ok(false) => {}
                         Err(e) => return Err(e),
                     }
@@ -1418,6 +1469,8 @@ pub struct HeldLock {
 
 struct HeldInner {
     id: u64,
+    /// Who holds it inside this process ([`HeldLock::set_owner`]), e.g. one JS thread.
+    owner: AtomicU64,
     /// The lock path's shared part (path, canonical key, options).
     file: Arc<FileInner>,
     info: LockInfo,
@@ -1537,10 +1590,11 @@ impl HeldInner {
         if let Some(t) = &state.lost {
             t.cancel();
         }
-        let hook = lock(&LOSS_HOOK).clone();
-        if let Some(hook) = hook {
-            hook(self.id, reason);
-        }
+        notify_owner(
+            self.owner.load(Ordering::Acquire),
+            self.id,
+            HeldEnd::Lost(reason),
+        );
     }
 
     /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop.
@@ -1572,6 +1626,23 @@ impl HeldInner {
 }
 
 impl HeldLock {
+    /// Give the lock to `owner` (an id the caller chose, not [`NO_OWNER`]): its loss is told to
+    /// that owner's [`set_loss_hook`] callback and [`release_all_held_by`] releases it. Call it
+    /// before [`HeldLock::start_heartbeat_thread`], so that no loss goes unreported.
+    pub fn set_owner(&self, owner: u64) {
+        self.inner.owner.store(owner, Ordering::Release);
+    }
+
+    /// The owner given by [`HeldLock::set_owner`], or [`NO_OWNER`].
+    pub fn owner(&self) -> u64 {
+        self.inner.owner.load(Ordering::Acquire)
+    }
+
+    /// Tell the owner that this lock was released by path, not through its handle.
+    fn notify_released_by_path(&self) {
+        notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath);
+    }
+
     /// This lock's id in the process-wide registry ([`held_lock_by_id`]).
     pub fn id(&self) -> u64 {
         self.inner.id

@@ -27,11 +27,13 @@
 //!   `acquire({timeout: 0})`); `try_acquire` / `try_acquire_async` report `AlreadyLocked` with the
 //!   holder.
 //! - A [`HeldLock`] is not released when its handles are dropped: the process-wide registry
-//!   keeps it until [`HeldLock::release`], loss, or [`release_all_held`] (an exit hook). A CLI
+//!   keeps it until [`HeldLock::release`], loss, or [`release_all_held`] (an exit hook), or
+//!   [`release_all_held_by`] for the locks of one owner ([`HeldLock::set_owner`], e.g. a JS
+//!   thread that exits while the process goes on). A CLI
 //!   whose lock must outlive it (`--pid`) must not run that hook for it.
 //! - [`LockFile::acquire_in_order`] takes the in-process FIFO place on the calling thread (for
 //!   bindings that spawn the future elsewhere). Loss of any held lock can be observed per lock
-//!   ([`HeldLock::lost`]) or process-wide by id ([`set_loss_hook`], [`held_lock_by_id`]).
+//!   ([`HeldLock::lost`]) or per owner by id ([`set_loss_hook`], [`held_lock_by_id`]).
 //! - Call [`HeldLock::start_heartbeat`] after every successful acquisition, or long-held locks
 //!   age on other hosts and loss goes unnoticed until `release()`.
 //! - A lock in our format whose recorded owner process has died is reclaimable at once on this
@@ -60,8 +62,9 @@ pub use format::{
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
 };
 pub use lock::{
-    held_lock_by_id, held_locks, release_all_held, set_loss_hook, AcquireNow, AcquireRequest,
-    HeldLock, LockFile, LockOptions, LockStatus, Tried,
+    held_lock_by_id, held_locks, release_all_held, release_all_held_by, set_loss_hook, AcquireNow,
+    AcquireRequest, HeldEnd, HeldLock, LockFile, LockOptions, LockStatus, LossCallback, Tried,
+    NO_OWNER,
 };
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{

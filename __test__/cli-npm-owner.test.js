@@ -1,0 +1,80 @@
+'use strict'
+// `sema-native acquire` / `try-acquire` without --pid record their parent as the owner. Under npm (`npm run` of a
+// one-command script, `npm exec -c`), the parent is npm's own process or the shell it started for this one command,
+// which exit as soon as the command returns: the lock would be free a moment after success was reported. That is
+// refused (exit 2, a message pointing to `run` and --pid), and nothing is created; the same for any `sh -c` that
+// runs only this command (a make recipe line). A script line whose shell lives on (`a && b`) still works, as does
+// --pid. Real npm, real shells.
+
+const { test, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const { spawnSync } = require('node:child_process')
+const u = require('./helpers/file-util')
+
+const BIN = path.join(u.ROOT, 'bin', 'sema-native.js')
+const hasNpm = spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0
+
+let dir
+before(() => {
+  dir = u.mkTmp('npm-owner-')
+})
+after(() => {
+  u.rmTmp(dir)
+})
+
+const q = (s) => JSON.stringify(s)
+const node = q(process.execPath)
+
+function npm(args) {
+  const env = { ...process.env, npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false' }
+  return spawnSync('npm', args, { cwd: dir, encoding: 'utf8', env, timeout: 60_000 })
+}
+
+test('npm run / npm exec: acquire and try-acquire refuse npm as the owner; a living shell or --pid is fine', { skip: !hasNpm && 'npm not installed', timeout: 120_000 }, () => {
+  const f = (name) => path.join(dir, name)
+  const check = `${node} -e "process.exit(require('fs').existsSync(process.argv[1]) ? 0 : 9)"`
+  fs.writeFileSync(
+    path.join(dir, 'package.json'),
+    JSON.stringify({
+      name: 'npm-owner-probe',
+      version: '1.0.0',
+      private: true,
+      scripts: {
+        acquire: `${node} ${q(BIN)} acquire ${q(f('a.lock'))}`,
+        'try-acquire': `${node} ${q(BIN)} try-acquire ${q(f('b.lock'))}`,
+        'shell-line': `${node} ${q(BIN)} try-acquire ${q(f('c.lock'))} -q && ${check} ${q(f('c.lock'))}`,
+      },
+    }),
+  )
+  for (const script of ['acquire', 'try-acquire']) {
+    const r = npm(['run', '--silent', script])
+    assert.notEqual(r.status, 0, `${script}: refused\n${r.stdout}${r.stderr}`)
+    assert.match(r.stderr, /parent process \(pid \d+\) is (npm|a shell that runs only this command)/, script)
+    assert.match(r.stderr, /sema-native run <target> -- <command>/, script)
+  }
+  const ex = npm(['exec', '--offline', '-c', `${node} ${q(BIN)} acquire ${q(f('d.lock'))}`])
+  assert.notEqual(ex.status, 0, `npm exec: refused\n${ex.stdout}${ex.stderr}`)
+  assert.match(ex.stderr, /is (npm|a shell that runs only this command)/)
+  for (const name of ['a.lock', 'b.lock', 'd.lock']) assert.equal(fs.existsSync(f(name)), false, `${name} not created`)
+
+  const line = npm(['run', '--silent', 'shell-line'])
+  assert.equal(line.status, 0, `a shell that runs the whole line owns the lock\n${line.stdout}${line.stderr}`)
+
+  // An explicit --pid is the user's choice (here: this test process, which outlives the command).
+  const withPid = npm(['exec', '--offline', '-c', `${node} ${q(BIN)} try-acquire ${q(f('e.lock'))} --pid ${process.pid} -q`])
+  assert.equal(withPid.status, 0, withPid.stderr)
+  assert.ok(fs.readFileSync(f('e.lock'), 'utf8').startsWith(`pid=${process.pid}\n`))
+})
+
+test('sh -c running only this command is refused; a line that goes on is not', () => {
+  const file = path.join(dir, 'sh.lock')
+  const only = spawnSync('sh', ['-c', `${node} ${q(BIN)} acquire ${q(file)}`], { encoding: 'utf8', timeout: 30_000 })
+  assert.equal(only.status, 2, only.stderr)
+  assert.match(only.stderr, /a shell that runs only this command/)
+  assert.equal(fs.existsSync(file), false)
+  const line = spawnSync('sh', ['-c', `${node} ${q(BIN)} acquire ${q(file)} -q && cat ${q(file)}`], { encoding: 'utf8', timeout: 30_000 })
+  assert.equal(line.status, 0, line.stderr)
+  assert.match(line.stdout, /^pid=\d+\n/)
+})

@@ -1,0 +1,158 @@
+'use strict'
+// The one validation path for options of every entry point (acquire, tryAcquire, release, status, withLock, the
+// Semaphore class and its config, file and dflockd targets alike, the CLI). A wrong type or value is refused with
+// a LockError INVALID_ARGUMENT naming the option and the value; nothing is coerced. Callers that return a
+// SemaphoreResult turn the error into a failed result (`asFailure`); the others throw or reject with it.
+// `null` and `undefined` mean "the default" for every option that has one.
+
+const { invalidArgument } = require('./errors')
+
+/** A value as shown in a message: strings quoted, objects by their kind. */
+function describe(v) {
+  if (typeof v === 'string') return JSON.stringify(v.length > 60 ? `${v.slice(0, 60)}…` : v)
+  if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint' || v == null) return String(v)
+  if (typeof v === 'function') return 'a function'
+  if (Array.isArray(v)) return 'an array'
+  return `an object (${Object.prototype.toString.call(v).slice(8, -1)})`
+}
+
+function refuse(name, expected, value) {
+  return invalidArgument(`${name} must be ${expected}, got ${describe(value)}`)
+}
+
+const isNumber = (v) => typeof v === 'number' && !Number.isNaN(v)
+
+// Each checker returns nothing and throws on a bad value; `undefined`/`null` never reach it.
+const check = {
+  /** ms ≥ 0; Infinity = forever. */
+  timeout: (name, v) => {
+    if (!isNumber(v) || v < 0) throw refuse(name, 'a number of milliseconds >= 0 (or null to wait forever)', v)
+  },
+  staleTimeout: (name, v) => {
+    if (!isNumber(v) || v < 0) throw refuse(name, 'a number of milliseconds >= 0 (or null: never stale)', v)
+  },
+  retryInterval: (name, v) => {
+    if (!isNumber(v) || !Number.isFinite(v) || v <= 0) throw refuse(name, 'a positive number of milliseconds', v)
+  },
+  fsync: (name, v) => {
+    if (typeof v !== 'boolean') throw refuse(name, 'true or false', v)
+  },
+  /** false or 0 turns it off. */
+  heartbeat: (name, v) => {
+    if (v === false || v === 0) return
+    if (!isNumber(v) || !Number.isFinite(v) || v < 0) {
+      throw refuse(name, 'a positive number of milliseconds (or null, false or 0: off)', v)
+    }
+  },
+  maxTagLength: (name, v) => {
+    if (!Number.isSafeInteger(v) || v < 0) throw refuse(name, 'an integer >= 0', v)
+  },
+  tag: (name, v) => {
+    if (typeof v !== 'string') throw refuse(name, 'a string', v)
+  },
+  /** A process id as the OS has them (Linux pids are at most 2^22; pid_t is a signed 32-bit integer). */
+  pid: (name, v) => {
+    if (!Number.isInteger(v) || v < 1 || v > 0x7fffffff) throw refuse(name, 'a process id (an integer from 1 to 2147483647)', v)
+  },
+  signal: (name, v) => {
+    const ok =
+      (typeof AbortSignal === 'function' && v instanceof AbortSignal) ||
+      (typeof v === 'object' && typeof v.aborted === 'boolean' && typeof v.addEventListener === 'function')
+    if (!ok) throw refuse(name, 'an AbortSignal', v)
+  },
+  onLost: (name, v) => {
+    if (typeof v !== 'function') throw refuse(name, 'a function', v)
+  },
+  force: (name, v) => {
+    if (typeof v !== 'boolean') throw refuse(name, 'true or false', v)
+  },
+  positiveInteger: (name, v) => {
+    if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, 'a positive integer', v)
+  },
+  positiveMs: (name, v) => {
+    if (!isNumber(v) || !Number.isFinite(v) || v <= 0) throw refuse(name, 'a positive number of milliseconds', v)
+  },
+  ratio: (name, v) => {
+    if (!isNumber(v) || v <= 0 || v >= 1) throw refuse(name, 'a number between 0 and 1 (exclusive)', v)
+  },
+  string: (name, v) => {
+    if (typeof v !== 'string') throw refuse(name, 'a string', v)
+  },
+  tls: (name, v) => {
+    if (v !== true && v !== false && (typeof v !== 'object' || Array.isArray(v))) throw refuse(name, 'true or an object of TLS options', v)
+  },
+}
+
+/** The options of AcquireOptions (both backends; dflockd's own keys are checked here for type, in lib/dflockd.js for the rest). */
+const ACQUIRE = {
+  timeout: check.timeout,
+  signal: check.signal,
+  tag: check.tag,
+  onLost: check.onLost,
+  staleTimeout: check.staleTimeout,
+  retryInterval: check.retryInterval,
+  fsync: check.fsync,
+  heartbeat: check.heartbeat,
+  maxTagLength: check.maxTagLength,
+  pid: check.pid,
+  leaseTtl: check.positiveInteger,
+  limit: check.positiveInteger,
+  tls: check.tls,
+  auth: check.string,
+  connectTimeoutMs: check.positiveMs,
+  socketTimeoutMs: check.positiveMs,
+  renewRatio: check.ratio,
+  renewMaxIntervalMs: check.positiveMs,
+}
+
+const RELEASE = { force: check.force, pid: check.pid }
+
+const STATUS = {
+  staleTimeout: check.staleTimeout,
+  tls: check.tls,
+  auth: check.string,
+  connectTimeoutMs: check.positiveMs,
+  socketTimeoutMs: check.positiveMs,
+}
+
+/** semats' SemaphoreConfig. */
+const CONFIG = {
+  staleTimeout: check.staleTimeout,
+  retryInterval: check.retryInterval,
+  acquireTimeout: check.timeout,
+  maxTagLength: check.maxTagLength,
+  fsync: check.fsync,
+  heartbeat: check.heartbeat,
+}
+
+/** `Semaphore#acquire(options)`. */
+const SEMATS_ACQUIRE = { timeout: check.timeout, tag: check.tag, signal: check.signal }
+
+/**
+ * Checks `options` (absent = `{}`) against `schema`; returns them. Throws LockError INVALID_ARGUMENT. `what` names
+ * the argument in messages (e.g. `options`, `config`).
+ */
+function validate(options, schema, what = 'options') {
+  if (options === undefined) return {}
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw refuse(what, 'an object', options)
+  }
+  for (const key of Object.keys(schema)) {
+    const v = options[key]
+    if (v !== undefined && v !== null) schema[key](`${what === 'options' ? '' : `${what}.`}${key}`, v)
+  }
+  return options
+}
+
+/** One value by a checker's name (e.g. `one('tag', tag)` for a positional argument). */
+function one(kind, value, name = kind) {
+  if (value !== undefined && value !== null) check[kind](name, value)
+  return value
+}
+
+/** `{ok: false, error}` (semats' SemaphoreError shape) from a thrown validation error. */
+function asFailure(e) {
+  return { ok: false, error: { type: e.code, message: e.message } }
+}
+
+module.exports = { validate, one, asFailure, describe, ACQUIRE, RELEASE, STATUS, CONFIG, SEMATS_ACQUIRE }

@@ -103,7 +103,8 @@ function openFile(path, options = {}, fresh = false) {
   }
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { error: fileError(checked.error, path) }
-  const file = new native.NativeLockFile(checked.path, engineOptions(config))
+  // The target API keeps a Lock handle per lock: it must hear of a release by path from another thread.
+  const file = new native.NativeLockFile(checked.path, { ...engineOptions(config), reportReleaseByPath: true })
   if (key !== null) {
     fileCache.set(key, file)
     if (fileCache.size > CACHE_MAX) fileCache.delete(fileCache.keys().next().value)

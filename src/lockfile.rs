@@ -131,6 +131,8 @@ pub struct NativeFileOptions {
     pub heartbeat_off: Option<bool>,
     /// `null` = no cut.
     pub max_tag_length: Option<f64>,
+    /// JS keeps a handle per lock (the target API's `Lock`): report releases by path to it.
+    pub report_release_by_path: Option<bool>,
 }
 
 fn to_usize(v: f64) -> usize {
@@ -213,9 +215,9 @@ pub struct HeldOutcome {
 
 /// Gives a fresh lock to the JS thread `owner` and starts its heartbeat (an entry in the
 /// engine's heartbeat list, no task). Fails (the lock released) when that thread has exited.
-fn start(r: Result<HeldLock, LockError>, owner: u64) -> Result<HeldLock, LockError> {
+fn start(r: Result<HeldLock, LockError>, claim: owner::Claim) -> Result<HeldLock, LockError> {
     let held = r?;
-    if !owner::claim(&held, owner) {
+    if !owner::claim(&held, claim) {
         return Err(LockError::Aborted);
     }
     held.start_heartbeat_thread();
@@ -262,7 +264,7 @@ pub struct SyncAcquire {
 pub struct TryAcquireTask {
     file: std::sync::Arc<LockFile>,
     req: Option<AcquireRequest>,
-    owner: u64,
+    claim: owner::Claim,
 }
 
 impl Task for TryAcquireTask {
@@ -271,7 +273,7 @@ impl Task for TryAcquireTask {
 
     fn compute(&mut self) -> napi::Result<Self::Output> {
         let req = self.req.take().unwrap_or_default();
-        Ok(start(self.file.try_acquire(&req), self.owner))
+        Ok(start(self.file.try_acquire(&req), self.claim))
     }
 
     fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<HeldOutcome> {
@@ -323,7 +325,7 @@ fn request(tag: Option<String>, owner_pid: Option<u32>) -> AcquireRequest {
 pub struct NativeLockFile {
     inner: std::sync::Arc<LockFile>,
     /// The JS thread that made it (a JS object never crosses threads): its locks are that thread's.
-    owner: u64,
+    claim: owner::Claim,
     /// Index in [`FILES`] for the free hot-path functions (`fileTryAcquireSync`, …).
     slot: u32,
 }
@@ -334,7 +336,7 @@ pub struct NativeLockFile {
 #[derive(Default)]
 struct FileSlab {
     /// Each file with its owner (see `NativeLockFile::owner`).
-    files: Vec<Option<(std::sync::Arc<LockFile>, u64)>>,
+    files: Vec<Option<(std::sync::Arc<LockFile>, owner::Claim)>>,
     free: Vec<u32>,
 }
 
@@ -349,7 +351,7 @@ fn files() -> std::sync::MutexGuard<'static, FileSlab> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn file_by_slot(slot: u32) -> Option<(std::sync::Arc<LockFile>, u64)> {
+fn file_by_slot(slot: u32) -> Option<(std::sync::Arc<LockFile>, owner::Claim)> {
     files().files.get(slot as usize).and_then(Clone::clone)
 }
 
@@ -372,11 +374,14 @@ impl NativeLockFile {
     /// `path` must come from `checkLockPath`.
     #[napi(constructor)]
     pub fn new(env: Env, path: String, options: NativeFileOptions) -> napi::Result<Self> {
-        let owner = owner::of(&env)?;
+        let claim = owner::Claim {
+            owner: owner::of(&env)?,
+            handles: options.report_release_by_path.unwrap_or(false),
+        };
         let inner =
             std::sync::Arc::new(LockFile::new(PathBuf::from(path), engine_options(&options)));
         let mut slab = files();
-        let entry = Some((inner.clone(), owner));
+        let entry = Some((inner.clone(), claim));
         let slot = match slab.free.pop() {
             Some(i) => {
                 slab.files[i as usize] = entry;
@@ -387,7 +392,7 @@ impl NativeLockFile {
                 u32::try_from(slab.files.len() - 1).unwrap_or(u32::MAX)
             }
         };
-        Ok(NativeLockFile { inner, owner, slot })
+        Ok(NativeLockFile { inner, claim, slot })
     }
 
     /// The index for the free hot-path functions.
@@ -428,12 +433,12 @@ impl NativeLockFile {
     ) -> Either<HeldOutcome, AsyncTask<TryAcquireTask>> {
         let req = request(tag, owner_pid);
         if self.inner.attempts_are_short() {
-            return Either::A(acquired(start(self.inner.try_acquire(&req), self.owner)));
+            return Either::A(acquired(start(self.inner.try_acquire(&req), self.claim)));
         }
         Either::B(AsyncTask::new(TryAcquireTask {
             file: self.inner.clone(),
             req: Some(req),
-            owner: self.owner,
+            claim: self.claim,
         }))
     }
 
@@ -459,7 +464,7 @@ impl NativeLockFile {
             None
         } else {
             match self.inner.acquire_now(&req) {
-                AcquireNow::Done(r) => return Ok(Either::A(acquired(start(r, self.owner)))),
+                AcquireNow::Done(r) => return Ok(Either::A(acquired(start(r, self.claim)))),
                 AcquireNow::Wait(tried) => Some(tried),
             }
         };
@@ -469,8 +474,8 @@ impl NativeLockFile {
             cancelled.unwrap_or_default(),
             tried,
         );
-        let owner = self.owner;
-        env.spawn_future(async move { Ok(acquired(start(fut.await, owner))) })
+        let claim = self.claim;
+        env.spawn_future(async move { Ok(acquired(start(fut.await, claim))) })
             .map(Either::B)
     }
 
@@ -544,7 +549,7 @@ pub fn file_try_acquire_sync(
     tag: Option<String>,
     owner_pid: Option<u32>,
 ) -> Either<i64, SyncAcquire> {
-    let Some((file, owner)) = file_by_slot(slot) else {
+    let Some((file, claim)) = file_by_slot(slot) else {
         return Either::B(SyncAcquire {
             ok: false,
             pid: None,
@@ -554,7 +559,7 @@ pub fn file_try_acquire_sync(
         });
     };
     let req = request(tag, owner_pid);
-    match start(file.try_acquire(&req), owner) {
+    match start(file.try_acquire(&req), claim) {
         Ok(held) => {
             let info = held.info_ref();
             if info.tag == req.tag && req.owner_pid.is_none() {

@@ -42,12 +42,25 @@ fn end(owner: u64) {
     lockfile::release_all_held_by(owner);
 }
 
-/// Gives a fresh lock to `owner`. `false` (and the lock released) when that owner's environment
-/// has already ended: nobody could ever release it. The owner is set before the check, so
-/// either this check sees the owner gone or `end`'s release (which runs after its removal from
-/// `LIVE`) sees the lock.
-pub fn claim(held: &HeldLock, owner: u64) -> bool {
+/// Who a lock file's fresh locks go to: the owner (JS thread), and whether that thread keeps a
+/// handle per lock that must hear of a release by path (the target API's `Lock`; semats'
+/// `Semaphore` keeps none).
+#[derive(Clone, Copy)]
+pub struct Claim {
+    pub owner: u64,
+    pub handles: bool,
+}
+
+/// Gives a fresh lock to `claim.owner`. `false` (and the lock released) when that owner's
+/// environment has already ended: nobody could ever release it. The owner is set before the
+/// check, so either this check sees the owner gone or `end`'s release (which runs after its
+/// removal from `LIVE`) sees the lock.
+pub fn claim(held: &HeldLock, claim: Claim) -> bool {
+    let owner = claim.owner;
     held.set_owner(owner);
+    if claim.handles {
+        held.report_release_by_path();
+    }
     if live().contains(&owner) {
         return true;
     }

@@ -759,9 +759,14 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     assert!(seen_other.lock().unwrap().is_empty());
     assert!(held_lock_by_id(held.id()).is_none());
 
-    // Released by path (semats' `release()`): the owner hears ReleasedByPath.
+    // Released by path (semats' `release()`): the owner hears ReleasedByPath if it asked.
+    let quiet = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    quiet.set_owner(owner);
+    lf.release_as_process(false).unwrap();
+    assert!(!seen.lock().unwrap().iter().any(|(id, _)| *id == quiet.id()));
     let by_path = lf.try_acquire(&AcquireRequest::default()).unwrap();
     by_path.set_owner(owner);
+    by_path.report_release_by_path();
     lf.release_as_process(false).unwrap();
     assert!(seen
         .lock()

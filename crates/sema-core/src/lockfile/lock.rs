@@ -6,7 +6,7 @@ use std::fs::{File, Metadata};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -1177,6 +1177,7 @@ impl LockFile {
             inner: Arc::new(HeldInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 owner: AtomicU64::new(NO_OWNER),
+                reports_release_by_path: AtomicBool::new(false),
                 file: self.inner.clone(),
                 state: Mutex::new(HeldState {
                     file: Some(file),
@@ -1471,6 +1472,8 @@ struct HeldInner {
     id: u64,
     /// Who holds it inside this process ([`HeldLock::set_owner`]), e.g. one JS thread.
     owner: AtomicU64,
+    /// Its owner keeps a handle that must hear of a release by path ([`HeldLock::report_release_by_path`]).
+    reports_release_by_path: AtomicBool,
     /// The lock path's shared part (path, canonical key, options).
     file: Arc<FileInner>,
     info: LockInfo,
@@ -1638,9 +1641,20 @@ impl HeldLock {
         self.inner.owner.load(Ordering::Acquire)
     }
 
-    /// Tell the owner that this lock was released by path, not through its handle.
+    /// Ask for [`HeldEnd::ReleasedByPath`] reports to the owner's [`set_loss_hook`] callback: only for
+    /// locks whose owner keeps a handle that must learn it (a report per release would otherwise cost
+    /// every plain release by path a cross-thread call).
+    pub fn report_release_by_path(&self) {
+        self.inner
+            .reports_release_by_path
+            .store(true, Ordering::Release);
+    }
+
+    /// Tell the owner that this lock was released by path, not through its handle (if it asked).
     fn notify_released_by_path(&self) {
-        notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath);
+        if self.inner.reports_release_by_path.load(Ordering::Acquire) {
+            notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath);
+        }
     }
 
     /// This lock's id in the process-wide registry ([`held_lock_by_id`]).

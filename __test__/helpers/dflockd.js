@@ -3,7 +3,8 @@
 //
 //   const d = require('./helpers/dflockd')
 //   d.server                      → {kind: 'go'|'python'|'none', version, bin, reason?}  (scripts/dflockd-server.js)
-//   d.skipReason()                → false when some server is installed, else why not
+//   d.skipReason()                → false when some server is installed, else why not (never skips in CI: loading
+//                                   this helper throws there unless the Go server is installed)
 //   d.goOnly()                    → false on the Go server, else 'needs the Go dflockd server: <why>'
 //                                   (both fit node:test's `{ skip }` option, which treats null as "skip")
 //   const s = await d.startServer({ args: ['--max-locks', '1'] })
@@ -37,6 +38,10 @@ const tls = require('node:tls')
 const { readDflockd } = require('../../scripts/dflockd-server')
 
 const server = readDflockd()
+// CI runs every dflockd test on the Go server: a skip there would hide a missing server, so fail loudly instead.
+if (process.env.CI && server.kind !== 'go') {
+  throw new Error(`CI needs the Go dflockd server, found ${server.kind}${server.reason ? ` (${server.reason})` : ''}: run \`node scripts/setup.js --with-server\``)
+}
 const live = new Set()
 const tempDirs = []
 // Never leave a server running when a test process ends early (failed assertion, crash, forgotten stopAll).

@@ -70,12 +70,19 @@ pub fn server_info() -> ServerInfo {
     info
 }
 
-/// Print the standard skip line for a test that needs the Go server.
+/// Print the standard skip line for a test that needs the Go server. In CI (`$CI` set) there is
+/// no skip: a missing Go server fails the test, so CI cannot pass with the feature untested.
 pub fn skip_unless_go(test: &str, feature: &str) -> bool {
     let info = server_info();
     if info.is_go() {
         return false;
     }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: CI needs the Go dflockd server ({feature}); the recorded server is {} {}",
+        info.kind,
+        info.version
+    );
     // Written straight to fd 2 (not through `eprintln!`, which the test harness captures), so
     // the skip is visible in every `cargo test` run, not only with `--nocapture`.
     let line = format!(

@@ -143,11 +143,21 @@ export declare class Semaphore {
 
 export type Backend = 'file' | 'dflockd'
 
-/** TLS for dflockd: `{}` (or `true`) uses the system roots; `ca` trusts these PEM CAs instead. Other keys are refused. */
+/**
+ * TLS for dflockd, the `tls.ConnectionOptions` fields that apply: `{}` (or `true`) uses the system roots; `ca`
+ * trusts these PEM CAs instead (a self-signed server certificate given as its own CA is accepted when it is
+ * byte-for-byte one of them). Other keys are refused with `INVALID_ARGUMENT`.
+ */
 export interface DflockdTlsOptions {
   ca?: string | Buffer | Array<string | Buffer>
   /** Server name to verify (default: the host). */
   servername?: string
+  /** `false` accepts any server certificate (the handshake signature is still checked). Default `true`. */
+  rejectUnauthorized?: boolean
+  /** PEM client certificate chain, for a server that asks for one (with `key`). */
+  cert?: string | Buffer | Array<string | Buffer>
+  /** PEM private key of `cert` (never echoed in errors). */
+  key?: string | Buffer
 }
 
 export interface AcquireOptions {

@@ -114,3 +114,60 @@ describe('TLS', () => {
     assert.equal(status.locked, false)
   })
 })
+
+describe('TLS on the Go server itself (--tls-cert/--tls-key)', () => {
+  const self = skip ? {} : d.makeSelfSigned()
+  const other = skip || self.skip ? {} : d.makeSelfSigned('other')
+  const selfSkip = () => skip || self.skip || false
+  let g
+  before(async () => {
+    if (selfSkip()) return
+    g = await d.startServer({ args: ['--tls-cert', self.certFile, '--tls-key', self.keyFile] })
+  })
+
+  test('a self-signed certificate that is its own CA, given as tls.ca, is trusted', { skip: selfSkip() }, async () => {
+    const a = new DistributedLock({ key: 'tls-self', servers: [[g.host, g.port]], tls: { ca: self.certPem } })
+    assert.equal(await a.acquire(), true)
+    const b = new DistributedLock({ key: 'tls-self', servers: [['localhost', g.port]], tls: { ca: Buffer.from(self.certPem) }, acquireTimeoutS: 0 })
+    assert.equal(await b.acquire(), false)
+    await a.release()
+    b.close()
+    const r = await acquireTarget(`dflockd://127.0.0.1:${g.port}/tls-self?tls=1`, { tls: { ca: self.certPem } }, { wait: false })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    await r.value.release()
+  })
+
+  test('another self-signed certificate for the same name is no anchor; a wrong name fails', { skip: selfSkip() }, async () => {
+    const a = new DistributedLock({ key: 'tls-self-other', servers: [[g.host, g.port]], tls: { ca: other.certPem } })
+    await assert.rejects(a.acquire(), (e) => e instanceof LockError && e.code === 'CONNECTION_ERROR' && /certificate/.test(e.message))
+    const b = new DistributedLock({ key: 'tls-self-other', servers: [[g.host, g.port]], tls: { ca: self.certPem, servername: 'other.example' } })
+    await assert.rejects(b.acquire(), (e) => e instanceof LockError && e.code === 'CONNECTION_ERROR' && /name/i.test(e.message))
+  })
+
+  test('rejectUnauthorized: false accepts an unknown certificate; true (the default) refuses it', { skip: selfSkip() }, async () => {
+    const a = new DistributedLock({ key: 'tls-any', servers: [[g.host, g.port]], tls: { rejectUnauthorized: false } })
+    assert.equal(await a.acquire(), true)
+    await a.release()
+    const b = new DistributedLock({ key: 'tls-any', servers: [[g.host, g.port]], tls: { rejectUnauthorized: true } })
+    await assert.rejects(b.acquire(), (e) => e instanceof LockError && e.code === 'CONNECTION_ERROR')
+  })
+
+  test('tls.ConnectionOptions fields: the supported ones are checked, the rest refused by name', () => {
+    const bad = (tls, re) =>
+      assert.throws(() => new DistributedLock({ key: 'k', servers: [['127.0.0.1', 1]], tls }), (e) => e instanceof LockError && e.code === 'INVALID_ARGUMENT' && re.test(e.message))
+    bad({ checkServerIdentity: () => undefined }, /unsupported tls option 'checkServerIdentity' \(supported: ca, servername, rejectUnauthorized, cert, key\)/)
+    bad({ pfx: Buffer.alloc(1) }, /'pfx'/)
+    bad({ rejectUnauthorized: 'no' }, /tls\.rejectUnauthorized must be a boolean/)
+    bad({ cert: 'x' }, /tls\.cert and tls\.key go together/)
+    bad({ key: 'SECRET-KEY-TEXT' }, /tls\.cert and tls\.key go together/)
+    bad({ cert: 'x', key: 42 }, /tls\.key must be a PEM string or Buffer, got number/)
+    bad({ ca: 12 }, /tls\.ca must be a PEM string/)
+  })
+
+  test('a client certificate that is not PEM is refused without echoing the key', { skip: selfSkip() }, async () => {
+    assert.throws(() => new DistributedLock({ key: 'tls-cc', servers: [[g.host, g.port]], tls: { ca: self.certPem, cert: self.certPem, key: 'SECRET-KEY-TEXT' } }), (e) => e instanceof LockError && e.code === 'INVALID_ARGUMENT' && /tls\.key/.test(e.message) && !/SECRET/.test(e.message))
+    const ok = new DistributedLock({ key: 'tls-cc', servers: [[g.host, g.port]], tls: { ca: self.certPem, cert: self.certPem, key: self.keyPem } })
+    assert.equal(await ok.acquire(), true)
+    await ok.release()
+  })
+})

@@ -102,27 +102,51 @@ function opt(v) {
   return v === null ? undefined : v
 }
 
-/** `tls` option → NativeTls: `true`/`{}` = system roots; `ca` PEM(s) joined; `servername`. */
+// The tls.ConnectionOptions fields that mean something to this client (the rest, e.g. checkServerIdentity,
+// secureContext, pfx, passphrase, minVersion, are refused by name so nothing is silently ignored).
+const TLS_FIELDS = ['ca', 'servername', 'rejectUnauthorized', 'cert', 'key']
+
+/** One PEM string from a string, Buffer/Uint8Array, or an array of them (joined). */
+function pemText(name, v) {
+  const list = Array.isArray(v) ? v : [v]
+  const pems = list.map((c) => {
+    if (typeof c === 'string') return c
+    if (Buffer.isBuffer(c) || c instanceof Uint8Array) return Buffer.from(c).toString('utf8')
+    throw invalid(`tls.${name} must be a PEM string or Buffer, or an array of them`)
+  })
+  return pems.length > 0 ? pems.map((p) => (p.endsWith('\n') ? p : p + '\n')).join('') : undefined
+}
+
+/**
+ * `tls` option → NativeTls: `true`/`{}` = system roots; `ca` PEM(s) joined; `servername`; `rejectUnauthorized`;
+ * `cert` + `key` for a server that asks for a client certificate.
+ */
 function nativeTls(tls) {
   if (tls === undefined || tls === null || tls === false) return undefined
   if (tls === true) return {}
-  if (typeof tls !== 'object') throw invalid('tls must be an object')
+  if (typeof tls !== 'object') throw invalid('tls must be true or an object (tls.ConnectionOptions fields)')
   for (const k of Object.keys(tls)) {
-    if (k !== 'ca' && k !== 'servername' && tls[k] !== undefined) throw invalid(`unsupported tls option '${k}' (supported: ca, servername)`)
+    if (!TLS_FIELDS.includes(k) && tls[k] !== undefined) throw invalid(`unsupported tls option '${k}' (supported: ${TLS_FIELDS.join(', ')})`)
   }
   const out = {}
-  if (tls.ca !== undefined && tls.ca !== null) {
-    const list = Array.isArray(tls.ca) ? tls.ca : [tls.ca]
-    const pems = list.map((c) => {
-      if (typeof c === 'string') return c
-      if (Buffer.isBuffer(c) || c instanceof Uint8Array) return Buffer.from(c).toString('utf8')
-      throw invalid('tls.ca must be a PEM string or Buffer, or an array of them')
-    })
-    if (pems.length > 0) out.ca = pems.map((p) => (p.endsWith('\n') ? p : p + '\n')).join('')
-  }
-  if (tls.servername !== undefined && tls.servername !== null) {
+  const given = (k) => tls[k] !== undefined && tls[k] !== null
+  if (given('ca')) out.ca = pemText('ca', tls.ca)
+  if (given('servername')) {
     if (typeof tls.servername !== 'string' || tls.servername === '') throw invalid('tls.servername must be a non-empty string')
     out.servername = tls.servername
+  }
+  if (given('rejectUnauthorized')) {
+    if (typeof tls.rejectUnauthorized !== 'boolean') throw invalid(`tls.rejectUnauthorized must be a boolean, got ${typeof tls.rejectUnauthorized}`)
+    out.rejectUnauthorized = tls.rejectUnauthorized
+  }
+  if (given('cert') !== given('key')) throw invalid('tls.cert and tls.key go together: give both or neither')
+  if (given('cert')) {
+    out.cert = pemText('cert', tls.cert)
+    // A key's value is a secret: only its type appears in the error.
+    if (typeof tls.key !== 'string' && !Buffer.isBuffer(tls.key) && !(tls.key instanceof Uint8Array)) {
+      throw invalid(`tls.key must be a PEM string or Buffer, got ${Array.isArray(tls.key) ? 'an array' : typeof tls.key}`)
+    }
+    out.key = pemText('key', tls.key)
   }
   return out
 }

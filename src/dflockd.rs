@@ -46,6 +46,12 @@ pub struct NativeTls {
     pub ca: Option<String>,
     /// Name to verify the server certificate against (default: the host).
     pub servername: Option<String>,
+    /// `false` = accept any server certificate (handshake signatures still checked).
+    pub reject_unauthorized: Option<bool>,
+    /// PEM client certificate chain (with `key`), for servers that ask for one.
+    pub cert: Option<String>,
+    /// PEM private key of `cert`.
+    pub key: Option<String>,
 }
 
 /// Options of a `NativeDflockdPrimitive` (validated by the constructor).
@@ -176,10 +182,23 @@ fn connect_options(
 ) -> core::Result<ConnectOptions> {
     let port = int_arg("server.port", server.port, 1, 65535)?;
     let mut opts = ConnectOptions::new(server.host.clone(), port as u16);
-    opts.tls = tls.as_ref().map(|t| TlsOptions {
-        ca_pem: t.ca.clone(),
-        servername: t.servername.clone(),
-    });
+    opts.tls = match tls {
+        None => None,
+        Some(t) => Some(TlsOptions {
+            ca_pem: t.ca.clone(),
+            servername: t.servername.clone(),
+            accept_invalid_certs: t.reject_unauthorized == Some(false),
+            client_cert: match (&t.cert, &t.key) {
+                (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+                (None, None) => None,
+                _ => {
+                    return Err(invalid(
+                        "tls.cert and tls.key go together: give both or neither".into(),
+                    ))
+                }
+            },
+        }),
+    };
     opts.auth = auth.clone();
     opts.connect_timeout = ms_arg(
         "connectTimeoutMs",

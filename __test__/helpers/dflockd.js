@@ -17,6 +17,7 @@
 //                                 certificate directories (use in after())
 //   const certs = d.makeCerts()   → {dir, caPem, certPem, keyPem, otherCaPem} via the openssl CLI, or
 //                                   {skip: reason} when openssl is missing / fails
+//   const ss = d.makeSelfSigned()  → {certPem, keyPem, certFile, keyFile}: `openssl req -x509` RSA, its own CA
 //   const p = await d.startTlsProxy(s, certs)  TLS (127.0.0.1, SAN localhost + 127.0.0.1) piped to s;
 //       p.host, p.port, await p.close()
 //   const f = await d.fakeServer(reply)  a scripted TCP server: reply([cmd, key, arg]) → reply line (without \n),
@@ -223,6 +224,23 @@ function makeCerts() {
   return { dir, caPem: read('ca.pem'), certPem: read('server.pem'), keyPem: read('server.key'), otherCaPem: read('other.pem') }
 }
 
+/**
+ * The most common self-signed server certificate: RSA, its own CA (OpenSSL marks `req -x509` output CA:TRUE),
+ * SAN localhost + 127.0.0.1. → {certPem, keyPem, certFile, keyFile} or {skip: reason}.
+ */
+function makeSelfSigned(name = 'self') {
+  const which = spawnSync('openssl', ['version'], { encoding: 'utf8' })
+  if (which.error || which.status !== 0) return { skip: 'the openssl command-line tool is not available' }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sema-native-tls-'))
+  tempDirs.push(dir)
+  const certFile = path.join(dir, `${name}.pem`)
+  const keyFile = path.join(dir, `${name}.key`)
+  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=localhost',
+    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1', '-keyout', keyFile, '-out', certFile], { encoding: 'utf8' })
+  if (r.error || r.status !== 0) return { skip: `openssl req -x509 failed: ${r.error ? r.error.message : r.stderr}` }
+  return { certFile, keyFile, certPem: fs.readFileSync(certFile, 'utf8'), keyPem: fs.readFileSync(keyFile, 'utf8') }
+}
+
 /** A TLS-terminating proxy on a free loopback port in front of `target` ({host, port}). */
 async function startTlsProxy(target, certs) {
   const sockets = new Set()
@@ -326,4 +344,4 @@ async function stopAll() {
   for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
 }
 
-module.exports = { server, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, startTlsProxy, fakeServer, stopAll }
+module.exports = { server, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }

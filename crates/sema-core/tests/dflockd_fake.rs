@@ -449,7 +449,7 @@ mod dflockd {
         let mut p = PrimitiveOptions::new("k", opts.clone());
         p.connect.tls = Some(sema_core::dflockd::TlsOptions {
             ca_pem: Some("not a pem".into()),
-            servername: None,
+            ..Default::default()
         });
         assert_eq!(code(Primitive::new(p)), ErrorCode::InvalidArgument);
         assert_eq!(

@@ -98,8 +98,78 @@ mod dflockd {
         o.tls = Some(TlsOptions {
             ca_pem: ca.map(str::to_string),
             servername: servername.map(str::to_string),
+            ..Default::default()
         });
         o
+    }
+
+    /// A certificate that is its own CA (what `openssl req -x509` makes), for `names`, valid from
+    /// yesterday until `days_left` days from now (negative: already expired); PEM cert and key.
+    fn self_signed_ca(names: &[&str], days_left: i64) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::days(2);
+        params.not_after = now + time::Duration::days(days_left);
+        let cert = params.self_signed(&key).expect("self-signed");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn write_pair(dir: &std::path::Path, name: &str, pair: &(String, String)) -> (String, String) {
+        let c = dir.join(format!("{name}.pem"));
+        let k = dir.join(format!("{name}.key"));
+        std::fs::write(&c, &pair.0).expect("write cert");
+        std::fs::write(&k, &pair.1).expect("write key");
+        (
+            c.to_string_lossy().into_owned(),
+            k.to_string_lossy().into_owned(),
+        )
+    }
+
+    /// The Go server with a certificate that is its own CA: trusted when that very certificate is
+    /// the configured CA; refused when the CA is another self-signed certificate for the same
+    /// name, when the name does not match, and when it has expired.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn go_server_self_signed_certificate_as_its_own_ca() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = self_signed_ca(&["localhost", "127.0.0.1"], 2);
+        let (c, k) = write_pair(dir.path(), "good", &good);
+        let server = TestServer::start(&["--tls-cert", &c, "--tls-key", &k]);
+        let mut conn = Connection::connect(&tls_opts(server.port, Some(&good.0), None))
+            .await
+            .expect("the configured anchor itself is accepted");
+        let kk = key("selfsigned");
+        assert!(matches!(
+            conn.lock(&kk, 0, None).await.expect("l"),
+            AcquireReply::Granted(_)
+        ));
+        Connection::connect(&tls_opts(server.port, Some(&good.0), Some("localhost")))
+            .await
+            .expect("DNS name in the SAN");
+
+        let other = self_signed_ca(&["localhost", "127.0.0.1"], 2);
+        let e = Connection::connect(&tls_opts(server.port, Some(&other.0), None))
+            .await
+            .expect_err("a different self-signed certificate is no anchor for this one");
+        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        let e = Connection::connect(&tls_opts(server.port, Some(&good.0), Some("other.example")))
+            .await
+            .expect_err("wrong name");
+        assert!(e.to_string().to_lowercase().contains("name"), "{e}");
+
+        let expired = self_signed_ca(&["localhost", "127.0.0.1"], -1);
+        let (c, k) = write_pair(dir.path(), "expired", &expired);
+        let old = TestServer::start(&["--tls-cert", &c, "--tls-key", &k]);
+        let e = Connection::connect(&tls_opts(old.port, Some(&expired.0), None))
+            .await
+            .expect_err("expired");
+        assert!(e.to_string().to_lowercase().contains("expired"), "{e}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

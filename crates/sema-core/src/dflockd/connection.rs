@@ -4,15 +4,12 @@
 //! cancellation in the middle of a request leaves the stream in an unknown state, so the
 //! connection is closed and every later request fails with `CONNECTION_ERROR`.
 
-use std::collections::HashMap;
 use std::future::Future as _;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_rustls::rustls::{self, pki_types::ServerName, ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
 use super::error::{DflockdError, ErrorCode, Result};
@@ -20,6 +17,7 @@ use super::protocol::{
     self, AcquireReply, EnqueueReply, Request, MAX_REPLY_LINE_BYTES, MAX_SECONDS,
 };
 use super::stats::{parse_stats, Stats};
+use super::tls::{self, TlsOptions};
 
 /// Default bound for TCP connect plus TLS handshake when none is configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,15 +27,6 @@ pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 /// Extra time granted to the reply of a blocking command (`l sl w sw`) beyond its own timeout,
 /// so a silent server still cannot hang the client forever.
 pub const BLOCKING_REPLY_MARGIN: Duration = Duration::from_secs(5);
-
-/// TLS settings: TLS is on when this is present.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TlsOptions {
-    /// PEM text with one or more CA certificates to trust instead of the system roots.
-    pub ca_pem: Option<String>,
-    /// Name to verify the server certificate against (default: the host).
-    pub servername: Option<String>,
-}
 
 /// Where and how to connect.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,8 +62,8 @@ impl ConnectOptions {
     pub fn validate(&self) -> Result<()> {
         self.validate_plain()?;
         if let Some(tls) = &self.tls {
-            tls_client_config(tls)?;
-            server_name(&self.host, tls)?;
+            tls::client_config(tls)?;
+            tls::server_name(&self.host, tls)?;
         }
         Ok(())
     }
@@ -110,83 +99,6 @@ impl ConnectOptions {
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn build_config(roots: RootCertStore) -> Result<Arc<ClientConfig>> {
-    let cfg = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| DflockdError::connection(format!("TLS setup failed: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(cfg))
-}
-
-fn system_config() -> Result<Arc<ClientConfig>> {
-    static SYSTEM: OnceLock<Arc<ClientConfig>> = OnceLock::new();
-    if let Some(cfg) = SYSTEM.get() {
-        return Ok(cfg.clone());
-    }
-    let mut roots = RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(native.certs);
-    if roots.is_empty() {
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    }
-    let cfg = build_config(roots)?;
-    Ok(SYSTEM.get_or_init(|| cfg).clone())
-}
-
-fn tls_client_config(tls: &TlsOptions) -> Result<Arc<ClientConfig>> {
-    let Some(pem) = &tls.ca_pem else {
-        return system_config();
-    };
-    // Parsed configurations are cached per CA text (a lock re-acquired in a loop reconnects
-    // every time); the cache is small and simply emptied when full.
-    static CUSTOM: OnceLock<Mutex<HashMap<String, Arc<ClientConfig>>>> = OnceLock::new();
-    let cache = CUSTOM.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(cfg) = cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(pem.as_str())
-    {
-        return Ok(cfg.clone());
-    }
-    let cfg = custom_ca_config(pem)?;
-    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() >= 16 {
-        map.clear();
-    }
-    map.insert(pem.clone(), cfg.clone());
-    Ok(cfg)
-}
-
-fn custom_ca_config(pem: &str) -> Result<Arc<ClientConfig>> {
-    let mut roots = RootCertStore::empty();
-    let mut count = 0usize;
-    for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-        let cert =
-            cert.map_err(|e| DflockdError::invalid(format!("tls.ca: unreadable PEM: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| DflockdError::invalid(format!("tls.ca: unusable certificate: {e}")))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(DflockdError::invalid(
-            "tls.ca: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
-        ));
-    }
-    build_config(roots)
-}
-
-fn server_name(host: &str, tls: &TlsOptions) -> Result<ServerName<'static>> {
-    let name = tls.servername.as_deref().unwrap_or(host);
-    ServerName::try_from(name.to_string())
-        .map_err(|e| DflockdError::invalid(format!("invalid TLS server name {name:?}: {e}")))
-}
 
 #[cfg(unix)]
 fn plain_writer(tcp: &TcpStream) -> Option<std::net::TcpStream> {
@@ -238,7 +150,7 @@ impl Connection {
         opts.validate_plain()?;
         let peer = opts.peer();
         let tls = match &opts.tls {
-            Some(t) => Some((tls_client_config(t)?, server_name(&opts.host, t)?)),
+            Some(t) => Some((tls::client_config(t)?, tls::server_name(&opts.host, t)?)),
             None => None,
         };
         let setup = async {

@@ -3,6 +3,8 @@
 //! - [`protocol`]: request encoding with validation (before any byte is written) and exact
 //!   reply parsing for every command (`auth`, `l r n e w`, `sl sr sn se sw`, `stats`).
 //! - [`connection`]: TCP/TLS connect, auth handshake, bounded line reader, timeouts.
+//! - [`tls`]: TLS trust (system roots or the caller's PEM, a self-signed server that is its own
+//!   configured anchor), client certificates.
 //! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,
 //!   automatic renewal, release and loss notification.
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
@@ -18,10 +20,12 @@ pub mod primitive;
 pub mod protocol;
 pub mod shard;
 pub mod stats;
+pub mod tls;
 
-pub use connection::{stats_json, ConnectOptions, Connection, TlsOptions};
+pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};
 pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions, Ticket};
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Request};
 pub use shard::stable_hash_shard;
 pub use stats::{parse_stats, Stats};
+pub use tls::TlsOptions;

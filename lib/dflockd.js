@@ -822,51 +822,60 @@ async function stats(options) {
 // ───────────────────────────── target API (dflockd:// URLs) ─────────────────────────────
 
 /**
+ * `url` with its auth token (the URL's user info) replaced by `***`, as every message, `lock.target` and
+ * `status().target` show it: a token must never reach a log. The user info ends at the last `@` before the path.
+ */
+function redactTarget(url) {
+  return String(url).replace(/^(dflockd:\/\/)[^/?#]*@/i, '$1***@')
+}
+
+/**
  * `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]` → `{host, port, key, auth?, limit?, leaseTtl?, tls}`.
  * The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown query parameters are rejected.
  */
 function parseDflockdUrl(url) {
   if (typeof url !== 'string') throw invalid('dflockd target must be a string')
+  const shown = redactTarget(url)
   let u
   try {
     u = new URL(url)
   } catch {
-    throw invalid(`invalid dflockd URL: ${url}`)
+    throw invalid(`invalid dflockd URL: ${shown}`)
   }
-  if (u.protocol !== 'dflockd:') throw invalid(`not a dflockd:// URL: ${url}`)
-  if (!u.hostname) throw invalid(`dflockd URL has no host: ${url}`)
-  if (u.hash) throw invalid(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${url}`)
+  if (u.protocol !== 'dflockd:') throw invalid(`not a dflockd:// URL: ${shown}`)
+  if (!u.hostname) throw invalid(`dflockd URL has no host: ${shown}`)
+  if (u.hash) throw invalid(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${shown}`)
   const host = hostOption(u.hostname)
   const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(`invalid port in dflockd URL: ${url}`)
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(`invalid port in dflockd URL: ${shown}`)
   let key
   let auth
   try {
     key = decodeURIComponent(u.pathname.replace(/^\//, ''))
     if (u.username) auth = decodeURIComponent(u.username) + (u.password ? ':' + decodeURIComponent(u.password) : '')
   } catch {
-    throw invalid(`invalid percent-encoding in dflockd URL: ${url}`)
+    throw invalid(`invalid percent-encoding in dflockd URL: ${shown}`)
   }
-  if (key === '') throw invalid(`dflockd URL has no key: ${url}`)
+  if (key === '') throw invalid(`dflockd URL has no key: ${shown}`)
   nativeSync(() => native.dflockdValidateKey(key))
   const out = { host, port, key, tls: false }
   if (auth !== undefined && auth !== '') out.auth = auth
   for (const [name, value] of u.searchParams) {
-    if (name === 'limit') out.limit = urlInt(url, name, value)
-    else if (name === 'leaseTtl') out.leaseTtl = urlInt(url, name, value)
+    if (name === 'limit') out.limit = urlInt(shown, name, value)
+    else if (name === 'leaseTtl') out.leaseTtl = urlInt(shown, name, value)
     else if (name === 'tls') {
       if (value === '1' || value === 'true' || value === '') out.tls = true
       else if (value === '0' || value === 'false') out.tls = false
-      else throw invalid(`invalid tls=${value} in dflockd URL (use 1 or 0): ${url}`)
-    } else throw invalid(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${url}`)
+      else throw invalid(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
+    } else throw invalid(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${shown}`)
   }
   return out
 }
 
-function urlInt(url, name, value) {
-  if (!/^\d+$/.test(value)) throw invalid(`invalid ${name}=${value} in dflockd URL: ${url}`)
+function urlInt(shown, name, value) {
+  if (!/^\d+$/.test(value)) throw invalid(`invalid ${name}=${value} in dflockd URL: ${shown}`)
   const n = Number(value)
-  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TIMEOUT_S) throw invalid(`invalid ${name}=${value} in dflockd URL: ${url}`)
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TIMEOUT_S) throw invalid(`invalid ${name}=${value} in dflockd URL: ${shown}`)
   return n
 }
 
@@ -991,7 +1000,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   }
   handle = new DflockdLock(
     {
-      target: url,
+      target: redactTarget(url),
       backend: 'dflockd',
       pid: process.pid,
       timestamp: Math.floor(Date.now() / 1000),
@@ -1061,7 +1070,7 @@ async function statusTarget(url, options) {
     info: null,
     isStale: false,
     isOwnedByCurrentProcess: mine.length > 0,
-    target: url,
+    target: redactTarget(url),
     backend: 'dflockd',
     holders: 0,
     waiters: 0,

@@ -19,6 +19,8 @@ export type SemaphoreErrorType =
   | 'ABORTED'
   | 'LOCK_LOST'
   | 'CONNECTION_ERROR'
+  /** dflockd: TLS on one side only (`tls`/`?tls=1` against a plain server, or plain against a TLS one). */
+  | 'TLS_MISMATCH'
   | 'AUTH_FAILED'
   | 'PROTOCOL_ERROR'
   | 'SERVER_ERROR'
@@ -161,7 +163,11 @@ export interface DflockdTlsOptions {
 }
 
 export interface AcquireOptions {
-  /** ms to wait (>= 0; `Infinity` waits forever); `null`/undefined waits forever (file) or 10 s (dflockd, as its client). 0 = one attempt. */
+  /**
+   * ms to wait (>= 0; `Infinity` waits forever); `null`/undefined waits forever (file) or 10 s (dflockd, as its client).
+   * 0 = one attempt. dflockd honours it to the ms: the server is asked for the whole seconds above it and the client
+   * stops at the ms.
+   */
   timeout?: number | null
   /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
   signal?: AbortSignal
@@ -181,7 +187,7 @@ export interface AcquireOptions {
   maxTagLength?: number
   /** File: record this pid (an integer 1…2147483647) as the owner instead of `process.pid` (e.g. a calling shell's `$$`). */
   pid?: number
-  /** dflockd: lease in seconds (overrides `?leaseTtl=`). */
+  /** dflockd: lease in whole seconds, the protocol's unit and `?leaseTtl=`'s (overrides it); errors name `leaseTtl`. */
   leaseTtl?: number
   /** dflockd: semaphore slots (overrides `?limit=`). */
   limit?: number

@@ -37,6 +37,7 @@ const CODES = new Set([
   'ABORTED',
   'LOCK_LOST',
   'CONNECTION_ERROR',
+  'TLS_MISMATCH',
   'AUTH_FAILED',
   'PROTOCOL_ERROR',
   'SERVER_ERROR',
@@ -939,20 +940,27 @@ function targetConfig(url, options, wait) {
   const o = options ?? {}
   if (typeof o !== 'object') throw invalid('options must be an object')
   const u = parseDflockdUrl(url)
-  let acquireTimeoutS = DEFAULT_ACQUIRE_TIMEOUT_S
-  if (!wait) acquireTimeoutS = 0
+  // The server takes whole seconds; the native side sends the ceiling and stops waiting at the exact ms.
+  let acquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_S * 1000
+  if (!wait) acquireTimeoutMs = 0
   else if (o.timeout !== undefined && o.timeout !== null) {
     if (typeof o.timeout !== 'number' || Number.isNaN(o.timeout) || o.timeout < 0) {
       throw invalid(`timeout must be a number of milliseconds >= 0, got ${describe(o.timeout)}`)
     }
-    acquireTimeoutS = Math.min(MAX_TIMEOUT_S, Math.ceil(o.timeout / 1000))
+    acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
+  }
+  if (o.leaseTtl !== undefined && o.leaseTtl !== null) {
+    if (!Number.isInteger(o.leaseTtl) || o.leaseTtl < 1 || o.leaseTtl > MAX_TIMEOUT_S) {
+      throw invalid(`leaseTtl is in whole seconds (as ?leaseTtl= in the URL): it must be an integer between 1 and ${MAX_TIMEOUT_S}, got ${describe(o.leaseTtl)}`)
+    }
   }
   const limit = opt(o.limit) ?? u.limit ?? 1
   const useTls = o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined
   const prim = {
     key: u.key,
     limit,
-    acquireTimeoutS,
+    acquireTimeoutS: 0,
+    acquireTimeoutMs,
     leaseTtlS: opt(o.leaseTtl) ?? u.leaseTtl,
     server: { host: u.host, port: u.port },
     renewRatio: o.renewRatio ?? DEFAULT_RENEW_RATIO,

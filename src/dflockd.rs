@@ -63,6 +63,9 @@ pub struct NativePrimitiveOptions {
     pub limit: f64,
     /// Timeout of `acquire()` in whole seconds (0 = try once), at most 1e9.
     pub acquire_timeout_s: f64,
+    /// Timeout of `acquire()` in ms, replacing `acquireTimeoutS`: the server gets the ceiling in
+    /// seconds and the client stops waiting at this many ms (0 = try once).
+    pub acquire_timeout_ms: Option<f64>,
     /// Lease TTL in whole seconds (>= 1), sent on acquire, enqueue and every renew; absent =
     /// server default.
     pub lease_ttl_s: Option<f64>,
@@ -226,6 +229,16 @@ fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOption
     let mut p = PrimitiveOptions::new(o.key.clone(), connect);
     p.limit = int_arg("limit", o.limit, 1, max)?;
     p.acquire_timeout_s = int_arg("acquireTimeoutS", o.acquire_timeout_s, 0, max)?;
+    if let Some(ms) = o.acquire_timeout_ms {
+        if !(ms.is_finite() && ms >= 0.0 && ms <= max as f64 * 1000.0) {
+            return Err(invalid(format!(
+                "timeout must be a number of milliseconds between 0 and {}, got {ms}",
+                max * 1000
+            )));
+        }
+        p.acquire_timeout_s = (ms / 1000.0).ceil() as u64;
+        p.acquire_deadline = (ms > 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
+    }
     p.lease_ttl_s = match o.lease_ttl_s {
         Some(t) => Some(int_arg("leaseTtlS", t, 1, max)?),
         None => None,

@@ -233,14 +233,29 @@ mod dflockd {
         }
         .await;
         let e = r.expect_err("plain against TLS");
-        assert!(
-            matches!(
-                e.kind(),
-                ErrorCode::ConnectionError | ErrorCode::ProtocolError | ErrorCode::Timeout
-            ),
-            "{e}"
-        );
+        assert_eq!(e.kind(), ErrorCode::TlsMismatch, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    /// TLS against the plain Go server: named TLS_MISMATCH (whether the server answered the
+    /// ClientHello with `error` or stayed silent waiting for a line end), not a timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tls_against_the_plain_go_server_is_a_mismatch() {
+        let server = TestServer::start(&[]);
+        let pki = make_pki();
+        for _ in 0..3 {
+            let e = Connection::connect(&tls_opts(server.port, Some(&pki.ca_pem), None))
+                .await
+                .expect_err("plain server");
+            assert_eq!(e.kind(), ErrorCode::TlsMismatch, "{e}");
+        }
+        let mut c = Connection::connect(&ConnectOptions::new("127.0.0.1", server.port))
+            .await
+            .expect("plain still works");
+        assert!(matches!(
+            c.lock(&key("mm"), 0, None).await.expect("l"),
+            AcquireReply::Granted(_)
+        ));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

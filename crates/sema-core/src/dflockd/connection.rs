@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::error::{DflockdError, ErrorCode, Result};
+use super::mismatch;
 use super::protocol::{
     self, AcquireReply, EnqueueReply, Request, MAX_REPLY_LINE_BYTES, MAX_SECONDS,
 };
@@ -132,6 +133,12 @@ pub struct Connection {
     writer: Option<std::net::TcpStream>,
     socket_timeout: Duration,
     peer: String,
+    host: String,
+    port: u16,
+    /// Plain TCP (no TLS): a fresh connection closed unanswered may mean a TLS server.
+    plain: bool,
+    /// Whether any reply line arrived on this connection.
+    answered: bool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -165,10 +172,28 @@ impl Connection {
             let io: Box<dyn Io> = match tls {
                 None => Box::new(tcp),
                 Some((cfg, name)) => {
-                    let stream = TlsConnector::from(cfg)
-                        .connect(name, tcp)
-                        .await
-                        .map_err(|e| io_error(&peer, "TLS handshake with", e))?;
+                    let handshake = TlsConnector::from(cfg).connect(name, tcp);
+                    tokio::pin!(handshake);
+                    let first = tokio::select! {
+                        r = &mut handshake => Some(r),
+                        _ = tokio::time::sleep(mismatch::PLAIN_PROBE_AFTER) => None,
+                    };
+                    let done = match first {
+                        Some(r) => r,
+                        None => tokio::select! {
+                            r = &mut handshake => r,
+                            true = mismatch::plain_dflockd_answers(&opts.host, opts.port) => {
+                                return Err(mismatch::plain_server(&peer));
+                            }
+                        },
+                    };
+                    let stream = done.map_err(|e| {
+                        if mismatch::answered_in_plain_text(&e) {
+                            mismatch::plain_server(&peer)
+                        } else {
+                            io_error(&peer, "TLS handshake with", e)
+                        }
+                    })?;
                     Box::new(stream)
                 }
             };
@@ -192,6 +217,10 @@ impl Connection {
             writer,
             socket_timeout: opts.socket_timeout,
             peer,
+            host: opts.host.clone(),
+            port: opts.port,
+            plain: opts.tls.is_none(),
+            answered: false,
         };
         if let Some(token) = &opts.auth {
             conn.auth(token).await?;
@@ -402,9 +431,20 @@ impl Connection {
         match self.read_line(limit).await {
             Ok(end) => {
                 self.busy = false;
+                self.answered = true;
                 Ok(end)
             }
-            Err(e) => Err(self.fail(e)),
+            Err(e) => {
+                let e = self.fail(e);
+                // Closed before any reply on a fresh plain connection: a TLS server does that.
+                if self.plain && !self.answered && e.kind() == ErrorCode::ConnectionError {
+                    let probe = mismatch::speaks_tls(&self.host, self.port);
+                    if let Ok(true) = tokio::time::timeout(self.socket_timeout, probe).await {
+                        return Err(mismatch::tls_server(&self.peer));
+                    }
+                }
+                Err(e)
+            }
         }
     }
 

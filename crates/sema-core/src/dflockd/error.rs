@@ -12,6 +12,10 @@ pub enum ErrorCode {
     AuthFailed,
     /// TCP/TLS connect failed, the connection broke, or the server closed it before a full reply.
     ConnectionError,
+    /// TLS on one side only: the client asked for TLS and the server answered in plain text (or
+    /// not at all while a plain dflockd answers on the same port), or the client spoke plain TCP
+    /// to a server that speaks TLS.
+    TlsMismatch,
     /// The server sent something that is not a reply of the protocol (garbage, unknown word,
     /// missing token, invalid UTF-8, a line longer than the reply bound).
     ProtocolError,
@@ -36,6 +40,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::AuthFailed => "AUTH_FAILED",
             ErrorCode::ConnectionError => "CONNECTION_ERROR",
+            ErrorCode::TlsMismatch => "TLS_MISMATCH",
             ErrorCode::ProtocolError => "PROTOCOL_ERROR",
             ErrorCode::ServerError => "SERVER_ERROR",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
@@ -103,6 +108,10 @@ impl DflockdError {
 
     pub(crate) fn protocol(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::ProtocolError, message)
+    }
+
+    pub(crate) fn tls_mismatch(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::TlsMismatch, message)
     }
 
     pub(crate) fn connection(message: impl Into<String>) -> Self {

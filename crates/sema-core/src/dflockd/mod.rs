@@ -16,6 +16,7 @@
 
 pub mod connection;
 pub mod error;
+mod mismatch;
 pub mod primitive;
 pub mod protocol;
 pub mod shard;

@@ -42,8 +42,14 @@ pub struct PrimitiveOptions {
     pub key: String,
     /// 1 = lock; > 1 = semaphore with that many slots.
     pub limit: u64,
-    /// Timeout of `acquire()` in whole seconds (0 = try once).
+    /// Timeout of `acquire()` in whole seconds (0 = try once), as the server takes it.
     pub acquire_timeout_s: u64,
+    /// The caller's own bound on `acquire()` from its start (connect included), for timeouts
+    /// finer than the protocol's whole seconds: the server gets the ceiling in
+    /// `acquire_timeout_s`, and at this deadline the client stops waiting, drops the connection
+    /// (the server then cancels the wait, or releases a grant that crossed the cut) and reports
+    /// a timeout. `None` = the server's answer decides (plus a safety margin for a silent one).
+    pub acquire_deadline: Option<Duration>,
     /// Lease TTL in whole seconds, sent on acquire, enqueue and every renew (`None` = server
     /// default, and renews then omit it too).
     pub lease_ttl_s: Option<u64>,
@@ -64,6 +70,7 @@ impl PrimitiveOptions {
             key: key.into(),
             limit: 1,
             acquire_timeout_s: 10,
+            acquire_deadline: None,
             lease_ttl_s: None,
             connect,
             renew_ratio: 0.5,
@@ -491,18 +498,27 @@ impl Primitive {
     /// [`Primitive::acquire`] with a ticket taken earlier.
     pub async fn acquire_with(&self, ticket: Ticket) -> Result<bool> {
         let (op, cancel, old, kept) = self.begin(ticket)?;
+        let started = tokio::time::Instant::now();
         join_stopped(old).await;
-        let res = self
-            .open_and_send(kept, &cancel, |p, c| Box::pin(p.send_acquire(c)))
-            .await;
+        let send = self.open_and_send(kept, &cancel, |p, c| Box::pin(p.send_acquire(c)));
+        let res = match self.opts.acquire_deadline {
+            None => send.await.map(Some),
+            // Past the deadline the connection is dropped with the future: the server cancels
+            // the wait, or auto-releases a grant that crossed the cut.
+            Some(d) => match tokio::time::timeout_at(started + d, send).await {
+                Ok(r) => r.map(Some),
+                Err(_) => Ok(None),
+            },
+        };
         match res {
-            Ok((conn, AcquireReply::Granted(g))) => {
+            Ok(Some((conn, AcquireReply::Granted(g)))) => {
                 self.commit_held(op, &cancel, conn, g).map(|_| true)
             }
-            Ok((conn, AcquireReply::TimedOut)) => {
+            Ok(Some((conn, AcquireReply::TimedOut))) => {
                 drop(conn);
                 self.end_op(op, &cancel).map(|_| false)
             }
+            Ok(None) => self.end_op(op, &cancel).map(|_| false),
             Err(e) => {
                 self.end_op(op, &cancel)?;
                 Err(e)

@@ -1,0 +1,112 @@
+'use strict'
+// Timeouts to the millisecond (the protocol takes whole seconds: the server gets the ceiling, the client stops
+// waiting at the caller's deadline and drops the connection, so nothing is left waiting or held), a silent server
+// settling at the deadline, and TLS on one side only named TLS_MISMATCH, not TIMEOUT. Bounds asserted here are
+// correctness bounds (before the whole second the server was given), far from the measured values.
+const { test, describe, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const d = require('./helpers/dflockd')
+const api = require('..')
+const { DistributedLock, Connection, stats } = require('../lib/dflockd')
+const { LockError } = require('../lib/errors')
+
+const skip = d.skipReason()
+let s
+before(async () => {
+  if (!skip) s = await d.startServer()
+})
+after(() => d.stopAll())
+
+/** Polls the server's stats until `pred(stats)` holds (no event exists for server-side state), bounded. */
+async function until(pred, what) {
+  const deadline = Date.now() + 5000
+  for (;;) {
+    const st = await stats({ host: s.host, port: s.port })
+    if (pred(st)) return st
+    if (Date.now() > deadline) throw new Error(`${what}: not reached, stats ${JSON.stringify(st)}`)
+    await new Promise((r) => setImmediate(r))
+  }
+}
+
+describe('millisecond timeouts', { skip }, () => {
+  test('timeout: 100 on a held key settles after >= 100 ms and before the 1 s sent to the server; nothing left waiting', async () => {
+    const holder = await api.acquire(s.url('to-ms'))
+    assert.equal(holder.ok, true)
+    for (const ms of [100, 350]) {
+      const t0 = performance.now()
+      const r = await api.acquire(s.url('to-ms'), { timeout: ms })
+      const took = performance.now() - t0
+      assert.equal(r.ok, false)
+      assert.equal(r.error.type, 'TIMEOUT')
+      assert.ok(took >= ms - 1, `settled early: ${took} ms for timeout ${ms}`)
+      assert.ok(took < 1000, `settled after ${took} ms: the client did not cut the server's whole second`)
+    }
+    // The cut connections are gone, so their waits were withdrawn: the key has no waiter left.
+    await until((st) => (st.locks.find((l) => l.key === 'to-ms') || {}).waiters === 0, 'no waiter left')
+    assert.equal(await holder.value.release(), true)
+    const next = await api.tryAcquire(s.url('to-ms'))
+    assert.equal(next.ok, true, 'the key is free: no late grant went to a cut waiter')
+    await next.value.release()
+  })
+
+  test('a silent server: timeout 1500 settles at 1.5 s, not at 2 s + a margin', async () => {
+    const f = await d.fakeServer(() => null)
+    const t0 = performance.now()
+    const r = await api.acquire(`dflockd://${f.host}:${f.port}/to-silent`, { timeout: 1500 })
+    const took = performance.now() - t0
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'TIMEOUT')
+    assert.ok(took >= 1499 && took < 2000, `settled after ${took} ms`)
+    // The fake server sees the close a moment later (its socket's close event): wait for it, bounded.
+    const deadline = Date.now() + 2000
+    while (f.open !== 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5))
+    assert.equal(f.open, 0, 'the connection was dropped at the deadline')
+    await f.close()
+  })
+
+  test('leaseTtl is whole seconds and its error says so, naming leaseTtl', async () => {
+    for (const bad of [1.5, 0, -1, '5']) {
+      const r = await api.acquire(s.url('to-ttl'), { leaseTtl: bad })
+      assert.equal(r.ok, false)
+      assert.equal(r.error.type, 'INVALID_ARGUMENT')
+      assert.match(r.error.message, /^leaseTtl is in whole seconds/)
+    }
+    const r = await api.acquire(s.url('to-ttl'), { leaseTtl: 7 })
+    assert.equal(r.ok, true)
+    assert.equal(r.value.lease, 7)
+    await r.value.release()
+  })
+})
+
+describe('TLS on one side only → TLS_MISMATCH', { skip }, () => {
+  const self = skip ? {} : d.makeSelfSigned()
+  let g
+  before(async () => {
+    if (!self.skip) g = await d.startServer({ args: ['--tls-cert', self.certFile, '--tls-key', self.keyFile] })
+  })
+
+  test('?tls=1 / tls against the plain server', async () => {
+    const t0 = performance.now()
+    const r = await api.acquire(`${s.url('tm-plain')}?tls=1`, { timeout: 30000 })
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'TLS_MISMATCH', r.error.message)
+    assert.match(r.error.message, /plain-TCP dflockd server/)
+    assert.ok(performance.now() - t0 < 5000, 'named long before the 10 s connect timeout')
+    const lock = new DistributedLock({ key: 'tm-plain', servers: [[s.host, s.port]], tls: { ca: self.certPem } })
+    await assert.rejects(lock.acquire(), (e) => e instanceof LockError && e.code === 'TLS_MISMATCH')
+    await assert.rejects(Connection.connect({ host: s.host, port: s.port, tls: {} }), (e) => e instanceof LockError && e.code === 'TLS_MISMATCH')
+  })
+
+  test('plain against the TLS server', { skip: self.skip || false }, async () => {
+    const r = await api.acquire(`dflockd://127.0.0.1:${g.port}/tm-tls`)
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'TLS_MISMATCH', r.error.message)
+    assert.match(r.error.message, /speaks TLS/)
+    const lock = new DistributedLock({ key: 'tm-tls', servers: [[g.host, g.port]] })
+    await assert.rejects(lock.acquire(), (e) => e instanceof LockError && e.code === 'TLS_MISMATCH')
+    // and the right way round works
+    const ok = await api.acquire(`dflockd://127.0.0.1:${g.port}/tm-tls?tls=1`, { tls: { ca: self.certPem } })
+    assert.equal(ok.ok, true, ok.error && ok.error.message)
+    await ok.value.release()
+  })
+})

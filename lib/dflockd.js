@@ -278,10 +278,6 @@ class DistributedLock {
 
   /** The live native primitive (connecting, acquiring, queued or held), or null. */
   #prim = null
-  /** The last primitive released cleanly: it keeps its connection for the next acquire()/enqueue(). */
-  #idle = null
-  /** Bumped by close(): a release() finishing after it does not keep its connection. */
-  #epoch = 0
   #held = false
   #enqueued = false
   #lostEarly = null
@@ -406,14 +402,8 @@ class DistributedLock {
       this.close()
     }
     if (signal && signal.aborted) throw abortedError('acquire')
+    // A clean release leaves its connection in the native idle pool, where this acquisition finds it.
     const prim = nativeSync(() => new native.NativeDflockdPrimitive(this.#nativeOptions(this.#pickServer())))
-    const idle = this.#idle
-    if (idle) {
-      // Reuse the connection of the last clean release (when it goes to the same server; the native side checks).
-      this.#idle = null
-      prim.adoptConnection(idle)
-      idle.close()
-    }
     const controller = new AbortController()
     this.#controller = controller
     this.#prim = prim
@@ -541,8 +531,9 @@ class DistributedLock {
   }
 
   /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
-   * server releases on disconnect. After a clean release the connection is kept (idle, not keeping the process
-   * alive) for the next acquire()/enqueue() to the same server; close() drops it. */
+   * server releases on disconnect. After a clean release the connection goes to the process-wide idle pool (at most
+   * 4 per server, closed after 2 s unused, never keeping the process alive) for the next acquisition to that server
+   * by any instance. */
   async release() {
     const prim = this.#prim
     if (!prim) throw new LockError('not connected; nothing to release', 'NOT_LOCKED')
@@ -550,15 +541,10 @@ class DistributedLock {
     this.#prim = null
     this.#held = false
     if (held) {
-      const epoch = this.#epoch
-      let r
       try {
-        r = await prim.release()
+        await prim.release()
       } finally {
-        if (r && r.ok && epoch === this.#epoch && prim.hasKeptConnection) {
-          if (this.#idle) this.#idle.close()
-          this.#idle = prim
-        } else prim.close()
+        prim.close()
       }
     } else {
       const interrupt = this.#interrupt
@@ -573,27 +559,32 @@ class DistributedLock {
   async withLock(fn) {
     if (typeof fn !== 'function') throw invalid('withLock needs a function')
     if (!(await this.acquire())) throw new AcquireTimeoutError(this.#key)
+    // This acquisition's signal: aborted with the LOCK_LOST error if the lease is lost while `fn` runs.
+    const signal = this.#controller.signal
     let threw = false
+    let result
     try {
-      return await fn()
+      result = await fn()
     } catch (e) {
       threw = true
       throw e
     } finally {
-      try {
-        await this.release()
-      } catch (releaseError) {
-        if (!threw) throw releaseError
+      if (signal.aborted) {
+        // Lost mid-work: nothing is left to release, and fn's work was not exclusive.
+        if (!threw) throw signal.reason
+      } else {
+        try {
+          await this.release()
+        } catch (releaseError) {
+          if (!threw) throw releaseError
+        }
       }
     }
+    return result
   }
 
   /** Drops the connection without releasing (the server releases on disconnect). Sync and idempotent. */
   close() {
-    this.#epoch++
-    const idle = this.#idle
-    this.#idle = null
-    if (idle) idle.close()
     const prim = this.#prim
     if (!prim) return
     this.#prim = null

@@ -379,22 +379,6 @@ impl NativeDflockdPrimitive {
         )));
         Ok(())
     }
-
-    /// Take over the connection `previous` kept after its last clean `release()`, when both go
-    /// to the same server with the same settings and this primitive is idle; the next
-    /// `acquire()`/`enqueue()` then reuses it instead of connecting (a kept connection the
-    /// server has dropped meanwhile is replaced silently). `previous` keeps nothing afterwards.
-    /// Returns whether a connection was taken over.
-    #[napi]
-    pub fn adopt_connection(&self, previous: &NativeDflockdPrimitive) -> bool {
-        self.inner.adopt_kept_connection(&previous.inner)
-    }
-
-    /// Whether a connection from a clean `release()` is kept for the next acquisition.
-    #[napi(getter)]
-    pub fn has_kept_connection(&self) -> bool {
-        self.inner.has_kept_connection()
-    }
 }
 
 /// Validate primitive options synchronously, as the `NativeDflockdPrimitive` constructor

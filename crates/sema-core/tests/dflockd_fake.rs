@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use dflockd_support::{Fake, FakeConn};
 use sema_core::dflockd::{
-    AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome, ErrorCode, Primitive,
-    PrimitiveOptions, Request,
+    pool, AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome, ErrorCode,
+    Primitive, PrimitiveOptions, Request,
 };
 
 /// Every test's path contains `dflockd` so `cargo test -p sema-core dflockd` selects it.
@@ -564,13 +564,13 @@ mod dflockd {
     }
 
     #[tokio::test]
-    async fn clean_release_keeps_the_connection_for_the_next_acquisition() {
+    async fn clean_release_pools_the_connection_for_the_next_acquisition() {
         let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
         let p = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
         for _ in 0..3 {
             assert!(p.acquire().await.expect("acquire"));
             p.release().await.expect("release");
-            assert!(p.has_kept_connection());
+            assert_eq!(pool::idle_count(&s.fake.connect_options()), 1);
         }
         assert_eq!(
             p.enqueue().await.expect("enqueue"),
@@ -578,24 +578,25 @@ mod dflockd {
         );
         p.release().await.expect("release");
         assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 1);
-        // Handed over to a new primitive with the same connection settings…
+        // Taken by another primitive with the same connection settings…
         let q = Primitive::new(PrimitiveOptions::new("k", s.fake.connect_options())).expect("opts");
-        assert!(q.adopt_kept_connection(&p));
-        assert!(!p.has_kept_connection());
         assert!(q.acquire().await.expect("acquire"));
+        assert_eq!(pool::idle_count(&s.fake.connect_options()), 0);
         q.release().await.expect("release");
         assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 1);
         // …but not to one with other settings, and close() drops it.
         let mut other = s.fake.connect_options();
         other.socket_timeout = Duration::from_secs(3);
-        let r = Primitive::new(PrimitiveOptions::new("k", other)).expect("opts");
-        assert!(!r.adopt_kept_connection(&q));
-        assert!(!q.has_kept_connection());
+        let r = Primitive::new(PrimitiveOptions::new("k", other.clone())).expect("opts");
         assert!(r.acquire().await.expect("acquire"));
         r.release().await.expect("release");
         r.close();
-        assert!(!r.has_kept_connection());
         assert_eq!(s.fake.accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            pool::idle_count(&other),
+            1,
+            "close() leaves the pooled connection to the pool"
+        );
         let cmds: Vec<_> = s.requests().into_iter().map(|r| r[0].clone()).collect();
         assert_eq!(
             cmds,

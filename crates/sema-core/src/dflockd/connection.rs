@@ -525,9 +525,19 @@ impl Connection {
                 )));
             }
             if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
-                let line = describe_line(&self.buf[..scanned + pos]);
+                let raw = &self.buf[..scanned + pos];
+                let line = describe_line(raw);
+                // The Go server writes `error` and closes a connection that sent nothing for its
+                // --read-timeout: the usual cause is a renew interval longer than that timeout.
+                let hint = if raw.strip_suffix(b"\r").unwrap_or(raw) == b"error" {
+                    " (a dflockd server writes `error` and closes a connection that sent nothing \
+                     for its --read-timeout, 23 s by default: if that timeout was shortened, keep \
+                     the renew interval below it, e.g. renewMaxIntervalMs or a shorter lease)"
+                } else {
+                    ""
+                };
                 return self.fail(DflockdError::protocol(format!(
-                    "server {} sent an unsolicited reply: {line}",
+                    "server {} sent an unsolicited reply: {line}{hint}",
                     self.peer
                 )));
             }

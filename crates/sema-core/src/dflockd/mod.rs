@@ -7,6 +7,7 @@
 //!   configured anchor), client certificates.
 //! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,
 //!   automatic renewal, release and loss notification.
+//! - [`pool`]: the process-wide idle connections (≤ 4 per server, closed after 2 s idle).
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.
 //! - [`error`]: [`DflockdError`] with stable codes.
@@ -17,6 +18,7 @@
 pub mod connection;
 pub mod error;
 mod mismatch;
+pub mod pool;
 pub mod primitive;
 pub mod protocol;
 pub mod shard;

@@ -1,9 +1,10 @@
 //! A distributed lock or semaphore slot: acquire, two-phase enqueue/wait, renewal, release, loss.
 //!
 //! A lock is a semaphore with limit 1 (it speaks `l r n e w`; limit > 1 speaks `sl sr sn se sw`).
-//! Each held lock/slot owns one connection; after a clean release it is kept (idle, unwatched: the
-//! server may end it, which is harmless as nothing is held) and reused by the next acquire/enqueue
-//! when it still looks usable. While held, a renewal task owns that connection: it
+//! Each held lock/slot owns one connection; after a clean release it goes to the process-wide
+//! idle [`pool`](super::pool) (bounded, closed after a short idle time; the server may end it
+//! meanwhile, which is harmless as nothing is held), from which the next acquire/enqueue with the
+//! same settings takes it when it still looks usable. While held, a renewal task owns that connection: it
 //! starts a renew every `max(100 ms, lease × renew_ratio)` and never more than
 //! `renew_max_interval` after the previous one started (the server drops connections idle for
 //! its read timeout, 23 s by default, and auto-releases their locks), always resending the TTL
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::{ConnectOptions, Connection};
 use super::error::{DflockdError, ErrorCode, Result};
+use super::pool;
 use super::protocol::{self, AcquireReply, EnqueueReply, Grant};
 
 /// Default cap between two renewals: well below the server's default 23 s idle limit.
@@ -160,14 +162,10 @@ struct State {
     phase: Phase,
     next_op: u64,
     stopped: Vec<JoinHandle<()>>,
-    /// A connection whose lock was released cleanly, kept for the next acquire/enqueue.
-    kept: Option<Connection>,
-    /// Bumped by `close()`: a release that finishes after a close does not keep its connection.
-    epoch: u64,
 }
 
 /// A started acquire/enqueue: its op id, its cancel token, renewal tasks of earlier holds to join
-/// first, and the connection kept from the last clean release.
+/// first, and an idle connection from the pool.
 /// A first request in flight, borrowed from the primitive and its connection.
 type SendFuture<'a, R> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<R>> + Send + 'a>>;
@@ -232,8 +230,6 @@ impl Primitive {
                 phase: Phase::Idle,
                 next_op: 0,
                 stopped: Vec::new(),
-                kept: None,
-                epoch: 0,
             }),
             on_lost: Arc::new(Mutex::new(None)),
             tickets: AtomicU64::new(0),
@@ -332,37 +328,11 @@ impl Primitive {
             cancel: cancel.clone(),
         };
         let old = std::mem::take(&mut st.stopped);
-        let kept = st.kept.take();
-        Ok((op, cancel, old, kept))
+        drop(st);
+        Ok((op, cancel, old, pool::take(&self.opts.connect)))
     }
 
-    /// Whether a connection from a clean release is kept for the next acquire/enqueue.
-    pub fn has_kept_connection(&self) -> bool {
-        lock(&self.state).kept.is_some()
-    }
-
-    /// Move the connection `from` kept after a clean release into this (idle) primitive, when
-    /// both use the same server and connection settings. Returns whether one was moved; `from`
-    /// keeps nothing afterwards either way.
-    pub fn adopt_kept_connection(&self, from: &Primitive) -> bool {
-        if std::ptr::eq(self, from) {
-            return self.has_kept_connection();
-        }
-        let Some(conn) = lock(&from.state).kept.take() else {
-            return false;
-        };
-        if from.opts.connect != self.opts.connect {
-            return false;
-        }
-        let mut st = lock(&self.state);
-        if matches!(st.phase, Phase::Idle) && st.kept.is_none() {
-            st.kept = Some(conn);
-            return true;
-        }
-        false
-    }
-
-    /// A connection for a new acquisition: the kept one when it still looks usable (see
+    /// A connection for a new acquisition: the pooled one when it still looks usable (see
     /// [`Connection::is_reusable`]), else a new one. The flag says whether it was reused.
     async fn open(&self, kept: Option<Connection>) -> Result<(Connection, bool)> {
         if let Some(mut conn) = kept {
@@ -663,16 +633,15 @@ impl Primitive {
         }
     }
 
-    /// Release the held lock/slot (`r`/`sr`); after a clean `ok` the connection is kept for the
-    /// next acquire/enqueue (see [`Primitive::has_kept_connection`]), else closed. `NOT_LOCKED` when
+    /// Release the held lock/slot (`r`/`sr`); after a clean `ok` the connection goes to the idle
+    /// [`pool`](super::pool) for the next acquire/enqueue, else it is closed. `NOT_LOCKED` when
     /// nothing is held; `LOCK_LOST` when it was lost before (or the server no longer knew the
     /// token).
     pub async fn release(&self) -> Result<()> {
-        let (held, epoch) = {
+        let held = {
             let mut st = lock(&self.state);
-            let epoch = st.epoch;
             match std::mem::replace(&mut st.phase, Phase::Idle) {
-                Phase::Held(h) => (h, epoch),
+                Phase::Held(h) => h,
                 Phase::Queued(conn) => {
                     drop(conn);
                     return Err(DflockdError::new(
@@ -717,10 +686,7 @@ impl Primitive {
             match tokio::time::timeout(bound, rx).await {
                 Ok(Ok(Released { result, conn })) => {
                     if let (Ok(()), Some(conn)) = (&result, conn) {
-                        let mut st = lock(&self.state);
-                        if st.epoch == epoch && matches!(st.phase, Phase::Idle) {
-                            st.kept = Some(conn);
-                        }
+                        pool::put(&self.opts.connect, conn);
                     }
                     result
                 }
@@ -754,8 +720,6 @@ impl Primitive {
     pub fn close(&self) {
         let mut st = lock(&self.state);
         self.cancel_issued_tickets();
-        st.epoch += 1;
-        st.kept = None;
         match std::mem::replace(&mut st.phase, Phase::Idle) {
             Phase::Idle => {}
             Phase::Busy { cancel, .. } => cancel.cancel(),

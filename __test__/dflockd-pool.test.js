@@ -70,7 +70,12 @@ describe('loss while withLock runs', { skip }, () => {
       let ran = false
       await assert.rejects(
         l.withLock(async () => {
-          await new Promise((resolve) => l.signal.addEventListener('abort', resolve, { once: true }))
+          // A bounded timer keeps Node alive meanwhile (a held lock never does).
+          let keepAlive
+          await new Promise((resolve, reject) => {
+            keepAlive = setTimeout(() => reject(new Error('no loss within 10 s')), 10000)
+            l.signal.addEventListener('abort', resolve, { once: true })
+          }).finally(() => clearTimeout(keepAlive))
           ran = true
           return 'done'
         }),

@@ -99,7 +99,13 @@ describe('the auth token is never shown', { skip }, () => {
   test('the loss reason and the lost handle do not show it', async () => {
     const r = await api.acquire(`dflockd://${TOKEN}@127.0.0.1:${s.port}/sec-loss`)
     assert.equal(r.ok, true)
-    const lost = new Promise((resolve) => r.value.signal.addEventListener('abort', () => resolve(r.value.signal.reason), { once: true }))
+    // A held lock never keeps Node alive (its loss arrives from native code without a handle): a bounded timer does,
+    // or the runner would see an empty event loop and cancel the test while the loss is on its way.
+    let keepAlive
+    const lost = new Promise((resolve, reject) => {
+      keepAlive = setTimeout(() => reject(new Error('no loss within 10 s')), 10000)
+      r.value.signal.addEventListener('abort', () => resolve(r.value.signal.reason), { once: true })
+    }).finally(() => clearTimeout(keepAlive))
     await s.kill('SIGKILL')
     const reason = await lost
     noToken(reason, 'the loss reason')

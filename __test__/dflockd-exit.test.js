@@ -38,7 +38,7 @@ function runChild(code, boundMs) {
 
 const prelude = (port) => `
   const { DistributedLock, Connection, stats } = require(${JSON.stringify(pkg)})
-  const { acquireTarget } = require(${JSON.stringify(path.join(pkg, 'lib/dflockd.js'))})
+  const { acquireTarget } = require(${JSON.stringify(path.join(pkg, 'lib/dflockd'))})
   const servers = [['127.0.0.1', ${port}]]
   const fail = (e) => { console.error(e && e.stack || e); process.exit(3) }
 `

@@ -1,6 +1,6 @@
 'use strict'
 // The one-string API on dflockd:// targets, through the package entry point (index.js → lib/target.js →
-// lib/dflockd.js): acquire, tryAcquire, withLock, release, async dispose, ?leaseTtl=, abort, status.
+// lib/dflockd/): acquire, tryAcquire, withLock, release, async dispose, ?leaseTtl=, abort, status.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')

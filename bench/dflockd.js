@@ -1,6 +1,6 @@
 'use strict'
 // dflockd: lock + release round trips against the real server installed by setup, for the addon, the Go
-// client's own cmd/bench (when it can be had), a Go stand-in of the same shape, and a plain Node `net` loop.
+// client's own cmd/bench (built by setup from the vendored source), a Go stand-in of the same shape, and a plain Node `net` loop.
 
 const { spawn, spawnSync } = require('node:child_process')
 const fs = require('node:fs')
@@ -108,15 +108,17 @@ function startFakeServer(serverBin) {
 }
 
 /**
- * Tries the Go client's own benchmark. It needs the Go module proxy to serve github.com/mtingers/dflockd;
- * returns {unavailable: reason} when it cannot run, else {opsPerSec, p50Ms, p99Ms, raw}.
+ * The Go client's own benchmark, `cmd/bench` v1.10.0, as setup built it from the same source as the server
+ * (`bench` in .tools/dflockd.json, or $DFLOCKD_BENCH_BIN); without it, `go run` of the published module (needs the
+ * Go module proxy). Returns {unavailable: reason} when it cannot run, else {opsPerSec, p50Ms, p99Ms, raw}.
  */
 function goOfficial(port, workers, rounds, timeoutMs) {
-  const r = spawnSync('go', ['run', GO_BENCH, '--workers', String(workers), '--rounds', String(rounds), '--servers', `127.0.0.1:${port}`], {
-    encoding: 'utf8',
-    timeout: timeoutMs,
-    env: { ...process.env, GOFLAGS: '-buildvcs=false' },
-  })
+  const { readDflockd } = require(path.join(root, 'scripts', 'dflockd-server'))
+  const built = readDflockd(root).bench
+  const args = ['--workers', String(workers), '--rounds', String(rounds), '--servers', `127.0.0.1:${port}`]
+  const r = built && fs.existsSync(built)
+    ? spawnSync(built, args, { encoding: 'utf8', timeout: timeoutMs })
+    : spawnSync('go', ['run', GO_BENCH, ...args], { encoding: 'utf8', timeout: timeoutMs, env: { ...process.env, GOFLAGS: '-buildvcs=false' } })
   const out = `${r.stdout || ''}${r.stderr || ''}`
   if (r.error || r.status !== 0) {
     const lines = out.trim().split('\n').filter(Boolean)

@@ -1,0 +1,266 @@
+'use strict'
+// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants, the mapping of native
+// results to LockError codes, option checks that only exist in JS (the tls option's shape, hosts, AbortSignals),
+// one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
+// cancels it), guarded user callbacks, and the sharding function.
+
+const native = require('../native')
+const { LockError, AcquireTimeoutError, AuthError } = require('../errors')
+const { LockHandle, asyncDispose } = require('../lock-handle')
+
+const DEFAULT_HOST = '127.0.0.1'
+const DEFAULT_PORT = 6388
+const DEFAULT_ACQUIRE_TIMEOUT_S = 10
+const DEFAULT_RENEW_RATIO = 0.5
+/** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
+const MAX_TIMEOUT_S = 1e9
+
+const CODES = new Set([
+  'ALREADY_LOCKED',
+  'INVALID_PATH',
+  'IO_ERROR',
+  'NOT_LOCKED',
+  'TIMEOUT',
+  'PARSE_ERROR',
+  'PERMISSION_DENIED',
+  'PATH_TRAVERSAL',
+  'ABORTED',
+  'LOCK_LOST',
+  'CONNECTION_ERROR',
+  'TLS_MISMATCH',
+  'AUTH_FAILED',
+  'PROTOCOL_ERROR',
+  'SERVER_ERROR',
+  'INVALID_ARGUMENT',
+])
+
+// ───────────────────────────── errors and validation ─────────────────────────────
+
+function invalid(message) {
+  return new LockError(message, 'INVALID_ARGUMENT')
+}
+
+/** LockError (or AcquireTimeoutError / AuthError) from a native `{code, message, reply?}`. */
+function fromNative(error, key) {
+  const code = CODES.has(error && error.code) ? error.code : 'SERVER_ERROR'
+  if (code === 'TIMEOUT' && key !== undefined) return new AcquireTimeoutError(key)
+  if (code === 'AUTH_FAILED') return new AuthError()
+  const details = {}
+  if (error && error.reply != null) details.reply = error.reply
+  return new LockError(String((error && error.message) || code), code, details)
+}
+
+/** The native constructors throw `Error("INVALID_ARGUMENT: …")`; turn that into a LockError with the code. */
+function fromNativeThrow(e) {
+  if (e instanceof LockError) return e
+  const m = /^([A-Z_]+): ([\s\S]*)$/.exec((e && e.message) || '')
+  if (m && CODES.has(m[1])) return new LockError(m[2], m[1], { cause: e })
+  return new LockError(String((e && e.message) || e), 'INVALID_ARGUMENT', { cause: e })
+}
+
+/** A SemaphoreError value (semats' shape) from a LockError. */
+function errorValue(err) {
+  const e = { type: err.code, message: err.message }
+  if (err.reply !== undefined) e.reply = err.reply
+  return e
+}
+
+function fail(type, message, extra) {
+  return { ok: false, error: { type, message, ...extra } }
+}
+
+/** Runs a synchronous native call; a native throw (bad options, a JS value of the wrong type) becomes a LockError. */
+function nativeSync(fn) {
+  try {
+    return fn()
+  } catch (e) {
+    throw fromNativeThrow(e)
+  }
+}
+
+/** `''` or absent = no auth (as dflockd-client); the native side checks the rest. */
+function authOption(auth) {
+  return auth === undefined || auth === null || auth === '' ? undefined : auth
+}
+
+/** `[::1]` → `::1` (a bracketed IPv6 literal, as URLs write it). */
+function hostOption(host) {
+  return typeof host === 'string' && host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
+}
+
+/** `undefined`/`null` → absent, so the native default applies. */
+function opt(v) {
+  return v === null ? undefined : v
+}
+
+// The tls.ConnectionOptions fields that mean something to this client (the rest, e.g. checkServerIdentity,
+// secureContext, pfx, passphrase, minVersion, are refused by name so nothing is silently ignored).
+const TLS_FIELDS = ['ca', 'servername', 'rejectUnauthorized', 'cert', 'key']
+
+/** One PEM string from a string, Buffer/Uint8Array, or an array of them (joined). */
+function pemText(name, v) {
+  const list = Array.isArray(v) ? v : [v]
+  const pems = list.map((c) => {
+    if (typeof c === 'string') return c
+    if (Buffer.isBuffer(c) || c instanceof Uint8Array) return Buffer.from(c).toString('utf8')
+    throw invalid(`tls.${name} must be a PEM string or Buffer, or an array of them`)
+  })
+  return pems.length > 0 ? pems.map((p) => (p.endsWith('\n') ? p : p + '\n')).join('') : undefined
+}
+
+/**
+ * `tls` option → NativeTls: `true`/`{}` = system roots; `ca` PEM(s) joined; `servername`; `rejectUnauthorized`;
+ * `cert` + `key` for a server that asks for a client certificate.
+ */
+function nativeTls(tls) {
+  if (tls === undefined || tls === null || tls === false) return undefined
+  if (tls === true) return {}
+  if (typeof tls !== 'object') throw invalid('tls must be true or an object (tls.ConnectionOptions fields)')
+  for (const k of Object.keys(tls)) {
+    if (!TLS_FIELDS.includes(k) && tls[k] !== undefined) throw invalid(`unsupported tls option '${k}' (supported: ${TLS_FIELDS.join(', ')})`)
+  }
+  const out = {}
+  const given = (k) => tls[k] !== undefined && tls[k] !== null
+  if (given('ca')) out.ca = pemText('ca', tls.ca)
+  if (given('servername')) {
+    if (typeof tls.servername !== 'string' || tls.servername === '') throw invalid('tls.servername must be a non-empty string')
+    out.servername = tls.servername
+  }
+  if (given('rejectUnauthorized')) {
+    if (typeof tls.rejectUnauthorized !== 'boolean') throw invalid(`tls.rejectUnauthorized must be a boolean, got ${typeof tls.rejectUnauthorized}`)
+    out.rejectUnauthorized = tls.rejectUnauthorized
+  }
+  if (given('cert') !== given('key')) throw invalid('tls.cert and tls.key go together: give both or neither')
+  if (given('cert')) {
+    out.cert = pemText('cert', tls.cert)
+    // A key's value is a secret: only its type appears in the error.
+    if (typeof tls.key !== 'string' && !Buffer.isBuffer(tls.key) && !(tls.key instanceof Uint8Array)) {
+      throw invalid(`tls.key must be a PEM string or Buffer, got ${Array.isArray(tls.key) ? 'an array' : typeof tls.key}`)
+    }
+    out.key = pemText('key', tls.key)
+  }
+  return out
+}
+
+function checkSignal(signal) {
+  if (signal === undefined || signal === null) return undefined
+  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function') {
+    throw invalid('signal must be an AbortSignal')
+  }
+  return signal
+}
+
+function describe(v) {
+  if (typeof v === 'string') return JSON.stringify(v)
+  if (typeof v === 'number' || typeof v === 'boolean' || v === null || v === undefined) return String(v)
+  return typeof v
+}
+
+/** Calls `fn` once when `signal` aborts; returns the unsubscribe function. */
+function onAbort(signal, fn) {
+  if (!signal) return () => {}
+  signal.addEventListener('abort', fn, { once: true })
+  return () => signal.removeEventListener('abort', fn)
+}
+
+function abortedError(what) {
+  return new LockError(`${what} aborted`, 'ABORTED')
+}
+
+const ABORTED_RESULT = Object.freeze({ ok: false, error: Object.freeze({ code: 'ABORTED', message: 'operation aborted' }) })
+
+/**
+ * Starts a native acquire/enqueue/wait of `prim` and returns `{promise, interrupt}`: the promise resolves the native
+ * result, or ABORTED at once when `signal` aborts or `interrupt()` is called. The native cancel()/close() can miss
+ * an operation that has not started running yet, so the JS side does not wait for it: a result that still arrives
+ * after the interrupt (a late grant) is dropped with close(), which the server turns into a release.
+ */
+function cancellable(prim, start, signal) {
+  let settled = false
+  let interrupt
+  const promise = new Promise((resolve) => {
+    const op = start()
+    const off = onAbort(signal, () => interrupt())
+    interrupt = () => {
+      prim.cancel()
+      prim.close()
+      if (settled) return
+      settled = true
+      off()
+      resolve(ABORTED_RESULT)
+      op.then(() => prim.close(), () => prim.close())
+    }
+    op.then(
+      (r) => {
+        if (settled) return
+        settled = true
+        off()
+        resolve(r)
+      },
+      (e) => {
+        if (settled) return
+        settled = true
+        off()
+        resolve({ ok: false, error: { code: 'PROTOCOL_ERROR', message: `native call failed: ${e && e.message ? e.message : e}` } })
+      },
+    )
+  })
+  return { promise, interrupt }
+}
+
+/** Options shared by connections (connect-time part). */
+function connectOptions(o) {
+  return { tls: nativeTls(o.tls), auth: authOption(o.auth), connectTimeoutMs: opt(o.connectTimeoutMs), socketTimeoutMs: opt(o.socketTimeoutMs) }
+}
+
+function guardedCallback(name, fn, ...args) {
+  try {
+    const r = fn(...args)
+    if (r && typeof r.then === 'function') r.then(undefined, (e) => warnCallback(name, e))
+  } catch (e) {
+    warnCallback(name, e)
+  }
+}
+
+function warnCallback(name, e) {
+  process.emitWarning(`sema-native: ${name} callback failed: ${e && e.stack ? e.stack : e}`, 'SemaNativeWarning')
+}
+
+// ───────────────────────────── sharding ─────────────────────────────
+
+/** CRC-32/IEEE of the key's UTF-8 bytes modulo `numServers` (same as the Go, Python and TS clients). */
+function stableHashShard(key, numServers) {
+  return nativeSync(() => native.stableHashShard(key, numServers))
+}
+
+
+module.exports = {
+  ABORTED_RESULT,
+  CODES,
+  DEFAULT_ACQUIRE_TIMEOUT_S,
+  DEFAULT_HOST,
+  DEFAULT_PORT,
+  DEFAULT_RENEW_RATIO,
+  MAX_TIMEOUT_S,
+  TLS_FIELDS,
+  abortedError,
+  authOption,
+  cancellable,
+  checkSignal,
+  connectOptions,
+  describe,
+  errorValue,
+  fail,
+  fromNative,
+  fromNativeThrow,
+  guardedCallback,
+  hostOption,
+  invalid,
+  nativeSync,
+  nativeTls,
+  onAbort,
+  opt,
+  pemText,
+  stableHashShard,
+  warnCallback,
+}

@@ -1,0 +1,205 @@
+'use strict'
+// The low-level Connection (one request at a time per connection, the dflockd TypeScript client's functions) and
+// stats(). Replies are parsed natively; this module maps them to the client's values and errors.
+
+const native = require('../native')
+const { LockError, AcquireTimeoutError, AuthError } = require('../errors')
+const { asyncDispose } = require('../lock-handle')
+const { DEFAULT_HOST, DEFAULT_PORT, connectOptions, fromNative, hostOption, invalid, nativeSync, opt } = require('./common')
+
+// ───────────────────────────── low-level Connection ─────────────────────────────
+
+function parseStatsJson(json) {
+  let s
+  try {
+    s = JSON.parse(json)
+  } catch {
+    throw new LockError(`stats: malformed JSON response: '${json}'`, 'PROTOCOL_ERROR')
+  }
+  if (s === null || typeof s !== 'object') throw new LockError(`stats: malformed JSON response: '${json}'`, 'PROTOCOL_ERROR')
+  for (const k of ['locks', 'semaphores', 'idle_locks', 'idle_semaphores']) if (!Array.isArray(s[k])) s[k] = []
+  return s
+}
+
+function serverOptions(options) {
+  const o = options ?? {}
+  if (typeof o !== 'object') throw invalid('options must be an object')
+  return { server: { host: hostOption(o.host ?? DEFAULT_HOST), port: o.port ?? DEFAULT_PORT }, ...connectOptions(o) }
+}
+
+/**
+ * The error of a failed Connection call: AcquireTimeoutError for the server's `timeout`, AuthError for
+ * `error_auth`, and for other `error*` replies the dflockd-client message `<label> failed: '<reply>'`.
+ */
+function callError(error, label, key) {
+  if (error.code === 'TIMEOUT' && error.reply === 'timeout') return new AcquireTimeoutError(key)
+  if (error.code === 'SERVER_ERROR' && error.reply != null) {
+    return new LockError(`${label} failed: '${error.reply}'`, 'SERVER_ERROR', { reply: error.reply.split(' ')[0] })
+  }
+  return fromNative(error)
+}
+
+const kConnection = Symbol('Connection')
+
+/**
+ * The promises of one connection's queued requests, settled in order by the native reply callback.
+ * While any is pending a timer keeps the process alive (~0.4 µs to arm and clear). When the first one
+ * was written from the JS thread (`limitMs` > 0: the native task is not woken for it), the same timer is
+ * its reply deadline: it calls `expire(seq)`, which fails that request with TIMEOUT if it is still awaited.
+ */
+class ReplyQueue {
+  #resolvers = []
+  #head = 0
+  #seq = 0
+  #keepAlive = null
+  expire = noop
+
+  push(limitMs) {
+    const seq = this.#seq++
+    return new Promise((resolve) => {
+      if (this.#resolvers.length === this.#head) {
+        this.#keepAlive = limitMs > 0 ? setInterval(() => this.expire(seq), limitMs) : setInterval(noop, 0x7fffffff)
+      }
+      this.#resolvers.push(resolve)
+    })
+  }
+
+  settle(reply) {
+    if (this.#head === this.#resolvers.length) return // nothing pending (cannot happen)
+    const resolve = this.#resolvers[this.#head]
+    this.#resolvers[this.#head++] = undefined
+    if (this.#head === this.#resolvers.length) {
+      this.#resolvers.length = 0
+      this.#head = 0
+      clearInterval(this.#keepAlive)
+      this.#keepAlive = null
+    } else if (this.#head >= 1024 && this.#head * 2 >= this.#resolvers.length) {
+      this.#resolvers = this.#resolvers.slice(this.#head)
+      this.#head = 0
+    }
+    resolve(reply)
+  }
+}
+
+function noop() {}
+
+/**
+ * One dflockd connection, one method per protocol command (validation and reply parsing are native).
+ * The native side answers every queued request through one callback, in call order: the pending
+ * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does (a ref'd
+ * timer while the FIFO is not empty, as a promise per request did before).
+ */
+class Connection {
+  #native
+  #closed = false
+  #pending
+
+  constructor(token, nativeConnection, pending) {
+    if (token !== kConnection) throw new TypeError('use Connection.connect(options)')
+    this.#native = nativeConnection
+    this.#pending = pending
+  }
+
+  static async connect(options) {
+    const o = serverOptions(options)
+    const pending = new ReplyQueue()
+    const r = await nativeSync(() => native.NativeDflockdConnection.connect(o, (reply) => pending.settle(reply)))
+    if (!r.ok) throw fromNative(r.error)
+    const conn = r.value
+    pending.expire = (seq) => conn.expire(seq)
+    return new Connection(kConnection, conn, pending)
+  }
+
+  /** Runs one native call; resolves its result, rejects with the mapped LockError. */
+  async #call(label, key, start) {
+    if (this.#closed) throw new LockError('connection closed', 'CONNECTION_ERROR')
+    let r = nativeSync(start)
+    if (typeof r === 'number') r = await this.#pending.push(r)
+    if (!r.ok) throw callError(r.error, label, key)
+    return r
+  }
+
+  /** Sends a raw request (validated framing) and resolves the reply line. */
+  async request(cmd, key, arg) {
+    return (await this.#call('request', key, () => this.#native.request(cmd, key, arg))).text
+  }
+
+  async acquire(key, acquireTimeoutS, leaseTtlS) {
+    return grant(await this.#call('acquire', key, () => this.#native.lock(key, acquireTimeoutS, opt(leaseTtlS))))
+  }
+
+  async release(key, token) {
+    await this.#call('release', key, () => this.#native.release(key, token, false))
+  }
+
+  async renew(key, token, leaseTtlS) {
+    return (await this.#call('renew', key, () => this.#native.renew(key, token, opt(leaseTtlS), false))).lease
+  }
+
+  async enqueue(key, leaseTtlS) {
+    return enqueued(await this.#call('enqueue', key, () => this.#native.enqueue(key, opt(leaseTtlS))))
+  }
+
+  async waitForLock(key, waitTimeoutS) {
+    return grant(await this.#call('wait', key, () => this.#native.wait(key, waitTimeoutS, false)))
+  }
+
+  async semAcquire(key, acquireTimeoutS, limit, leaseTtlS) {
+    return grant(await this.#call('sem_acquire', key, () => this.#native.lock(key, acquireTimeoutS, opt(leaseTtlS), limit)))
+  }
+
+  async semRelease(key, token) {
+    await this.#call('sem_release', key, () => this.#native.release(key, token, true))
+  }
+
+  async semRenew(key, token, leaseTtlS) {
+    return (await this.#call('sem_renew', key, () => this.#native.renew(key, token, opt(leaseTtlS), true))).lease
+  }
+
+  async semEnqueue(key, limit, leaseTtlS) {
+    return enqueued(await this.#call('sem_enqueue', key, () => this.#native.enqueue(key, opt(leaseTtlS), limit)))
+  }
+
+  async semWaitForLock(key, waitTimeoutS) {
+    return grant(await this.#call('sem_wait', key, () => this.#native.wait(key, waitTimeoutS, true)))
+  }
+
+  async stats() {
+    return parseStatsJson((await this.#call('stats', undefined, () => this.#native.stats())).text)
+  }
+
+  close() {
+    if (this.#closed) return
+    this.#closed = true
+    this.#native.close()
+  }
+
+  async [asyncDispose]() {
+    this.close()
+  }
+}
+
+function grant(r) {
+  return { token: r.token, lease: r.lease }
+}
+
+function enqueued(r) {
+  return r.status === 'acquired' ? { status: 'acquired', token: r.token, lease: r.lease } : { status: 'queued', token: null, lease: null }
+}
+
+/** Server statistics over a short-lived connection (needs a server with the `stats` command). */
+async function stats(options) {
+  const o = serverOptions(options)
+  const r = await nativeSync(() => native.dflockdStats(o))
+  if (!r.ok) {
+    if (r.error && r.error.code === 'SERVER_ERROR') {
+      throw new LockError(`stats failed: '${r.error.reply ?? r.error.message}'`, 'SERVER_ERROR', {
+        reply: r.error.reply ?? 'error',
+      })
+    }
+    throw fromNative(r.error)
+  }
+  return parseStatsJson(r.value)
+}
+
+module.exports = { Connection, stats, parseStatsJson }

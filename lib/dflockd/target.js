@@ -1,0 +1,297 @@
+'use strict'
+// The target API for `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]` URLs (acquire, release,
+// status through lib/target.js), with milliseconds as the file targets have them. The auth token in a URL is never
+// shown: messages and `target` fields carry it masked.
+
+const native = require('../native')
+const { LockError } = require('../errors')
+const { LockHandle } = require('../lock-handle')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_PORT, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, describe, errorValue, fail, fromNative, hostOption, invalid, nativeSync, opt } = require('./common')
+const { parseStatsJson, stats } = require('./connection')
+
+// ───────────────────────────── target API (dflockd:// URLs) ─────────────────────────────
+
+/**
+ * `url` with its auth token (the URL's user info) replaced by `***`, as every message, `lock.target` and
+ * `status().target` show it: a token must never reach a log. The user info ends at the last `@` before the path.
+ */
+function redactTarget(url) {
+  return String(url).replace(/^(dflockd:\/\/)[^/?#]*@/i, '$1***@')
+}
+
+/**
+ * `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]` → `{host, port, key, auth?, limit?, leaseTtl?, tls}`.
+ * The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown query parameters are rejected.
+ */
+function parseDflockdUrl(url) {
+  if (typeof url !== 'string') throw invalid('dflockd target must be a string')
+  const shown = redactTarget(url)
+  let u
+  try {
+    u = new URL(url)
+  } catch {
+    throw invalid(`invalid dflockd URL: ${shown}`)
+  }
+  if (u.protocol !== 'dflockd:') throw invalid(`not a dflockd:// URL: ${shown}`)
+  if (!u.hostname) throw invalid(`dflockd URL has no host: ${shown}`)
+  if (u.hash) throw invalid(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${shown}`)
+  const host = hostOption(u.hostname)
+  const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(`invalid port in dflockd URL: ${shown}`)
+  let key
+  let auth
+  try {
+    key = decodeURIComponent(u.pathname.replace(/^\//, ''))
+    if (u.username) auth = decodeURIComponent(u.username) + (u.password ? ':' + decodeURIComponent(u.password) : '')
+  } catch {
+    throw invalid(`invalid percent-encoding in dflockd URL: ${shown}`)
+  }
+  if (key === '') throw invalid(`dflockd URL has no key: ${shown}`)
+  nativeSync(() => native.dflockdValidateKey(key))
+  const out = { host, port, key, tls: false }
+  if (auth !== undefined && auth !== '') out.auth = auth
+  for (const [name, value] of u.searchParams) {
+    if (name === 'limit') out.limit = urlInt(shown, name, value)
+    else if (name === 'leaseTtl') out.leaseTtl = urlInt(shown, name, value)
+    else if (name === 'tls') {
+      if (value === '1' || value === 'true' || value === '') out.tls = true
+      else if (value === '0' || value === 'false') out.tls = false
+      else throw invalid(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
+    } else throw invalid(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${shown}`)
+  }
+  return out
+}
+
+function urlInt(shown, name, value) {
+  if (!/^\d+$/.test(value)) throw invalid(`invalid ${name}=${value} in dflockd URL: ${shown}`)
+  const n = Number(value)
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TIMEOUT_S) throw invalid(`invalid ${name}=${value} in dflockd URL: ${shown}`)
+  return n
+}
+
+/** Locks this process holds through acquireTarget, by `host:port/key`. */
+const held = new Map()
+
+function targetId(cfg) {
+  return `${cfg.host.toLowerCase()}|${cfg.port}|${cfg.key}`
+}
+
+class DflockdLock extends LockHandle {
+  #prim
+  #id
+  #lease
+  constructor(fields, prim, id) {
+    super(fields)
+    this.#prim = prim
+    this.#id = id
+    this.#lease = prim.lease
+    let set = held.get(id)
+    if (!set) held.set(id, (set = new Set()))
+    set.add(this)
+  }
+
+  /** The lease in seconds last granted or renewed. */
+  get lease() {
+    if (!this.released) this.#lease = this.#prim.lease || this.#lease
+    return this.#lease
+  }
+
+  _unregister() {
+    const set = held.get(this.#id)
+    if (set && set.delete(this) && set.size === 0) held.delete(this.#id)
+  }
+
+  _lost(message) {
+    this._unregister()
+    this.#prim.close()
+    this._markLost(message)
+  }
+
+  /** true = released; false = the server no longer knew the lock (lost); throws LockError on I/O failure. */
+  async _release() {
+    this._unregister()
+    const prim = this.#prim
+    let r
+    try {
+      r = await prim.release()
+    } finally {
+      prim.close()
+    }
+    if (r.ok) return true
+    const code = r.error.code
+    if (code === 'NOT_LOCKED' || code === 'LOCK_LOST' || (code === 'SERVER_ERROR' && r.error.reply === 'error')) return false
+    throw fromNative(r.error)
+  }
+}
+
+/** Normalised settings for one acquisition on a target. Throws LockError INVALID_ARGUMENT. */
+function targetConfig(url, options, wait) {
+  const o = options ?? {}
+  if (typeof o !== 'object') throw invalid('options must be an object')
+  const u = parseDflockdUrl(url)
+  // The server takes whole seconds; the native side sends the ceiling and stops waiting at the exact ms.
+  let acquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_S * 1000
+  if (!wait) acquireTimeoutMs = 0
+  else if (o.timeout !== undefined && o.timeout !== null) {
+    if (typeof o.timeout !== 'number' || Number.isNaN(o.timeout) || o.timeout < 0) {
+      throw invalid(`timeout must be a number of milliseconds >= 0, got ${describe(o.timeout)}`)
+    }
+    acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
+  }
+  if (o.leaseTtl !== undefined && o.leaseTtl !== null) {
+    if (!Number.isInteger(o.leaseTtl) || o.leaseTtl < 1 || o.leaseTtl > MAX_TIMEOUT_S) {
+      throw invalid(`leaseTtl is in whole seconds (as ?leaseTtl= in the URL): it must be an integer between 1 and ${MAX_TIMEOUT_S}, got ${describe(o.leaseTtl)}`)
+    }
+  }
+  const limit = opt(o.limit) ?? u.limit ?? 1
+  const useTls = o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined
+  const prim = {
+    key: u.key,
+    limit,
+    acquireTimeoutS: 0,
+    acquireTimeoutMs,
+    leaseTtlS: opt(o.leaseTtl) ?? u.leaseTtl,
+    server: { host: u.host, port: u.port },
+    renewRatio: o.renewRatio ?? DEFAULT_RENEW_RATIO,
+    renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
+    ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
+  }
+  if (o.onLost !== undefined && o.onLost !== null && typeof o.onLost !== 'function') throw invalid('onLost must be a function')
+  return { ...u, url, limit, prim }
+}
+
+/**
+ * Acquires `url` (wait: false = one attempt). Every failure resolves `{ok:false, error}`: INVALID_ARGUMENT for a bad
+ * URL or option (nothing sent), TIMEOUT, ALREADY_LOCKED (a failed try), ABORTED, CONNECTION_ERROR, AUTH_FAILED,
+ * SERVER_ERROR (with `reply`), …
+ */
+async function acquireTarget(url, options, { wait = true } = {}) {
+  let cfg
+  let signal
+  let prim
+  try {
+    cfg = targetConfig(url, options, wait)
+    signal = checkSignal(options && options.signal)
+    if (signal && signal.aborted) return fail('ABORTED', 'acquire aborted')
+    prim = nativeSync(() => new native.NativeDflockdPrimitive(cfg.prim))
+  } catch (e) {
+    if (e instanceof LockError) return { ok: false, error: errorValue(e) }
+    throw e
+  }
+  let handle = null
+  let lostMessage = null
+  prim.onLost((key, token, reason) => {
+    lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason || 'the lease could not be renewed'}`
+    if (handle) handle._lost(lostMessage)
+  })
+  const r = await cancellable(prim, () => prim.acquire(), signal).promise
+  if (!r.ok) {
+    prim.close()
+    if (r.error.code === 'ABORTED') return fail('ABORTED', 'acquire aborted')
+    if (r.error.code === 'TIMEOUT') return timeoutResult(cfg, wait)
+    return { ok: false, error: errorValue(fromNative(r.error, cfg.key)) }
+  }
+  if (!r.value) {
+    prim.close()
+    return timeoutResult(cfg, wait)
+  }
+  handle = new DflockdLock(
+    {
+      target: redactTarget(url),
+      backend: 'dflockd',
+      pid: process.pid,
+      timestamp: Math.floor(Date.now() / 1000),
+      token: prim.token ?? undefined,
+      onLost: options && options.onLost,
+    },
+    prim,
+    targetId(cfg),
+  )
+  if (lostMessage !== null) handle._lost(lostMessage)
+  return { ok: true, value: handle }
+}
+
+function timeoutResult(cfg, wait) {
+  return wait ? fail('TIMEOUT', `timeout acquiring '${cfg.key}'`) : fail('ALREADY_LOCKED', 'Lock already held')
+}
+
+/** Releases the lock(s) this process holds on `url` through acquireTarget. */
+async function releaseTarget(url, _options) {
+  let id
+  try {
+    id = targetId(parseDflockdUrl(url))
+  } catch (e) {
+    if (e instanceof LockError) return { ok: false, error: errorValue(e) }
+    throw e
+  }
+  const set = held.get(id)
+  if (!set || set.size === 0) return fail('NOT_LOCKED', 'Lock not held')
+  let released = false
+  let error
+  for (const handle of [...set]) {
+    try {
+      if (await handle.release()) released = true
+    } catch (e) {
+      error = error ?? errorValue(e instanceof LockError ? e : new LockError(String(e && e.message), 'IO_ERROR'))
+    }
+  }
+  if (released) return { ok: true, value: undefined }
+  return { ok: false, error: error ?? { type: 'NOT_LOCKED', message: 'Lock not held' } }
+}
+
+/** What `url` looks like now, from the server's `stats` (Go server only). */
+async function statusTarget(url, options) {
+  const o = options ?? {}
+  const u = parseDflockdUrl(url)
+  const conn = connectOptions({
+    ...o,
+    tls: o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined,
+    auth: o.auth ?? u.auth,
+  })
+  const r = await nativeSync(() => native.dflockdStats({ server: { host: u.host, port: u.port }, ...conn }))
+  if (!r.ok) {
+    if (r.error.code === 'SERVER_ERROR') {
+      throw new LockError(
+        `dflockd server at ${u.host}:${u.port} has no stats command (it answered '${r.error.reply ?? 'error'}'; ` +
+          'status needs the Go dflockd server)',
+        'SERVER_ERROR',
+        { reply: r.error.reply ?? 'error' },
+      )
+    }
+    throw fromNative(r.error)
+  }
+  const s = parseStatsJson(r.value)
+  const mine = [...(held.get(targetId(u)) ?? [])].filter((h) => !h.released)
+  const out = {
+    locked: false,
+    info: null,
+    isStale: false,
+    isOwnedByCurrentProcess: mine.length > 0,
+    target: redactTarget(url),
+    backend: 'dflockd',
+    holders: 0,
+    waiters: 0,
+    limit: u.limit ?? 1,
+  }
+  const lock = s.locks.find((e) => e && e.key === u.key)
+  const sem = lock ? undefined : s.semaphores.find((e) => e && e.key === u.key)
+  if (lock) {
+    const holding = Number(lock.owner_conn_id) !== 0
+    out.locked = holding
+    out.holders = holding ? 1 : 0
+    out.waiters = Number(lock.waiters) || 0
+    out.limit = 1
+    if (holding) out.leaseExpiresInS = Number(lock.lease_expires_in_s)
+  } else if (sem) {
+    out.holders = Number(sem.holders) || 0
+    out.waiters = Number(sem.waiters) || 0
+    out.limit = Number(sem.limit) || out.limit
+    out.locked = out.holders > 0
+  } else if (s.idle_locks.some((e) => e && e.key === u.key)) {
+    out.limit = 1
+  }
+  if (out.locked && mine.length > 0) out.info = { pid: mine[0].pid, timestamp: mine[0].timestamp }
+  return out
+}
+
+module.exports = { redactTarget, parseDflockdUrl, acquireTarget, releaseTarget, statusTarget }

@@ -1,0 +1,306 @@
+//! The low-level connection's requests: `Op` (one request, encoded and validated), running
+//! it on a core `Connection`, and `NativeCallResult`, the value a call settles with.
+
+use super::*;
+
+/// Result of a `NativeDflockdConnection` call: `{ok: true, ...fields}` or
+/// `{ok: false, error}`. A server `timeout` to `lock`/`wait` is `ok: false` with code
+/// `TIMEOUT` and `reply: 'timeout'` (client-side time limits have no `reply`).
+#[napi(object)]
+pub struct NativeCallResult {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// `lock`/`wait`/`enqueue` (acquired): the lease token.
+    pub token: Option<String>,
+    /// `lock`/`wait`/`enqueue` (acquired): the lease granted, `renew`: the lease now applied
+    /// (seconds; a bare `ok` to a renew gives the TTL sent, else 30).
+    pub lease: Option<f64>,
+    /// `enqueue`: `'acquired'` or `'queued'`.
+    #[napi(ts_type = "'acquired' | 'queued'")]
+    pub status: Option<String>,
+    /// `stats`: the JSON text; `request`: the raw reply line.
+    pub text: Option<String>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+impl NativeCallResult {
+    pub(super) fn ok() -> Self {
+        NativeCallResult {
+            ok: true,
+            token: None,
+            lease: None,
+            status: None,
+            text: None,
+            error: None,
+        }
+    }
+
+    pub(super) fn grant(g: core::Grant) -> Self {
+        NativeCallResult {
+            token: Some(g.token),
+            lease: Some(g.lease_s as f64),
+            ..Self::ok()
+        }
+    }
+
+    pub(super) fn text(t: String) -> Self {
+        NativeCallResult {
+            text: Some(t),
+            ..Self::ok()
+        }
+    }
+
+    pub(super) fn err(e: DflockdError) -> Self {
+        NativeCallResult {
+            ok: false,
+            error: Some(e.into()),
+            ..Self::ok()
+        }
+    }
+}
+
+/// Lease the official clients assume when a renew reply does not say.
+pub(super) const FALLBACK_LEASE_S: u64 = 30;
+
+/// One request for the connection task (owned copies of the JS arguments).
+pub(super) enum Op {
+    Lock {
+        key: String,
+        timeout_s: u64,
+        ttl_s: Option<u64>,
+        limit: Option<u64>,
+    },
+    Release {
+        key: String,
+        token: String,
+        sem: bool,
+    },
+    Renew {
+        key: String,
+        token: String,
+        ttl_s: Option<u64>,
+        sem: bool,
+    },
+    Enqueue {
+        key: String,
+        ttl_s: Option<u64>,
+        limit: Option<u64>,
+    },
+    Wait {
+        key: String,
+        timeout_s: u64,
+        sem: bool,
+    },
+    Stats,
+    Raw {
+        cmd: String,
+        key: String,
+        arg: String,
+    },
+}
+
+impl Op {
+    /// Encode the request exactly as the connection will (validating it); returns the timeout a
+    /// blocking command gives the server, in seconds.
+    pub(super) fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
+        use sema_core::dflockd::Request as R;
+        let req = match self {
+            Op::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+                limit: None,
+            } => R::Lock {
+                key,
+                timeout_s: *timeout_s,
+                ttl_s: *ttl_s,
+            },
+            Op::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+                limit: Some(limit),
+            } => R::SemLock {
+                key,
+                timeout_s: *timeout_s,
+                limit: *limit,
+                ttl_s: *ttl_s,
+            },
+            Op::Release { key, token, sem } => match sem {
+                false => R::Release { key, token },
+                true => R::SemRelease { key, token },
+            },
+            Op::Renew {
+                key,
+                token,
+                ttl_s,
+                sem,
+            } => match sem {
+                false => R::Renew {
+                    key,
+                    token,
+                    ttl_s: *ttl_s,
+                },
+                true => R::SemRenew {
+                    key,
+                    token,
+                    ttl_s: *ttl_s,
+                },
+            },
+            Op::Enqueue {
+                key,
+                ttl_s,
+                limit: None,
+            } => R::Enqueue { key, ttl_s: *ttl_s },
+            Op::Enqueue {
+                key,
+                ttl_s,
+                limit: Some(limit),
+            } => R::SemEnqueue {
+                key,
+                limit: *limit,
+                ttl_s: *ttl_s,
+            },
+            Op::Wait {
+                key,
+                timeout_s,
+                sem,
+            } => match sem {
+                false => R::Wait {
+                    key,
+                    timeout_s: *timeout_s,
+                },
+                true => R::SemWait {
+                    key,
+                    timeout_s: *timeout_s,
+                },
+            },
+            Op::Stats => R::Stats,
+            Op::Raw { cmd, key, arg } => {
+                let (bytes, blocking) = core::protocol::encode_raw(cmd, key, arg)?;
+                out.extend_from_slice(&bytes);
+                return Ok(blocking);
+            }
+        };
+        req.encode_into(out)?;
+        Ok(req.blocking_timeout_s())
+    }
+}
+
+/// The connection's reply callback: one threadsafe function per connection (weak: it never keeps
+/// Node alive; `lib/dflockd/connection.js` keeps a ref'd handle while requests are pending), called once per
+/// queued request, in call order. A threadsafe function per request (what a `JsDeferred` is)
+/// costs a libuv handle opened and closed plus a cleanup hook per request.
+pub(super) type Reply =
+    ThreadsafeFunction<NativeCallResult, (), NativeCallResult, Status, false, true>;
+
+pub(super) fn settle(reply: &Reply, r: NativeCallResult) {
+    // Fails only while the environment is being torn down: nobody is left to answer then.
+    let _ = reply.call(r, ThreadsafeFunctionCallMode::NonBlocking);
+}
+
+pub(super) fn timed_out(key: &str) -> DflockdError {
+    DflockdError::new(
+        core::ErrorCode::Timeout,
+        format!("timeout acquiring '{key}'"),
+    )
+    .with_reply("timeout")
+}
+
+pub(super) fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> NativeCallResult {
+    match r {
+        Ok(AcquireReply::Granted(g)) => NativeCallResult::grant(g),
+        Ok(AcquireReply::TimedOut) => NativeCallResult::err(timed_out(key)),
+        Err(e) => NativeCallResult::err(e),
+    }
+}
+
+/// Runs one request on the connection (the core validates, encodes and parses).
+pub(super) async fn run_op(conn: &mut Connection, op: Op) -> NativeCallResult {
+    match op {
+        Op::Lock {
+            key,
+            timeout_s,
+            ttl_s,
+            limit,
+        } => {
+            let r = match limit {
+                None => conn.lock(&key, timeout_s, ttl_s).await,
+                Some(n) => conn.sem_lock(&key, timeout_s, n, ttl_s).await,
+            };
+            acquire_result(r, &key)
+        }
+        Op::Wait {
+            key,
+            timeout_s,
+            sem,
+        } => {
+            let r = if sem {
+                conn.sem_wait(&key, timeout_s).await
+            } else {
+                conn.wait(&key, timeout_s).await
+            };
+            acquire_result(r, &key)
+        }
+        Op::Release { key, token, sem } => {
+            let r = if sem {
+                conn.sem_release(&key, &token).await
+            } else {
+                conn.release(&key, &token).await
+            };
+            match r {
+                Ok(()) => NativeCallResult::ok(),
+                Err(e) => NativeCallResult::err(e),
+            }
+        }
+        Op::Renew {
+            key,
+            token,
+            ttl_s,
+            sem,
+        } => {
+            let r = if sem {
+                conn.sem_renew(&key, &token, ttl_s).await
+            } else {
+                conn.renew(&key, &token, ttl_s).await
+            };
+            match r {
+                Ok(lease) => NativeCallResult {
+                    lease: Some(lease.or(ttl_s).unwrap_or(FALLBACK_LEASE_S) as f64),
+                    ..NativeCallResult::ok()
+                },
+                Err(e) => NativeCallResult::err(e),
+            }
+        }
+        Op::Enqueue { key, ttl_s, limit } => {
+            let r = match limit {
+                None => conn.enqueue(&key, ttl_s).await,
+                Some(n) => conn.sem_enqueue(&key, n, ttl_s).await,
+            };
+            match r {
+                Ok(EnqueueReply::Acquired(g)) => NativeCallResult {
+                    status: Some("acquired".to_string()),
+                    ..NativeCallResult::grant(g)
+                },
+                Ok(EnqueueReply::Queued) => NativeCallResult {
+                    status: Some("queued".to_string()),
+                    ..NativeCallResult::ok()
+                },
+                Err(e) => NativeCallResult::err(e),
+            }
+        }
+        Op::Stats => match conn.stats_json().await {
+            Ok(json) => NativeCallResult::text(json),
+            Err(e) => NativeCallResult::err(e),
+        },
+        Op::Raw { cmd, key, arg } => match conn.request_raw(&cmd, &key, &arg).await {
+            Ok(line) => NativeCallResult::text(line),
+            Err(e) => NativeCallResult::err(e),
+        },
+    }
+}
+
+pub(super) fn closed_error() -> DflockdError {
+    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
+}

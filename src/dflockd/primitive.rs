@@ -1,0 +1,132 @@
+//! `NativeDflockdPrimitive`: a lock or semaphore slot (acquire, two-phase enqueue/wait,
+//! renewal, release, loss callback) over `sema_core::dflockd::Primitive`.
+
+use super::*;
+
+/// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
+/// automatic renewal. One connection per held lock/slot; after a clean `release()` it goes to
+/// the core's idle pool for the next acquisition with the same settings.
+#[napi]
+pub struct NativeDflockdPrimitive {
+    inner: Arc<Primitive>,
+}
+
+#[napi]
+impl NativeDflockdPrimitive {
+    /// Validate the options (throws synchronously with a message starting
+    /// `"INVALID_ARGUMENT: "` on bad options). No I/O happens here.
+    #[napi(constructor)]
+    pub fn new(options: NativePrimitiveOptions) -> napi::Result<Self> {
+        let opts = primitive_options(&options).map_err(invalid_js)?;
+        let inner = Primitive::new(opts).map_err(invalid_js)?;
+        Ok(NativeDflockdPrimitive {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
+    /// held (renewal started), `{ok: true, value: false}` on timeout.
+    #[napi(ts_return_type = "Promise<BoolResult>")]
+    pub fn acquire<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, BoolResult>> {
+        // The ticket is taken now, on the JS thread, so a cancel() right after this call
+        // aborts it even before the future first runs.
+        let p = self.inner.clone();
+        let ticket = p.ticket();
+        env.spawn_future(async move { Ok(bool_result(p.acquire_with(ticket).await)) })
+    }
+
+    /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
+    /// `'queued'` (call `wait()` promptly).
+    #[napi(ts_return_type = "Promise<NativeEnqueueResult>")]
+    pub fn enqueue<'env>(
+        &self,
+        env: &'env Env,
+    ) -> napi::Result<PromiseRaw<'env, NativeEnqueueResult>> {
+        let p = self.inner.clone();
+        let ticket = p.ticket();
+        env.spawn_future(async move { Ok(enqueue_result(p.enqueue_with(ticket).await)) })
+    }
+
+    /// Phase two: wait up to `timeoutS` whole seconds for the grant. `true` = held (verified by
+    /// an immediate renew; a stale grant gives `LOCK_LOST`), `false` = timed out (connection
+    /// closed; enqueue again). After an `'acquired'` enqueue it resolves `true` at once.
+    #[napi(ts_return_type = "Promise<BoolResult>")]
+    pub fn wait<'env>(
+        &self,
+        env: &'env Env,
+        timeout_s: f64,
+    ) -> napi::Result<PromiseRaw<'env, BoolResult>> {
+        let p = self.inner.clone();
+        let ticket = p.ticket();
+        let t = int_arg("timeoutS", timeout_s, 0, core::protocol::MAX_SECONDS);
+        env.spawn_future(async move {
+            Ok(match t {
+                Ok(t) => bool_result(p.wait_with(ticket, t).await),
+                Err(e) => bool_result(Err(e)),
+            })
+        })
+    }
+    /// Release the held lock/slot; after a clean `ok` the connection is kept (idle, unwatched)
+    /// for the next `acquire()`/`enqueue()`, else closed. `NOT_LOCKED` when nothing is
+    /// held, `LOCK_LOST` when it was lost before.
+    #[napi(ts_return_type = "Promise<VoidResult>")]
+    pub async fn release(&self) -> napi::Result<VoidResult> {
+        let p = self.inner.clone();
+        Ok(void_result(p.release().await))
+    }
+
+    /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
+    /// connection without sending a release (the server auto-releases on disconnect).
+    /// Also drops the loss callback: its threadsafe function (a libuv handle Node's event loop
+    /// scans on every wakeup) is released now instead of when the object is collected.
+    #[napi]
+    pub fn close(&self) {
+        self.inner.close();
+        self.inner.set_on_lost(None);
+    }
+
+    /// Abort an in-flight acquire/enqueue/wait: it resolves `{ok: false, error: {code: 'ABORTED'}}`.
+    #[napi]
+    pub fn cancel(&self) {
+        self.inner.cancel();
+    }
+
+    /// Token of the held lock/slot, or `null`.
+    #[napi(getter)]
+    pub fn token(&self) -> Option<String> {
+        self.inner.token()
+    }
+
+    /// Lease in seconds from the last grant/renew; 0 when not held.
+    #[napi(getter)]
+    pub fn lease(&self) -> f64 {
+        self.inner.lease_s() as f64
+    }
+
+    /// Register the loss callback `(key, token, reason) => void`, called at most once per held
+    /// lock when renewal fails or the server drops the idle connection (closed, reset, or an
+    /// unsolicited `error` before its read-timeout close; the server then releases the lock),
+    /// never for `release()`/`close()`. `reason` says what happened. It is held weakly: it never
+    /// keeps the process alive.
+    #[napi(ts_args_type = "callback: (key: string, token: string, reason: string) => void")]
+    pub fn on_lost(
+        &self,
+        callback: Function<FnArgs<(String, String, String)>, ()>,
+    ) -> napi::Result<()> {
+        let tsfn = callback
+            .build_threadsafe_function::<FnArgs<(String, String, String)>>()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        let tsfn = Arc::new(tsfn);
+        self.inner.set_on_lost(Some(Arc::new(
+            move |key: &str, token: &str, reason: &str| {
+                let _ = tsfn.call(
+                    FnArgs::from((key.to_string(), token.to_string(), reason.to_string())),
+                    ThreadsafeFunctionCallMode::NonBlocking,
+                );
+            },
+        )));
+        Ok(())
+    }
+}

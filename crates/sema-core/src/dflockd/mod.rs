@@ -8,6 +8,7 @@
 //! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,
 //!   automatic renewal, release and loss notification.
 //! - [`pool`]: the process-wide idle connections (≤ 4 per server, closed after 2 s idle).
+//! - `renewer`: the task that owns a held lock's connection (renewal, loss, release).
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.
 //! - [`error`]: [`DflockdError`] with stable codes.
@@ -21,6 +22,7 @@ mod mismatch;
 pub mod pool;
 pub mod primitive;
 pub mod protocol;
+mod renewer;
 pub mod shard;
 pub mod stats;
 pub mod tls;

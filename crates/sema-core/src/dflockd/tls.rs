@@ -4,7 +4,7 @@
 //! A certificate made with `openssl req -x509 …` is its own CA (`basicConstraints CA:TRUE`), and
 //! the usual way to trust such a server is to configure that very certificate as the CA. WebPKI
 //! refuses it as an end entity (`CaUsedAsEndEntity`) while Go, Node and Python accept it.
-//! [`AnchorAsEndEntity`] accepts exactly that case and nothing weaker: the presented certificate
+//! [`Verifier`] accepts exactly that case and nothing weaker: the presented certificate
 //! must be byte-for-byte one of the configured anchors, WebPKI must have found nothing else wrong
 //! before that check (it checks the validity period first), the name must match, and the handshake
 //! signature (proof that the peer holds the key) is verified by WebPKI as for any server.
@@ -76,14 +76,14 @@ fn build(tls: &TlsOptions) -> Result<Arc<ClientConfig>> {
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
         .build()
         .map_err(|e| DflockdError::invalid(format!("tls.ca: unusable trust anchors: {e}")))?;
-    let verifier: Arc<dyn ServerCertVerifier> = if tls.accept_invalid_certs {
-        Arc::new(AcceptAnyCertificate { inner: webpki })
-    } else {
-        Arc::new(AnchorAsEndEntity {
-            inner: webpki,
-            anchors,
-        })
-    };
+    let verifier = Arc::new(Verifier {
+        inner: webpki,
+        trust: if tls.accept_invalid_certs {
+            Trust::AnyCertificate
+        } else {
+            Trust::Anchors(anchors)
+        },
+    });
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| DflockdError::connection(format!("TLS setup failed: {e}")))?
@@ -145,12 +145,20 @@ fn custom_roots(pem: &str) -> Result<(RootCertStore, Vec<CertificateDer<'static>
     Ok((roots, anchors))
 }
 
-/// WebPKI, plus acceptance of a server certificate that is exactly one of the configured trust
-/// anchors (see the module comment).
+/// How the server certificate is judged; the handshake signatures are always checked by WebPKI.
 #[derive(Debug)]
-struct AnchorAsEndEntity {
+enum Trust {
+    /// WebPKI, plus acceptance of a server certificate that is exactly one of these configured
+    /// trust anchors (see the module comment).
+    Anchors(Vec<CertificateDer<'static>>),
+    /// `rejectUnauthorized: false`: any certificate.
+    AnyCertificate,
+}
+
+#[derive(Debug)]
+struct Verifier {
     inner: Arc<WebPkiServerVerifier>,
-    anchors: Vec<CertificateDer<'static>>,
+    trust: Trust,
 }
 
 fn is_ca_used_as_end_entity(e: &rustls::Error) -> bool {
@@ -163,7 +171,7 @@ fn is_ca_used_as_end_entity(e: &rustls::Error) -> bool {
     }
 }
 
-impl ServerCertVerifier for AnchorAsEndEntity {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -172,6 +180,10 @@ impl ServerCertVerifier for AnchorAsEndEntity {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        let anchors = match &self.trust {
+            Trust::AnyCertificate => return Ok(ServerCertVerified::assertion()),
+            Trust::Anchors(a) => a,
+        };
         let err = match self.inner.verify_server_cert(
             end_entity,
             intermediates,
@@ -187,10 +199,7 @@ impl ServerCertVerifier for AnchorAsEndEntity {
         // more checked here than WebPKI checks it for any anchor: trusting it is the caller's
         // configuration, byte for byte.
         if !is_ca_used_as_end_entity(&err)
-            || !self
-                .anchors
-                .iter()
-                .any(|a| a.as_ref() == end_entity.as_ref())
+            || !anchors.iter().any(|a| a.as_ref() == end_entity.as_ref())
         {
             return Err(err);
         }
@@ -198,47 +207,6 @@ impl ServerCertVerifier for AnchorAsEndEntity {
             .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
         cert.verify_is_valid_for_subject_name(server_name)
             .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::NotValidForName))?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// `rejectUnauthorized: false`: any certificate, handshake signatures still verified.
-#[derive(Debug)]
-struct AcceptAnyCertificate {
-    inner: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         Ok(ServerCertVerified::assertion())
     }
 

@@ -14,11 +14,11 @@ use tokio_rustls::TlsConnector;
 
 use super::error::{DflockdError, ErrorCode, Result};
 use super::mismatch;
-use super::protocol::{
-    self, AcquireReply, EnqueueReply, Request, MAX_REPLY_LINE_BYTES, MAX_SECONDS,
-};
-use super::stats::{parse_stats, Stats};
+
+mod commands;
+use super::protocol::{self, Request, MAX_REPLY_LINE_BYTES, MAX_SECONDS};
 use super::tls::{self, TlsOptions};
+pub use commands::stats_json;
 
 /// Default bound for TCP connect plus TLS handshake when none is configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -563,166 +563,6 @@ impl Connection {
             }
         }
     }
-
-    /// Send a request whose reply is parsed by `parse` straight from the read buffer; a protocol
-    /// error closes the connection.
-    async fn call<T>(
-        &mut self,
-        req: Request<'_>,
-        parse: impl FnOnce(&str) -> Result<T>,
-    ) -> Result<T> {
-        self.wbuf.clear();
-        req.encode_into(&mut self.wbuf)?;
-        let end = self.exchange(req.blocking_timeout_s()).await?;
-        let r = self.line(end).and_then(parse);
-        self.consume(end);
-        match r {
-            Err(e) if e.kind() == ErrorCode::ProtocolError => Err(self.fail(e)),
-            r => r,
-        }
-    }
-
-    /// `auth`: `ok` or `AUTH_FAILED`.
-    pub async fn auth(&mut self, token: &str) -> Result<()> {
-        let r = self
-            .call(Request::Auth { token }, protocol::parse_auth_reply)
-            .await;
-        if r.is_err() {
-            self.close();
-        }
-        r
-    }
-
-    /// `l key timeout [ttl]`.
-    pub async fn lock(
-        &mut self,
-        key: &str,
-        timeout_s: u64,
-        ttl_s: Option<u64>,
-    ) -> Result<AcquireReply> {
-        self.call(
-            Request::Lock {
-                key,
-                timeout_s,
-                ttl_s,
-            },
-            |l| protocol::parse_acquire_reply(l, "acquire"),
-        )
-        .await
-    }
-
-    /// `sl key timeout limit [ttl]`.
-    pub async fn sem_lock(
-        &mut self,
-        key: &str,
-        timeout_s: u64,
-        limit: u64,
-        ttl_s: Option<u64>,
-    ) -> Result<AcquireReply> {
-        self.call(
-            Request::SemLock {
-                key,
-                timeout_s,
-                limit,
-                ttl_s,
-            },
-            |l| protocol::parse_acquire_reply(l, "sem_acquire"),
-        )
-        .await
-    }
-
-    /// `r key token` → exactly `ok`.
-    pub async fn release(&mut self, key: &str, token: &str) -> Result<()> {
-        self.call(Request::Release { key, token }, |l| {
-            protocol::parse_release_reply(l, "release")
-        })
-        .await
-    }
-
-    /// `sr key token` → exactly `ok`.
-    pub async fn sem_release(&mut self, key: &str, token: &str) -> Result<()> {
-        self.call(Request::SemRelease { key, token }, |l| {
-            protocol::parse_release_reply(l, "sem_release")
-        })
-        .await
-    }
-
-    /// `n key token [ttl]` → the lease the server reports (`None` for a bare `ok`).
-    pub async fn renew(
-        &mut self,
-        key: &str,
-        token: &str,
-        ttl_s: Option<u64>,
-    ) -> Result<Option<u64>> {
-        self.call(Request::Renew { key, token, ttl_s }, |l| {
-            protocol::parse_renew_reply(l, "renew")
-        })
-        .await
-    }
-
-    /// `sn key token [ttl]`.
-    pub async fn sem_renew(
-        &mut self,
-        key: &str,
-        token: &str,
-        ttl_s: Option<u64>,
-    ) -> Result<Option<u64>> {
-        self.call(Request::SemRenew { key, token, ttl_s }, |l| {
-            protocol::parse_renew_reply(l, "sem_renew")
-        })
-        .await
-    }
-
-    /// `e key [ttl]`.
-    pub async fn enqueue(&mut self, key: &str, ttl_s: Option<u64>) -> Result<EnqueueReply> {
-        self.call(Request::Enqueue { key, ttl_s }, |l| {
-            protocol::parse_enqueue_reply(l, "enqueue")
-        })
-        .await
-    }
-
-    /// `se key limit [ttl]`.
-    pub async fn sem_enqueue(
-        &mut self,
-        key: &str,
-        limit: u64,
-        ttl_s: Option<u64>,
-    ) -> Result<EnqueueReply> {
-        self.call(Request::SemEnqueue { key, limit, ttl_s }, |l| {
-            protocol::parse_enqueue_reply(l, "sem_enqueue")
-        })
-        .await
-    }
-
-    /// `w key timeout`.
-    pub async fn wait(&mut self, key: &str, timeout_s: u64) -> Result<AcquireReply> {
-        self.call(Request::Wait { key, timeout_s }, |l| {
-            protocol::parse_acquire_reply(l, "wait")
-        })
-        .await
-    }
-
-    /// `sw key timeout`.
-    pub async fn sem_wait(&mut self, key: &str, timeout_s: u64) -> Result<AcquireReply> {
-        self.call(Request::SemWait { key, timeout_s }, |l| {
-            protocol::parse_acquire_reply(l, "sem_wait")
-        })
-        .await
-    }
-
-    /// `stats` → the JSON text after `ok `.
-    pub async fn stats_json(&mut self) -> Result<String> {
-        self.call(Request::Stats, |l| {
-            protocol::parse_stats_reply(l).map(str::to_string)
-        })
-        .await
-    }
-
-    /// `stats`, parsed.
-    pub async fn stats(&mut self) -> Result<Stats> {
-        let json = self.stats_json().await?;
-        parse_stats(&json)
-    }
 }
 
 /// A short printable rendering of an unexpected line (one trailing `\r` dropped, control
@@ -741,12 +581,4 @@ fn overlong() -> DflockdError {
     DflockdError::protocol(format!(
         "reply line exceeds {MAX_REPLY_LINE_BYTES} bytes without a newline"
     ))
-}
-
-/// Connect, send `stats`, return the JSON text, close.
-pub async fn stats_json(opts: &ConnectOptions) -> Result<String> {
-    let mut conn = Connection::connect(opts).await?;
-    let r = conn.stats_json().await;
-    conn.close();
-    r
 }

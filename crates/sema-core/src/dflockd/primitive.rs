@@ -30,6 +30,8 @@ use super::pool;
 use super::protocol::{self, AcquireReply, EnqueueReply, Grant};
 use super::renewer::{HeldCmd, HeldShared, Released, Renewer};
 
+mod two_phase;
+
 /// Default cap between two renewals: well below the server's default 23 s idle limit.
 pub const DEFAULT_RENEW_MAX_INTERVAL: Duration = Duration::from_secs(15);
 /// Smallest renewal interval.
@@ -462,143 +464,6 @@ impl Primitive {
             }
             Ok(None) => self.end_op(op, &cancel).map(|_| false),
             Err(e) => {
-                self.end_op(op, &cancel)?;
-                Err(e)
-            }
-        }
-    }
-
-    /// Phase one of a two-phase acquire: connect and send `e`/`se`. `Acquired` = held
-    /// (renewal started); `Queued` = call [`Primitive::wait`] promptly (the gap counts against
-    /// the server's idle limit, and a grant's lease runs from the grant).
-    pub async fn enqueue(&self) -> Result<EnqueueOutcome> {
-        self.enqueue_with(self.ticket()).await
-    }
-
-    /// [`Primitive::enqueue`] with a ticket taken earlier.
-    pub async fn enqueue_with(&self, ticket: Ticket) -> Result<EnqueueOutcome> {
-        let (op, cancel, old, kept) = self.begin(ticket)?;
-        join_stopped(old).await;
-        let res = self
-            .open_and_send(kept, &cancel, |p, c| Box::pin(p.send_enqueue(c)))
-            .await;
-        match res {
-            Ok((conn, EnqueueReply::Acquired(g))) => self
-                .commit_held(op, &cancel, conn, g)
-                .map(|_| EnqueueOutcome::Acquired),
-            Ok((conn, EnqueueReply::Queued)) => self
-                .commit_queued(op, &cancel, conn)
-                .map(|_| EnqueueOutcome::Queued),
-            Err(e) => {
-                self.end_op(op, &cancel)?;
-                Err(e)
-            }
-        }
-    }
-
-    /// Phase two: wait up to `timeout_s` for the grant after `enqueue()` answered `Queued`.
-    /// After the fast path (`Acquired`) it returns `Ok(true)` without a request. A grant is
-    /// verified with one immediate renew (a grant whose lease expired before `w` was sent
-    /// still answers `ok`); if that fails the result is `LOCK_LOST`. `Ok(false)` = timed out
-    /// (the connection is closed: its queue state is ambiguous; enqueue again).
-    pub async fn wait(&self, timeout_s: u64) -> Result<bool> {
-        self.wait_with(self.ticket(), timeout_s).await
-    }
-
-    /// [`Primitive::wait`] with a ticket taken earlier. A wait cancelled before it started
-    /// also abandons the pending enqueue (its connection is closed).
-    pub async fn wait_with(&self, ticket: Ticket, timeout_s: u64) -> Result<bool> {
-        protocol::validate_timeout(timeout_s)?;
-        let (op, cancel, mut conn) = {
-            let mut st = lock(&self.state);
-            if self.ticket_cancelled(ticket) {
-                if matches!(st.phase, Phase::Queued(_)) {
-                    st.phase = Phase::Idle;
-                }
-                return Err(DflockdError::aborted());
-            }
-            match &st.phase {
-                Phase::Held(h) => {
-                    if h.shared.lost.load(Ordering::SeqCst) {
-                        return Err(DflockdError::new(
-                            ErrorCode::LockLost,
-                            "the lock granted by enqueue() was lost",
-                        ));
-                    }
-                    return Ok(true);
-                }
-                Phase::Queued(_) => {}
-                Phase::Idle => {
-                    return Err(DflockdError::invalid(
-                        "wait() needs a pending enqueue(); call enqueue() first",
-                    ))
-                }
-                Phase::Busy { .. } => {
-                    return Err(DflockdError::invalid(
-                        "another acquire/enqueue/wait is in progress",
-                    ))
-                }
-            }
-            st.next_op += 1;
-            let op = st.next_op;
-            let cancel = CancellationToken::new();
-            let prev = std::mem::replace(
-                &mut st.phase,
-                Phase::Busy {
-                    op,
-                    cancel: cancel.clone(),
-                },
-            );
-            let Phase::Queued(conn) = prev else {
-                st.phase = Phase::Idle;
-                return Err(DflockdError::invalid("wait() needs a pending enqueue()"));
-            };
-            (op, cancel, conn)
-        };
-        let o = &self.opts;
-        let work = async {
-            let reply = if o.limit == 1 {
-                conn.wait(&o.key, timeout_s).await?
-            } else {
-                conn.sem_wait(&o.key, timeout_s).await?
-            };
-            let grant = match reply {
-                AcquireReply::TimedOut => return Ok(None),
-                AcquireReply::Granted(g) => g,
-            };
-            let verify = if o.limit == 1 {
-                conn.renew(&o.key, &grant.token, o.lease_ttl_s).await
-            } else {
-                conn.sem_renew(&o.key, &grant.token, o.lease_ttl_s).await
-            };
-            match verify {
-                Ok(_) => Ok(Some(grant)),
-                Err(e) if e.kind() == ErrorCode::ServerError => {
-                    let mut lost = DflockdError::new(
-                        ErrorCode::LockLost,
-                        "wait: the granted lease had already expired (renew right after the grant was rejected)",
-                    );
-                    if let Some(r) = e.reply() {
-                        lost = lost.with_reply(r);
-                    }
-                    Err(lost)
-                }
-                Err(e) => Err(e),
-            }
-        };
-        let res = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(DflockdError::aborted()),
-            r = work => r,
-        };
-        match res {
-            Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|_| true),
-            Ok(None) => {
-                drop(conn);
-                self.end_op(op, &cancel).map(|_| false)
-            }
-            Err(e) => {
-                drop(conn);
                 self.end_op(op, &cancel)?;
                 Err(e)
             }

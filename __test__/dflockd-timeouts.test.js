@@ -64,6 +64,17 @@ describe('millisecond timeouts', { skip }, () => {
     await f.close()
   })
 
+  test('DistributedLock against a silent server: acquireTimeoutS 1 settles at 1 s with false, not 1 s + a margin', async () => {
+    const f = await d.fakeServer(() => null)
+    const l = new DistributedLock({ key: 'to-silent-dl', servers: [[f.host, f.port]], acquireTimeoutS: 1 })
+    const t0 = performance.now()
+    assert.equal(await l.acquire(), false)
+    const took = performance.now() - t0
+    assert.ok(took >= 999 && took < 2000, `settled after ${took} ms`)
+    assert.equal(l.token, null)
+    await f.close()
+  })
+
   test('leaseTtl is whole seconds and its error says so, naming leaseTtl', async () => {
     for (const bad of [1.5, 0, -1, '5']) {
       const r = await api.acquire(s.url('to-ttl'), { leaseTtl: bad })

@@ -85,6 +85,8 @@ class DistributedLock {
       key: this.#key,
       limit: this.#limit,
       acquireTimeoutS: this.#acquireTimeoutS,
+      // The client stops waiting at the timeout itself, not at the server's reply plus a safety margin.
+      acquireTimeoutMs: typeof this.#acquireTimeoutS === 'number' ? this.#acquireTimeoutS * 1000 : undefined,
       leaseTtlS: this.#leaseTtlS,
       server,
       renewRatio: this.#renewRatio,

@@ -46,7 +46,7 @@ const BAD_ACQUIRE_OPTIONS = [
   ['pid: -1', { pid: -1 }, /^pid must be a process id .*, got -1$/],
   ['pid: 2**32+5', { pid: 2 ** 32 + 5 }, /^pid must be a process id .*, got 4294967301$/],
   ["onLost: 'x'", { onLost: 'x' }, /^onLost must be a function, got "x"$/],
-  ["leaseTtl: '10'", { leaseTtl: '10' }, /^leaseTtl must be a positive integer, got "10"$/],
+  ["leaseTtl: '10'", { leaseTtl: '10' }, /^leaseTtl must be a whole number of seconds >= 1 \(the protocol's unit, as \?leaseTtl= in a URL\), got "10"$/],
 ]
 
 function assertInvalid(r, pattern) {

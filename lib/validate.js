@@ -66,6 +66,10 @@ const check = {
   force: (name, v) => {
     if (typeof v !== 'boolean') throw refuse(name, 'true or false', v)
   },
+  /** dflockd's lease: whole seconds, the protocol's unit, among millisecond options: the message says so. */
+  wholeSeconds: (name, v) => {
+    if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, "a whole number of seconds >= 1 (the protocol's unit, as ?leaseTtl= in a URL)", v)
+  },
   positiveInteger: (name, v) => {
     if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, 'a positive integer', v)
   },
@@ -95,7 +99,7 @@ const ACQUIRE = {
   heartbeat: check.heartbeat,
   maxTagLength: check.maxTagLength,
   pid: check.pid,
-  leaseTtl: check.positiveInteger,
+  leaseTtl: check.wholeSeconds,
   limit: check.positiveInteger,
   tls: check.tls,
   auth: check.string,

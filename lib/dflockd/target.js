@@ -140,7 +140,7 @@ function targetConfig(url, options, wait) {
   }
   if (o.leaseTtl !== undefined && o.leaseTtl !== null) {
     if (!Number.isInteger(o.leaseTtl) || o.leaseTtl < 1 || o.leaseTtl > MAX_TIMEOUT_S) {
-      throw invalid(`leaseTtl is in whole seconds (as ?leaseTtl= in the URL): it must be an integer between 1 and ${MAX_TIMEOUT_S}, got ${describe(o.leaseTtl)}`)
+      throw invalid(`leaseTtl must be a whole number of seconds between 1 and ${MAX_TIMEOUT_S} (the protocol's unit, as ?leaseTtl= in a URL), got ${describe(o.leaseTtl)}`)
     }
   }
   const limit = opt(o.limit) ?? u.limit ?? 1

@@ -299,7 +299,7 @@ class DistributedLock {
 
   /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
    * server releases on disconnect. After a clean release the connection goes to the process-wide idle pool (at most
-   * 4 per server, closed after 2 s unused, never keeping the process alive) for the next acquisition to that server
+   * 64 per server, closed after 2 s unused, never keeping the process alive) for the next acquisition to that server
    * by any instance. */
   async release() {
     const prim = this.#prim

@@ -563,6 +563,43 @@ mod dflockd {
         n
     }
 
+    /// The pool keeps at most `MAX_IDLE_PER_SERVER` idle connections per server and settings:
+    /// more concurrent holders than that close the surplus at release, and the rest are closed
+    /// by the reaper after `IDLE_TTL`.
+    #[tokio::test]
+    async fn the_idle_pool_is_bounded_and_drains() {
+        let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;
+        let n = pool::MAX_IDLE_PER_SERVER + 6;
+        let prims: Vec<_> = (0..n)
+            .map(|i| {
+                Primitive::new(PrimitiveOptions::new(
+                    format!("k{i}"),
+                    s.fake.connect_options(),
+                ))
+                .expect("opts")
+            })
+            .collect();
+        for p in &prims {
+            assert!(p.acquire().await.expect("acquire"));
+        }
+        assert_eq!(s.fake.accepted.load(Ordering::SeqCst), n);
+        for p in &prims {
+            p.release().await.expect("release");
+        }
+        assert_eq!(
+            pool::idle_count(&s.fake.connect_options()),
+            pool::MAX_IDLE_PER_SERVER
+        );
+        // The reaper closes them after IDLE_TTL (no event to wait for: poll, bounded).
+        let deadline = std::time::Instant::now() + pool::IDLE_TTL * 3;
+        while pool::idle_count(&s.fake.connect_options()) > 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(pool::idle_count(&s.fake.connect_options()), 0);
+    }
+
     #[tokio::test]
     async fn clean_release_pools_the_connection_for_the_next_acquisition() {
         let s = scripted(30, |_| Some(("ok 30\n", Duration::ZERO))).await;

@@ -7,7 +7,7 @@
 //!   configured anchor), client certificates.
 //! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,
 //!   automatic renewal, release and loss notification.
-//! - [`pool`]: the process-wide idle connections (≤ 4 per server, closed after 2 s idle).
+//! - [`pool`]: the process-wide idle connections (≤ 64 per server, closed after 2 s idle).
 //! - `renewer`: the task that owns a held lock's connection (renewal, loss, release).
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.

@@ -665,19 +665,11 @@ pub fn set_lock_lost_handler(
 /// The descriptor of the held lock with this token (for `sema-native run`, which hands it to its command so that
 /// the command keeps the lock if the wrapper dies); `null` when no such lock is held here.
 #[napi]
-pub fn held_lock_fd(token: String) -> Option<i32> {
-    #[cfg(unix)]
-    {
-        lockfile::held_locks()
-            .into_iter()
-            .find(|h| !token.is_empty() && h.token() == token)
-            .and_then(|h| h.raw_fd())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = token;
-        None
-    }
+pub fn held_lock_fd(token: String) -> Option<i64> {
+    lockfile::held_locks()
+        .into_iter()
+        .find(|h| !token.is_empty() && h.token() == token)
+        .and_then(|h| h.raw_handle())
 }
 
 /// Releases every lock of the process, whichever thread took it (the JS layer calls it from the main thread's

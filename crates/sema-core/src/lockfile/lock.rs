@@ -1,7 +1,6 @@
 //! `LockFile` (one lock path plus options) and `HeldLock` (a lock this process holds).
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::{File, Metadata};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
@@ -281,9 +280,8 @@ pub struct LockFile {
 #[derive(Debug, Clone)]
 pub struct FileInner {
     path: PathBuf,
-    /// `path` as a C string for `linkat` (`None` if it has a NUL byte).
-    #[cfg(unix)]
-    path_c: Option<CString>,
+    /// `path` converted once for the system calls.
+    os_path: sys::OsPath,
     key: PathBuf,
     options: LockOptions,
     strategy: CreationStrategy,
@@ -294,18 +292,6 @@ pub struct FileInner {
     /// instead of hopping to the blocking pool; on a local disk without `fsync` the calls are
     /// short enough to run on the JS thread (see [`LockFile::acquire_now`]).
     fs: FsKind,
-}
-
-impl FileInner {
-    #[cfg(unix)]
-    fn path_c_opt(&self) -> Option<&std::ffi::CStr> {
-        self.path_c.as_deref()
-    }
-
-    #[cfg(not(unix))]
-    fn path_c_opt(&self) -> Option<&std::ffi::CStr> {
-        None
-    }
 }
 
 impl std::ops::Deref for LockFile {
@@ -440,8 +426,7 @@ impl LockFile {
         LockFile {
             inner: Arc::new(FileInner {
                 fs,
-                #[cfg(unix)]
-                path_c: sys::c_path(&path),
+                os_path: sys::OsPath::new(&path),
                 path,
                 key,
                 options,
@@ -452,8 +437,8 @@ impl LockFile {
         }
     }
 
-    fn path_c(&self) -> Option<&std::ffi::CStr> {
-        self.inner.path_c_opt()
+    fn os_path(&self) -> &sys::OsPath {
+        &self.inner.os_path
     }
 
     /// `false`: write only `pid=`, `timestamp=` and `tag=`, a file indistinguishable from
@@ -1012,7 +997,6 @@ impl LockFile {
         let mut examine_first = look_first;
         let mut built: Option<(LockInfo, Vec<u8>)> = None;
         for _ in 0..MAX_ROUNDS {
-            #[cfg(target_os = "linux")]
             if !examine_first && self.strategy == CreationStrategy::Auto {
                 match self.link_prepared(req, fsync, prepared) {
                     Some(Ok(held)) => return Ok(held),
@@ -1040,7 +1024,7 @@ impl LockFile {
                 };
                 match sys::create_lock_file(
                     &self.path,
-                    self.path_c(),
+                    self.os_path(),
                     &content,
                     fsync,
                     self.strategy,
@@ -1067,8 +1051,7 @@ impl LockFile {
     }
 
     /// One link attempt of the prepared file (prepared now if there is none; its timestamp
-    /// refreshed if a second passed). `None`: O_TMPFILE linking is unsupported here.
-    #[cfg(target_os = "linux")]
+    /// refreshed if a second passed). `None`: unnamed files are unsupported here.
     fn link_prepared(
         &self,
         req: &AcquireRequest,
@@ -1089,7 +1072,7 @@ impl LockFile {
             Some(_) => {}
             None => {
                 let (info, content) = self.build_info(req);
-                match sys::tmpfile_prepare(&self.path, &content)? {
+                match sys::prepare_unnamed(&self.path, &content)? {
                     Ok(file) => {
                         *prepared = Some(Prepared {
                             file,
@@ -1102,12 +1085,12 @@ impl LockFile {
             }
         }
         let p = prepared.as_ref()?;
-        match sys::tmpfile_link(&p.file, &self.path, self.path_c())? {
+        match sys::link_unnamed(&p.file, &self.path, self.os_path())? {
             Ok(()) => {}
             Err(e) => return Some(Err(e)),
         }
         let p = prepared.take()?;
-        if let Err(e) = sys::tmpfile_linked(&p.file, &self.path, fsync) {
+        if let Err(e) = sys::unnamed_linked(&p.file, &self.path, fsync) {
             return Some(Err(e));
         }
         Some(self.adopt_new_file(p.file, p.info, p.content))
@@ -1250,7 +1233,7 @@ impl LockFile {
             queue::BreakLock::Busy => return Examined::Held(holder, None),
             queue::BreakLock::Unavailable => None,
         };
-        let _exclusive = match sys::try_flock_exclusive(&file, &self.path, id) {
+        let _exclusive = match sys::try_break_lock(&file, &self.path, id) {
             Ok(ExclusiveLock::Held(extra)) => extra,
             Ok(ExclusiveLock::Unsupported) => None,
             // Only shared flocks, no holder's mark, and breakers of this user serialised:
@@ -1258,7 +1241,7 @@ impl LockFile {
             Ok(ExclusiveLock::Busy)
                 if per_user.is_some()
                     && presence == sys::Presence::Absent
-                    && !sys::exclusive_flock_held(id) =>
+                    && !sys::breaker_present(id) =>
             {
                 None
             }
@@ -1547,7 +1530,7 @@ impl HeldInner {
         let Some(file) = state.file.as_ref() else {
             return Ownership::Lost("lock file was removed");
         };
-        match sys::stat_id(self.path(), self.file.path_c_opt()) {
+        match sys::stat_id(self.path(), Some(&self.file.os_path)) {
             Ok(id) if id == state.file_id => {}
             Ok(_) => return Ownership::Lost("lock file was replaced"),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -1691,10 +1674,13 @@ impl HeldLock {
     /// given a copy of it (e.g. as an inherited stdio slot, as `flock(1)` does) carries the
     /// holder's presence mark and `flock` with it: while that child lives the lock stays held,
     /// even after this process died.
-    #[cfg(unix)]
-    pub fn raw_fd(&self) -> Option<std::os::unix::io::RawFd> {
-        use std::os::unix::io::AsRawFd;
-        lock(&self.inner.state).file.as_ref().map(File::as_raw_fd)
+    /// `None` when the lock is no longer held or the system has no such handle. (A descriptor
+    /// number on Unix.)
+    pub fn raw_handle(&self) -> Option<i64> {
+        lock(&self.inner.state)
+            .file
+            .as_ref()
+            .and_then(sys::raw_handle)
     }
 
     /// Cancelled when the lock is found lost (file removed, replaced or overwritten).

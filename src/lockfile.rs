@@ -220,7 +220,7 @@ fn start(r: Result<HeldLock, LockError>, claim: owner::Claim) -> Result<HeldLock
     if !owner::claim(&held, claim) {
         return Err(LockError::Aborted);
     }
-    held.start_heartbeat_thread();
+    held.start_heartbeat();
     Ok(held)
 }
 
@@ -468,7 +468,7 @@ impl NativeLockFile {
                 AcquireNow::Wait(tried) => Some(tried),
             }
         };
-        let fut = self.inner.acquire_in_order_tried(
+        let fut = self.inner.acquire_in_order(
             req,
             timeout_ms.map(ms),
             cancelled.unwrap_or_default(),
@@ -513,7 +513,7 @@ impl NativeLockFile {
     #[napi]
     pub fn release_as_process(&self, force: bool) -> Option<NativeError> {
         self.inner
-            .release_as_process(force)
+            .release_as(sema_core::lockfile::current_pid(), force)
             .err()
             .map(|e| (&e).into())
     }
@@ -526,7 +526,7 @@ impl NativeLockFile {
         void_result(
             tokio::task::spawn_blocking(move || match owner_pid {
                 Some(pid) => file.release_as(pid, force),
-                None => file.release_as_process(force),
+                None => file.release_as(sema_core::lockfile::current_pid(), force),
             })
             .await
             .unwrap_or_else(|e| Err(join_error(e))),
@@ -589,7 +589,10 @@ pub fn file_try_acquire_sync(
 #[napi]
 pub fn file_release_as_process(slot: u32, force: bool) -> Option<NativeError> {
     match file_by_slot(slot) {
-        Some((file, _)) => file.release_as_process(force).err().map(|e| (&e).into()),
+        Some((file, _)) => file
+            .release_as(sema_core::lockfile::current_pid(), force)
+            .err()
+            .map(|e| (&e).into()),
         None => Some(gone()),
     }
 }

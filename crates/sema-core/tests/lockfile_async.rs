@@ -281,8 +281,8 @@ async fn heartbeat_refreshes_and_detects_loss() {
             owner_pid: None,
         })
         .unwrap();
-    held.start_heartbeat(&tokio::runtime::Handle::current());
-    held.start_heartbeat(&tokio::runtime::Handle::current()); // no-op
+    held.start_heartbeat();
+    held.start_heartbeat(); // no-op
 
     // mtime refresh
     std::fs::File::options()
@@ -324,7 +324,7 @@ async fn heartbeat_refreshes_and_detects_loss() {
     let held = lf
         .try_acquire(&AcquireRequest::default())
         .expect("slot freed by the loss");
-    held.start_heartbeat(&tokio::runtime::Handle::current());
+    held.start_heartbeat();
     std::fs::remove_file(&path).unwrap();
     let other = format!("pid=1\ntimestamp={}\n", now_unix_secs());
     std::fs::write(&path, &other).unwrap();
@@ -590,7 +590,7 @@ async fn extreme_options_do_not_panic() {
         .await
         .unwrap();
     assert_eq!(held.info().tag.as_deref(), Some(""));
-    held.start_heartbeat(&tokio::runtime::Handle::current());
+    held.start_heartbeat();
     let err = lf
         .acquire(
             &AcquireRequest::default(),
@@ -610,7 +610,7 @@ async fn extreme_options_do_not_panic() {
         },
     );
     let held = hb_zero.try_acquire(&AcquireRequest::default()).unwrap();
-    held.start_heartbeat(&tokio::runtime::Handle::current());
+    held.start_heartbeat();
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(held.release().unwrap());
 }
@@ -683,6 +683,7 @@ async fn acquire_in_order_keeps_call_order() {
                 },
                 Some(Duration::from_secs(10)),
                 CancellationToken::new(),
+                None,
             )
         })
         .collect();
@@ -732,7 +733,7 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     );
     let released = lf.try_acquire(&AcquireRequest::default()).unwrap();
     released.set_owner(owner);
-    released.start_heartbeat_thread();
+    released.start_heartbeat();
     let released_id = released.id();
     assert!(held_lock_by_id(released_id).is_some());
     assert!(released.release().unwrap());
@@ -740,7 +741,7 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
 
     let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
     held.set_owner(owner);
-    held.start_heartbeat_thread();
+    held.start_heartbeat();
     std::fs::remove_file(&path).unwrap();
     tokio::time::timeout(Duration::from_secs(5), held.lost().cancelled())
         .await
@@ -762,12 +763,14 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     // Released by path (semats' `release()`): the owner hears ReleasedByPath if it asked.
     let quiet = lf.try_acquire(&AcquireRequest::default()).unwrap();
     quiet.set_owner(owner);
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(!seen.lock().unwrap().iter().any(|(id, _)| *id == quiet.id()));
     let by_path = lf.try_acquire(&AcquireRequest::default()).unwrap();
     by_path.set_owner(owner);
     by_path.report_release_by_path();
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(seen
         .lock()
         .unwrap()

@@ -157,7 +157,9 @@ fn owner_pid_is_recorded() {
     let text = std::fs::read_to_string(lf.path()).unwrap();
     assert!(text.starts_with("pid=1\n"));
     // Not ours by pid: release_as_process without force is refused, release_as(1) works.
-    let err = lf.release_as_process(false).unwrap_err();
+    let err = lf
+        .release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap_err();
     assert_eq!(err.kind(), "PERMISSION_DENIED");
     assert_eq!(err.to_string(), "Lock held by different process (PID 1)");
     lf.release_as(1, false).unwrap();
@@ -242,14 +244,19 @@ fn release_as_process_semantics() {
     let d = dir();
     let lf = lockfile(&d, "p.lock");
     assert_eq!(
-        lf.release_as_process(false).unwrap_err().kind(),
+        lf.release_as(sema_core::lockfile::current_pid(), false)
+            .unwrap_err()
+            .kind(),
         "NOT_LOCKED"
     );
     std::fs::write(lf.path(), "pid=99999\ntimestamp=1\n").unwrap();
-    let err = lf.release_as_process(false).unwrap_err();
+    let err = lf
+        .release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap_err();
     assert_eq!(err.kind(), "PERMISSION_DENIED");
     assert_eq!(err.holder_pid(), Some(99999));
-    lf.release_as_process(true).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), true)
+        .unwrap();
     assert!(!lf.path().exists());
     // Our pid: released without force.
     std::fs::write(
@@ -257,14 +264,17 @@ fn release_as_process_semantics() {
         format!("pid={}\ntimestamp=1\n", std::process::id()),
     )
     .unwrap();
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     // A fresh garbage file: deleted without force, as semats does (release_young_unparseable).
     std::fs::write(lf.path(), "garbage").unwrap();
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(!lf.path().exists());
     // Held through a HeldLock: released properly (slot freed, registry left).
     let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(held.is_released());
     assert!(!lf.path().exists());
     let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
@@ -283,7 +293,8 @@ fn old_garbage_is_deleted_by_plain_release() {
         },
     );
     std::fs::write(&path, "garbage").unwrap();
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(!path.exists());
 }
 
@@ -526,7 +537,8 @@ fn plain_format_writes_exactly_what_semats_writes() {
     assert!(held.is_on_disk());
     assert!(lf.status().is_owned_by_current_process);
     // release_as_process finds it through the registry and releases it properly
-    lf.release_as_process(false).unwrap();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(held.is_released());
     assert!(!path.exists());
     // overwritten in place with other content: never deleted by release
@@ -575,10 +587,14 @@ fn semats_exact_switches() {
     assert!(strict.status().is_stale);
     // semats deletes a fresh garbage lock without force; the strict switch refuses it.
     std::fs::write(&path, "garbage").unwrap();
-    let err = strict.release_as_process(false).unwrap_err();
+    let err = strict
+        .release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap_err();
     assert_eq!(err.kind(), "PERMISSION_DENIED");
     assert_eq!(err.holder_pid(), None);
-    semats_like.release_as_process(false).unwrap();
+    semats_like
+        .release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
     assert!(!path.exists());
 }
 

@@ -75,8 +75,14 @@ async fn symlink_at_the_lock_path_is_refused_by_every_operation() {
             .await
             .unwrap_err(),
         );
-        refused(lf.release_as_process(false).unwrap_err());
-        refused(lf.release_as_process(true).unwrap_err());
+        refused(
+            lf.release_as(sema_core::lockfile::current_pid(), false)
+                .unwrap_err(),
+        );
+        refused(
+            lf.release_as(sema_core::lockfile::current_pid(), true)
+                .unwrap_err(),
+        );
         refused(lf.clean_stale().unwrap_err());
         refused(
             lf.wait_until_free(Some(Duration::from_millis(100)), CancellationToken::new())

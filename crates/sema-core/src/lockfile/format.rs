@@ -4,7 +4,7 @@
 //! line endings, no BOM), followed by keys of our own (`host=`, `start=`, `token=`) that both
 //! other tools ignore.
 //!
-//! We parse with `semats`' rules (reference/lockfile-tools.md §A2, TS column), because they are
+//! We parse with `semats`' rules (its `parseLockInfo`), because they are
 //! the more lenient of the two and accept everything either tool and the spec's shell example
 //! write (CRLF, BOM, unknown keys, missing tag):
 //! - split on `\n`, trim each line like JS `String.prototype.trim` (ES whitespace, line
@@ -305,7 +305,7 @@ mod tests {
         }
     }
 
-    /// Every row of reference/lockfile-tools.md §A2, TS column.
+    /// semats' reading of every quirk of the format (what its `parseLockInfo` returns).
     #[test]
     fn a2_table_ts_column() {
         // Reading bytes: lossy

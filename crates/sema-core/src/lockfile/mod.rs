@@ -1,10 +1,21 @@
 //! File-Based Semaphore lock files, shared with the `sema` (Rust) and `semats` (TypeScript)
-//! tools, with the guarantees of design.md §3:
+//! tools, with these guarantees:
 //!
 //! - [`format`](mod@format): exactly the bytes both tools write (`pid=`, `timestamp=`, `tag=`), then our
 //!   `host=`, `start=`, `token=`; semats' parse rules.
 //! - Atomic creation of a complete file (O_TMPFILE + `linkat`, or a named temp file + `link`),
 //!   never check-then-rename.
+//!
+//! # Where each part lives
+//!
+//! [`LockFile`] (`lock_file.rs`: a path with its [`LockOptions`] from `options.rs`) is acquired
+//! in `acquire.rs` (entry points and waiting: the in-process FIFO of `fifo.rs`, the
+//! cross-process line of `queue/`, file events of `watch/`), one attempt at a time in
+//! `attempt.rs`, which breaks stale locks through `breaking.rs` (judged by `stale.rs`). A won
+//! attempt is a [`HeldLock`] (`held.rs`), kept in `registry.rs`, refreshed by `heartbeat.rs`,
+//! ended by `release.rs`. Every system call goes through `sys/` (and `process/` for process
+//! facts): the only folders that know which system they run on.
+//!
 //! - [`stale`]: one pure judgement; a dead holder on this host is reclaimed at once, a live one
 //!   never; foreign files follow semats' rule; unparseable files expire by mtime.
 //! - The holder's presence: an OFD write lock on its lock file (a reader cannot imitate it) and,
@@ -17,22 +28,22 @@
 //!
 //! # For callers (the napi bindings, the CLI)
 //!
-//! - [`LockFile::acquire`], [`LockFile::try_acquire_async`] and [`LockFile::wait_until_free`]
+//! - [`LockFile::acquire`], [`LockFile::acquire_in_order`] and [`LockFile::wait_until_free`]
 //!   must be polled inside a tokio runtime with time enabled (their futures are `Send`).
-//!   [`HeldLock::start_heartbeat`] (or [`HeldLock::start_heartbeat_thread`]) only adds the lock
-//!   to the one process-wide heartbeat thread's list. Everything else is synchronous and
+//!   [`HeldLock::start_heartbeat`] only adds the lock to the one process-wide heartbeat
+//!   thread's list. Everything else is synchronous and
 //!   needs no runtime; with `fsync` on, [`LockFile::try_acquire`] and [`HeldLock::release`] do
 //!   disk syncs, so run them off the JS thread.
 //! - `acquire` with a zero timeout makes exactly one attempt and reports `Timeout` (semats'
-//!   `acquire({timeout: 0})`); `try_acquire` / `try_acquire_async` report `AlreadyLocked` with the
-//!   holder.
+//!   `acquire({timeout: 0})`); `try_acquire` reports `AlreadyLocked` with the holder.
 //! - A [`HeldLock`] is not released when its handles are dropped: the process-wide registry
 //!   keeps it until [`HeldLock::release`], loss, or [`release_all_held`] (an exit hook), or
 //!   [`release_all_held_by`] for the locks of one owner ([`HeldLock::set_owner`], e.g. a JS
 //!   thread that exits while the process goes on). A CLI
 //!   whose lock must outlive it (`--pid`) must not run that hook for it.
 //! - [`LockFile::acquire_in_order`] takes the in-process FIFO place on the calling thread (for
-//!   bindings that spawn the future elsewhere). Loss of any held lock can be observed per lock
+//!   bindings that spawn the future elsewhere); [`LockFile::acquire_now`] before it makes the
+//!   uncontended attempt on a thread that must not block, when that attempt is short. Loss of any held lock can be observed per lock
 //!   ([`HeldLock::lost`]) or per owner by id ([`set_loss_hook`], [`held_lock_by_id`]).
 //! - Call [`HeldLock::start_heartbeat`] after every successful acquisition, or long-held locks
 //!   age on other hosts and loss goes unnoticed until `release()`.
@@ -45,30 +56,42 @@
 //!   `release(false)`). The defaults follow semats. semats' `status().isStale` (age only) is
 //!   [`is_lock_stale_by_age`].
 
+mod acquire;
+mod attempt;
+mod breaking;
 pub mod error;
+mod fifo;
 pub mod format;
-mod lock;
+mod heartbeat;
+mod held;
+mod lock_file;
+mod options;
 pub mod paths;
 pub mod process;
 mod queue;
+mod registry;
+mod release;
 mod rng;
 pub mod stale;
 mod sys;
 mod watch;
 
+pub use acquire::{AcquireNow, Tried};
 pub use error::LockError;
 pub use format::{
     is_js_whitespace, js_trim, parse_js_int, parse_lock_info, read_lock_bytes_lossy, sanitize_tag,
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
 };
-pub use lock::{
-    held_lock_by_id, held_locks, release_all_held, release_all_held_by, set_loss_hook, AcquireNow,
-    AcquireRequest, HeldEnd, HeldLock, LockFile, LockOptions, LockStatus, LossCallback, Tried,
-    NO_OWNER,
-};
+pub use held::HeldLock;
+pub use lock_file::LockFile;
+pub use options::{AcquireRequest, LockOptions, LockStatus};
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{
     current_pid, host_identity, is_process_running, now_unix_secs, process_start_ticks, Liveness,
+};
+pub use registry::{
+    held_lock_by_id, held_locks, release_all_held, release_all_held_by, set_loss_hook, HeldEnd,
+    LossCallback, NO_OWNER,
 };
 pub use stale::{
     is_lock_stale_by_age, judge, HeldBecause, Observation, OsProbe, ProcessProbe, StaleBecause,
@@ -78,3 +101,9 @@ pub use stale::{
 pub use sys::CreationStrategy;
 #[doc(hidden)]
 pub use watch::watched_directory_count;
+
+/// A mutex's guard, also after a panic elsewhere poisoned it (every value guarded here stays
+/// consistent between statements).
+fn unpoisoned<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

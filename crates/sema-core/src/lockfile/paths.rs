@@ -19,7 +19,7 @@ const MSG_NUL: &str = "Path contains null bytes";
 const MSG_DOTDOT: &str =
     "Path contains dangerous pattern: parent directory traversal (..) not allowed";
 
-/// semats' constructor rules and exact messages (reference/lockfile-tools.md §C):
+/// semats' constructor rules and exact messages (its `Semaphore` constructor):
 /// - `"Path cannot be empty"` (empty, or only JS whitespace such as spaces and tabs);
 /// - `"Path contains null bytes"`;
 /// - `"Path contains dangerous pattern: parent directory traversal (..) not allowed"` (any `..`

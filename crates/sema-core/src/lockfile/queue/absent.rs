@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 /// No queue off Linux (never constructed).
 pub(crate) struct Queue(());
-pub(crate) struct Ticket(());
+pub(crate) struct Place(());
 
 /// No runtime directory off Linux: the `flock` on the lock file serialises breakers.
 pub(crate) enum BreakLock {
@@ -26,12 +26,12 @@ pub(super) fn get(_key: &Path, _create: bool) -> Option<Arc<Queue>> {
 }
 
 impl Queue {
-    pub(crate) fn join(self: &Arc<Self>) -> Ticket {
-        Ticket(())
+    pub(crate) fn join(self: &Arc<Self>) -> Place {
+        Place(())
     }
 }
 
-impl Ticket {
+impl Place {
     pub(crate) fn is_head(&self) -> bool {
         true
     }

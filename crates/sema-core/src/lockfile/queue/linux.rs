@@ -43,7 +43,7 @@ struct State {
     agent: bool,
     /// The agent is blocked in `flock(LOCK_EX)` (this process has a place in line).
     in_line: bool,
-    /// A waiter of this process holds a [`Ticket`].
+    /// A waiter of this process holds a [`Place`].
     want: bool,
     /// `flock` failed for a reason other than contention: behave as if always head (every
     /// waiter watches the lock file, as without a queue).
@@ -54,9 +54,9 @@ struct State {
 
 /// A waiter's place in the queue; dropping it leaves the queue (and lets the next process
 /// become head if this one was).
-pub(crate) struct Ticket {
+pub(crate) struct Place {
     queue: Arc<Queue>,
-    /// This ticket's starving mark is set (see [`Ticket::starving_from`]).
+    /// This place's starving mark is set (see [`Place::starving_from`]).
     starving: std::sync::atomic::AtomicBool,
 }
 
@@ -324,7 +324,7 @@ impl Queue {
     /// others. If anyone is starving, always in line, even if the head's place is free
     /// this instant (it is then being handed to a process already woken for it): this is
     /// what stops a process that just released from taking the lock straight back.
-    pub(crate) fn join(self: &Arc<Self>) -> Ticket {
+    pub(crate) fn join(self: &Arc<Self>) -> Place {
         let mut st = lock(&self.state);
         st.want = true;
         if !st.present {
@@ -354,7 +354,7 @@ impl Queue {
                 }
             }
         }
-        Ticket {
+        Place {
             queue: self.clone(),
             starving: std::sync::atomic::AtomicBool::new(false),
         }
@@ -465,7 +465,7 @@ impl Queue {
     }
 }
 
-impl Ticket {
+impl Place {
     /// This process is the head (or the queue is broken): watch the lock file.
     pub(crate) fn is_head(&self) -> bool {
         let st = lock(&self.queue.state);
@@ -473,7 +473,7 @@ impl Ticket {
     }
 
     /// Mark this process as starving at `at` (its wait began [`super::STARVING_AFTER`]
-    /// before): from then until this ticket is dropped, nobody may take the head's place
+    /// before): from then until this place is dropped, nobody may take the head's place
     /// ahead of the line. Never completes: race it beside the other things a wait waits for.
     pub(crate) async fn starving_from(&self, at: tokio::time::Instant) {
         use std::sync::atomic::Ordering;
@@ -486,13 +486,13 @@ impl Ticket {
     }
 
     /// Notified when the head may have changed. Create and `enable()` it before checking
-    /// [`Ticket::is_head`], so a change in between is not missed.
+    /// [`Place::is_head`], so a change in between is not missed.
     pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.queue.changed.notified()
     }
 }
 
-impl Drop for Ticket {
+impl Drop for Place {
     fn drop(&mut self) {
         let mut st = lock(&self.queue.state);
         st.want = false;

@@ -1,0 +1,490 @@
+//! Acquiring: the entry points ([`LockFile::try_acquire`], [`LockFile::acquire`], and for a
+//! caller that must not block, [`LockFile::acquire_now`] then [`LockFile::acquire_in_order`])
+//! and the wait between attempts: the in-process FIFO turn first, then the cross-process
+//! queue, then attempts woken by file-system events, polling as the fallback.
+
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::sync::{AcquireError, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::{AttemptError, Prepared};
+use super::error::LockError;
+use super::held::HeldLock;
+use super::lock_file::LockFile;
+use super::options::AcquireRequest;
+use super::queue::{self, Place, STARVING_AFTER};
+use super::stale::{Observation, StaleJudgement};
+use super::sys::{self, FileSig, FsKind};
+use super::{unpoisoned, watch};
+
+/// Smallest polling interval while waiting (zero would spin).
+const MIN_RETRY: Duration = Duration::from_millis(1);
+
+/// What [`LockFile::acquire_now`] decided.
+pub enum AcquireNow {
+    /// Won, or failed for good.
+    Done(Result<HeldLock, LockError>),
+    /// Not decided on this thread: pass this to [`LockFile::acquire_in_order`].
+    Wait(Tried),
+}
+
+/// An attempt made by [`LockFile::acquire_now`], with the place it took in the cross-process
+/// line (if any), handed to the wait so the place is not lost in between.
+pub struct Tried {
+    /// The attempt was made (and found the lock busy).
+    pub(super) attempted: bool,
+    /// Declared before `turn`: dropped first, so a place is never dropped without the turn
+    /// (two tickets of one process would share the queue's one `want` flag).
+    pub(super) place: Option<Place>,
+    /// The in-process turn taken by the attempt, kept_turn so that no other waiter of this process
+    /// (another thread, a worker_thread) can take it between the attempt and the wait.
+    pub(super) turn: Option<OwnedSemaphorePermit>,
+}
+
+impl Tried {
+    pub(super) fn nothing() -> Tried {
+        Tried {
+            attempted: false,
+            place: None,
+            turn: None,
+        }
+    }
+}
+
+pub(super) fn timeout_error(timeout: Option<Duration>) -> LockError {
+    LockError::Timeout {
+        timeout_ms: timeout
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
+    }
+}
+
+pub(super) async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl LockFile {
+    /// Acquire without waiting. Busy in-process FIFO or a held file → `AlreadyLocked` with the
+    /// holder read from the file. Stale locks are broken safely first.
+    pub fn try_acquire(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
+        let Ok(turn) = self.fifo.clone().try_acquire_owned() else {
+            return Err(self.already_locked_from_disk());
+        };
+        let held = self
+            .attempt(req, false, self.options.fsync, &mut None)
+            .map_err(AttemptError::into_error)?;
+        held.keep_turn(turn);
+        Ok(held)
+    }
+
+    /// One attempt that bypasses the in-process FIFO, as a separate process would. Tests use
+    /// it to race threads on the file itself.
+    #[doc(hidden)]
+    pub fn try_acquire_bypassing_queue(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
+        self.attempt(req, false, self.options.fsync, &mut None)
+            .map_err(AttemptError::into_error)
+    }
+
+    /// Wait for the lock: in-process FIFO first, then attempts woken by file-system events on
+    /// the lock's name, by `retry_interval` and ended by the deadline (`Timeout`; `Some(0)` =
+    /// exactly one attempt) or `cancel` (`Aborted`). A failed or cancelled acquire leaves no file,
+    /// no temp file and no turn behind. Must run inside a tokio runtime (time enabled).
+    ///
+    /// While waiting, every wake-up first `stat`s the path: a file with the same identity,
+    /// mtime and size as the one already judged held (and no close event on the name since)
+    /// sends the waiter straight back to sleep, without building a lock file or probing the
+    /// holder again. The `retry_interval` poll always judges again, so stale expiry still
+    /// happens. A lock file is built only when the path looks free or the holder was broken.
+    pub async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+    ) -> Result<HeldLock, LockError> {
+        self.acquire_in_order(req.clone(), timeout, cancel, None)
+            .await
+    }
+
+    /// Whether one attempt is short enough for a thread that must not block (the JS thread): a
+    /// memory file system, or a local one with `fsync` off (no `fsync` of a disk, no network
+    /// file system, where every call may wait).
+    pub fn attempts_are_short(&self) -> bool {
+        match self.fs {
+            FsKind::Memory => true,
+            FsKind::Local => !self.options.fsync,
+            FsKind::Remote => false,
+        }
+    }
+
+    /// The uncontended fast path of `acquire`, on the calling thread, for callers that must not
+    /// block (the JS thread): one attempt, made only when it is short and certain to be fair.
+    /// `None` = not decided here (attempts are not short here, see
+    /// [`LockFile::attempts_are_short`]; the lock is taken or queued for in this process; or
+    /// the path is busy): call [`LockFile::acquire_in_order`] to wait. `Some` = won, or
+    /// failed for good.
+    pub fn acquire_now(&self, req: &AcquireRequest) -> AcquireNow {
+        if !self.attempts_are_short() {
+            return AcquireNow::Wait(Tried::nothing());
+        }
+        let Ok(turn) = self.fifo.clone().try_acquire_owned() else {
+            return AcquireNow::Wait(Tried::nothing());
+        };
+        // Waiting processes go first: the place taken in their line is handed on to the wait.
+        let place = queue::existing(&self.key).map(|q| q.join());
+        if place.as_ref().is_some_and(|t| !t.is_head()) {
+            return AcquireNow::Wait(Tried {
+                attempted: false,
+                place,
+                turn: Some(turn),
+            });
+        }
+        match self.attempt(req, false, self.options.fsync, &mut None) {
+            Ok(held) => {
+                held.keep_turn(turn);
+                AcquireNow::Done(Ok(held))
+            }
+            Err(AttemptError::Busy(_)) => AcquireNow::Wait(Tried {
+                attempted: true,
+                place,
+                turn: Some(turn),
+            }),
+            Err(AttemptError::Failed(e)) => AcquireNow::Done(Err(e)),
+        }
+    }
+
+    /// [`LockFile::acquire`] that takes its place in the in-process FIFO NOW, on the calling
+    /// thread (no file I/O happens here), instead of when the returned future is first polled:
+    /// callers that spawn the future on a multi-threaded runtime keep their call order. After
+    /// [`LockFile::acquire_now`] said `Wait(tried)`, pass `Some(tried)`: the first attempt, made
+    /// a moment ago, is not repeated unless the turn had to be waited for, and the place it
+    /// took in the cross-process line is kept.
+    pub fn acquire_in_order(
+        &self,
+        req: AcquireRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+        tried: Option<Tried>,
+    ) -> impl Future<Output = Result<HeldLock, LockError>> + Send + 'static {
+        let this = self.clone();
+        let mut queued = Box::pin(self.fifo.clone().acquire_owned());
+        let mut tried = tried;
+        let kept_turn = tried.as_mut().and_then(|t| t.turn.take());
+        let first = if let Some(turn) = kept_turn {
+            Poll::Ready(Ok(turn)) // the turn acquire_now took: nobody went first
+        } else if cancel.is_cancelled() {
+            Poll::Pending
+        } else {
+            // A free turn is taken, or this waiter is enqueued (the real waker replaces the
+            // no-op one when the future is polled again).
+            queued
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+        };
+        async move {
+            this.acquire_queued(&req, timeout, cancel, queued, first, tried)
+                .await
+        }
+    }
+
+    pub(super) async fn acquire_queued<Q>(
+        &self,
+        req: &AcquireRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+        mut queued: Q,
+        first: Poll<Result<OwnedSemaphorePermit, AcquireError>>,
+        tried: Option<Tried>,
+    ) -> Result<HeldLock, LockError>
+    where
+        Q: Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Unpin,
+    {
+        if cancel.is_cancelled() {
+            return Err(LockError::Aborted);
+        }
+        let start = tokio::time::Instant::now();
+        let deadline = timeout.and_then(|t| start.checked_add(t));
+        let passed = |deadline: Option<tokio::time::Instant>| {
+            deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
+        };
+        let queue_closed = || {
+            LockError::io(
+                "Failed to create lock",
+                io::Error::other("in-process queue closed"),
+            )
+        };
+        // `tried` counts only if the turn was free at once (no other waiter went first since).
+        let (tried, tried_place) = match tried {
+            Some(t) if matches!(first, Poll::Ready(Ok(_))) => (t.attempted, t.place),
+            _ => (false, None),
+        };
+        let turn = match first {
+            Poll::Ready(Ok(p)) => p,
+            Poll::Ready(Err(_)) => return Err(queue_closed()),
+            Poll::Pending => {
+                if passed(deadline) {
+                    return Err(timeout_error(timeout));
+                }
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(LockError::Aborted),
+                    p = &mut queued => match p {
+                        Ok(p) => p,
+                        Err(_) => return Err(queue_closed()),
+                    },
+                    _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+                }
+            }
+        };
+        drop(queued);
+
+        // The cross-process queue, if this lock ever had waiters: the first attempt is made only
+        // at the head of it (behind waiting processes, not ahead of them).
+        let mut place = match tried_place {
+            Some(t) => Some(t),
+            None => queue::existing(&self.key).map(|q| q.join()),
+        };
+
+        // First attempt without registering for events: the uncontended fast path. A file
+        // prepared for it and not linked is kept_turn for the next attempts.
+        let mut prepared = None;
+        // A deadline that has passed still gets its one attempt (`Some(0)` = exactly one), even
+        // behind the line: the head may be stopped with the lock free.
+        if !tried && (passed(deadline) || place.as_ref().is_none_or(Place::is_head)) {
+            match self.attempt_async(req, false, &mut prepared).await {
+                Ok(held) => {
+                    held.keep_turn(turn);
+                    return Ok(held);
+                }
+                Err(AttemptError::Busy(_)) => {}
+                Err(AttemptError::Failed(e)) => return Err(e),
+            }
+        }
+        if passed(deadline) {
+            return Err(timeout_error(timeout));
+        }
+        if place.is_none() {
+            place = queue::create(&self.key).map(|q| q.join());
+        }
+        // After STARVING_AFTER this waiter goes strictly first (see `queue`).
+        let starve_at = start + STARVING_AFTER;
+        if let Some(place) = &place {
+            let polled = self
+                .wait_for_head(
+                    req,
+                    place,
+                    (deadline, timeout),
+                    starve_at,
+                    &cancel,
+                    &mut prepared,
+                )
+                .await?;
+            if let Some(held) = polled {
+                held.keep_turn(turn);
+                return Ok(held);
+            }
+        }
+        let starving = async {
+            match &place {
+                Some(t) => t.starving_from(starve_at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(starving);
+        let guard = watch::watch(&self.key);
+        // The file last judged held, with the close generation seen before judging it.
+        let mut judged: Option<(FileSig, u64)> = None;
+        loop {
+            // Register for events BEFORE looking, so a release in between is not missed.
+            let notified = guard.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let close_gen = guard.close_generation();
+            let seen = sys::stat_sig(&self.path);
+            let unchanged = match (&seen, judged) {
+                (Ok(Some(sig)), Some((held_sig, gen))) => *sig == held_sig && gen == close_gen,
+                _ => false,
+            };
+            if !unchanged {
+                let look_first = !matches!(seen, Ok(None));
+                match self.attempt_async(req, look_first, &mut prepared).await {
+                    Ok(held) => {
+                        held.keep_turn(turn);
+                        return Ok(held);
+                    }
+                    Err(AttemptError::Busy(b)) => judged = b.sig.map(|s| (s, close_gen)),
+                    Err(AttemptError::Failed(e)) => return Err(e),
+                }
+            }
+            if passed(deadline) {
+                return Err(timeout_error(timeout));
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(LockError::Aborted),
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
+                    judged = None; // the poll judges again (stale expiry, a dead holder)
+                }
+                _ = &mut starving => {} // never completes: it only sets the mark
+                _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+            }
+        }
+    }
+
+    /// Wait in the cross-process queue until this process is the head (`Ok(None)`), polling the
+    /// lock file every `retry_interval` meanwhile: a lock found free (or stale) by a poll is
+    /// taken at once (`Ok(Some)`), so a head that stopped running cannot block the line.
+    pub(super) async fn wait_for_head(
+        &self,
+        req: &AcquireRequest,
+        place: &Place,
+        (deadline, timeout): (Option<tokio::time::Instant>, Option<Duration>),
+        starve_at: tokio::time::Instant,
+        cancel: &CancellationToken,
+        prepared: &mut Option<Prepared>,
+    ) -> Result<Option<HeldLock>, LockError> {
+        let starving = place.starving_from(starve_at);
+        tokio::pin!(starving);
+        loop {
+            let changed = place.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if place.is_head() {
+                return Ok(None);
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(LockError::Aborted),
+                _ = &mut changed => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
+                    let look_first = !matches!(sys::stat_sig(&self.path), Ok(None));
+                    match self.attempt_async(req, look_first, prepared).await {
+                        Ok(held) => return Ok(Some(held)),
+                        Err(AttemptError::Busy(_)) => {}
+                        Err(AttemptError::Failed(e)) => return Err(e),
+                    }
+                }
+                _ = &mut starving => {} // never completes: it only sets the mark
+                // One last look before giving up: with a timeout below `retry_interval` a
+                // waiter behind a stopped head would otherwise never look at all.
+                _ = sleep_until_opt(deadline) => {
+                    return match self.attempt_async(req, true, prepared).await {
+                        Ok(held) => Ok(Some(held)),
+                        Err(AttemptError::Busy(_)) => Err(timeout_error(timeout)),
+                        Err(AttemptError::Failed(e)) => Err(e),
+                    };
+                }
+            }
+        }
+    }
+
+    /// One attempt from async code, on the calling (tokio) thread: looking, building and
+    /// linking are short non-blocking calls; only the winner's `fsync`s (when on, and not on a
+    /// memory file system where they return at once) go to the blocking pool. If the calling future is dropped while they run, the lock obtained is
+    /// released at once (nothing is left behind).
+    pub(super) async fn attempt_async(
+        &self,
+        req: &AcquireRequest,
+        look_first: bool,
+        prepared: &mut Option<Prepared>,
+    ) -> Result<HeldLock, AttemptError> {
+        if !self.options.fsync || self.fs == FsKind::Memory {
+            // Nothing to sync, or syncs that return at once (tmpfs): all inline.
+            return self.attempt(req, look_first, self.options.fsync, prepared);
+        }
+        let held = self.attempt(req, look_first, false, prepared)?;
+        let shared = Arc::new(Mutex::new(Handoff::default()));
+        let abandon = AbandonOnDrop(shared.clone());
+        let worker_shared = shared.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let result = held.sync_durable().map(|()| held.clone());
+            let mut h = unpoisoned(&worker_shared);
+            if h.abandoned {
+                if let Ok(held) = result {
+                    let _ = held.release();
+                }
+            } else {
+                h.result = Some(result);
+            }
+        })
+        .await;
+        let result = unpoisoned(&shared).result.take();
+        drop(abandon);
+        match (joined, result) {
+            (_, Some(r)) => r.map_err(AttemptError::Failed),
+            (Err(e), None) => Err(AttemptError::Failed(LockError::io(
+                "Failed to create lock",
+                io::Error::other(e),
+            ))),
+            (Ok(()), None) => Err(AttemptError::Failed(LockError::io(
+                "Failed to create lock",
+                io::Error::other("attempt produced no result"),
+            ))),
+        }
+    }
+
+    /// Wait until the lock is free: no file, or a file the engine judges stale (it is not
+    /// broken here). With `stale_timeout: None` that is sema's `wait` (file existence only).
+    /// Woken like [`LockFile::acquire`]; `Timeout` / `Aborted` as there. Needs a tokio runtime.
+    pub async fn wait_until_free(
+        &self,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+    ) -> Result<(), LockError> {
+        if cancel.is_cancelled() {
+            return Err(LockError::Aborted);
+        }
+        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+        let guard = watch::watch(&self.key);
+        loop {
+            let notified = guard.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let observation = self.observe();
+            if observation == Observation::Symlink {
+                return Err(self.symlink_error());
+            }
+            match self.judge_with_presence(&observation) {
+                StaleJudgement::Free | StaleJudgement::Stale(_) => return Ok(()),
+                StaleJudgement::Held(_) => {}
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return Err(timeout_error(timeout));
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(LockError::Aborted),
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {}
+                _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Handoff {
+    pub(super) abandoned: bool,
+    pub(super) result: Option<Result<HeldLock, LockError>>,
+}
+
+/// Marks a blocking attempt abandoned when its future is dropped, releasing what it got.
+pub(super) struct AbandonOnDrop(Arc<Mutex<Handoff>>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        let mut h = unpoisoned(&self.0);
+        h.abandoned = true;
+        if let Some(Ok(held)) = h.result.take() {
+            let _ = held.release();
+        }
+    }
+}

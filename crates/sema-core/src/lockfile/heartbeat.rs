@@ -1,0 +1,186 @@
+//! The heartbeat: one process-wide thread that refreshes every held lock's timestamp at its
+//! period and finds lost locks. A lock joins its list at [`HeldLock::start_heartbeat`]; the
+//! thread keeps a small list of (id, due, period, lock). `add`/`remove` only edit the list
+//! under a mutex; the thread is woken (a condvar notification) only when a new entry is due
+//! before its planned wake-up. While the list is empty it wakes once a second for a while, so
+//! a new lock with the usual multi-second period costs no wake-up at all; after a minute idle
+//! it sleeps until notified.
+
+use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use super::held::{HeldInner, HeldLock, Ownership};
+use super::process::now_unix_secs;
+use super::sys;
+use super::unpoisoned;
+
+/// Smallest heartbeat period we run (a zero period would spin).
+const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
+
+/// Largest heartbeat period we run (longer ones would overflow timer arithmetic).
+const MAX_HEARTBEAT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl HeldInner {
+    /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop.
+    pub(super) fn heartbeat_tick(&self) -> bool {
+        let mut state = unpoisoned(&self.state);
+        if state.finished {
+            return false;
+        }
+        match self.ownership(&state) {
+            Ownership::Ours => {}
+            Ownership::Lost(reason) => {
+                self.lose(&mut state, reason);
+                return false;
+            }
+            Ownership::Unknown(_) => return true,
+        }
+        let mut next = self.current(&state);
+        next.timestamp = now_unix_secs();
+        let content = next.serialize().into_bytes();
+        let old_len = state.content.len();
+        if let Some(file) = state.file.as_ref() {
+            if sys::rewrite_in_place(file, &content, old_len).is_ok() {
+                state.content = content;
+                state.timestamp = next.timestamp;
+            }
+        }
+        true
+    }
+}
+
+impl HeldLock {
+    /// Start refreshing the timestamp every `options.heartbeat` (no-op if the heartbeat is off,
+    /// already started, or the lock is no longer held). One process-wide heartbeat thread walks
+    /// all held locks at their periods: starting only adds an entry to its list, releasing
+    /// removes it (no timer armed or cancelled per lock); no runtime is needed.
+    pub fn start_heartbeat(&self) {
+        let Some(period) = self.inner.file.options.heartbeat else {
+            return;
+        };
+        let mut state = unpoisoned(&self.inner.state);
+        if state.heartbeat_started || state.finished {
+            return;
+        }
+        state.heartbeat_started = true;
+        add(
+            self.inner.id,
+            period.clamp(MIN_HEARTBEAT, MAX_HEARTBEAT),
+            Arc::downgrade(&self.inner),
+        );
+    }
+}
+
+pub(super) struct Entry {
+    pub(super) id: u64,
+    pub(super) due: Instant,
+    pub(super) period: Duration,
+    pub(super) held: Weak<HeldInner>,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) entries: Vec<Entry>,
+    /// When the thread will look next (`None`: asleep until notified, or not started).
+    pub(super) planned: Option<Instant>,
+    pub(super) started: bool,
+}
+
+pub(super) struct Shared {
+    pub(super) state: Mutex<State>,
+    pub(super) wake: Condvar,
+}
+
+pub(super) static SHARED: LazyLock<Shared> = LazyLock::new(|| Shared {
+    state: Mutex::new(State::default()),
+    wake: Condvar::new(),
+});
+
+pub(super) const IDLE_TICK: Duration = Duration::from_secs(1);
+pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
+
+pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
+    let shared = &*SHARED;
+    let now = Instant::now();
+    let due = now.checked_add(period).unwrap_or(now + MAX_HEARTBEAT);
+    let mut st = unpoisoned(&shared.state);
+    st.entries.push(Entry {
+        id,
+        due,
+        period,
+        held,
+    });
+    if !st.started {
+        st.started = true;
+        let spawned = std::thread::Builder::new()
+            .name("sema-heartbeat".into())
+            .spawn(run);
+        if spawned.is_err() {
+            st.started = false; // try again with the next lock
+        }
+        return;
+    }
+    if st.planned.is_none_or(|p| due < p) {
+        shared.wake.notify_one();
+    }
+}
+
+pub(super) fn remove(id: u64) {
+    let mut st = unpoisoned(&SHARED.state);
+    if let Some(i) = st.entries.iter().position(|e| e.id == id) {
+        st.entries.swap_remove(i);
+    }
+}
+
+pub(super) fn run() {
+    let shared = &*SHARED;
+    let mut due_now: Vec<(u64, Weak<HeldInner>)> = Vec::new();
+    let mut idle_since: Option<Instant> = None;
+    let mut st = unpoisoned(&shared.state);
+    loop {
+        let now = Instant::now();
+        for e in st.entries.iter_mut() {
+            if e.due <= now {
+                due_now.push((e.id, e.held.clone()));
+                e.due = now.checked_add(e.period).unwrap_or(e.due);
+            }
+        }
+        if !due_now.is_empty() {
+            st.planned = Some(now);
+            drop(st);
+            for (id, weak) in due_now.drain(..) {
+                let keep = weak.upgrade().is_some_and(|inner| inner.heartbeat_tick());
+                if !keep {
+                    remove(id);
+                }
+            }
+            st = unpoisoned(&shared.state);
+            continue;
+        }
+        let next = st.entries.iter().map(|e| e.due).min();
+        let wait = match next {
+            Some(d) => {
+                idle_since = None;
+                Some(d.saturating_duration_since(now))
+            }
+            None => {
+                let since = *idle_since.get_or_insert(now);
+                (now.duration_since(since) < IDLE_STOP).then_some(IDLE_TICK)
+            }
+        };
+        st = match wait {
+            Some(w) => {
+                st.planned = now.checked_add(w);
+                shared
+                    .wake
+                    .wait_timeout(st, w)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0)
+            }
+            None => {
+                st.planned = None;
+                shared.wake.wait(st).unwrap_or_else(PoisonError::into_inner)
+            }
+        };
+    }
+}

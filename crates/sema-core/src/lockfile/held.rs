@@ -1,0 +1,306 @@
+//! `HeldLock`: a lock this process holds. Its state (descriptor, bytes on disk, loss) lives
+//! here once; the registry (`registry.rs`) finds it by id, the heartbeat (`heartbeat.rs`)
+//! refreshes it, `release.rs` ends it.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use super::error::LockError;
+use super::format::{parse_lock_info, read_lock_bytes_lossy, LockInfo};
+use super::heartbeat;
+use super::lock_file::FileInner;
+use super::registry::{notify_owner, HeldEnd, REGISTRY};
+use super::sys::{self, FileId};
+use super::unpoisoned;
+
+/// A lock this process holds. Clones share one lock. It stays held until [`HeldLock::release`],
+/// [`release_all_held`](super::release_all_held) or loss: dropping every handle does NOT release it (the registry keeps
+/// it, so an exit hook can still release it).
+#[derive(Clone)]
+pub struct HeldLock {
+    pub(super) inner: Arc<HeldInner>,
+}
+
+pub(super) struct HeldInner {
+    pub(super) id: u64,
+    /// Who holds it inside this process ([`HeldLock::set_owner`]), e.g. one JS thread.
+    pub(super) owner: AtomicU64,
+    /// Its owner keeps a handle that must hear of a release by path ([`HeldLock::report_release_by_path`]).
+    pub(super) reports_release_by_path: AtomicBool,
+    /// The lock path's shared part (path, canonical key, options).
+    pub(super) file: Arc<FileInner>,
+    pub(super) info: LockInfo,
+    pub(super) state: Mutex<HeldState>,
+}
+
+pub(super) struct HeldState {
+    /// Our descriptor, with the shared flock. `None` once finished.
+    pub(super) file: Option<File>,
+    pub(super) file_id: FileId,
+    /// The exact bytes on disk now (what we wrote, as refreshed by the heartbeat).
+    pub(super) content: Vec<u8>,
+    /// The timestamp on disk now (refreshed by the heartbeat; the rest is `info`).
+    pub(super) timestamp: i64,
+    /// Created on demand (most holders never ask); cancelled by `finish` / `lose`.
+    pub(super) lost: Option<CancellationToken>,
+    pub(super) stop: Option<CancellationToken>,
+    /// No longer held (released or lost); the descriptor is closed.
+    pub(super) finished: bool,
+    /// `release()` (or `release_all_held`) was called.
+    pub(super) released: bool,
+    pub(super) lost_reason: Option<String>,
+    pub(super) turn: Option<OwnedSemaphorePermit>,
+    pub(super) heartbeat_started: bool,
+}
+
+impl std::fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("path", &self.inner.file.path)
+            .field("info", &self.inner.info)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(super) enum Ownership {
+    Ours,
+    Lost(&'static str),
+    Unknown(io::Error),
+}
+
+impl HeldInner {
+    pub(super) fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    pub(super) fn token(&self) -> &str {
+        self.info.token.as_deref().unwrap_or("")
+    }
+
+    /// What is on disk now.
+    pub(super) fn current(&self, state: &HeldState) -> LockInfo {
+        LockInfo {
+            timestamp: state.timestamp,
+            ..self.info.clone()
+        }
+    }
+
+    /// One `stat` of the path (our inode?) and one `pread` through our descriptor (our bytes?).
+    pub(super) fn ownership(&self, state: &HeldState) -> Ownership {
+        let Some(file) = state.file.as_ref() else {
+            return Ownership::Lost("lock file was removed");
+        };
+        match sys::stat_id(self.path(), Some(&self.file.os_path)) {
+            Ok(id) if id == state.file_id => {}
+            Ok(_) => return Ownership::Lost("lock file was replaced"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ownership::Lost("lock file was removed")
+            }
+            Err(e) => return Ownership::Unknown(e),
+        }
+        let bytes = match sys::content_equals(file, &state.content) {
+            Ok(None) => return Ownership::Ours,
+            Ok(Some(bytes)) => bytes,
+            Err(e) => return Ownership::Unknown(e),
+        };
+        // Not byte-identical: still ours if it carries our token (e.g. a heartbeat rewrite whose
+        // truncate failed). Without a token (plain format) the whole content must be ours.
+        let ours = self.info.token.is_some()
+            && matches!(parse_lock_info(&read_lock_bytes_lossy(&bytes)),
+                Ok(info) if info.token.as_deref() == Some(self.token()));
+        if ours {
+            Ownership::Ours
+        } else {
+            Ownership::Lost("lock file was overwritten")
+        }
+    }
+
+    /// Stop holding: close the descriptor, free the turn, leave the registry and the
+    /// heartbeat list.
+    pub(super) fn finish(&self, state: &mut HeldState) {
+        state.finished = true;
+        state.file = None;
+        state.turn = None;
+        if let Some(t) = &state.stop {
+            t.cancel();
+        }
+        unpoisoned(&REGISTRY).remove(&self.id);
+        if state.heartbeat_started {
+            heartbeat::remove(self.id);
+        }
+    }
+
+    pub(super) fn lose(&self, state: &mut HeldState, reason: &str) {
+        state.lost_reason = Some(reason.to_string());
+        self.finish(state);
+        if let Some(t) = &state.lost {
+            t.cancel();
+        }
+        notify_owner(
+            self.owner.load(Ordering::Acquire),
+            self.id,
+            HeldEnd::Lost(reason),
+        );
+    }
+}
+
+impl HeldLock {
+    /// Give the lock to `owner` (an id the caller chose, not [`NO_OWNER`](super::NO_OWNER)): its loss is told to
+    /// that owner's [`set_loss_hook`](super::set_loss_hook) callback and [`release_all_held_by`](super::release_all_held_by) releases it. Call it
+    /// before [`HeldLock::start_heartbeat`], so that no loss goes unreported.
+    pub fn set_owner(&self, owner: u64) {
+        self.inner.owner.store(owner, Ordering::Release);
+    }
+
+    /// The owner given by [`HeldLock::set_owner`], or [`NO_OWNER`](super::NO_OWNER).
+    pub fn owner(&self) -> u64 {
+        self.inner.owner.load(Ordering::Acquire)
+    }
+
+    /// Ask for [`HeldEnd::ReleasedByPath`] reports to the owner's
+    /// [`set_loss_hook`](super::set_loss_hook) callback: only for locks whose owner keeps a handle
+    /// that must learn it (a report per release would otherwise cost every plain release by path
+    /// a cross-thread call).
+    pub fn report_release_by_path(&self) {
+        self.inner
+            .reports_release_by_path
+            .store(true, Ordering::Release);
+    }
+
+    /// Tell the owner that this lock was released by path, not through its handle (if it asked).
+    pub(super) fn notify_released_by_path(&self) {
+        if self.inner.reports_release_by_path.load(Ordering::Acquire) {
+            notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath);
+        }
+    }
+
+    /// This lock's id in the process-wide registry ([`held_lock_by_id`](super::held_lock_by_id)).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// What was written at acquisition (sanitised tag, our pid/timestamp/host/start/token).
+    pub fn info(&self) -> LockInfo {
+        self.inner.info.clone()
+    }
+
+    /// The pid and timestamp written at acquisition, and the sanitised tag, borrowed.
+    pub fn info_ref(&self) -> &LockInfo {
+        &self.inner.info
+    }
+
+    /// What is on disk now (the timestamp as last refreshed by the heartbeat).
+    pub fn current_info(&self) -> LockInfo {
+        let state = unpoisoned(&self.inner.state);
+        self.inner.current(&state)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// Our ownership token (empty for a lock in the plain format, which has none).
+    pub fn token(&self) -> String {
+        self.inner.token().to_string()
+    }
+
+    /// The descriptor of the lock file while the lock is held (close-on-exec). A child process
+    /// given a copy of it (e.g. as an inherited stdio slot, as `flock(1)` does) carries the
+    /// holder's presence mark and `flock` with it: while that child lives the lock stays held,
+    /// even after this process died.
+    /// `None` when the lock is no longer held or the system has no such handle. (A descriptor
+    /// number on Unix.)
+    pub fn raw_handle(&self) -> Option<i64> {
+        unpoisoned(&self.inner.state)
+            .file
+            .as_ref()
+            .and_then(sys::raw_handle)
+    }
+
+    /// Cancelled when the lock is found lost (file removed, replaced or overwritten).
+    pub fn lost(&self) -> CancellationToken {
+        let mut state = unpoisoned(&self.inner.state);
+        let lost = state.lost_reason.is_some();
+        state
+            .lost
+            .get_or_insert_with(|| {
+                let t = CancellationToken::new();
+                if lost {
+                    t.cancel();
+                }
+                t
+            })
+            .clone()
+    }
+
+    /// Cancelled when the lock stops being held for any reason (released or lost); check
+    /// [`HeldLock::lost_reason`] to tell which.
+    pub fn finished(&self) -> CancellationToken {
+        let mut state = unpoisoned(&self.inner.state);
+        let finished = state.finished;
+        state
+            .stop
+            .get_or_insert_with(|| {
+                let t = CancellationToken::new();
+                if finished {
+                    t.cancel();
+                }
+                t
+            })
+            .clone()
+    }
+
+    /// Why the lock was lost, once it was.
+    pub fn lost_reason(&self) -> Option<String> {
+        unpoisoned(&self.inner.state).lost_reason.clone()
+    }
+
+    /// The path still names our file with our content (token), right now.
+    pub fn is_on_disk(&self) -> bool {
+        let state = unpoisoned(&self.inner.state);
+        !state.finished && matches!(self.inner.ownership(&state), Ownership::Ours)
+    }
+
+    /// `release()` has been called (successfully, or on a lost lock).
+    pub fn is_released(&self) -> bool {
+        unpoisoned(&self.inner.state).released
+    }
+
+    /// Neither released nor lost.
+    pub fn is_held(&self) -> bool {
+        !unpoisoned(&self.inner.state).finished
+    }
+
+    pub(super) fn keep_turn(&self, turn: OwnedSemaphorePermit) {
+        let mut state = unpoisoned(&self.inner.state);
+        if !state.finished {
+            state.turn = Some(turn);
+        }
+    }
+
+    /// fsync our file and its directory (after a link made without them). On failure the lock
+    /// is released (only if still ours) and the error returned.
+    pub(super) fn sync_durable(&self) -> Result<(), LockError> {
+        let synced = {
+            let state = unpoisoned(&self.inner.state);
+            match state.file.as_ref() {
+                Some(file) => file.sync_all(),
+                None => Ok(()),
+            }
+        };
+        if let Err(e) = synced {
+            let _ = self.release();
+            return Err(LockError::io("Failed to create lock", e));
+        }
+        if let Some(dir) = self.inner.path().parent() {
+            sys::fsync_dir(dir);
+        }
+        Ok(())
+    }
+}

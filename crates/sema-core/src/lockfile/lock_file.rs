@@ -1,0 +1,228 @@
+//! `LockFile`: one lock path with its options, and what it says about the file on disk
+//! (`observe`, `status`). Acquiring is in `acquire.rs`, one attempt in `attempt.rs`, breaking a
+//! stale lock in `breaking.rs`, releasing in `release.rs`.
+
+use std::fs::Metadata;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Semaphore;
+
+use super::error::LockError;
+use super::fifo::fifo_for;
+use super::format::{parse_lock_info, read_lock_bytes_lossy, ParseError};
+use super::options::{LockOptions, LockStatus};
+use super::paths::canonical_key;
+use super::process::{current_pid, host_identity, now_unix_secs};
+use super::registry::held_locks;
+use super::stale::{judge, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement};
+use super::sys::{self, CreationStrategy, FileId, FsKind};
+
+/// One lock path with its options. Cheap to clone (one shared allocation).
+#[derive(Debug, Clone)]
+pub struct LockFile {
+    pub(super) inner: Arc<FileInner>,
+}
+
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct FileInner {
+    pub(super) path: PathBuf,
+    /// `path` converted once for the system calls.
+    pub(super) os_path: sys::OsPath,
+    pub(super) key: PathBuf,
+    pub(super) options: LockOptions,
+    pub(super) strategy: CreationStrategy,
+    pub(super) extra_keys: bool,
+    /// The in-process FIFO of the canonical path (shared by every `LockFile` of it).
+    pub(super) fifo: Arc<Semaphore>,
+    /// The directory's file system: on tmpfs `fsync` is instant, so async attempts sync inline
+    /// instead of hopping to the blocking pool; on a local disk without `fsync` the calls are
+    /// short enough to run on the JS thread (see [`LockFile::acquire_now`]).
+    pub(super) fs: FsKind,
+}
+
+impl std::ops::Deref for LockFile {
+    type Target = FileInner;
+    fn deref(&self) -> &FileInner {
+        &self.inner
+    }
+}
+
+pub(super) fn age_of(meta: &Metadata) -> Duration {
+    meta.modified()
+        .ok()
+        .and_then(|m| SystemTime::now().duration_since(m).ok())
+        .unwrap_or(Duration::ZERO)
+}
+
+pub(super) fn observation_from(bytes: Option<&[u8]>, meta: &Metadata) -> Observation {
+    let age = age_of(meta);
+    let Some(bytes) = bytes else {
+        return Observation::Unparseable {
+            age,
+            error: ParseError::MissingPid,
+        };
+    };
+    match parse_lock_info(&read_lock_bytes_lossy(bytes)) {
+        Ok(info) => Observation::Parsed { info, age },
+        Err(error) => Observation::Unparseable { age, error },
+    }
+}
+
+impl LockFile {
+    /// A lock at `path` (already validated: see `validate_lock_path` / `validate_semats_path`).
+    pub fn new(path: PathBuf, options: LockOptions) -> LockFile {
+        let key = canonical_key(&path);
+        let fifo = fifo_for(&key);
+        let fs = sys::dir_fs_kind(&path);
+        LockFile {
+            inner: Arc::new(FileInner {
+                fs,
+                os_path: sys::OsPath::new(&path),
+                path,
+                key,
+                options,
+                strategy: CreationStrategy::Auto,
+                extra_keys: true,
+                fifo,
+            }),
+        }
+    }
+
+    pub(super) fn os_path(&self) -> &sys::OsPath {
+        &self.inner.os_path
+    }
+
+    /// `false`: write only `pid=`, `timestamp=` and `tag=`, a file indistinguishable from
+    /// semats' (for a semats-compatible CLI whose lock must outlive the CLI process: such a
+    /// file is judged by semats' rule, stale only after `stale_timeout` with a dead pid, while
+    /// our own format makes a dead holder's lock reclaimable at once). Ownership checks then
+    /// compare the whole content instead of the token. Default `true`.
+    pub fn with_extra_keys(mut self, extra_keys: bool) -> LockFile {
+        Arc::make_mut(&mut self.inner).extra_keys = extra_keys;
+        self
+    }
+
+    /// Force a creation strategy (tests exercise the O_TMPFILE fallback with it).
+    #[doc(hidden)]
+    pub fn with_creation_strategy(mut self, strategy: CreationStrategy) -> LockFile {
+        Arc::make_mut(&mut self.inner).strategy = strategy;
+        self
+    }
+
+    /// The path as given (what semats' `getPath()` returns).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    pub(super) fn stale_context(&self) -> StaleContext<'static> {
+        StaleContext {
+            stale_timeout: self.options.stale_timeout,
+            pending_write_grace: self.options.pending_write_grace,
+            our_host: host_identity(),
+            now_unix_secs: now_unix_secs(),
+            foreign_start_check: self.options.foreign_start_check,
+        }
+    }
+
+    /// What is on disk now. Unreadable files are `Unparseable` (aged by their mtime).
+    pub fn observe(&self) -> Observation {
+        self.observe_with_id().0
+    }
+
+    pub(super) fn observe_with_id(&self) -> (Observation, Option<FileId>) {
+        let file = match sys::open_existing(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return (Observation::Missing, None),
+            Err(_) => {
+                return match std::fs::symlink_metadata(&self.path) {
+                    Ok(meta) if meta.file_type().is_symlink() => (Observation::Symlink, None),
+                    Ok(meta) => (
+                        Observation::Unparseable {
+                            age: age_of(&meta),
+                            error: ParseError::MissingPid,
+                        },
+                        Some(sys::file_id(&meta)),
+                    ),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => (Observation::Missing, None),
+                    Err(_) => (
+                        Observation::Unparseable {
+                            age: Duration::ZERO,
+                            error: ParseError::MissingPid,
+                        },
+                        None,
+                    ),
+                }
+            }
+        };
+        let Ok(meta) = file.metadata() else {
+            return (
+                Observation::Unparseable {
+                    age: Duration::ZERO,
+                    error: ParseError::MissingPid,
+                },
+                None,
+            );
+        };
+        let bytes = if meta.is_file() {
+            sys::read_capped(&file).ok().flatten()
+        } else {
+            None
+        };
+        (
+            observation_from(bytes.as_deref(), &meta),
+            Some(sys::file_id(&meta)),
+        )
+    }
+
+    /// semats' `status()` (see [`LockStatus`]).
+    pub fn status(&self) -> LockStatus {
+        let observation = self.observe();
+        let judgement = self.judge_with_presence(&observation);
+        let info = observation.info().cloned();
+        let is_owned_by_current_process = match &info {
+            None => false,
+            Some(i) => {
+                i.pid == current_pid()
+                    || held_locks().iter().any(|h| {
+                        h.inner.file.key == self.key && i.token.as_deref() == Some(h.inner.token())
+                    })
+            }
+        };
+        LockStatus {
+            locked: !matches!(observation, Observation::Missing),
+            info,
+            is_stale: judgement.is_stale(),
+            is_owned_by_current_process,
+        }
+    }
+
+    /// The judgement of `observation`, where a stale verdict is overruled by a holder's presence
+    /// mark still held on the file: a holder's descriptor still open (e.g. inherited by the
+    /// command of `run` after its wrapper died) keeps the lock held, whatever the file says.
+    pub(super) fn judge_with_presence(&self, observation: &Observation) -> StaleJudgement {
+        let judgement = judge(observation, &self.stale_context(), &OsProbe);
+        if judgement.is_stale()
+            && sys::open_existing(&self.path)
+                .is_ok_and(|f| sys::presence(&f) == sys::Presence::Holder)
+        {
+            return StaleJudgement::Held(HeldBecause::HolderPresent);
+        }
+        judgement
+    }
+
+    pub(super) fn already_locked_from_disk(&self) -> LockError {
+        let info = self.observe().info().cloned();
+        LockError::AlreadyLocked {
+            holder_pid: info.as_ref().map(|i| i.pid),
+            locked_since: info.as_ref().map(|i| i.timestamp),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! What a caller chooses: the options of one lock path ([`LockOptions`]), what a new lock
+//! records ([`AcquireRequest`]), and semats' `status()` shape ([`LockStatus`]).
+
+use std::time::Duration;
+
+use super::format::LockInfo;
+
+/// Options of one lock path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    /// `None` = never break any lock (semats `null`). Default 3600 s.
+    pub stale_timeout: Option<Duration>,
+    /// Polling fallback while waiting (also when stale judgements are re-made). Default 100 ms.
+    pub retry_interval: Duration,
+    /// fsync the file before linking it into place, and the directory after. Default true.
+    pub fsync: bool,
+    /// Period of the held lock's timestamp refresh; `None` = off. Default
+    /// [`LockOptions::default_heartbeat`] of the stale timeout.
+    pub heartbeat: Option<Duration>,
+    /// Tag limit in UTF-16 code units (semats). Default `Some(10000)`.
+    pub max_tag_length: Option<usize>,
+    /// An unparseable or empty file younger than this is never broken (it may be being
+    /// written). Default 2 s.
+    pub pending_write_grace: Duration,
+    /// Foreign files (no `host=`): a running pid whose process started more than 2 s after the
+    /// lock's timestamp is not its holder (pid reused) and counts as not running. Default false:
+    /// semats' liveness rule exactly (plus `EPERM` = running). Off by default because the
+    /// comparison mixes the wall clock of the lock with boot-relative start times: a clock step
+    /// (NTP at boot) can make a live holder look younger than its own lock and get it evicted.
+    pub foreign_start_check: bool,
+    /// `release_as_process(false)` deletes an unparseable file even while it is younger than
+    /// `pending_write_grace`, as semats does (default true: an explicit release is the user's
+    /// decision). `false` refuses it with `PermissionDenied { holder_pid: None }`, since a young
+    /// unparseable file may be a lock being written.
+    pub release_young_unparseable: bool,
+}
+
+impl LockOptions {
+    /// `Some(min(10 s, stale_timeout / 4))`, at least 100 ms (10 s when there is no stale
+    /// timeout). Use it when you change `stale_timeout` and want the matching default.
+    pub fn default_heartbeat(stale_timeout: Option<Duration>) -> Option<Duration> {
+        let ten = Duration::from_secs(10);
+        let period = match stale_timeout {
+            Some(t) => ten.min(t / 4),
+            None => ten,
+        };
+        Some(period.max(Duration::from_millis(100)))
+    }
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        let stale_timeout = Some(Duration::from_secs(3600));
+        LockOptions {
+            stale_timeout,
+            retry_interval: Duration::from_millis(100),
+            fsync: true,
+            heartbeat: LockOptions::default_heartbeat(stale_timeout),
+            max_tag_length: Some(10_000),
+            pending_write_grace: Duration::from_secs(2),
+            foreign_start_check: false,
+            release_young_unparseable: true,
+        }
+    }
+}
+
+/// What to record in a new lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The tag (sanitised and cut to `max_tag_length` before writing). `Some("")` writes `tag=`.
+    pub tag: Option<String>,
+    /// Record another owner pid (CLI `--pid`); default this process.
+    pub owner_pid: Option<u32>,
+}
+
+/// semats' `status()` shape, with `locked` meaning "a file exists" (semats reports parse
+/// success there) and `is_stale` being our full judgement (semats: age only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockStatus {
+    /// A file exists at the path (parseable or not).
+    pub locked: bool,
+    /// The parsed content, if it parses.
+    pub info: Option<LockInfo>,
+    /// The engine would break this lock now.
+    pub is_stale: bool,
+    /// The file names this process's pid, or carries the token of a lock this process holds.
+    pub is_owned_by_current_process: bool,
+}

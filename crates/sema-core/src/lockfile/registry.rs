@@ -1,0 +1,112 @@
+//! The registry of held locks: every lock this process holds, by id, until it is released or
+//! lost (dropping every handle does not release a lock: an exit hook still finds it here), and
+//! the per-owner loss callbacks (an owner is, for example, one JS thread).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use super::held::HeldLock;
+use super::process::current_pid;
+use super::unpoisoned;
+
+/// Every held lock by id. Ids are counters, so std's hasher costs ~20 ns per acquisition
+/// here, against microseconds for the file calls: no hasher of our own.
+pub(super) static REGISTRY: LazyLock<Mutex<HashMap<u64, HeldLock>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Every lock this process holds (e.g. for an exit hook).
+pub fn held_locks() -> Vec<HeldLock> {
+    unpoisoned(&REGISTRY).values().cloned().collect()
+}
+
+/// The held lock with this [`HeldLock::id`], while it is held (released or lost locks leave
+/// the registry).
+pub fn held_lock_by_id(id: u64) -> Option<HeldLock> {
+    unpoisoned(&REGISTRY).get(&id).cloned()
+}
+
+/// The first lock this process holds on the canonical path `key`.
+pub(super) fn held_on_key(key: &Path) -> Option<HeldLock> {
+    unpoisoned(&REGISTRY)
+        .values()
+        .find(|h| h.inner.file.key.as_os_str() == key.as_os_str())
+        .cloned()
+}
+
+/// How a held lock stopped being held, as told to its owner's [`set_loss_hook`] callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldEnd<'a> {
+    /// Found lost (file removed, replaced or overwritten), with the reason.
+    Lost(&'a str),
+    /// Released by path ([`LockFile::release_as`](super::LockFile::release_as)), not through its own handle: the handle's
+    /// owner learns that it no longer holds it.
+    ReleasedByPath,
+}
+
+/// An owner's loss callback: `(lock id, how it ended)`.
+pub type LossCallback = dyn Fn(u64, HeldEnd<'_>) + Send + Sync;
+
+pub(super) type LossHook = Arc<LossCallback>;
+
+/// One callback per owner ([`HeldLock::set_owner`]): in a process with several JS threads, each
+/// thread's locks are reported to that thread only.
+pub(super) static LOSS_HOOKS: LazyLock<Mutex<HashMap<u64, LossHook>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Set the callback told `(id, how)` whenever a lock of `owner` is found lost (after its
+/// `lost_reason` is set and its `finished`/`lost` tokens are cancelled) or released by path.
+/// One hook for all of an owner's locks, instead of a task per lock; `None` removes it.
+pub fn set_loss_hook(owner: u64, hook: Option<Box<LossCallback>>) {
+    let mut hooks = unpoisoned(&LOSS_HOOKS);
+    match hook {
+        Some(h) => {
+            hooks.insert(owner, Arc::from(h));
+        }
+        None => {
+            hooks.remove(&owner);
+        }
+    }
+}
+
+pub(super) fn notify_owner(owner: u64, id: u64, how: HeldEnd<'_>) {
+    if owner == NO_OWNER {
+        return;
+    }
+    let hook = unpoisoned(&LOSS_HOOKS).get(&owner).cloned();
+    if let Some(hook) = hook {
+        hook(id, how);
+    }
+}
+
+/// The owner of a lock no caller claimed ([`HeldLock::set_owner`] never called).
+pub const NO_OWNER: u64 = 0;
+
+/// Release every lock this process holds (synchronous; for the exit of the process). Errors
+/// are ignored: at exit there is nobody to report them to.
+pub fn release_all_held() {
+    release_held_where(|_| true);
+}
+
+/// Release every lock of `owner` ([`HeldLock::set_owner`]; e.g. a JS thread that exits while
+/// the process goes on). Other owners' locks are left alone.
+pub fn release_all_held_by(owner: u64) {
+    release_held_where(|h| h.owner() == owner);
+}
+
+pub(super) fn release_held_where(select: impl Fn(&HeldLock) -> bool) {
+    // Locks recorded for another owner (`AcquireRequest::owner_pid`, the CLI's `--pid`) belong to
+    // that process and outlive this one: its owner releases them.
+    let me = current_pid();
+    let ours: Vec<HeldLock> = unpoisoned(&REGISTRY)
+        .values()
+        .filter(|h| h.inner.info.pid == me && select(h))
+        .cloned()
+        .collect();
+    for held in ours {
+        let _ = held.release();
+    }
+}

@@ -4,7 +4,12 @@
 //!   `sema` and `semats` tools, with atomic acquisition, safe stale breaking, heartbeat and waiting.
 //! - [`dflockd`]: a client for the dflockd lock server (line protocol over TCP, optional TLS and auth).
 //!
+//! - [`ErrorCode`]: the stable code of every failure of either backend.
+//!
 //! This crate never depends on napi: the bindings crate at the repository root is a thin layer over it.
 
 pub mod dflockd;
+mod error_code;
 pub mod lockfile;
+
+pub use error_code::ErrorCode;

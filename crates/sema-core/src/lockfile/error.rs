@@ -1,64 +1,84 @@
-//! Errors of the lock-file engine. `kind()` gives the stable code the bindings expose (semats'
-//! `SemaphoreErrorType` strings plus our additions); `Display` gives semats' message strings.
+//! Errors of the lock-file engine. [`LockError::code`] gives the stable code the bindings expose
+//! (one of [`ErrorCode`]); `Display` gives semats' message strings.
 
-use std::fmt;
+use crate::ErrorCode;
 
 /// Everything a lock-file operation can fail with.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// The lock is held (by another process, by another waiter in this process, or its holder is
-    /// unknown because the file cannot be parsed). `"ALREADY_LOCKED"`, "Lock already held".
+    /// unknown because the file cannot be parsed). `ALREADY_LOCKED`.
+    #[error("Lock already held")]
     AlreadyLocked {
         holder_pid: Option<i64>,
         locked_since: Option<i64>,
     },
-    /// The wait ran out. `"TIMEOUT"`, `"Timeout waiting for lock after <ms>ms"`.
+    /// The wait ran out. `TIMEOUT`.
+    #[error("Timeout waiting for lock after {timeout_ms}ms")]
     Timeout { timeout_ms: u64 },
-    /// The acquisition was cancelled. `"ABORTED"`, "Lock acquisition was aborted".
+    /// The acquisition was cancelled. `ABORTED`.
+    #[error("Lock acquisition was aborted")]
     Aborted,
-    /// There is no lock to release. `"NOT_LOCKED"`, "Lock not held".
+    /// There is no lock to release. `NOT_LOCKED`.
+    #[error("Lock not held")]
     NotLocked,
-    /// Another process's lock and no `force`. `"PERMISSION_DENIED"`,
-    /// "Lock held by different process (PID n)" (`PID unknown` when the file cannot be parsed).
+    /// Another process's lock and no `force`. `PERMISSION_DENIED` (`PID unknown` when the file
+    /// cannot be parsed).
+    #[error("Lock held by different process (PID {})", pid_or_unknown(*.holder_pid))]
     PermissionDenied { holder_pid: Option<i64> },
-    /// `"INVALID_PATH"`; the message is the reason.
+    /// `INVALID_PATH`; the message is the reason.
+    #[error("{0}")]
     InvalidPath(String),
-    /// `"PATH_TRAVERSAL"`; the message is the reason.
+    /// `PATH_TRAVERSAL`; the message is the reason.
+    #[error("{0}")]
     PathTraversal(String),
-    /// The lock was lost (file removed or replaced). `"LOCK_LOST"`; the message is the reason.
+    /// The lock was lost (file removed or replaced). `LOCK_LOST`; the message is the reason.
+    #[error("{0}")]
     LockLost(String),
     /// A request the engine cannot honour (e.g. a tag that would make the lock file larger than
-    /// readers accept). `"INVALID_ARGUMENT"`; the message names the argument and its value.
+    /// readers accept). `INVALID_ARGUMENT`; the message names the argument and its value.
+    #[error("{0}")]
     InvalidArgument(String),
-    /// An I/O failure. `"IO_ERROR"`, `"<context>: <error>"`, e.g. `"Failed to create lock: ..."`.
+    /// An I/O failure. `IO_ERROR` (`PERMISSION_DENIED` when the OS refused us), e.g.
+    /// `"Failed to create lock: ..."`.
+    #[error("{context}: {source}")]
     Io {
         context: String,
         source: std::io::Error,
     },
 }
 
+fn pid_or_unknown(pid: Option<i64>) -> String {
+    pid.map_or_else(|| "unknown".to_string(), |p| p.to_string())
+}
+
 impl LockError {
-    /// The stable error code (`SemaphoreErrorType`).
-    pub fn kind(&self) -> &'static str {
+    /// The stable error code.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            LockError::AlreadyLocked { .. } => "ALREADY_LOCKED",
-            LockError::Timeout { .. } => "TIMEOUT",
-            LockError::Aborted => "ABORTED",
-            LockError::NotLocked => "NOT_LOCKED",
-            LockError::PermissionDenied { .. } => "PERMISSION_DENIED",
-            LockError::InvalidPath(_) => "INVALID_PATH",
-            LockError::PathTraversal(_) => "PATH_TRAVERSAL",
-            LockError::LockLost(_) => "LOCK_LOST",
-            LockError::InvalidArgument(_) => "INVALID_ARGUMENT",
-            // The OS refused us (a read-only directory, a file of another user): the caller's rights, not the
-            // disk, so the same code as a lock another process holds.
+            LockError::AlreadyLocked { .. } => ErrorCode::AlreadyLocked,
+            LockError::Timeout { .. } => ErrorCode::Timeout,
+            LockError::Aborted => ErrorCode::Aborted,
+            LockError::NotLocked => ErrorCode::NotLocked,
+            LockError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
+            LockError::InvalidPath(_) => ErrorCode::InvalidPath,
+            LockError::PathTraversal(_) => ErrorCode::PathTraversal,
+            LockError::LockLost(_) => ErrorCode::LockLost,
+            LockError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            // The OS refused us (a read-only directory, a file of another user): the caller's
+            // rights, not the disk, so the same code as a lock another process holds.
             LockError::Io { source, .. }
                 if source.kind() == std::io::ErrorKind::PermissionDenied =>
             {
-                "PERMISSION_DENIED"
+                ErrorCode::PermissionDenied
             }
-            LockError::Io { .. } => "IO_ERROR",
+            LockError::Io { .. } => ErrorCode::IoError,
         }
+    }
+
+    /// The stable error code as a string (`SemaphoreErrorType`).
+    pub fn kind(&self) -> &'static str {
+        self.code().as_str()
     }
 
     /// The holder's pid, where the error carries one (`holderPid`).
@@ -82,39 +102,6 @@ impl LockError {
         LockError::Io {
             context: context.to_string(),
             source,
-        }
-    }
-}
-
-impl fmt::Display for LockError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::AlreadyLocked { .. } => f.write_str("Lock already held"),
-            LockError::Timeout { timeout_ms } => {
-                write!(f, "Timeout waiting for lock after {timeout_ms}ms")
-            }
-            LockError::Aborted => f.write_str("Lock acquisition was aborted"),
-            LockError::NotLocked => f.write_str("Lock not held"),
-            LockError::PermissionDenied {
-                holder_pid: Some(pid),
-            } => write!(f, "Lock held by different process (PID {pid})"),
-            LockError::PermissionDenied { holder_pid: None } => {
-                f.write_str("Lock held by different process (PID unknown)")
-            }
-            LockError::InvalidPath(msg)
-            | LockError::PathTraversal(msg)
-            | LockError::LockLost(msg)
-            | LockError::InvalidArgument(msg) => f.write_str(msg),
-            LockError::Io { context, source } => write!(f, "{context}: {source}"),
-        }
-    }
-}
-
-impl std::error::Error for LockError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LockError::Io { source, .. } => Some(source),
-            _ => None,
         }
     }
 }
@@ -145,6 +132,11 @@ mod tests {
                 "Lock acquisition was aborted",
             ),
             (LockError::NotLocked, "NOT_LOCKED", "Lock not held"),
+            (
+                LockError::PermissionDenied { holder_pid: None },
+                "PERMISSION_DENIED",
+                "Lock held by different process (PID unknown)",
+            ),
             (
                 LockError::PermissionDenied {
                     holder_pid: Some(99999),
@@ -184,6 +176,7 @@ mod tests {
         ];
         for (err, kind, msg) in cases {
             assert_eq!(err.kind(), kind);
+            assert!(ErrorCode::ALL.contains(&err.code()));
             assert_eq!(err.to_string(), msg);
         }
         let e = LockError::AlreadyLocked {

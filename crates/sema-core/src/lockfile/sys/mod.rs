@@ -36,6 +36,8 @@ use std::path::{Path, PathBuf};
 
 use super::format::MAX_LOCK_FILE_BYTES;
 
+#[cfg(not(target_os = "linux"))]
+mod absent;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]

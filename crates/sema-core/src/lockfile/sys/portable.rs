@@ -6,7 +6,10 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::path::Path;
 
-use super::{ExclusiveLock, FileId, FsKind, Presence};
+pub(crate) use super::absent::{
+    breaker_present, dir_fs_kind, link_unnamed, prepare_unnamed, presence,
+};
+use super::{ExclusiveLock, FileId};
 
 /// Nothing to convert without a C path.
 #[derive(Debug, Clone)]
@@ -75,32 +78,8 @@ pub(crate) fn is_symlink_refusal(_e: &io::Error, path: &Path) -> bool {
 
 pub(crate) fn hold_presence(_file: &File) {}
 
-pub(crate) fn presence(_file: &File) -> Presence {
-    Presence::Unknown
-}
-
-pub(crate) fn breaker_present(_id: FileId) -> bool {
-    true
-}
-
 pub(crate) fn try_break_lock(_file: &File, _path: &Path, _id: FileId) -> io::Result<ExclusiveLock> {
     Ok(ExclusiveLock::Unsupported)
-}
-
-pub(crate) fn dir_fs_kind(_path: &Path) -> FsKind {
-    FsKind::Remote
-}
-
-pub(crate) fn prepare_unnamed(_path: &Path, _content: &[u8]) -> Option<io::Result<File>> {
-    None
-}
-
-pub(crate) fn link_unnamed(
-    _file: &File,
-    _path: &Path,
-    _os_path: &OsPath,
-) -> Option<io::Result<()>> {
-    None
 }
 
 pub(crate) fn raw_handle(_file: &File) -> Option<i64> {

@@ -2,7 +2,7 @@
 // sema-native: the public JS layer over the native binding. index.d.ts is its contract.
 
 const errors = require('./lib/errors')
-const semaphore = require('./lib/semaphore')
+const semaphore = require('./lib/file/semats')
 const target = require('./lib/target')
 const dflockd = require('./lib/dflockd')
 

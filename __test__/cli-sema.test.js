@@ -1,5 +1,5 @@
 'use strict'
-// `sema-native sema …` against the Rust sema CLI's behaviour (shared/reference/lockfile-tools.md §D2): exact
+// `sema-native sema …` against the Rust sema CLI's behaviour (sema 0.1.0, built from the vendored source): exact
 // stdout, stderr and exit code for every command and error path. Only pids, timestamps and temp paths are
 // normalised. Deliberate differences, tested as such: status --json escapes the tag (always valid JSON), and a
 // live holder is never evicted by age.

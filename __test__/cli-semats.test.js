@@ -1,5 +1,5 @@
 'use strict'
-// `sema-native semats …` against the semats CLI's behaviour (shared/reference/lockfile-tools.md §D3): exact
+// `sema-native semats …` against the semats CLI's behaviour (semats' own CLI): exact
 // stdout, stderr and exit code for every command and error path. Only pids, timestamps and temp paths are
 // normalised. The CLI records its parent as the owner; here that parent is this test process, so a lock taken
 // through the CLI has holder pid === process.pid and stays held while the suite runs.

@@ -39,7 +39,7 @@ async function mutexRun(t, mode, base = dir) {
     u.spawnNode('file-mutex-worker.js', [file, marker, counter, ITER, modeOf(i)]),
   )
   const ready = kids.map((k) => u.lines(k).next(/^ready$/, 20000))
-  // A reader in its own process: it must never see a half-written lock file (design §3.2).
+  // A reader in its own process: it must never see a half-written lock file.
   const reader = u.spawnNode('file-reader-worker.js', [file])
   await u.lines(reader).next(/^ready$/, 20000)
   await Promise.all(ready)

@@ -1,5 +1,5 @@
 'use strict'
-// semats drop-in spot checks (reference/lockfile-tools.md §A2, §B1, §C): constructor messages, result shapes,
+// semats drop-in spot checks (its parse rules, release and constructor): constructor messages, result shapes,
 // error types and message strings, parseLockInfo's lenient rules, helpers, status() keys, ownership by process.
 
 const { test, describe, before, after } = require('node:test')
@@ -185,7 +185,7 @@ describe('lock lifecycle: shapes, types and messages', () => {
     assert.equal(s.release().ok, true)
   })
 
-  // semats deletes an unparseable lock on release() without force (reference §B1: `semats release` on a garbage
+  // semats deletes an unparseable lock on release() without force (as `semats release` does on a garbage
   // lock → `status: released`); the drop-in keeps that.
   test('a garbage lock: getLockInfo null, isLocked true, tryAcquire ALREADY_LOCKED without holderPid, release() deletes it (semats)', () => {
     const file = fresh()
@@ -251,7 +251,7 @@ describe('cleanStale()', () => {
   })
 })
 
-describe('parseLockInfo (§A2)', () => {
+describe('parseLockInfo (semats rules)', () => {
   const ok = (content, pid, timestamp, tag) => {
     const r = parseLockInfo(content)
     assert.equal(r.ok, true, `${JSON.stringify(content)}: ${JSON.stringify(r.error)}`)

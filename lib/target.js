@@ -7,7 +7,7 @@ const nodePath = require('node:path')
 const { fileURLToPath } = require('node:url')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('./errors')
 const { LockHandle } = require('./lock-handle')
-const { acquireFile, releaseFile, statusFile } = require('./file-lock')
+const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
 const { validate, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 

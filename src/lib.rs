@@ -6,17 +6,9 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod dflockd;
-mod lockfile;
+mod file;
 mod owner;
 mod result;
-
-use napi_derive::napi;
-
-/// Version of the native addon (matches package.json).
-#[napi]
-pub fn native_version() -> String {
-    env!("CARGO_PKG_VERSION").to_string()
-}
 
 /// The addon's tokio runtime: one worker thread instead of one per core (the blocking pool, used
 /// for fsync, is separate and unchanged). A dflockd request, its socket's reactor and the settling

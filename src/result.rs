@@ -5,6 +5,7 @@
 use napi_derive::napi;
 use sema_core::dflockd::error::DflockdError;
 use sema_core::lockfile::LockError;
+use sema_core::ErrorCode;
 
 /// A failure: a stable `code` (a `SemaphoreErrorType` string), a message and, where known, the
 /// holder of a busy lock file or the raw server reply that caused it (e.g. `error_max_locks`).
@@ -32,14 +33,27 @@ impl NativeError {
     }
 }
 
+impl NativeError {
+    pub fn of(code: ErrorCode, message: impl Into<String>) -> Self {
+        NativeError::new(code.as_str(), message)
+    }
+}
+
 impl From<&LockError> for NativeError {
     fn from(e: &LockError) -> Self {
         NativeError {
             holder_pid: e.holder_pid(),
             locked_since: e.locked_since(),
-            ..NativeError::new(e.kind(), e.to_string())
+            ..NativeError::of(e.code(), e.to_string())
         }
     }
+}
+
+/// Every stable error code, in the order of the TypeScript union `SemaphoreErrorType` (a test
+/// checks `index.d.ts` against it).
+#[napi]
+pub fn error_codes() -> Vec<&'static str> {
+    ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
 }
 
 impl From<LockError> for NativeError {

@@ -7,6 +7,7 @@
 
 const fs = require('node:fs')
 const path = require('node:path')
+const { parseArgs } = require('node:util')
 const { fileURLToPath } = require('node:url')
 const {
   UsageError,
@@ -19,6 +20,7 @@ const {
   isDflockd,
   shortLivedOwner,
   api,
+  waitFor,
 } = require('./common')
 
 const PROG = 'sema-native'
@@ -157,8 +159,15 @@ const ACCEPTS = {
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
 const NOT_FOR = { run: ['json'] }
-const VALUE_OPTIONS = new Set(['timeout', 'tag', 'pid', 'stale', 'ca'])
-const ALIASES = { '-q': 'quiet', '-h': 'help', '-t': 'tag', '-v': 'verbose' }
+const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca']
+const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
+/** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
+const PARSE_OPTIONS = Object.fromEntries(
+  [...VALUE_OPTIONS, ...COMMON, 'force', 'verbose'].map((name) => [
+    name,
+    { type: VALUE_OPTIONS.includes(name) ? 'string' : 'boolean', ...(SHORT[name] ? { short: SHORT[name] } : {}) },
+  ]),
+)
 
 /**
  * `<command> <target> [options] [-- argv]`, options anywhere, `--name value` or `--name=value`. For `run` the
@@ -168,33 +177,22 @@ function parse(args) {
   const o = { command: args[0], target: undefined, argv: null }
   const accepted = new Set([...(ACCEPTS[o.command] ?? []), ...COMMON])
   for (const name of NOT_FOR[o.command] ?? []) accepted.delete(name)
-  for (let i = 1; i < args.length; i++) {
-    const arg = args[i]
-    if (arg === '--') {
+  const rest = args.slice(1)
+  const { tokens } = parseArgs({ args: rest, options: PARSE_OPTIONS, strict: false, allowPositionals: true, tokens: true })
+  for (const token of tokens) {
+    if (token.kind === 'option-terminator') {
       if (o.command !== 'run') throw new UsageError(`'--' is only for run`)
-      o.argv = args.slice(i + 1)
+      o.argv = rest.slice(token.index + 1)
       break
     }
-    if (arg.startsWith('-') && arg !== '-') {
-      let name
-      let value
-      if (arg.startsWith('--')) {
-        const eq = arg.indexOf('=')
-        name = eq < 0 ? arg.slice(2) : arg.slice(2, eq)
-        if (eq >= 0) value = arg.slice(eq + 1)
-      } else {
-        name = ALIASES[arg]
-        if (!name) throw new UsageError(`unknown option: ${arg}`)
-      }
-      if (!VALUE_OPTIONS.has(name) && !COMMON.includes(name) && name !== 'force' && name !== 'verbose') {
-        throw new UsageError(`unknown option: ${arg}`)
+    if (token.kind === 'option') {
+      const { name, rawName, value } = token
+      if (!Object.hasOwn(PARSE_OPTIONS, name) || (rawName.startsWith('-') && !rawName.startsWith('--') && rawName.length !== 2)) {
+        throw new UsageError(`unknown option: ${rawName}${token.inlineValue ? `=${value}` : ''}`)
       }
       if (!accepted.has(name)) throw new UsageError(`${o.command} does not take --${name}`)
-      if (VALUE_OPTIONS.has(name)) {
-        if (value === undefined) {
-          if (++i >= args.length) throw new UsageError(`--${name} needs a value`)
-          value = args[i]
-        }
+      if (VALUE_OPTIONS.includes(name)) {
+        if (value === undefined) throw new UsageError(`--${name} needs a value`)
         o[name] = value
       } else {
         if (value !== undefined) throw new UsageError(`--${name} takes no value`)
@@ -203,12 +201,12 @@ function parse(args) {
       continue
     }
     if (o.target === undefined) {
-      o.target = arg
+      o.target = token.value
     } else if (o.command === 'run') {
-      o.argv = args.slice(i)
+      o.argv = rest.slice(token.index)
       break
     } else {
-      throw new UsageError(`unexpected argument: ${arg}`)
+      throw new UsageError(`unexpected argument: ${token.value}`)
     }
   }
   return o
@@ -473,7 +471,7 @@ async function cmdClean(o, rep) {
   const config = {}
   const stale = durationOption(o, 'stale')
   if (stale !== undefined) config.staleTimeout = stale
-  const { CLEAN_STALE_RESULT } = require('../semaphore')
+  const { CLEAN_STALE_RESULT } = require('../file/semats')
   const r = new Semaphore(file, config)[CLEAN_STALE_RESULT]()
   if (!r.ok) {
     rep.fail(r.error, describeFailure(r.error, rep.target))
@@ -486,40 +484,16 @@ async function cmdClean(o, rep) {
 
 /** Resolves when `target` looks free: file-system events on the lock's directory wake it early; polls anyway. */
 async function waitFree(target, options, timeout, isFile) {
-  const start = Date.now()
-  const interval = isFile ? 100 : 200
-  let watcher = null
-  let wake = null
-  if (isFile) {
-    try {
-      const file = /^file:/i.test(target) ? fileURLToPath(target) : target
-      watcher = fs.watch(path.dirname(file), { persistent: false }, () => wake && wake())
-      watcher.on('error', () => {})
-    } catch {
-      watcher = null // polling alone
-    }
-  }
-  try {
-    for (;;) {
+  const watchDir = isFile ? path.dirname(/^file:/i.test(target) ? fileURLToPath(target) : target) : undefined
+  const r = await waitFor(
+    async () => {
       const s = await api().status(target, options)
       // isStale: the engine would break this lock now (its holder is gone), so it is as good as free.
-      if (!s.locked || (s.backend === 'file' && s.isStale)) {
-        return { free: true, waitedMs: Date.now() - start }
-      }
-      const left = timeout === undefined ? interval : timeout - (Date.now() - start)
-      if (left <= 0) return { free: false, waitedMs: Date.now() - start }
-      await new Promise((resolve) => {
-        const t = setTimeout(resolve, Math.min(interval, left))
-        wake = () => {
-          clearTimeout(t)
-          resolve()
-        }
-      })
-      wake = null
-    }
-  } finally {
-    if (watcher) watcher.close()
-  }
+      return !s.locked || (s.backend === 'file' && s.isStale)
+    },
+    { timeoutMs: timeout, intervalMs: isFile ? 100 : 200, watchDir },
+  )
+  return { free: r.done, waitedMs: r.waitedMs }
 }
 
 async function cmdWait(o, rep) {

@@ -11,7 +11,7 @@
 
 const fs = require('node:fs')
 const path = require('node:path')
-const { out, err, exit, api, rustIoText, errnoCode, rustParent, exists, sleep } = require('./common')
+const { out, err, exit, api, rustIoText, errnoCode, rustParent, exists, waitFor } = require('./common')
 
 const VERSION = '0.1.0'
 
@@ -311,18 +311,13 @@ async function cmdWait(o) {
   }
   // sema polls for the file to be gone every 100 ms and never breaks a stale lock itself.
   const timeout = o.timeout === null ? null : secondsToMs(o.timeout)
-  const start = Date.now()
-  for (;;) {
-    if (!exists(o.lockPath)) {
-      if (!o.quiet) out(`Lock is free: ${o.lockPath}\n`)
-      return 0
-    }
-    if (timeout !== null && Date.now() - start >= timeout) {
-      if (!o.quiet) err('Timeout waiting for lock to be released\n')
-      return 1
-    }
-    await sleep(POLL_MS)
+  const r = await waitFor(() => !exists(o.lockPath), { timeoutMs: timeout, intervalMs: POLL_MS })
+  if (r.done) {
+    if (!o.quiet) out(`Lock is free: ${o.lockPath}\n`)
+    return 0
   }
+  if (!o.quiet) err('Timeout waiting for lock to be released\n')
+  return 1
 }
 
 async function main(args) {

@@ -5,11 +5,11 @@
 // local disk with fsync off), run on it, saving two thread hops each.
 
 const nodePath = require('node:path')
-const native = require('./native')
-const { LockHandle } = require('./lock-handle')
-const { fileError, toLockError } = require('./errors')
-const { withAbort } = require('./abort')
-const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG } = require('./semaphore')
+const native = require('../native')
+const { LockHandle } = require('../lock-handle')
+const { fileError, toLockError } = require('../errors')
+const { withAbort } = require('../abort')
+const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG } = require('./engine')
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
@@ -142,7 +142,7 @@ async function acquireWith({ file, key, error }, options, wait, mayRetry) {
     ? await withAbort(options.signal, (cancelId) =>
         file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
       )
-    : await withAbort(options.signal, () => file.tryAcquireAsync(tag, ownerPid))
+    : await withAbort(options.signal, () => file.tryAcquire(tag, ownerPid))
   if (mayRetry && !r.ok && key !== null && unexpected(r.error)) return { retry: key }
   return r
 }

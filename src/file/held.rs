@@ -1,0 +1,147 @@
+//! Held locks, addressed by the engine registry's id: starting one for a JS thread, describing
+//! it, releasing it, hearing of its loss, and the process's and threads' exit hooks.
+
+use napi::bindgen_prelude::{AsyncTask, FnArgs, Function};
+use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::Env;
+use napi_derive::napi;
+use sema_core::lockfile::{self, HeldEnd, HeldLock, LockError};
+
+use super::pool::OnPool;
+use super::values::{HeldOutcome, NativeHeld};
+use crate::owner;
+use crate::result::{bool_result, BoolResult};
+
+/// Gives a fresh lock to the JS thread `owner` and starts its heartbeat (an entry in the
+/// engine's heartbeat list, no task). Fails (the lock released) when that thread has exited.
+pub fn start(r: Result<HeldLock, LockError>, claim: owner::Claim) -> Result<HeldLock, LockError> {
+    let held = r?;
+    if !owner::claim(&held, claim) {
+        return Err(LockError::Aborted);
+    }
+    held.start_heartbeat();
+    Ok(held)
+}
+
+/// Describes a started lock (see [`start`]) for JS.
+pub fn acquired(r: Result<HeldLock, LockError>) -> HeldOutcome {
+    match r {
+        Ok(held) => {
+            let info = held.info_ref();
+            HeldOutcome {
+                ok: true,
+                lock: Some(NativeHeld {
+                    id: held.id() as f64,
+                    pid: info.pid,
+                    timestamp: info.timestamp,
+                    tag: info.tag.clone(),
+                    token: info.token.clone().unwrap_or_default(),
+                }),
+                error: None,
+            }
+        }
+        Err(e) => HeldOutcome {
+            ok: false,
+            lock: None,
+            error: Some((&e).into()),
+        },
+    }
+}
+
+fn release_by_id(id: u64) -> Result<bool, LockError> {
+    release_found(lockfile::held_lock_by_id(id))
+}
+
+/// Releases a held lock found by id; not found = already released or lost.
+fn release_found(held: Option<HeldLock>) -> Result<bool, LockError> {
+    held.map_or(Ok(false), |held| held.release())
+}
+
+fn to_id(id: f64) -> u64 {
+    if id.is_finite() && id >= 0.0 {
+        id as u64
+    } else {
+        0
+    }
+}
+
+/// Whether the lock `id` is still held (not released, not lost).
+#[napi]
+pub fn is_held(id: f64) -> bool {
+    lockfile::held_lock_by_id(to_id(id)).is_some()
+}
+
+/// Releases the held lock `id` on the calling thread when that is short (the lock is not on a network file system), else
+/// `null`: then call `releaseHeldAsync`. `true`: released by this call; `false`: already released
+/// or lost. Never deletes a file that is not ours.
+#[napi]
+pub fn release_held_now(id: f64) -> Option<BoolResult> {
+    let held = lockfile::held_lock_by_id(to_id(id));
+    if held.as_ref().is_some_and(|h| !h.release_is_short()) {
+        return None;
+    }
+    Some(bool_result(release_found(held)))
+}
+
+/// `releaseHeldNow` on the libuv pool.
+#[napi(ts_return_type = "Promise<BoolResult>")]
+pub fn release_held_async(id: f64) -> AsyncTask<OnPool<BoolResult>> {
+    let id = to_id(id);
+    AsyncTask::new(OnPool::new(move || bool_result(release_by_id(id))))
+}
+
+/// Sets this JS thread's loss callback: `callback(id, reason)` runs (on this thread) for every lock this thread
+/// holds that is found lost, and `callback(id, null)` for one released by path (`releaseAsAsync`, semats'
+/// `release`) rather than through its id. Each thread hears about its own locks only. The callback is weak: it
+/// never keeps Node alive.
+#[napi(ts_args_type = "callback: (id: number, reason: string | null) => void")]
+pub fn set_lock_lost_handler(
+    env: Env,
+    callback: Function<FnArgs<(f64, Option<String>)>, ()>,
+) -> napi::Result<()> {
+    let owner = owner::of(&env)?;
+    let tsfn = callback
+        .build_threadsafe_function()
+        .weak::<true>()
+        .callee_handled::<false>()
+        .build()?;
+    lockfile::set_loss_hook(
+        owner,
+        Some(Box::new(move |id, how| {
+            let reason = match how {
+                HeldEnd::Lost(reason) => Some(reason.to_string()),
+                HeldEnd::ReleasedByPath => None,
+            };
+            tsfn.call(
+                FnArgs::from((id as f64, reason)),
+                ThreadsafeFunctionCallMode::NonBlocking,
+            );
+        })),
+    );
+    Ok(())
+}
+
+/// The descriptor of the held lock with this token (for `sema-native run`, which hands it to its command so that
+/// the command keeps the lock if the wrapper dies); `null` when no such lock is held here.
+#[napi]
+pub fn held_lock_fd(token: String) -> Option<i64> {
+    lockfile::held_locks()
+        .into_iter()
+        .find(|h| !token.is_empty() && h.token() == token)
+        .and_then(|h| h.raw_handle())
+}
+
+/// Releases every lock of the process, whichever thread took it (the JS layer calls it from the main thread's
+/// `process.on('exit')` hook).
+#[napi]
+pub fn release_all_held() {
+    lockfile::release_all_held();
+}
+
+/// Releases the locks this JS thread holds (a worker thread's `process.on('exit')` hook; the environment's
+/// cleanup does it too, for a terminated worker).
+#[napi]
+pub fn release_thread_held(env: Env) -> napi::Result<()> {
+    lockfile::release_all_held_by(owner::of(&env)?);
+    Ok(())
+}

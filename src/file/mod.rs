@@ -1,0 +1,24 @@
+//! Bindings of the lock-file engine: they convert values and map errors, nothing more. No
+//! file-system logic here.
+//!
+//! Expected failures travel as values (`{ ok, error: { code, message, … } }`, see
+//! `crate::result`), never as thrown errors: an async napi fn cannot give its rejection a custom
+//! `code`, and the JS layer wants semats' `SemaphoreResult` shapes anyway. Only programming
+//! errors (a bad argument type) throw.
+//!
+//! Who owns what:
+//! - held locks: the engine's registry (`sema_core::lockfile::held_lock_by_id`); JS and this
+//!   layer keep only the id;
+//! - the lock file of a path: the engine's `LockFile` inside a [`lock_file::NativeLockFile`];
+//!   the index in `lock_file.rs` only lets the synchronous hot path reach it without napi's
+//!   class bookkeeping;
+//! - threads: a wait runs on the tokio runtime (its blocking pool serves only the `fsync` of a
+//!   lock won while waiting); a blocking call made from JS (an attempt, a release, a status on
+//!   a file system where they may block) runs on the libuv pool ([`pool::OnPool`]);
+//! - cancellation of a wait: the cancel ids of `cancel.rs`, fired by JS from its `AbortSignal`.
+
+mod cancel;
+mod held;
+mod lock_file;
+mod pool;
+mod values;

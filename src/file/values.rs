@@ -180,7 +180,7 @@ impl From<lockfile::LockStatus> for NativeStatus {
     }
 }
 
-/// A held lock as plain values: `id` addresses it in the engine's registry (`releaseHeld`,
+/// A held lock as plain values: `id` addresses it in the engine's registry (`releaseHeldNow`,
 /// `setLockLostHandler`), so no native object (and no finalizer) exists per acquisition.
 #[napi(object)]
 pub struct NativeHeld {

@@ -16,6 +16,7 @@ pub enum ErrorCode {
     Aborted,
     LockLost,
     ConnectionError,
+    TlsMismatch,
     AuthFailed,
     ProtocolError,
     ServerError,
@@ -24,7 +25,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, semats' eight first, in the order of the TypeScript union.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::AlreadyLocked,
         ErrorCode::InvalidPath,
         ErrorCode::IoError,
@@ -36,6 +37,7 @@ impl ErrorCode {
         ErrorCode::Aborted,
         ErrorCode::LockLost,
         ErrorCode::ConnectionError,
+        ErrorCode::TlsMismatch,
         ErrorCode::AuthFailed,
         ErrorCode::ProtocolError,
         ErrorCode::ServerError,
@@ -56,6 +58,7 @@ impl ErrorCode {
             ErrorCode::Aborted => "ABORTED",
             ErrorCode::LockLost => "LOCK_LOST",
             ErrorCode::ConnectionError => "CONNECTION_ERROR",
+            ErrorCode::TlsMismatch => "TLS_MISMATCH",
             ErrorCode::AuthFailed => "AUTH_FAILED",
             ErrorCode::ProtocolError => "PROTOCOL_ERROR",
             ErrorCode::ServerError => "SERVER_ERROR",

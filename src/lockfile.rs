@@ -95,10 +95,26 @@ pub struct PathCheck {
     pub error: Option<NativeError>,
 }
 
+/// Whether this build has a file-lock engine: the core's platform layer is Unix-only (the Windows engine is
+/// its own piece of work). Every file-lock entry point of the JS layer (the target API, `Semaphore`, and the
+/// CLI through them) starts with `check_lock_path`, so refusing there is the one place a platform is refused.
+const FILE_LOCKS_SUPPORTED: bool = cfg!(unix);
+
 /// Validates a lock path. `semats`: semats' constructor rules and messages (any `..` substring refused);
 /// otherwise the target API's rules (`..` segments refused, directories refused).
 #[napi]
 pub fn check_lock_path(path: String, semats: bool) -> PathCheck {
+    if !FILE_LOCKS_SUPPORTED {
+        let message = format!(
+            "file locks are not supported on {} yet (the dflockd client is): {path}",
+            std::env::consts::OS
+        );
+        return PathCheck {
+            ok: false,
+            path: None,
+            error: Some(NativeError::new("UNSUPPORTED_PLATFORM", message)),
+        };
+    }
     let checked = if semats {
         lockfile::validate_semats_path(&path).map_err(|m| NativeError::new("INVALID_PATH", m))
     } else {

@@ -622,8 +622,26 @@ mod imp {
             std::future::pending::<()>().await
         }
 
-        pub(crate) fn changed(&self) -> std::future::Pending<()> {
-            std::future::pending()
+        pub(crate) fn changed(&self) -> Changed {
+            Changed
+        }
+    }
+
+    /// A change of the line that never comes (the head is always this process), with the
+    /// `enable` of the Linux ticket's `Notified` future so that callers compile unchanged.
+    pub(crate) struct Changed;
+
+    impl Changed {
+        pub(crate) fn enable(self: std::pin::Pin<&mut Self>) {}
+    }
+
+    impl std::future::Future for Changed {
+        type Output = ();
+        fn poll(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<()> {
+            std::task::Poll::Pending
         }
     }
 }

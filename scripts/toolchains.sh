@@ -29,7 +29,9 @@ have readelf || need_apt+=(binutils)
 if [ "$WHAT" != build ]; then
   have wine || need_apt+=(wine wine64)
   have qemu-aarch64 || need_apt+=(qemu-user)
+  # the arm64 Node needs its C and C++ runtimes (qemu finds them through QEMU_LD_PREFIX=/usr/aarch64-linux-gnu)
   [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || need_apt+=(libc6-arm64-cross)
+  [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || need_apt+=(libstdc++6-arm64-cross)
   have patchelf || need_apt+=(patchelf)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then

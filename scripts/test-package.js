@@ -143,6 +143,8 @@ void bad
 `
 const importLine = `import { acquire, withLock, Semaphore, LockError, DistributedLock, type Lock, type SemaphoreErrorType } from '${name}'\n`
 const awaitUsing = `
+import sema from '${name}'
+export const viaDefault: typeof acquire = sema.acquire
 export async function disposed(p: string): Promise<void> {
   const r = await acquire(p)
   if (r.ok) {

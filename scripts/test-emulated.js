@@ -143,6 +143,9 @@ function runSuites(key, p, suites) {
   const files = suites.map((s) => path.join('__test__', `${s}.test.js`))
   const env = { NAPI_RS_NATIVE_LIBRARY_PATH: path.join(root, 'npm', key, `${name}.${key}.node`), TMPDIR: os.tmpdir() }
   const r = runNode(p, ['--test', '--test-reporter=tap', '--test-concurrency=1', ...files], { cwd: root, env, timeout: 40 * 60_000 })
+  // The whole TAP output, for the failures' details (the summary below lists only their names).
+  fs.mkdirSync(path.join(root, 'dist'), { recursive: true })
+  fs.writeFileSync(path.join(root, 'dist', `emulated-${key}.tap`), r.out)
   const count = (k) => Number(r.out.match(new RegExp(`^# ${k} (\\d+)`, 'm'))?.[1] ?? NaN)
   const failed = r.out.split('\n').filter((l) => /^\s*not ok /.test(l) && !/# SKIP/.test(l))
   const skips = r.out.split('\n').filter((l) => /^\s*ok .*# SKIP/.test(l)).map((l) => l.trim())

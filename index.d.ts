@@ -2,7 +2,14 @@
 // Time units: milliseconds everywhere in the semats-compatible and target APIs (as semats), seconds in the
 // dflockd classes (as the dflockd TypeScript client), and seconds inside lock files (as the format).
 
-/// <reference lib="esnext.disposable" />
+// Needs the Node types (`@types/node`, an optional peer dependency) for AbortSignal and Buffer, and nothing from
+// TypeScript's newer libs: `Symbol.asyncDispose` is declared below (as @types/node does), so these typings work with
+// TypeScript >= 5.0; `await using` itself needs TypeScript >= 5.2 with `lib` "esnext.disposable" (or "esnext").
+declare global {
+  interface SymbolConstructor {
+    readonly asyncDispose: unique symbol
+  }
+}
 
 // ───────────────────────────── errors ─────────────────────────────
 
@@ -25,18 +32,20 @@ export type SemaphoreErrorType =
   | 'PROTOCOL_ERROR'
   | 'SERVER_ERROR'
   | 'INVALID_ARGUMENT'
+  /** File locks on a platform without a file-lock engine yet (Windows); the dflockd client works there. */
+  | 'UNSUPPORTED_PLATFORM'
 
 /** A failure as a value (semats' shape). */
 export interface SemaphoreError {
   type: SemaphoreErrorType
   message: string
   /** pid recorded in the lock file that blocked us, when it could be read. */
-  holderPid?: number
+  holderPid?: number | undefined
   /** `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. */
-  lockedSince?: number
-  cause?: Error
+  lockedSince?: number | undefined
+  cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
-  reply?: string
+  reply?: string | undefined
 }
 
 export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: SemaphoreError }
@@ -56,9 +65,9 @@ export declare class LockError extends Error {
   readonly code: SemaphoreErrorType
   /** Same as `code` (semats naming). */
   readonly type: SemaphoreErrorType
-  readonly holderPid?: number
-  readonly lockedSince?: number
-  readonly reply?: string
+  readonly holderPid?: number | undefined
+  readonly lockedSince?: number | undefined
+  readonly reply?: string | undefined
 }
 /** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
 export declare class AcquireTimeoutError extends LockError {
@@ -77,7 +86,7 @@ export interface LockInfo {
   pid: number
   /** Unix seconds. */
   timestamp: number
-  tag?: string
+  tag?: string | undefined
 }
 
 /** `{pid: process.pid, timestamp: now (s), tag}`; the `tag` key is present even when undefined (as semats). */
@@ -95,17 +104,17 @@ export declare function isProcessRunning(pid: number): boolean
 
 export interface SemaphoreConfig {
   /** ms after which a lock whose holder is not running may be broken; `null` never breaks. Default 3_600_000. */
-  staleTimeout?: number | null
+  staleTimeout?: number | null | undefined
   /** ms between polls while waiting (file-system events wake waiters sooner). Default 100. */
-  retryInterval?: number
+  retryInterval?: number | undefined
   /** ms `acquire()` waits by default; `null` waits forever. Default null. */
-  acquireTimeout?: number | null
+  acquireTimeout?: number | null | undefined
   /** Tags are cut to this many UTF-16 code units. Default 10000. */
-  maxTagLength?: number
+  maxTagLength?: number | undefined
   /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. */
-  fsync?: boolean
+  fsync?: boolean | undefined
   /** ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(10 s, staleTimeout/4). */
-  heartbeat?: number | null | false
+  heartbeat?: number | null | false | undefined
 }
 
 export interface SemaphoreStatus {
@@ -131,7 +140,7 @@ export declare class Semaphore {
   tryAcquire(tag?: string): SemaphoreResult<LockInfo>
   /** Records `info.pid` as the owner and `info.tag`; the timestamp written is the time of acquisition. */
   tryAcquireWithInfo(info: LockInfo): SemaphoreResult<LockInfo>
-  acquire(options?: { timeout?: number; tag?: string; signal?: AbortSignal }): Promise<SemaphoreResult<LockInfo>>
+  acquire(options?: { timeout?: number | undefined; tag?: string | undefined; signal?: AbortSignal | undefined }): Promise<SemaphoreResult<LockInfo>>
   acquireTimeout(timeoutMs: number, tag?: string): Promise<SemaphoreResult<LockInfo>>
   /** Releases a lock held by this process; `force` removes anyone's. */
   release(force?: boolean): SemaphoreResult<void>
@@ -151,15 +160,15 @@ export type Backend = 'file' | 'dflockd'
  * byte-for-byte one of them). Other keys are refused with `INVALID_ARGUMENT`.
  */
 export interface DflockdTlsOptions {
-  ca?: string | Buffer | Array<string | Buffer>
+  ca?: string | Buffer | Array<string | Buffer> | undefined
   /** Server name to verify (default: the host). */
-  servername?: string
+  servername?: string | undefined
   /** `false` accepts any server certificate (the handshake signature is still checked). Default `true`. */
-  rejectUnauthorized?: boolean
+  rejectUnauthorized?: boolean | undefined
   /** PEM client certificate chain, for a server that asks for one (with `key`). */
-  cert?: string | Buffer | Array<string | Buffer>
+  cert?: string | Buffer | Array<string | Buffer> | undefined
   /** PEM private key of `cert` (never echoed in errors). */
-  key?: string | Buffer
+  key?: string | Buffer | undefined
 }
 
 export interface AcquireOptions {
@@ -168,51 +177,53 @@ export interface AcquireOptions {
    * 0 = one attempt. dflockd honours it to the ms: the server is asked for the whole seconds above it and the client
    * stops at the ms.
    */
-  timeout?: number | null
+  timeout?: number | null | undefined
   /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
-  signal?: AbortSignal
+  signal?: AbortSignal | undefined
   /** Tag written into the lock file (file targets). */
-  tag?: string
+  tag?: string | undefined
   /** Called once if the held lock is lost (file changed or gone, renewal refused, server gone). Never throws into your code. */
-  onLost?: (lock: Lock, error: LockError) => void
+  onLost?: ((lock: Lock, error: LockError) => void) | undefined
   /** File: see {@link SemaphoreConfig.staleTimeout}. */
-  staleTimeout?: number | null
+  staleTimeout?: number | null | undefined
   /** File: see {@link SemaphoreConfig.retryInterval}. */
-  retryInterval?: number
+  retryInterval?: number | undefined
   /** File: see {@link SemaphoreConfig.fsync}. */
-  fsync?: boolean
+  fsync?: boolean | undefined
   /** File: see {@link SemaphoreConfig.heartbeat}. */
-  heartbeat?: number | null | false
+  heartbeat?: number | null | false | undefined
   /** File: see {@link SemaphoreConfig.maxTagLength}. */
-  maxTagLength?: number
+  maxTagLength?: number | undefined
   /** File: record this pid (an integer 1…2147483647) as the owner instead of `process.pid` (e.g. a calling shell's `$$`). */
-  pid?: number
+  pid?: number | undefined
   /** dflockd: lease in whole seconds, the protocol's unit and `?leaseTtl=`'s (overrides it); errors name `leaseTtl`. */
-  leaseTtl?: number
+  leaseTtl?: number | undefined
   /** dflockd: semaphore slots (overrides `?limit=`). */
-  limit?: number
+  limit?: number | undefined
   /** dflockd: TLS options (implies TLS). */
-  tls?: DflockdTlsOptions | true
+  tls?: DflockdTlsOptions | true | undefined
   /** dflockd: auth token (overrides the URL's `token@`). */
-  auth?: string
+  auth?: string | undefined
   /** dflockd: TCP+TLS connect timeout in ms. */
-  connectTimeoutMs?: number
+  connectTimeoutMs?: number | undefined
   /** dflockd: timeout in ms for replies to non-blocking commands. */
-  socketTimeoutMs?: number
+  socketTimeoutMs?: number | undefined
   /** dflockd: renew when this fraction of the lease has passed (0 < r < 1). Default 0.5. */
-  renewRatio?: number
+  renewRatio?: number | undefined
   /** dflockd: longest gap between renewals in ms (default 15000: below the server's 23 s idle timeout). Lower it for a server started with a shorter `--read-timeout`. */
-  renewMaxIntervalMs?: number
+  renewMaxIntervalMs?: number | undefined
 }
 
 /** A held lock. `await using lock = …` releases it at the end of the scope. */
-export interface Lock extends LockInfo, AsyncDisposable {
+export interface Lock extends LockInfo {
+  /** `await using lock = …` calls it: release(). */
+  [Symbol.asyncDispose](): Promise<void>
   readonly target: string
   readonly backend: Backend
   /** File: the ownership token in the lock file. dflockd: the server's token. */
-  readonly token?: string
+  readonly token?: string | undefined
   /** dflockd: the lease in seconds last granted or renewed. */
-  readonly lease?: number
+  readonly lease?: number | undefined
   /** Aborted (with a LockError, code LOCK_LOST) when the lock is lost. */
   readonly signal: AbortSignal
   /** True once released or lost. */
@@ -225,29 +236,29 @@ export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
   /** dflockd: slots held now. */
-  holders?: number
+  holders?: number | undefined
   /** dflockd: clients queued. */
-  waiters?: number
+  waiters?: number | undefined
   /** dflockd: the key's limit (1 for a lock). */
-  limit?: number
+  limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
-  leaseExpiresInS?: number
+  leaseExpiresInS?: number | undefined
 }
 
 export interface StatusOptions {
   /** File: stale rule used for `isStale`. */
-  staleTimeout?: number | null
-  tls?: DflockdTlsOptions | true
-  auth?: string
-  connectTimeoutMs?: number
-  socketTimeoutMs?: number
+  staleTimeout?: number | null | undefined
+  tls?: DflockdTlsOptions | true | undefined
+  auth?: string | undefined
+  connectTimeoutMs?: number | undefined
+  socketTimeoutMs?: number | undefined
 }
 
 export interface ReleaseOptions {
   /** File: remove the lock whoever holds it. */
-  force?: boolean
+  force?: boolean | undefined
   /** File: release on behalf of this owner pid (the `pid` given to `acquire`, e.g. a shell's `$$`) instead of `process.pid`. */
-  pid?: number
+  pid?: number | undefined
 }
 
 /**
@@ -279,35 +290,35 @@ export declare function stableHashShard(key: string, numServers: number): number
 export interface DistributedLockOptions {
   key: string
   /** Seconds to wait in `acquire()`. Default 10. */
-  acquireTimeoutS?: number
+  acquireTimeoutS?: number | undefined
   /** Lease in seconds, sent on acquire, enqueue and every renew. Default: the server's (33). */
-  leaseTtlS?: number
+  leaseTtlS?: number | undefined
   /** Default `[["127.0.0.1", 6388]]`. */
-  servers?: Array<[string, number]>
+  servers?: Array<[string, number]> | undefined
   /** Deprecated single-server form (used when `servers` is absent). */
-  host?: string
-  port?: number
-  shardingStrategy?: ShardingStrategy
+  host?: string | undefined
+  port?: number | undefined
+  shardingStrategy?: ShardingStrategy | undefined
   /** Renew when this fraction of the lease has passed. Default 0.5. */
-  renewRatio?: number
-  tls?: DflockdTlsOptions | true
+  renewRatio?: number | undefined
+  tls?: DflockdTlsOptions | true | undefined
   /** Sent as the first request on every connection. */
-  auth?: string
+  auth?: string | undefined
   /** Called (once) when the held lock is lost: renewal refused, connection dropped, server gone. Errors it throws are reported as warnings. */
-  onLockLost?: (key: string, token: string) => void
+  onLockLost?: ((key: string, token: string) => void) | undefined
   /** TCP + TLS connect timeout in ms. Default 10000. */
-  connectTimeoutMs?: number
+  connectTimeoutMs?: number | undefined
   /** Timeout in ms for replies to non-blocking commands (release, renew, enqueue, stats). Default 30000. */
-  socketTimeoutMs?: number
+  socketTimeoutMs?: number | undefined
   /** Longest gap between renewals in ms. Default 15000 (below the server's 23 s idle timeout). */
-  renewMaxIntervalMs?: number
+  renewMaxIntervalMs?: number | undefined
 }
 
 export interface DistributedSemaphoreOptions extends DistributedLockOptions {
   limit: number
 }
 
-export declare class DistributedLock implements AsyncDisposable {
+export declare class DistributedLock {
   constructor(options: DistributedLockOptions)
   readonly key: string
   readonly acquireTimeoutS: number
@@ -327,10 +338,10 @@ export declare class DistributedLock implements AsyncDisposable {
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   readonly signal: AbortSignal
   /** true = acquired; false = timed out. `force` closes a live connection first. */
-  acquire(options?: { force?: boolean; signal?: AbortSignal }): Promise<boolean>
+  acquire(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<boolean>
   release(): Promise<void>
-  enqueue(options?: { force?: boolean; signal?: AbortSignal }): Promise<'acquired' | 'queued'>
-  wait(timeoutS?: number, options?: { signal?: AbortSignal }): Promise<boolean>
+  enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>
+  wait(timeoutS?: number, options?: { signal?: AbortSignal | undefined }): Promise<boolean>
   withLock<T>(fn: () => T | Promise<T>): Promise<T>
   /** Drops the connection without releasing (the server releases on disconnect). Idempotent. */
   close(): void
@@ -371,12 +382,12 @@ export interface Stats {
 }
 
 export interface ConnectionOptions {
-  host?: string
-  port?: number
-  tls?: DflockdTlsOptions | true
-  auth?: string
-  connectTimeoutMs?: number
-  socketTimeoutMs?: number
+  host?: string | undefined
+  port?: number | undefined
+  tls?: DflockdTlsOptions | true | undefined
+  auth?: string | undefined
+  connectTimeoutMs?: number | undefined
+  socketTimeoutMs?: number | undefined
 }
 
 /** Server statistics (needs a server with the `stats` command). */
@@ -389,7 +400,7 @@ export interface Grant {
 }
 
 /** One dflockd connection, one method per protocol command. Replies other than the expected ones reject with LockError. */
-export declare class Connection implements AsyncDisposable {
+export declare class Connection {
   static connect(options?: ConnectionOptions): Promise<Connection>
   /** Rejects with AcquireTimeoutError on `timeout`. */
   acquire(key: string, acquireTimeoutS: number, leaseTtlS?: number): Promise<Grant>

@@ -41,7 +41,7 @@ function ensureNodeModules() {
 function buildAddon() {
   const napi = path.join(root, 'node_modules', '.bin', 'napi')
   console.error('[setup] building the native addon (release)')
-  run(napi, ['build', '--platform', '--release', '--js', 'binding.js', '--dts', 'binding.d.ts', '--no-const-enum'])
+  run(napi, ['build', '--platform', '--release', '--no-js', '--dts', 'binding.d.ts', '--no-const-enum'])
 }
 
 function main() {

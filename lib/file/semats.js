@@ -4,7 +4,7 @@
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
 const native = require('../native')
-const { semaphoreError, fileError, failure } = require('../errors')
+const { semaphoreError, fileError, failure, toLockError } = require('../errors')
 const { withAbort } = require('../abort')
 const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
@@ -46,7 +46,11 @@ class Semaphore {
   constructor(lockPath, config = {}) {
     if (typeof lockPath !== 'string') throw new TypeError('lockPath must be a string')
     const checked = native.checkLockPath(lockPath, true)
-    if (!checked.ok) throw new Error(checked.error.message)
+    if (!checked.ok) {
+      // semats throws a plain Error for a bad path; a platform without file locks gets its stable code.
+      if (checked.error.code === 'UNSUPPORTED_PLATFORM') throw toLockError(checked.error)
+      throw new Error(checked.error.message)
+    }
     this.#path = checked.path
     validate(config, CONFIG, 'config')
     this.#config = { ...DEFAULT_CONFIG, ...config }

@@ -21,11 +21,13 @@ pub enum ErrorCode {
     ProtocolError,
     ServerError,
     InvalidArgument,
+    /// No engine (or no binary) for this platform.
+    UnsupportedPlatform,
 }
 
 impl ErrorCode {
     /// Every code, semats' eight first, in the order of the TypeScript union.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::AlreadyLocked,
         ErrorCode::InvalidPath,
         ErrorCode::IoError,
@@ -42,6 +44,7 @@ impl ErrorCode {
         ErrorCode::ProtocolError,
         ErrorCode::ServerError,
         ErrorCode::InvalidArgument,
+        ErrorCode::UnsupportedPlatform,
     ];
 
     /// The code as JavaScript sees it.
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::ProtocolError => "PROTOCOL_ERROR",
             ErrorCode::ServerError => "SERVER_ERROR",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::UnsupportedPlatform => "UNSUPPORTED_PLATFORM",
         }
     }
 }

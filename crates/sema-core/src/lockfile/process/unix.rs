@@ -43,13 +43,20 @@ extern "C" fn after_fork_child() {
     super::forgot_pid_after_fork();
 }
 
-/// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22), Linux only.
+/// Start time of `pid` in clock ticks since boot (field 22 of its main thread's `stat`), Linux only.
+///
+/// Read from `/proc/<pid>/task/<pid>/stat`, the same line as `/proc/<pid>/stat` on Linux, because
+/// qemu-user (Docker's multi-platform builds run arm64 containers under it) fakes `/proc/self/stat`
+/// and `/proc/<own pid>/stat` with the *calling thread's* start: measured under qemu-aarch64 7.2,
+/// 243687 from the main thread, 243900 from a worker thread, while the kernel's value, which every
+/// other process reads, is 243685. A lock written with one and checked with another looked like a
+/// reused pid, so a live holder's lock was judged stale. The task path is not faked.
 #[cfg(target_os = "linux")]
 pub(crate) fn process_start_ticks(pid: i64) -> Option<u64> {
     if pid <= 0 || pid > i64::from(i32::MAX) {
         return None;
     }
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
     super::parse_stat_start_ticks(&String::from_utf8_lossy(&stat))
 }
 

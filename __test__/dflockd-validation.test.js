@@ -322,3 +322,31 @@ describe('garbage replies from a scripted server', () => {
     await assert.rejects(l.acquire(), LockError)
   })
 })
+
+describe('synchronous native throws', () => {
+  const native = require('../lib/native')
+  const prim = { key: 'k', limit: 1, acquireTimeoutS: 1, renewRatio: 0.5, server: { host: '127.0.0.1', port: 6388 } }
+  const cases = {
+    'stableHashShard(k, 0)': [() => native.stableHashShard('k', 0), /numServers/],
+    'dflockdValidateKey("a b")': [() => native.dflockdValidateKey('a b'), /key/],
+    'dflockdValidateOptions(limit 0)': [() => native.dflockdValidateOptions({ ...prim, limit: 0 }), /limit/],
+    'new NativeDflockdPrimitive(port 0)': [() => new native.NativeDflockdPrimitive({ ...prim, server: { host: '127.0.0.1', port: 0 } }), /port/],
+  }
+  for (const [name, [call, about]] of Object.entries(cases)) {
+    test(`${name}: an Error whose code is the stable code, message without a "CODE: " prefix`, () => {
+      assert.throws(call, (e) => {
+        assert.ok(e instanceof Error)
+        assert.equal(e.code, 'INVALID_ARGUMENT')
+        assert.match(e.message, about)
+        assert.doesNotMatch(e.message, /^[A-Z_]+: /)
+        return true
+      })
+    })
+  }
+  test('the JS layer keeps the code and the message, with the native error as cause', () => {
+    assert.throws(
+      () => stableHashShard('k', 0),
+      (e) => isInvalid(e) && /numServers/.test(e.message) && !e.message.startsWith('INVALID_ARGUMENT') && e.cause instanceof Error,
+    )
+  })
+})

@@ -65,8 +65,22 @@ function failure(type, message, extra) {
 function toLockError(error, key) {
   const code = error.code ?? error.type
   if (code === 'TIMEOUT' && key !== undefined) return new AcquireTimeoutError(key)
-  if (code === 'AUTH_FAILED') return new AuthError(error.message)
+  // The fixed text, not the server's word: callers match 'authentication failed' (dflockd-client's message).
+  if (code === 'AUTH_FAILED') return new AuthError()
   return new LockError(error.message, code, error)
+}
+
+let stableCodes
+/**
+ * A LockError from a synchronous native throw (bad options, key or shard count): the binding throws an Error whose
+ * `code` is one of the stable codes; anything else it throws (a JS value of the wrong type, with napi's own codes
+ * such as 'InvalidArg') is INVALID_ARGUMENT. The native error is kept as `cause`.
+ */
+function fromNativeThrow(e) {
+  if (e instanceof LockError) return e
+  stableCodes = stableCodes ?? new Set(require('./native').errorCodes())
+  const code = e && stableCodes.has(e.code) ? e.code : 'INVALID_ARGUMENT'
+  return new LockError(String((e && e.message) || e), code, { cause: e })
 }
 
 /** Argument errors thrown synchronously, with a stable code. */
@@ -74,4 +88,4 @@ function invalidArgument(message) {
   return new LockError(message, 'INVALID_ARGUMENT')
 }
 
-module.exports = { LockError, AcquireTimeoutError, AuthError, semaphoreError, fileError, failure, toLockError, invalidArgument }
+module.exports = { LockError, AcquireTimeoutError, AuthError, semaphoreError, fileError, failure, toLockError, fromNativeThrow, invalidArgument }

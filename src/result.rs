@@ -66,9 +66,18 @@ impl From<DflockdError> for NativeError {
     fn from(e: DflockdError) -> Self {
         NativeError {
             reply: e.reply().map(str::to_string),
-            ..NativeError::new(e.code(), e.message())
+            ..NativeError::of(e.code(), e.message())
         }
     }
+}
+
+/// A synchronous throw: a napi `Error` whose `code` property is the stable code (napi-rs creates it
+/// with `napi_create_error(code, message)`), so JavaScript reads `e.code` without parsing `message`.
+pub type Thrown = napi::Error<ErrorCode>;
+
+/// The synchronous throw of a dflockd failure (bad options, key or shard count).
+pub fn thrown(e: DflockdError) -> Thrown {
+    napi::Error::new(e.code(), e.message())
 }
 
 /// `{ ok: true } | { ok: false, error }`.

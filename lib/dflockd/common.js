@@ -1,12 +1,10 @@
 'use strict'
-// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants, the mapping of native
-// results to LockError codes, option checks that only exist in JS (the tls option's shape, hosts, AbortSignals),
-// one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
+// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants, option checks that only
+// exist in JS (the tls option's shape, hosts, AbortSignals), one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
 // cancels it), guarded user callbacks, and the sharding function.
 
 const native = require('../native')
-const { LockError, AcquireTimeoutError, AuthError } = require('../errors')
-const { LockHandle, asyncDispose } = require('../lock-handle')
+const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
 const DEFAULT_HOST = '127.0.0.1'
 const DEFAULT_PORT = 6388
@@ -14,60 +12,6 @@ const DEFAULT_ACQUIRE_TIMEOUT_S = 10
 const DEFAULT_RENEW_RATIO = 0.5
 /** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
 const MAX_TIMEOUT_S = 1e9
-
-const CODES = new Set([
-  'ALREADY_LOCKED',
-  'INVALID_PATH',
-  'IO_ERROR',
-  'NOT_LOCKED',
-  'TIMEOUT',
-  'PARSE_ERROR',
-  'PERMISSION_DENIED',
-  'PATH_TRAVERSAL',
-  'ABORTED',
-  'LOCK_LOST',
-  'CONNECTION_ERROR',
-  'TLS_MISMATCH',
-  'AUTH_FAILED',
-  'PROTOCOL_ERROR',
-  'SERVER_ERROR',
-  'INVALID_ARGUMENT',
-])
-
-// ───────────────────────────── errors and validation ─────────────────────────────
-
-function invalid(message) {
-  return new LockError(message, 'INVALID_ARGUMENT')
-}
-
-/** LockError (or AcquireTimeoutError / AuthError) from a native `{code, message, reply?}`. */
-function fromNative(error, key) {
-  const code = CODES.has(error && error.code) ? error.code : 'SERVER_ERROR'
-  if (code === 'TIMEOUT' && key !== undefined) return new AcquireTimeoutError(key)
-  if (code === 'AUTH_FAILED') return new AuthError()
-  const details = {}
-  if (error && error.reply != null) details.reply = error.reply
-  return new LockError(String((error && error.message) || code), code, details)
-}
-
-/** The native constructors throw `Error("INVALID_ARGUMENT: …")`; turn that into a LockError with the code. */
-function fromNativeThrow(e) {
-  if (e instanceof LockError) return e
-  const m = /^([A-Z_]+): ([\s\S]*)$/.exec((e && e.message) || '')
-  if (m && CODES.has(m[1])) return new LockError(m[2], m[1], { cause: e })
-  return new LockError(String((e && e.message) || e), 'INVALID_ARGUMENT', { cause: e })
-}
-
-/** A SemaphoreError value (semats' shape) from a LockError. */
-function errorValue(err) {
-  const e = { type: err.code, message: err.message }
-  if (err.reply !== undefined) e.reply = err.reply
-  return e
-}
-
-function fail(type, message, extra) {
-  return { ok: false, error: { type, message, ...extra } }
-}
 
 /** Runs a synchronous native call; a native throw (bad options, a JS value of the wrong type) becomes a LockError. */
 function nativeSync(fn) {
@@ -103,7 +47,7 @@ function pemText(name, v) {
   const pems = list.map((c) => {
     if (typeof c === 'string') return c
     if (Buffer.isBuffer(c) || c instanceof Uint8Array) return Buffer.from(c).toString('utf8')
-    throw invalid(`tls.${name} must be a PEM string or Buffer, or an array of them`)
+    throw invalidArgument(`tls.${name} must be a PEM string or Buffer, or an array of them`)
   })
   return pems.length > 0 ? pems.map((p) => (p.endsWith('\n') ? p : p + '\n')).join('') : undefined
 }
@@ -115,27 +59,27 @@ function pemText(name, v) {
 function nativeTls(tls) {
   if (tls === undefined || tls === null || tls === false) return undefined
   if (tls === true) return {}
-  if (typeof tls !== 'object') throw invalid('tls must be true or an object (tls.ConnectionOptions fields)')
+  if (typeof tls !== 'object') throw invalidArgument('tls must be true or an object (tls.ConnectionOptions fields)')
   for (const k of Object.keys(tls)) {
-    if (!TLS_FIELDS.includes(k) && tls[k] !== undefined) throw invalid(`unsupported tls option '${k}' (supported: ${TLS_FIELDS.join(', ')})`)
+    if (!TLS_FIELDS.includes(k) && tls[k] !== undefined) throw invalidArgument(`unsupported tls option '${k}' (supported: ${TLS_FIELDS.join(', ')})`)
   }
   const out = {}
   const given = (k) => tls[k] !== undefined && tls[k] !== null
   if (given('ca')) out.ca = pemText('ca', tls.ca)
   if (given('servername')) {
-    if (typeof tls.servername !== 'string' || tls.servername === '') throw invalid('tls.servername must be a non-empty string')
+    if (typeof tls.servername !== 'string' || tls.servername === '') throw invalidArgument('tls.servername must be a non-empty string')
     out.servername = tls.servername
   }
   if (given('rejectUnauthorized')) {
-    if (typeof tls.rejectUnauthorized !== 'boolean') throw invalid(`tls.rejectUnauthorized must be a boolean, got ${typeof tls.rejectUnauthorized}`)
+    if (typeof tls.rejectUnauthorized !== 'boolean') throw invalidArgument(`tls.rejectUnauthorized must be a boolean, got ${typeof tls.rejectUnauthorized}`)
     out.rejectUnauthorized = tls.rejectUnauthorized
   }
-  if (given('cert') !== given('key')) throw invalid('tls.cert and tls.key go together: give both or neither')
+  if (given('cert') !== given('key')) throw invalidArgument('tls.cert and tls.key go together: give both or neither')
   if (given('cert')) {
     out.cert = pemText('cert', tls.cert)
     // A key's value is a secret: only its type appears in the error.
     if (typeof tls.key !== 'string' && !Buffer.isBuffer(tls.key) && !(tls.key instanceof Uint8Array)) {
-      throw invalid(`tls.key must be a PEM string or Buffer, got ${Array.isArray(tls.key) ? 'an array' : typeof tls.key}`)
+      throw invalidArgument(`tls.key must be a PEM string or Buffer, got ${Array.isArray(tls.key) ? 'an array' : typeof tls.key}`)
     }
     out.key = pemText('key', tls.key)
   }
@@ -145,7 +89,7 @@ function nativeTls(tls) {
 function checkSignal(signal) {
   if (signal === undefined || signal === null) return undefined
   if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function') {
-    throw invalid('signal must be an AbortSignal')
+    throw invalidArgument('signal must be an AbortSignal')
   }
   return signal
 }
@@ -236,7 +180,6 @@ function stableHashShard(key, numServers) {
 
 module.exports = {
   ABORTED_RESULT,
-  CODES,
   DEFAULT_ACQUIRE_TIMEOUT_S,
   DEFAULT_HOST,
   DEFAULT_PORT,
@@ -249,13 +192,8 @@ module.exports = {
   checkSignal,
   connectOptions,
   describe,
-  errorValue,
-  fail,
-  fromNative,
-  fromNativeThrow,
   guardedCallback,
   hostOption,
-  invalid,
   nativeSync,
   nativeTls,
   onAbort,

@@ -3,9 +3,9 @@
 // stats(). Replies are parsed natively; this module maps them to the client's values and errors.
 
 const native = require('../native')
-const { LockError, AcquireTimeoutError, AuthError } = require('../errors')
+const { LockError, AcquireTimeoutError, AuthError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_HOST, DEFAULT_PORT, connectOptions, fromNative, hostOption, invalid, nativeSync, opt } = require('./common')
+const { DEFAULT_HOST, DEFAULT_PORT, connectOptions, hostOption, nativeSync, opt } = require('./common')
 
 // ───────────────────────────── low-level Connection ─────────────────────────────
 
@@ -23,7 +23,7 @@ function parseStatsJson(json) {
 
 function serverOptions(options) {
   const o = options ?? {}
-  if (typeof o !== 'object') throw invalid('options must be an object')
+  if (typeof o !== 'object') throw invalidArgument('options must be an object')
   return { server: { host: hostOption(o.host ?? DEFAULT_HOST), port: o.port ?? DEFAULT_PORT }, ...connectOptions(o) }
 }
 
@@ -36,7 +36,7 @@ function callError(error, label, key) {
   if (error.code === 'SERVER_ERROR' && error.reply != null) {
     return new LockError(`${label} failed: '${error.reply}'`, 'SERVER_ERROR', { reply: error.reply.split(' ')[0] })
   }
-  return fromNative(error)
+  return toLockError(error)
 }
 
 const kConnection = Symbol('Connection')
@@ -104,7 +104,7 @@ class Connection {
     const o = serverOptions(options)
     const pending = new ReplyQueue()
     const r = await nativeSync(() => native.NativeDflockdConnection.connect(o, (reply) => pending.settle(reply)))
-    if (!r.ok) throw fromNative(r.error)
+    if (!r.ok) throw toLockError(r.error)
     const conn = r.value
     pending.expire = (seq) => conn.expire(seq)
     return new Connection(kConnection, conn, pending)
@@ -197,7 +197,7 @@ async function stats(options) {
         reply: r.error.reply ?? 'error',
       })
     }
-    throw fromNative(r.error)
+    throw toLockError(r.error)
   }
   return parseStatsJson(r.value)
 }

@@ -4,9 +4,9 @@
 // native idle pool; a loss aborts the acquisition's signal and calls onLockLost once.
 
 const native = require('../native')
-const { LockError, AcquireTimeoutError } = require('../errors')
+const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, fromNative, guardedCallback, hostOption, invalid, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
 
@@ -14,10 +14,10 @@ const kLimit = Symbol('limit')
 
 function normalizeServers(o) {
   if (o.servers !== undefined && o.servers !== null) {
-    if (!Array.isArray(o.servers) || o.servers.length === 0) throw invalid('servers list must not be empty')
+    if (!Array.isArray(o.servers) || o.servers.length === 0) throw invalidArgument('servers list must not be empty')
     return Object.freeze(
       o.servers.map((s) => {
-        if (!Array.isArray(s) || s.length < 2) throw invalid('each server must be a [host, port] pair')
+        if (!Array.isArray(s) || s.length < 2) throw invalidArgument('each server must be a [host, port] pair')
         return Object.freeze([hostOption(s[0]), s[1]])
       }),
     )
@@ -51,7 +51,7 @@ class DistributedLock {
   #controller = new AbortController()
 
   constructor(options, ...internal) {
-    if (options === null || typeof options !== 'object') throw invalid('options must be an object with a key')
+    if (options === null || typeof options !== 'object') throw invalidArgument('options must be an object with a key')
     const limit = internal[0] === kLimit ? internal[1] : 1
     this.#key = options.key
     this.#limit = limit
@@ -59,7 +59,7 @@ class DistributedLock {
     this.#leaseTtlS = opt(options.leaseTtlS)
     this.#servers = normalizeServers(options)
     if (options.shardingStrategy !== undefined && typeof options.shardingStrategy !== 'function') {
-      throw invalid('shardingStrategy must be a function')
+      throw invalidArgument('shardingStrategy must be a function')
     }
     this.#strategy = options.shardingStrategy ?? stableHashShard
     this.#renewRatio = options.renewRatio ?? DEFAULT_RENEW_RATIO
@@ -69,7 +69,7 @@ class DistributedLock {
     this.#tls = nativeTls(options.tls)
     this.#auth = authOption(options.auth)
     if (options.onLockLost !== undefined && options.onLockLost !== null && typeof options.onLockLost !== 'function') {
-      throw invalid('onLockLost must be a function')
+      throw invalidArgument('onLockLost must be a function')
     }
     this.#onLockLost = options.onLockLost ?? undefined
     this.#connectTimeoutMs = opt(options.connectTimeoutMs)
@@ -154,7 +154,7 @@ class DistributedLock {
       throw new LockError(`shardingStrategy failed: ${e && e.message ? e.message : e}`, 'INVALID_ARGUMENT', { cause: e })
     }
     if (!Number.isInteger(idx) || idx < 0 || idx >= n) {
-      throw invalid(`shardingStrategy returned invalid index ${describe(idx)} for ${n} server(s)`)
+      throw invalidArgument(`shardingStrategy returned invalid index ${describe(idx)} for ${n} server(s)`)
     }
     const [host, port] = this.#servers[idx]
     return { host, port }
@@ -221,7 +221,7 @@ class DistributedLock {
     if (!r.ok) {
       this.#drop(prim)
       if (r.error.code === 'ABORTED') throw abortedError(what)
-      throw fromNative(r.error, this.#key)
+      throw toLockError(r.error, this.#key)
     }
     return r.value
   }
@@ -284,10 +284,10 @@ class DistributedLock {
       this.close()
       throw abortedError('wait')
     }
-    if (typeof t !== 'number') throw invalid(`timeoutS must be a number of seconds, got ${describe(t)}`)
+    if (typeof t !== 'number') throw invalidArgument(`timeoutS must be a number of seconds, got ${describe(t)}`)
     const r = await this.#run(prim, () => prim.wait(t), signal)
     // A timeout the native side refuses was never sent: the enqueue stays pending.
-    if (!r.ok && r.error.code === 'INVALID_ARGUMENT' && this.#prim === prim) throw fromNative(r.error)
+    if (!r.ok && r.error.code === 'INVALID_ARGUMENT' && this.#prim === prim) throw toLockError(r.error)
     if (!this.#settle(prim, r, signal, 'wait')) {
       // After a `w` timeout the server has dropped our queue entry: the connection is done.
       this.#drop(prim)
@@ -324,7 +324,7 @@ class DistributedLock {
 
   /** Acquires, runs `fn`, always releases. AcquireTimeoutError on timeout; `fn`'s error wins over a release error. */
   async withLock(fn) {
-    if (typeof fn !== 'function') throw invalid('withLock needs a function')
+    if (typeof fn !== 'function') throw invalidArgument('withLock needs a function')
     if (!(await this.acquire())) throw new AcquireTimeoutError(this.#key)
     // This acquisition's signal: aborted with the LOCK_LOST error if the lease is lost while `fn` runs.
     const signal = this.#controller.signal
@@ -372,9 +372,9 @@ class DistributedLock {
 class DistributedSemaphore extends DistributedLock {
   #limit
   constructor(options) {
-    if (options === null || typeof options !== 'object') throw invalid('options must be an object with a key and a limit')
+    if (options === null || typeof options !== 'object') throw invalidArgument('options must be an object with a key and a limit')
     const limit = options.limit
-    if (typeof limit !== 'number') throw invalid(`limit must be an integer >= 1, got ${describe(limit)}`)
+    if (typeof limit !== 'number') throw invalidArgument(`limit must be an integer >= 1, got ${describe(limit)}`)
     super(options, kLimit, limit)
     this.#limit = limit
   }

@@ -4,9 +4,9 @@
 // shown: messages and `target` fields carry it masked.
 
 const native = require('../native')
-const { LockError } = require('../errors')
+const { LockError, toLockError, semaphoreError, failure, invalidArgument } = require('../errors')
 const { LockHandle } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_PORT, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, describe, errorValue, fail, fromNative, hostOption, invalid, nativeSync, opt } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_PORT, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, describe, hostOption, nativeSync, opt } = require('./common')
 const { parseStatsJson, stats } = require('./connection')
 
 // ───────────────────────────── target API (dflockd:// URLs) ─────────────────────────────
@@ -24,29 +24,29 @@ function redactTarget(url) {
  * The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown query parameters are rejected.
  */
 function parseDflockdUrl(url) {
-  if (typeof url !== 'string') throw invalid('dflockd target must be a string')
+  if (typeof url !== 'string') throw invalidArgument('dflockd target must be a string')
   const shown = redactTarget(url)
   let u
   try {
     u = new URL(url)
   } catch {
-    throw invalid(`invalid dflockd URL: ${shown}`)
+    throw invalidArgument(`invalid dflockd URL: ${shown}`)
   }
-  if (u.protocol !== 'dflockd:') throw invalid(`not a dflockd:// URL: ${shown}`)
-  if (!u.hostname) throw invalid(`dflockd URL has no host: ${shown}`)
-  if (u.hash) throw invalid(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${shown}`)
+  if (u.protocol !== 'dflockd:') throw invalidArgument(`not a dflockd:// URL: ${shown}`)
+  if (!u.hostname) throw invalidArgument(`dflockd URL has no host: ${shown}`)
+  if (u.hash) throw invalidArgument(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${shown}`)
   const host = hostOption(u.hostname)
   const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalid(`invalid port in dflockd URL: ${shown}`)
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument(`invalid port in dflockd URL: ${shown}`)
   let key
   let auth
   try {
     key = decodeURIComponent(u.pathname.replace(/^\//, ''))
     if (u.username) auth = decodeURIComponent(u.username) + (u.password ? ':' + decodeURIComponent(u.password) : '')
   } catch {
-    throw invalid(`invalid percent-encoding in dflockd URL: ${shown}`)
+    throw invalidArgument(`invalid percent-encoding in dflockd URL: ${shown}`)
   }
-  if (key === '') throw invalid(`dflockd URL has no key: ${shown}`)
+  if (key === '') throw invalidArgument(`dflockd URL has no key: ${shown}`)
   nativeSync(() => native.dflockdValidateKey(key))
   const out = { host, port, key, tls: false }
   if (auth !== undefined && auth !== '') out.auth = auth
@@ -56,16 +56,16 @@ function parseDflockdUrl(url) {
     else if (name === 'tls') {
       if (value === '1' || value === 'true' || value === '') out.tls = true
       else if (value === '0' || value === 'false') out.tls = false
-      else throw invalid(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
-    } else throw invalid(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${shown}`)
+      else throw invalidArgument(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
+    } else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${shown}`)
   }
   return out
 }
 
 function urlInt(shown, name, value) {
-  if (!/^\d+$/.test(value)) throw invalid(`invalid ${name}=${value} in dflockd URL: ${shown}`)
+  if (!/^\d+$/.test(value)) throw invalidArgument(`invalid ${name}=${value} in dflockd URL: ${shown}`)
   const n = Number(value)
-  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TIMEOUT_S) throw invalid(`invalid ${name}=${value} in dflockd URL: ${shown}`)
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TIMEOUT_S) throw invalidArgument(`invalid ${name}=${value} in dflockd URL: ${shown}`)
   return n
 }
 
@@ -120,27 +120,27 @@ class DflockdLock extends LockHandle {
     if (r.ok) return true
     const code = r.error.code
     if (code === 'NOT_LOCKED' || code === 'LOCK_LOST' || (code === 'SERVER_ERROR' && r.error.reply === 'error')) return false
-    throw fromNative(r.error)
+    throw toLockError(r.error)
   }
 }
 
 /** Normalised settings for one acquisition on a target. Throws LockError INVALID_ARGUMENT. */
 function targetConfig(url, options, wait) {
   const o = options ?? {}
-  if (typeof o !== 'object') throw invalid('options must be an object')
+  if (typeof o !== 'object') throw invalidArgument('options must be an object')
   const u = parseDflockdUrl(url)
   // The server takes whole seconds; the native side sends the ceiling and stops waiting at the exact ms.
   let acquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_S * 1000
   if (!wait) acquireTimeoutMs = 0
   else if (o.timeout !== undefined && o.timeout !== null) {
     if (typeof o.timeout !== 'number' || Number.isNaN(o.timeout) || o.timeout < 0) {
-      throw invalid(`timeout must be a number of milliseconds >= 0, got ${describe(o.timeout)}`)
+      throw invalidArgument(`timeout must be a number of milliseconds >= 0, got ${describe(o.timeout)}`)
     }
     acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
   }
   if (o.leaseTtl !== undefined && o.leaseTtl !== null) {
     if (!Number.isInteger(o.leaseTtl) || o.leaseTtl < 1 || o.leaseTtl > MAX_TIMEOUT_S) {
-      throw invalid(`leaseTtl must be a whole number of seconds between 1 and ${MAX_TIMEOUT_S} (the protocol's unit, as ?leaseTtl= in a URL), got ${describe(o.leaseTtl)}`)
+      throw invalidArgument(`leaseTtl must be a whole number of seconds between 1 and ${MAX_TIMEOUT_S} (the protocol's unit, as ?leaseTtl= in a URL), got ${describe(o.leaseTtl)}`)
     }
   }
   const limit = opt(o.limit) ?? u.limit ?? 1
@@ -156,7 +156,7 @@ function targetConfig(url, options, wait) {
     renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
-  if (o.onLost !== undefined && o.onLost !== null && typeof o.onLost !== 'function') throw invalid('onLost must be a function')
+  if (o.onLost !== undefined && o.onLost !== null && typeof o.onLost !== 'function') throw invalidArgument('onLost must be a function')
   return { ...u, url, limit, prim }
 }
 
@@ -172,10 +172,10 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   try {
     cfg = targetConfig(url, options, wait)
     signal = checkSignal(options && options.signal)
-    if (signal && signal.aborted) return fail('ABORTED', 'acquire aborted')
+    if (signal && signal.aborted) return failure('ABORTED', 'acquire aborted')
     prim = nativeSync(() => new native.NativeDflockdPrimitive(cfg.prim))
   } catch (e) {
-    if (e instanceof LockError) return { ok: false, error: errorValue(e) }
+    if (e instanceof LockError) return { ok: false, error: semaphoreError(e) }
     throw e
   }
   let handle = null
@@ -187,9 +187,9 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   const r = await cancellable(prim, () => prim.acquire(), signal).promise
   if (!r.ok) {
     prim.close()
-    if (r.error.code === 'ABORTED') return fail('ABORTED', 'acquire aborted')
+    if (r.error.code === 'ABORTED') return failure('ABORTED', 'acquire aborted')
     if (r.error.code === 'TIMEOUT') return timeoutResult(cfg, wait)
-    return { ok: false, error: errorValue(fromNative(r.error, cfg.key)) }
+    return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {
     prim.close()
@@ -212,7 +212,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
 }
 
 function timeoutResult(cfg, wait) {
-  return wait ? fail('TIMEOUT', `timeout acquiring '${cfg.key}'`) : fail('ALREADY_LOCKED', 'Lock already held')
+  return wait ? failure('TIMEOUT', `timeout acquiring '${cfg.key}'`) : failure('ALREADY_LOCKED', 'Lock already held')
 }
 
 /** Releases the lock(s) this process holds on `url` through acquireTarget. */
@@ -221,18 +221,18 @@ async function releaseTarget(url, _options) {
   try {
     id = targetId(parseDflockdUrl(url))
   } catch (e) {
-    if (e instanceof LockError) return { ok: false, error: errorValue(e) }
+    if (e instanceof LockError) return { ok: false, error: semaphoreError(e) }
     throw e
   }
   const set = held.get(id)
-  if (!set || set.size === 0) return fail('NOT_LOCKED', 'Lock not held')
+  if (!set || set.size === 0) return failure('NOT_LOCKED', 'Lock not held')
   let released = false
   let error
   for (const handle of [...set]) {
     try {
       if (await handle.release()) released = true
     } catch (e) {
-      error = error ?? errorValue(e instanceof LockError ? e : new LockError(String(e && e.message), 'IO_ERROR'))
+      error = error ?? semaphoreError(e instanceof LockError ? e : new LockError(String(e && e.message), 'IO_ERROR'))
     }
   }
   if (released) return { ok: true, value: undefined }
@@ -258,7 +258,7 @@ async function statusTarget(url, options) {
         { reply: r.error.reply ?? 'error' },
       )
     }
-    throw fromNative(r.error)
+    throw toLockError(r.error)
   }
   const s = parseStatsJson(r.value)
   const mine = [...(held.get(targetId(u)) ?? [])].filter((h) => !h.released)

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::{FnArgs, Function, PromiseRaw};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Env, Error, Status};
+use napi::{Env, Status};
 use napi_derive::napi;
 use sema_core::dflockd::{
     self as core, AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome,
@@ -27,7 +27,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::result::{
-    bool_result, string_result, void_result, BoolResult, NativeError, StringResult, VoidResult,
+    bool_result, string_result, thrown, void_result, BoolResult, NativeError, StringResult, Thrown,
+    VoidResult,
 };
 
 mod connection;
@@ -153,10 +154,6 @@ fn enqueue_result(r: core::Result<EnqueueOutcome>) -> NativeEnqueueResult {
     }
 }
 
-fn invalid_js(e: DflockdError) -> Error {
-    Error::new(Status::InvalidArg, format!("{}: {}", e.code(), e.message()))
-}
-
 fn invalid(msg: String) -> DflockdError {
     DflockdError::new(core::ErrorCode::InvalidArgument, msg)
 }
@@ -262,10 +259,10 @@ fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOption
 }
 
 /// Validate primitive options synchronously, as the `NativeDflockdPrimitive` constructor
-/// does (throws `"INVALID_ARGUMENT: ..."`), without building one.
+/// does (throws an Error with `code` `INVALID_ARGUMENT`), without building one.
 #[napi(js_name = "dflockdValidateOptions")]
-pub fn dflockd_validate_options(options: NativePrimitiveOptions) -> napi::Result<()> {
-    primitive_options(&options).map_err(invalid_js)?;
+pub fn dflockd_validate_options(options: NativePrimitiveOptions) -> Result<(), Thrown> {
+    primitive_options(&options).map_err(thrown)?;
     Ok(())
 }
 
@@ -286,16 +283,16 @@ pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<String
 }
 
 /// CRC-32/IEEE of the key's UTF-8 bytes modulo `numServers` (same as every dflockd client).
-/// Throws `"INVALID_ARGUMENT: ..."` when `numServers` is not a positive integer.
+/// Throws (`code` `INVALID_ARGUMENT`) when `numServers` is not a positive integer.
 #[napi(js_name = "stableHashShard")]
-pub fn stable_hash_shard(key: String, num_servers: f64) -> napi::Result<u32> {
-    let n = int_arg("numServers", num_servers, 1, u32::MAX as u64).map_err(invalid_js)?;
-    core::stable_hash_shard(&key, n as u32).map_err(invalid_js)
+pub fn stable_hash_shard(key: String, num_servers: f64) -> Result<u32, Thrown> {
+    let n = int_arg("numServers", num_servers, 1, u32::MAX as u64).map_err(thrown)?;
+    core::stable_hash_shard(&key, n as u32).map_err(thrown)
 }
 
-/// Check a key as every request does (throws `"INVALID_ARGUMENT: ..."`): non-empty, at most
+/// Check a key as every request does (throws, `code` `INVALID_ARGUMENT`): non-empty, at most
 /// 256 bytes, no space, tab, CR, LF or NUL.
 #[napi(js_name = "dflockdValidateKey")]
-pub fn dflockd_validate_key(key: String) -> napi::Result<()> {
-    core::protocol::validate_key(&key).map_err(invalid_js)
+pub fn dflockd_validate_key(key: String) -> Result<(), Thrown> {
+    core::protocol::validate_key(&key).map_err(thrown)
 }

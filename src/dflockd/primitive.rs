@@ -13,12 +13,12 @@ pub struct NativeDflockdPrimitive {
 
 #[napi]
 impl NativeDflockdPrimitive {
-    /// Validate the options (throws synchronously with a message starting
-    /// `"INVALID_ARGUMENT: "` on bad options). No I/O happens here.
+    /// Validate the options (throws synchronously, `code` `INVALID_ARGUMENT`, on bad options).
+    /// No I/O happens here.
     #[napi(constructor)]
-    pub fn new(options: NativePrimitiveOptions) -> napi::Result<Self> {
-        let opts = primitive_options(&options).map_err(invalid_js)?;
-        let inner = Primitive::new(opts).map_err(invalid_js)?;
+    pub fn new(options: NativePrimitiveOptions) -> Result<Self, Thrown> {
+        let opts = primitive_options(&options).map_err(thrown)?;
+        let inner = Primitive::new(opts).map_err(thrown)?;
         Ok(NativeDflockdPrimitive {
             inner: Arc::new(inner),
         })

@@ -8,18 +8,38 @@ pub enum ErrorCode {
     AlreadyLocked,
     InvalidPath,
     IoError,
+    /// `release()` with nothing held.
     NotLocked,
+    /// A time limit elapsed: waiting for a lock file, or for dflockd a connect timeout, no reply
+    /// within `socketTimeoutMs`, or a blocking command with no reply within its own timeout plus
+    /// the safety margin.
     Timeout,
     ParseError,
     PermissionDenied,
     PathTraversal,
+    /// The operation was cancelled (an AbortSignal, `cancel()`, `close()`).
     Aborted,
+    /// A held lock or slot is no longer held (lock file replaced or removed; dflockd renew
+    /// rejected, connection lost, stale grant).
     LockLost,
+    /// dflockd: TCP/TLS connect failed, the connection broke, or the server closed it before a
+    /// full reply.
     ConnectionError,
+    /// dflockd: TLS on one side only: the client asked for TLS and the server answered in plain
+    /// text (or not at all while a plain dflockd answers on the same port), or the client spoke
+    /// plain TCP to a server that speaks TLS.
     TlsMismatch,
+    /// dflockd: the server rejected the auth token (`error_auth`) or answered `auth` with
+    /// anything but `ok`.
     AuthFailed,
+    /// dflockd: the server sent something that is not a reply of the protocol (garbage, unknown
+    /// word, missing token, invalid UTF-8, a line longer than the reply bound).
     ProtocolError,
+    /// dflockd: the server answered bare `error` or any `error_*` status (the raw word travels
+    /// with the error as its reply).
     ServerError,
+    /// A key, token, number or option that would corrupt the framing or that the server would
+    /// reject; detected before anything is written.
     InvalidArgument,
     /// No engine (or no binary) for this platform.
     UnsupportedPlatform,
@@ -68,6 +88,14 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::UnsupportedPlatform => "UNSUPPORTED_PLATFORM",
         }
+    }
+}
+
+/// The code as a string, so a binding can use it directly as an error's status (napi-rs sets the
+/// thrown JavaScript error's `code` from it).
+impl AsRef<str> for ErrorCode {
+    fn as_ref(&self) -> &str {
+        self.as_str()
     }
 }
 

@@ -39,7 +39,7 @@ mod dflockd {
     }
 
     fn code(r: Result<impl std::fmt::Debug, DflockdError>) -> ErrorCode {
-        r.expect_err("must fail").kind()
+        r.expect_err("must fail").code()
     }
 
     #[tokio::test]
@@ -49,7 +49,7 @@ mod dflockd {
         let e = lock_once(&fake.connect_options())
             .await
             .expect_err("garbage");
-        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ProtocolError, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(2));
     }
 
@@ -69,7 +69,7 @@ mod dflockd {
             let e = lock_once(&fake.connect_options())
                 .await
                 .expect_err("near miss");
-            assert_eq!(e.kind(), ErrorCode::ProtocolError, "{reply:?}: {e}");
+            assert_eq!(e.code(), ErrorCode::ProtocolError, "{reply:?}: {e}");
         }
         let fake = replying(b"acquired\n").await;
         let mut conn = Connection::connect(&fake.connect_options())
@@ -116,7 +116,7 @@ mod dflockd {
             let e = lock_once(&fake.connect_options())
                 .await
                 .expect_err("server error");
-            assert_eq!(e.kind(), ErrorCode::ServerError, "{word}");
+            assert_eq!(e.code(), ErrorCode::ServerError, "{word}");
             assert_eq!(e.reply(), Some(word));
         }
     }
@@ -185,7 +185,7 @@ mod dflockd {
         let mut conn = Connection::connect(&opts).await.expect("connect");
         let t0 = Instant::now();
         let e = conn.stats_json().await.expect_err("overlong");
-        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ProtocolError, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(3));
         assert!(conn.is_closed());
     }
@@ -212,7 +212,7 @@ mod dflockd {
         let mut conn = Connection::connect(&opts).await.expect("connect");
         let t0 = Instant::now();
         let e = conn.stats_json().await.expect_err("endless");
-        assert_eq!(e.kind(), ErrorCode::ProtocolError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ProtocolError, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
 
@@ -234,7 +234,7 @@ mod dflockd {
             }
             .expect_err("silence");
             let took = t0.elapsed();
-            assert_eq!(e.kind(), ErrorCode::Timeout, "{e}");
+            assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
             assert!(
                 took >= Duration::from_millis(450) && took < Duration::from_secs(2),
                 "{took:?}"
@@ -255,7 +255,7 @@ mod dflockd {
         let t0 = Instant::now();
         let e = conn.lock("k", 1, None).await.expect_err("silent server");
         let took = t0.elapsed();
-        assert_eq!(e.kind(), ErrorCode::Timeout);
+        assert_eq!(e.code(), ErrorCode::Timeout);
         assert!(
             took >= Duration::from_millis(5900) && took < Duration::from_secs(8),
             "1 s timeout + 5 s margin, took {took:?}"
@@ -273,19 +273,19 @@ mod dflockd {
         let e = lock_once(&fake.connect_options())
             .await
             .expect_err("mid-reply");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
         let fake = Fake::start(|mut c: FakeConn| async move {
             let _ = c.read_request().await;
         })
         .await;
         let e = lock_once(&fake.connect_options()).await.expect_err("eof");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
         // Connection refused.
         let port = dflockd_support::free_port();
         let e = lock_once(&ConnectOptions::new("127.0.0.1", port))
             .await
             .expect_err("refused");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError);
+        assert_eq!(e.code(), ErrorCode::ConnectionError);
     }
 
     #[tokio::test]
@@ -300,7 +300,7 @@ mod dflockd {
             let mut opts = fake.connect_options();
             opts.auth = Some("tok".into());
             let e = Connection::connect(&opts).await.expect_err("auth rejected");
-            assert_eq!(e.kind(), ErrorCode::AuthFailed, "{reply:?}");
+            assert_eq!(e.code(), ErrorCode::AuthFailed, "{reply:?}");
             assert!(e.reply().is_some());
         }
     }
@@ -319,7 +319,7 @@ mod dflockd {
         let e = Connection::connect(&opts)
             .await
             .expect_err("handshake hangs");
-        assert_eq!(e.kind(), ErrorCode::Timeout, "{e}");
+        assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(2));
     }
 
@@ -941,7 +941,7 @@ mod dflockd {
             assert_eq!(p.token(), None);
             assert!(!p.is_held());
             let e = p.release().await.expect_err("release after loss");
-            assert_eq!(e.kind(), ErrorCode::LockLost);
+            assert_eq!(e.code(), ErrorCode::LockLost);
             assert!(e.message().contains(reason), "{then:?}: {e}");
             assert!(
                 dflockd_support::next_loss(&mut lost, Duration::from_millis(200))
@@ -1100,7 +1100,7 @@ mod dflockd {
         assert_eq!(fake.received_text(), "r\nk\nt1\nr\nk\nt2\n");
         // The server ends the connection: read_idle reports it and closes.
         let e = conn.read_idle().await.expect_err("EOF");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
         assert!(conn.is_closed());
         drop(w);
     }

@@ -40,7 +40,7 @@ mod dflockd {
             assert_eq!(stable_hash_shard(key, n).ok(), Some(want), "{key} % {n}");
         }
         assert_eq!(
-            stable_hash_shard("k", 0).map_err(|e| e.kind()),
+            stable_hash_shard("k", 0).map_err(|e| e.code()),
             Err(ErrorCode::InvalidArgument)
         );
     }
@@ -52,7 +52,7 @@ mod dflockd {
         assert!(validate_key("ключ✓").is_ok());
         for bad in ["", " ", "a b", "a\tb", "a\rb", "a\nb", "a\0b"] {
             assert_eq!(
-                validate_key(bad).map_err(|e| e.kind()),
+                validate_key(bad).map_err(|e| e.code()),
                 Err(ErrorCode::InvalidArgument),
                 "{bad:?}"
             );
@@ -156,7 +156,7 @@ mod dflockd {
             "ok tok -1",
         ] {
             assert_eq!(
-                parse_acquire_reply(bad, "l").map_err(|e| e.kind()),
+                parse_acquire_reply(bad, "l").map_err(|e| e.code()),
                 Err(ErrorCode::ProtocolError),
                 "{bad:?}"
             );
@@ -167,22 +167,22 @@ mod dflockd {
             assert!(parse_renew_reply(bad, "n").is_err(), "{bad:?}");
         }
         assert_eq!(
-            parse_renew_reply("error", "n").map_err(|e| e.kind()),
+            parse_renew_reply("error", "n").map_err(|e| e.code()),
             Err(ErrorCode::ServerError)
         );
         assert!(parse_release_reply("ok", "r").is_ok());
         assert_eq!(
-            parse_release_reply("error", "r").map_err(|e| e.kind()),
+            parse_release_reply("error", "r").map_err(|e| e.code()),
             Err(ErrorCode::ServerError)
         );
         assert!(parse_auth_reply("ok").is_ok());
         let e = parse_auth_reply("error_auth").expect_err("auth");
         assert_eq!(
-            (e.kind(), e.reply()),
+            (e.code(), e.reply()),
             (ErrorCode::AuthFailed, Some("error_auth"))
         );
         let e = parse_acquire_reply("error_auth", "l").expect_err("auth required");
-        assert_eq!(e.kind(), ErrorCode::AuthFailed);
+        assert_eq!(e.code(), ErrorCode::AuthFailed);
         assert_eq!(parse_stats_reply("ok {}"), Ok("{}"));
         assert!(parse_stats_reply("ok").is_err());
         assert!(parse_stats_reply("error").is_err());
@@ -199,7 +199,7 @@ mod dflockd {
         assert_eq!(s.idle_locks[0].idle_s, 1.5);
         assert!(s.idle_semaphores.is_empty());
         assert_eq!(
-            parse_stats("{").map_err(|e| e.kind()),
+            parse_stats("{").map_err(|e| e.code()),
             Err(ErrorCode::ProtocolError)
         );
     }

@@ -65,7 +65,7 @@ mod dflockd {
         assert_eq!(a.token(), None);
         assert_eq!(a.lease_s(), 0);
         let e = a.release().await.expect_err("second release");
-        assert_eq!(e.kind(), ErrorCode::NotLocked);
+        assert_eq!(e.code(), ErrorCode::NotLocked);
         assert!(try_once(&server, &k).await, "released lock is free");
         // The same instance can acquire again.
         assert!(a.acquire().await.expect("re-acquire"));
@@ -168,7 +168,7 @@ mod dflockd {
             .renew(&k, &g.token, Some(1))
             .await
             .expect_err("renew of expired");
-        assert_eq!(e.kind(), ErrorCode::ServerError);
+        assert_eq!(e.code(), ErrorCode::ServerError);
         b.release().await.expect("release");
     }
 
@@ -200,7 +200,7 @@ mod dflockd {
         // wait timeout → false, connection closed, state reset.
         assert!(!b.wait(1).await.expect("wait timeout"));
         let e = b.wait(1).await.expect_err("wait without enqueue");
-        assert_eq!(e.kind(), ErrorCode::InvalidArgument);
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
         // Enqueue again, then release a: b is granted.
         assert_eq!(
             b.enqueue().await.expect("enqueue 2"),
@@ -230,7 +230,7 @@ mod dflockd {
             .await
             .expect("connect");
         let e = conn.wait(&k, 1).await.expect_err("w without e");
-        assert_eq!(e.kind(), ErrorCode::ServerError);
+        assert_eq!(e.code(), ErrorCode::ServerError);
         assert_eq!(
             e.reply(),
             Some(if go { "error_not_enqueued" } else { "error" })
@@ -243,7 +243,7 @@ mod dflockd {
             EnqueueReply::Queued
         );
         let e = conn.enqueue(&k, None).await.expect_err("second e");
-        assert_eq!(e.kind(), ErrorCode::ServerError);
+        assert_eq!(e.code(), ErrorCode::ServerError);
         assert_eq!(
             e.reply(),
             Some(if go {
@@ -275,7 +275,7 @@ mod dflockd {
         // Holder expires at ~1–2 s, b is granted then, b's 1 s lease expires by ~4 s.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let e = b.wait(5).await.expect_err("stale grant");
-        assert_eq!(e.kind(), ErrorCode::LockLost, "{e}");
+        assert_eq!(e.code(), ErrorCode::LockLost, "{e}");
         assert_eq!(b.token(), None);
         assert_eq!(
             lost.load(Ordering::SeqCst),
@@ -411,7 +411,7 @@ mod dflockd {
             granted_at.duration_since(t0)
         );
         let e = a.release().await.expect_err("release after loss");
-        assert_eq!(e.kind(), ErrorCode::LockLost, "{e}");
+        assert_eq!(e.code(), ErrorCode::LockLost, "{e}");
         assert!(e.message().contains("server"), "reason in {e}");
         assert!(next_loss(&mut lost, Duration::from_millis(300))
             .await
@@ -443,7 +443,7 @@ mod dflockd {
             .await
             .is_none());
         assert_eq!(
-            a.release().await.expect_err("after loss").kind(),
+            a.release().await.expect_err("after loss").code(),
             ErrorCode::LockLost
         );
     }
@@ -520,10 +520,10 @@ mod dflockd {
         assert_eq!(a.token(), None);
         assert_eq!(a.lease_s(), 0);
         let e = a.release().await.expect_err("release after loss");
-        assert_eq!(e.kind(), ErrorCode::LockLost);
+        assert_eq!(e.code(), ErrorCode::LockLost);
         // While the server is down, acquire fails cleanly.
         let e = a.acquire().await.expect_err("server down");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
         server.restart();
         assert!(a.acquire().await.expect("acquire after restart"));
         assert!(a.token().is_some());
@@ -548,7 +548,7 @@ mod dflockd {
         let t0 = Instant::now();
         b.cancel();
         let r = task.await.expect("task");
-        assert_eq!(r.expect_err("cancelled").kind(), ErrorCode::Aborted);
+        assert_eq!(r.expect_err("cancelled").code(), ErrorCode::Aborted);
         assert!(t0.elapsed() < Duration::from_secs(1));
         assert_eq!(b.token(), None);
         // a is unaffected and b can try again later.
@@ -568,7 +568,7 @@ mod dflockd {
         }
         let p = prim(server.lock_options(&key("ml-over")));
         let e = p.acquire().await.expect_err("table full");
-        assert_eq!(e.kind(), ErrorCode::ServerError);
+        assert_eq!(e.code(), ErrorCode::ServerError);
         assert_eq!(e.reply(), Some("error_max_locks"));
         for p in held {
             p.release().await.expect("release");
@@ -590,7 +590,7 @@ mod dflockd {
             assert!(matches!(next, Ok(AcquireReply::Granted(_))), "{next:?}");
         } else {
             let e = next.expect_err("python closed the connection");
-            assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+            assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
             assert!(conn.is_closed());
         }
     }
@@ -657,10 +657,10 @@ mod dflockd {
         a.release().await.expect("release");
         o.connect.auth = Some("wrong".into());
         let e = prim(o.clone()).acquire().await.expect_err("wrong token");
-        assert_eq!(e.kind(), ErrorCode::AuthFailed);
+        assert_eq!(e.code(), ErrorCode::AuthFailed);
         o.connect.auth = None;
         let e = prim(o).acquire().await.expect_err("no token");
-        assert_eq!(e.kind(), ErrorCode::AuthFailed, "{e}");
+        assert_eq!(e.code(), ErrorCode::AuthFailed, "{e}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,7 +157,7 @@ mod dflockd {
         let e = Connection::connect(&tls_opts(server.port, Some(&other.0), None))
             .await
             .expect_err("a different self-signed certificate is no anchor for this one");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
         let e = Connection::connect(&tls_opts(server.port, Some(&good.0), Some("other.example")))
             .await
             .expect_err("wrong name");
@@ -207,7 +207,7 @@ mod dflockd {
         let e = Connection::connect(&tls_opts(port, Some(&stranger.pem()), None))
             .await
             .expect_err("unknown CA");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
         assert!(e.message().to_lowercase().contains("certificate"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(2));
 
@@ -215,13 +215,13 @@ mod dflockd {
         let e = Connection::connect(&tls_opts(port, None, None))
             .await
             .expect_err("system roots");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
 
         // Wrong server name.
         let e = Connection::connect(&tls_opts(port, Some(&pki.ca_pem), Some("other.example")))
             .await
             .expect_err("name mismatch");
-        assert_eq!(e.kind(), ErrorCode::ConnectionError, "{e}");
+        assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
 
         // A plain client against the TLS port fails cleanly within its timeout.
         let mut plain = ConnectOptions::new("127.0.0.1", port);
@@ -233,7 +233,7 @@ mod dflockd {
         }
         .await;
         let e = r.expect_err("plain against TLS");
-        assert_eq!(e.kind(), ErrorCode::TlsMismatch, "{e}");
+        assert_eq!(e.code(), ErrorCode::TlsMismatch, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     }
 
@@ -247,7 +247,7 @@ mod dflockd {
             let e = Connection::connect(&tls_opts(server.port, Some(&pki.ca_pem), None))
                 .await
                 .expect_err("plain server");
-            assert_eq!(e.kind(), ErrorCode::TlsMismatch, "{e}");
+            assert_eq!(e.code(), ErrorCode::TlsMismatch, "{e}");
         }
         let mut c = Connection::connect(&ConnectOptions::new("127.0.0.1", server.port))
             .await
@@ -289,7 +289,7 @@ mod dflockd {
             AcquireReply::Granted(_)
         ));
         assert_eq!(
-            a.release().await.expect_err("after loss").kind(),
+            a.release().await.expect_err("after loss").code(),
             ErrorCode::LockLost
         );
     }

@@ -437,7 +437,7 @@ impl Connection {
             Err(e) => {
                 let e = self.fail(e);
                 // Closed before any reply on a fresh plain connection: a TLS server does that.
-                if self.plain && !self.answered && e.kind() == ErrorCode::ConnectionError {
+                if self.plain && !self.answered && e.code() == ErrorCode::ConnectionError {
                     let probe = mismatch::speaks_tls(&self.host, self.port);
                     if let Ok(true) = tokio::time::timeout(self.socket_timeout, probe).await {
                         return Err(mismatch::tls_server(&self.peer));

@@ -350,7 +350,7 @@ impl Primitive {
         let work = async {
             let (mut conn, reused) = self.open(kept).await?;
             let mut reply = send(self, &mut conn).await;
-            if reused && matches!(&reply, Err(e) if e.kind() == ErrorCode::ConnectionError) {
+            if reused && matches!(&reply, Err(e) if e.code() == ErrorCode::ConnectionError) {
                 conn = Connection::connect(&self.opts.connect).await?;
                 reply = send(self, &mut conn).await;
             }

@@ -683,7 +683,7 @@ mod tests {
             "",
             "OK a 1",
         ] {
-            let e = parse_acquire_reply(bad, "l").err().map(|e| e.kind());
+            let e = parse_acquire_reply(bad, "l").err().map(|e| e.code());
             assert_eq!(e, Some(ErrorCode::ProtocolError), "{bad:?}");
         }
         for srv in [
@@ -693,7 +693,7 @@ mod tests {
             "error_new_thing",
         ] {
             let e = parse_acquire_reply(srv, "l").err();
-            assert_eq!(e.as_ref().map(|e| e.kind()), Some(ErrorCode::ServerError));
+            assert_eq!(e.as_ref().map(|e| e.code()), Some(ErrorCode::ServerError));
             assert_eq!(e.as_ref().and_then(|e| e.reply()), Some(srv));
         }
         assert_eq!(parse_renew_reply("ok 32", "n").ok(), Some(Some(32)));
@@ -710,7 +710,7 @@ mod tests {
         assert!(parse_enqueue_reply("acquired", "e").is_err());
         assert!(parse_enqueue_reply("queued x", "e").is_err());
         assert_eq!(
-            parse_auth_reply("error").err().map(|e| e.kind()),
+            parse_auth_reply("error").err().map(|e| e.code()),
             Some(ErrorCode::AuthFailed)
         );
         assert_eq!(parse_stats_reply("ok {\"a\":1}").ok(), Some("{\"a\":1}"));

@@ -82,7 +82,7 @@ impl Renewer {
             conn.close();
         }
         match r {
-            Err(e) if e.kind() == ErrorCode::ServerError => {
+            Err(e) if e.code() == ErrorCode::ServerError => {
                 let mut lost = DflockdError::new(
                     ErrorCode::LockLost,
                     "release: the server no longer held this token (lease expired)",

@@ -22,7 +22,7 @@ impl Connection {
         let r = self.line(end).and_then(parse);
         self.consume(end);
         match r {
-            Err(e) if e.kind() == ErrorCode::ProtocolError => Err(self.fail(e)),
+            Err(e) if e.code() == ErrorCode::ProtocolError => Err(self.fail(e)),
             r => r,
         }
     }

@@ -115,7 +115,7 @@ impl Primitive {
             };
             match verify {
                 Ok(_) => Ok(Some(grant)),
-                Err(e) if e.kind() == ErrorCode::ServerError => {
+                Err(e) if e.code() == ErrorCode::ServerError => {
                     let mut lost = DflockdError::new(
                         ErrorCode::LockLost,
                         "wait: the granted lease had already expired (renew right after the grant was rejected)",

@@ -193,9 +193,12 @@ function pidAlive(pid) {
   }
 }
 
-/** A live `sleep` process (killed at the end of the test file); resolves once it runs. */
+/** A live `sleep` process (a Node timer on Windows; killed at the end of the test file); resolves once it runs. */
 async function liveSleeper(seconds = 120) {
-  const child = spawnTracked('sleep', [String(seconds)])
+  const child =
+    process.platform === 'win32'
+      ? spawnTracked(process.execPath, ['-e', `setTimeout(() => {}, ${seconds * 1000})`])
+      : spawnTracked('sleep', [String(seconds)])
   child.stdin.end()
   await new Promise((resolve, reject) => {
     child.once('spawn', resolve)
@@ -217,6 +220,7 @@ function nowS() {
  * `timestamp` replaces `$(date +%s)` with a fixed value (backdating).
  */
 async function shellWriteLock(file, { tag, crlf = false, bom = false, keep = false, timestamp } = {}) {
+  if (process.platform === 'win32') return foreignWriteLock(file, { tag, crlf, bom, keep, timestamp })
   const ts = timestamp === undefined ? '$(date +%s)' : String(timestamp)
   let script
   if (crlf || bom) {
@@ -237,6 +241,32 @@ async function shellWriteLock(file, { tag, crlf = false, bom = false, keep = fal
   }
   const { code } = await child.closed
   assert.equal(code, 0, `shell writer failed: ${child.stderrText}`)
+  return { pid: child.pid, child }
+}
+
+/**
+ * Windows has no /bin/sh: the same foreign writer as a separate Node process that knows nothing of this package,
+ * writing line by line with appends as the shell does (a reader may see a partial file) and exiting, or, with
+ * `keep`, staying alive as the recorded holder.
+ */
+async function foreignWriteLock(file, { tag, crlf, bom, keep, timestamp }) {
+  const script = `
+    const fs = require('node:fs')
+    const o = JSON.parse(process.argv[1])
+    const eol = o.crlf ? '\\r\\n' : '\\n'
+    fs.writeFileSync(o.file, (o.bom ? '\\ufeff' : '') + 'pid=' + process.pid + eol)
+    fs.appendFileSync(o.file, 'timestamp=' + (o.timestamp ?? Math.floor(Date.now() / 1000)) + eol)
+    if (o.tag !== null) fs.appendFileSync(o.file, 'tag=' + o.tag + eol)
+    if (o.keep) { console.log('ready'); setTimeout(() => {}, 120000) }`
+  const options = { file, tag: tag ?? null, crlf, bom, keep, timestamp: timestamp ?? null }
+  const child = spawnTracked(process.execPath, ['-e', script, JSON.stringify(options)])
+  child.stdin.end()
+  if (keep) {
+    await lines(child).next(/^ready$/, 20000)
+    return { pid: child.pid, child }
+  }
+  const { code } = await child.closed
+  assert.equal(code, 0, `foreign writer failed: ${child.stderrText}`)
   return { pid: child.pid, child }
 }
 

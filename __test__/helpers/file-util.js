@@ -175,7 +175,10 @@ function lines(child) {
 /** A pid that belonged to a real process which has exited and been reaped. */
 async function deadPid() {
   for (let attempt = 0; attempt < 5; attempt++) {
-    const child = spawnTracked('sh', ['-c', 'exit 0'])
+    const child =
+      process.platform === 'win32'
+        ? spawnTracked(process.env.ComSpec || 'cmd.exe', ['/d', '/c', 'exit 0'])
+        : spawnTracked('sh', ['-c', 'exit 0'])
     child.stdin.end()
     await child.exited
     const pid = child.pid

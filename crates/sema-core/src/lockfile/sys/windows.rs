@@ -17,7 +17,7 @@ use std::os::windows::io::AsRawHandle;
 use std::path::{Component, Path, Prefix};
 
 use windows_sys::Win32::Foundation::{
-    SetHandleInformation, ERROR_INVALID_FUNCTION, ERROR_LOCK_VIOLATION, ERROR_NOT_SUPPORTED,
+    SetHandleInformation, ERROR_ACCESS_DENIED, ERROR_INVALID_FUNCTION, ERROR_LOCK_VIOLATION, ERROR_NOT_SUPPORTED,
     HANDLE, HANDLE_FLAG_INHERIT,
 };
 use windows_sys::Win32::Storage::FileSystem::{
@@ -219,10 +219,20 @@ pub(crate) fn breaker_present(_id: FileId) -> bool {
 }
 
 /// The breaker's exclusive lock of [`BREAKER_OFFSET`] through `file` (held until `file`
-/// closes; a busy one is another breaker, or a holder that took it to release).
-pub(crate) fn try_break_lock(file: &File, _path: &Path, _id: FileId) -> io::Result<ExclusiveLock> {
+/// closes; a busy one is another breaker).
+///
+/// Once it is ours, the name must still be this very file by volume and file index: the
+/// caller's own identity check compares what a `Metadata` tells on Windows (creation time and
+/// length), which a new lock file written by the same program can share with the one judged
+/// (Wine reports coarse creation times). A breaker that judged the old file after another one
+/// removed it, and whose name now belongs to a new holder, must not remove that one: `Busy`.
+pub(crate) fn try_break_lock(file: &File, path: &Path, _id: FileId) -> io::Result<ExclusiveLock> {
     match lock_byte(file, BREAKER_OFFSET, true) {
-        Ok(true) => Ok(ExclusiveLock::Held(None)),
+        Ok(true) => match (fstat_id(file), stat_id(path, None)) {
+            (Ok(ours), Ok(now)) if ours == now => Ok(ExclusiveLock::Held(None)),
+            (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => Ok(ExclusiveLock::Held(None)),
+            _ => Ok(ExclusiveLock::Busy),
+        },
         Ok(false) => Ok(ExclusiveLock::Busy),
         Err(e)
             if matches!(e.raw_os_error(), Some(c) if c == ERROR_INVALID_FUNCTION as i32 || c == ERROR_NOT_SUPPORTED as i32) =>
@@ -287,7 +297,7 @@ pub(super) fn create_by_rename(path: &Path, content: &[u8], fsync: bool) -> io::
     write_all_at(&temp, content, 0)?; // the guard removes the temp file on every early return
     let id = fstat_id(&temp)?;
     drop(temp); // a file open through its name cannot be renamed under Wine
-    move_no_replace(&guard.0, path)?;
+    move_into_place(&guard.0, path)?;
     std::mem::forget(guard); // the temp name is gone: it is the lock's name now
     let file = match open_own(path) {
         Ok(f) => f,
@@ -350,6 +360,31 @@ fn wide(path: &Path) -> Vec<u16> {
     }
     out.push(0);
     out
+}
+
+/// How often a rename onto a name that is being deleted is tried again, 1 ms apart.
+const DELETE_PENDING_TRIES: u32 = 20;
+
+/// [`move_no_replace`], waiting out a "delete pending" name. The directory is writable (the temp
+/// file was made in it), so access denied means the name exists but was deleted while another
+/// handle keeps the old file open (a reader judging it; Windows before 10 1809 and Wine remove
+/// the name only when that handle closes, microseconds later). Without the retry, the breaker
+/// that just removed a stale lock would lose it to its own readers and nobody would win.
+/// Still refused after the tries: held.
+fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match move_no_replace(from, to) {
+            Err(e) if e.raw_os_error() == Some(ERROR_ACCESS_DENIED as i32) => {
+                tries += 1;
+                if tries >= DELETE_PENDING_TRIES {
+                    return Err(io::Error::new(io::ErrorKind::AlreadyExists, e));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// `MoveFileExW(from, to, 0)`: atomic, never replaces (`AlreadyExists` when `to` exists).

@@ -389,8 +389,20 @@ function whenFile(file, pred, ms, what = 'file condition') {
   })
 }
 
+/**
+ * Windows node.exe under Wine (Wine's system32 has winecfg.exe). Wine differs from Windows 10 and later where a test
+ * depends on it: a name deleted while a handle is open stays until that handle closes (Windows removes it at once),
+ * and renaming over a file another handle holds open is refused (Windows allows it with FILE_SHARE_DELETE).
+ */
+const underWine =
+  process.platform === 'win32' &&
+  fs.existsSync(path.join(process.env.SystemRoot || 'C:\\windows', 'system32', 'winecfg.exe'))
+const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s handle is open (Windows 10+ removes it at once)'
+
 module.exports = {
   ROOT,
+  underWine,
+  WINE_DELETE,
   mkTmp,
   rmTmp,
   ls,

@@ -17,8 +17,8 @@ use std::os::windows::io::AsRawHandle;
 use std::path::{Component, Path, Prefix};
 
 use windows_sys::Win32::Foundation::{
-    SetHandleInformation, ERROR_ACCESS_DENIED, ERROR_INVALID_FUNCTION, ERROR_LOCK_VIOLATION, ERROR_NOT_SUPPORTED,
-    HANDLE, HANDLE_FLAG_INHERIT,
+    SetHandleInformation, ERROR_ACCESS_DENIED, ERROR_INVALID_FUNCTION, ERROR_LOCK_VIOLATION,
+    ERROR_NOT_SUPPORTED, HANDLE, HANDLE_FLAG_INHERIT,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     GetDriveTypeW, GetFileInformationByHandle, LockFileEx, MoveFileExW, UnlockFileEx,
@@ -234,9 +234,7 @@ pub(crate) fn try_break_lock(file: &File, path: &Path, _id: FileId) -> io::Resul
             _ => Ok(ExclusiveLock::Busy),
         },
         Ok(false) => Ok(ExclusiveLock::Busy),
-        Err(e)
-            if matches!(e.raw_os_error(), Some(c) if c == ERROR_INVALID_FUNCTION as i32 || c == ERROR_NOT_SUPPORTED as i32) =>
-        {
+        Err(e) if matches!(e.raw_os_error(), Some(c) if c == ERROR_INVALID_FUNCTION as i32 || c == ERROR_NOT_SUPPORTED as i32) => {
             Ok(ExclusiveLock::Unsupported)
         }
         Err(e) => Err(e),
@@ -292,7 +290,10 @@ pub(super) fn create_by_rename(path: &Path, content: &[u8], fsync: bool) -> io::
         }
     }
     let (temp, guard) = made.ok_or_else(|| {
-        io::Error::new(io::ErrorKind::AlreadyExists, "could not find a free temp file name")
+        io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "could not find a free temp file name",
+        )
     })?;
     write_all_at(&temp, content, 0)?; // the guard removes the temp file on every early return
     let id = fstat_id(&temp)?;
@@ -349,12 +350,13 @@ fn wide(path: &Path) -> Vec<u16> {
             // a verbatim path is not normalised: separators must be backslashes, and a UNC
             // path drops one of its two leading ones.
             let skip = usize::from(prefix.ends_with("UNC"));
-            out.extend(
-                path.as_os_str()
-                    .encode_wide()
-                    .skip(skip)
-                    .map(|c| if c == u16::from(b'/') { u16::from(b'\\') } else { c }),
-            );
+            out.extend(path.as_os_str().encode_wide().skip(skip).map(|c| {
+                if c == u16::from(b'/') {
+                    u16::from(b'\\')
+                } else {
+                    c
+                }
+            }));
         }
         None => out.extend(path.as_os_str().encode_wide()),
     }

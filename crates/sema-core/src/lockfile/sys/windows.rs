@@ -30,6 +30,9 @@ use windows_sys::Win32::System::IO::OVERLAPPED;
 
 use super::{ExclusiveLock, FileId, FsKind, Presence};
 
+/// No unnamed files on Windows: creation renames a named temp file ([`create_by_rename`]).
+pub(crate) use super::absent::{link_unnamed, prepare_unnamed};
+
 /// Offset of the byte whose exclusive lock says "the holder is here" (2^62: beyond any lock
 /// file, and within what every file system accepts as a lock offset).
 const PRESENCE_OFFSET: u64 = 1 << 62;
@@ -398,19 +401,6 @@ fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// No unnamed files on Windows: creation goes through a named temp file and a hard link.
-pub(crate) fn prepare_unnamed(_path: &Path, _content: &[u8]) -> Option<io::Result<File>> {
-    None
-}
-
-pub(crate) fn link_unnamed(
-    _file: &File,
-    _path: &Path,
-    _os_path: &OsPath,
-) -> Option<io::Result<()>> {
-    None
 }
 
 /// Make the lock's handle inheritable, so the next child process (`sema-native run`'s

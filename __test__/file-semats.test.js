@@ -58,7 +58,7 @@ describe('constructor: plain Errors with semats’ messages', () => {
     assert.throws(() => new Semaphore(path.join(parent, 'x.lock')), { message: `Parent directory does not exist: ${parent}` })
     assert.equal(fs.existsSync(parent), false)
   })
-  test('getPath(): absolute, symlinked directory resolved', () => {
+  test('getPath(): absolute, symlinked directory resolved', { skip: u.underWine && 'Wine: a directory symlink made by fs.symlinkSync does not resolve through GetFinalPathNameByHandle' }, () => {
     const real = path.join(dir, 'real')
     fs.mkdirSync(real)
     const link = path.join(dir, 'link')

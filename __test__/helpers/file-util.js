@@ -175,7 +175,10 @@ function lines(child) {
 /** A pid that belonged to a real process which has exited and been reaped. */
 async function deadPid() {
   for (let attempt = 0; attempt < 5; attempt++) {
-    const child = spawnTracked('sh', ['-c', 'exit 0'])
+    const child =
+      process.platform === 'win32'
+        ? spawnTracked(process.env.ComSpec || 'cmd.exe', ['/d', '/c', 'exit 0'])
+        : spawnTracked('sh', ['-c', 'exit 0'])
     child.stdin.end()
     await child.exited
     const pid = child.pid
@@ -193,9 +196,12 @@ function pidAlive(pid) {
   }
 }
 
-/** A live `sleep` process (killed at the end of the test file); resolves once it runs. */
+/** A live `sleep` process (a Node timer on Windows; killed at the end of the test file); resolves once it runs. */
 async function liveSleeper(seconds = 120) {
-  const child = spawnTracked('sleep', [String(seconds)])
+  const child =
+    process.platform === 'win32'
+      ? spawnTracked(process.execPath, ['-e', `setTimeout(() => {}, ${seconds * 1000})`])
+      : spawnTracked('sleep', [String(seconds)])
   child.stdin.end()
   await new Promise((resolve, reject) => {
     child.once('spawn', resolve)
@@ -217,6 +223,7 @@ function nowS() {
  * `timestamp` replaces `$(date +%s)` with a fixed value (backdating).
  */
 async function shellWriteLock(file, { tag, crlf = false, bom = false, keep = false, timestamp } = {}) {
+  if (process.platform === 'win32') return foreignWriteLock(file, { tag, crlf, bom, keep, timestamp })
   const ts = timestamp === undefined ? '$(date +%s)' : String(timestamp)
   let script
   if (crlf || bom) {
@@ -237,6 +244,32 @@ async function shellWriteLock(file, { tag, crlf = false, bom = false, keep = fal
   }
   const { code } = await child.closed
   assert.equal(code, 0, `shell writer failed: ${child.stderrText}`)
+  return { pid: child.pid, child }
+}
+
+/**
+ * Windows has no /bin/sh: the same foreign writer as a separate Node process that knows nothing of this package,
+ * writing line by line with appends as the shell does (a reader may see a partial file) and exiting, or, with
+ * `keep`, staying alive as the recorded holder.
+ */
+async function foreignWriteLock(file, { tag, crlf, bom, keep, timestamp }) {
+  const script = `
+    const fs = require('node:fs')
+    const o = JSON.parse(process.argv[1])
+    const eol = o.crlf ? '\\r\\n' : '\\n'
+    fs.writeFileSync(o.file, (o.bom ? '\\ufeff' : '') + 'pid=' + process.pid + eol)
+    fs.appendFileSync(o.file, 'timestamp=' + (o.timestamp ?? Math.floor(Date.now() / 1000)) + eol)
+    if (o.tag !== null) fs.appendFileSync(o.file, 'tag=' + o.tag + eol)
+    if (o.keep) { console.log('ready'); setTimeout(() => {}, 120000) }`
+  const options = { file, tag: tag ?? null, crlf, bom, keep, timestamp: timestamp ?? null }
+  const child = spawnTracked(process.execPath, ['-e', script, JSON.stringify(options)])
+  child.stdin.end()
+  if (keep) {
+    await lines(child).next(/^ready$/, 20000)
+    return { pid: child.pid, child }
+  }
+  const { code } = await child.closed
+  assert.equal(code, 0, `foreign writer failed: ${child.stderrText}`)
   return { pid: child.pid, child }
 }
 
@@ -356,8 +389,20 @@ function whenFile(file, pred, ms, what = 'file condition') {
   })
 }
 
+/**
+ * Windows node.exe under Wine (Wine's system32 has winecfg.exe). Wine differs from Windows 10 and later where a test
+ * depends on it: a name deleted while a handle is open stays until that handle closes (Windows removes it at once),
+ * and renaming over a file another handle holds open is refused (Windows allows it with FILE_SHARE_DELETE).
+ */
+const underWine =
+  process.platform === 'win32' &&
+  fs.existsSync(path.join(process.env.SystemRoot || 'C:\\windows', 'system32', 'winecfg.exe'))
+const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s handle is open (Windows 10+ removes it at once)'
+
 module.exports = {
   ROOT,
+  underWine,
+  WINE_DELETE,
   mkTmp,
   rmTmp,
   ls,

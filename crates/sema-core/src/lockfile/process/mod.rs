@@ -6,9 +6,14 @@ mod unix;
 #[cfg(unix)]
 use unix as os;
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as os;
+
+#[cfg(not(any(unix, windows)))]
 mod portable;
-#[cfg(not(unix))]
+#[cfg(not(any(unix, windows)))]
 use portable as os;
 
 use std::sync::atomic::{AtomicU32, Ordering};

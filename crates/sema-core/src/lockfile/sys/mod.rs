@@ -37,6 +37,8 @@ use std::path::{Path, PathBuf};
 use super::format::MAX_LOCK_FILE_BYTES;
 
 #[cfg(not(target_os = "linux"))]
+#[cfg_attr(windows, allow(dead_code))]
+// Windows has its own presence, breaker table and drive kinds
 mod absent;
 #[cfg(unix)]
 mod unix;
@@ -48,9 +50,14 @@ pub(crate) use unix::{
     byte_lock, byte_locked_by_other, flock, is_contention, ByteLock, FlockOperation,
 };
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as os;
+
+#[cfg(not(any(unix, windows)))]
 mod portable;
-#[cfg(not(unix))]
+#[cfg(not(any(unix, windows)))]
 use portable as os;
 
 pub(crate) use os::{
@@ -327,6 +334,11 @@ pub(crate) fn create_lock_file(
             }
         }
     }
+    #[cfg(windows)]
+    if strategy != CreationStrategy::Direct {
+        return os::create_by_rename(path, content, fsync);
+    }
+    #[cfg(not(windows))]
     if strategy != CreationStrategy::Direct {
         if let Some(r) = create_via_named_temp(path, content, fsync) {
             return r;
@@ -371,6 +383,7 @@ pub(crate) fn unnamed_linked(file: &File, path: &Path, fsync: bool) -> io::Resul
 }
 
 /// Step 2 of the creation ladder. `None`: this file system has no hard links.
+#[cfg_attr(windows, allow(dead_code))] // Windows renames instead (see `windows.rs`)
 fn create_via_named_temp(path: &Path, content: &[u8], fsync: bool) -> Option<io::Result<File>> {
     if let Err(e) = parent_dir(path) {
         return Some(Err(e));

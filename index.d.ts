@@ -32,7 +32,7 @@ export type SemaphoreErrorType =
   | 'PROTOCOL_ERROR'
   | 'SERVER_ERROR'
   | 'INVALID_ARGUMENT'
-  /** File locks on a platform without a file-lock engine yet (Windows); the dflockd client works there. */
+  /** No binary is published for this platform (thrown by `require('sema-native')` itself). */
   | 'UNSUPPORTED_PLATFORM'
 
 /** A failure as a value (semats' shape). */

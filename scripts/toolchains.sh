@@ -105,7 +105,11 @@ if [ "$WHAT" != build ]; then
   if [ ! -f "$MUSL_LDSO" ]; then # Debian bookworm's musl 1.2.3 cannot load the wheel's DT_RELR libraries; 1.2.5 can
     say "apt-get download musl (trixie, 1.2.5)"
     P=$X/dl/apt-trixie; mkdir -p "$P/parts" "$P/lists/partial" "$P/cache"
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$P/parts/trixie.sources"
+    # The machine's own Debian mirror (the first `URIs:` or `deb` entry ending in /debian), with trixie's suite.
+    MIRROR=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+      sed -n -E 's#^(URIs:|deb)[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]*/debian)/?([[:space:]].*)?$#\3#p' | head -n 1 || true)
+    [ -n "$MIRROR" ] || { echo "toolchains: no Debian mirror found in the apt sources" >&2; exit 1; }
+    printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$MIRROR" > "$P/parts/trixie.sources"
     O=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$P/parts" -o "Dir::State::Lists=$P/lists" -o "Dir::Cache=$P/cache")
     apt-get "${O[@]}" update -q >/dev/null && (cd "$P" && apt-get "${O[@]}" download musl >/dev/null 2>&1)
     dpkg-deb -x "$P"/musl_*.deb "$X/dl/musl125" && rm -rf "$P"

@@ -1,0 +1,169 @@
+//! Unit tests of the wire codec.
+
+use super::*;
+
+#[test]
+fn encodes_every_command() {
+    let cases: Vec<(Request<'_>, &str)> = vec![
+        (Request::Auth { token: "s3 cret" }, "auth\n_\ns3 cret\n"),
+        (
+            Request::Lock {
+                key: "k",
+                timeout_s: 10,
+                ttl_s: None,
+            },
+            "l\nk\n10\n",
+        ),
+        (
+            Request::Lock {
+                key: "k",
+                timeout_s: 0,
+                ttl_s: Some(20),
+            },
+            "l\nk\n0 20\n",
+        ),
+        (
+            Request::Release {
+                key: "k",
+                token: "t",
+            },
+            "r\nk\nt\n",
+        ),
+        (
+            Request::Renew {
+                key: "k",
+                token: "t",
+                ttl_s: Some(5),
+            },
+            "n\nk\nt 5\n",
+        ),
+        (
+            Request::Renew {
+                key: "k",
+                token: "t",
+                ttl_s: None,
+            },
+            "n\nk\nt\n",
+        ),
+        (
+            Request::Enqueue {
+                key: "k",
+                ttl_s: None,
+            },
+            "e\nk\n\n",
+        ),
+        (
+            Request::Enqueue {
+                key: "k",
+                ttl_s: Some(7),
+            },
+            "e\nk\n7\n",
+        ),
+        (
+            Request::Wait {
+                key: "k",
+                timeout_s: 3,
+            },
+            "w\nk\n3\n",
+        ),
+        (
+            Request::SemLock {
+                key: "k",
+                timeout_s: 10,
+                limit: 3,
+                ttl_s: Some(15),
+            },
+            "sl\nk\n10 3 15\n",
+        ),
+        (
+            Request::SemRelease {
+                key: "k",
+                token: "t",
+            },
+            "sr\nk\nt\n",
+        ),
+        (
+            Request::SemRenew {
+                key: "k",
+                token: "t",
+                ttl_s: Some(9),
+            },
+            "sn\nk\nt 9\n",
+        ),
+        (
+            Request::SemEnqueue {
+                key: "k",
+                limit: 2,
+                ttl_s: None,
+            },
+            "se\nk\n2\n",
+        ),
+        (
+            Request::SemWait {
+                key: "k",
+                timeout_s: 1,
+            },
+            "sw\nk\n1\n",
+        ),
+        (Request::Stats, "stats\n_\n\n"),
+    ];
+    for (req, want) in cases {
+        assert_eq!(req.encode().ok(), Some(want.as_bytes().to_vec()), "{req:?}");
+    }
+}
+
+#[test]
+fn parses_replies_exactly() {
+    assert_eq!(
+        parse_acquire_reply("ok abc 30", "l").ok(),
+        Some(AcquireReply::Granted(Grant {
+            token: "abc".into(),
+            lease_s: 30
+        }))
+    );
+    assert_eq!(
+        parse_acquire_reply("timeout", "l").ok(),
+        Some(AcquireReply::TimedOut)
+    );
+    for bad in [
+        "ok",
+        "ok ",
+        "okay abc 30",
+        "ok abc",
+        "ok abc x",
+        "ok abc 30 1",
+        "",
+        "OK a 1",
+    ] {
+        let e = parse_acquire_reply(bad, "l").err().map(|e| e.code());
+        assert_eq!(e, Some(ErrorCode::ProtocolError), "{bad:?}");
+    }
+    for srv in [
+        "error",
+        "error_max_locks",
+        "error_limit_mismatch",
+        "error_new_thing",
+    ] {
+        let e = parse_acquire_reply(srv, "l").err();
+        assert_eq!(e.as_ref().map(|e| e.code()), Some(ErrorCode::ServerError));
+        assert_eq!(e.as_ref().and_then(|e| e.reply()), Some(srv));
+    }
+    assert_eq!(parse_renew_reply("ok 32", "n").ok(), Some(Some(32)));
+    assert_eq!(parse_renew_reply("ok", "n").ok(), Some(None));
+    assert!(parse_renew_reply("okay", "n").is_err());
+    assert!(parse_renew_reply("ok x", "n").is_err());
+    assert!(parse_release_reply("ok", "r").is_ok());
+    assert!(parse_release_reply("okay", "r").is_err());
+    assert!(parse_release_reply("ok 1", "r").is_err());
+    assert_eq!(
+        parse_enqueue_reply("queued", "e").ok(),
+        Some(EnqueueReply::Queued)
+    );
+    assert!(parse_enqueue_reply("acquired", "e").is_err());
+    assert!(parse_enqueue_reply("queued x", "e").is_err());
+    assert_eq!(
+        parse_auth_reply("error").err().map(|e| e.code()),
+        Some(ErrorCode::AuthFailed)
+    );
+    assert_eq!(parse_stats_reply("ok {\"a\":1}").ok(), Some("{\"a\":1}"));
+}

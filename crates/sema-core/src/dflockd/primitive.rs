@@ -138,12 +138,36 @@ struct State {
     stopped: Vec<JoinHandle<()>>,
 }
 
-/// A started acquire/enqueue: its op id, its cancel token, renewal tasks of earlier holds to join
-/// first, and an idle connection from the pool.
+/// Refusal of a second acquire/enqueue/wait while one runs.
+fn busy() -> DflockdError {
+    DflockdError::invalid("another acquire/enqueue/wait is in progress")
+}
+
+impl State {
+    /// Marks the primitive busy with a new operation: its id, its cancel token, and the phase
+    /// it replaced.
+    fn start_op(&mut self) -> (u64, CancellationToken, Phase) {
+        self.next_op += 1;
+        let op = self.next_op;
+        let cancel = CancellationToken::new();
+        let cancel_op = cancel.clone();
+        let prev = std::mem::replace(
+            &mut self.phase,
+            Phase::Busy {
+                op,
+                cancel: cancel_op,
+            },
+        );
+        (op, cancel, prev)
+    }
+}
+
 /// A first request in flight, borrowed from the primitive and its connection.
 type SendFuture<'a, R> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<R>> + Send + 'a>>;
 
+/// A started acquire/enqueue: its op id, its cancel token, renewal tasks of earlier holds to join
+/// first, and an idle connection from the pool.
 type Begun = (
     u64,
     CancellationToken,
@@ -288,19 +312,9 @@ impl Primitive {
                     "an enqueue() is pending; call wait(), release() or close() first",
                 ))
             }
-            Phase::Busy { .. } => {
-                return Err(DflockdError::invalid(
-                    "another acquire/enqueue/wait is in progress",
-                ))
-            }
+            Phase::Busy { .. } => return Err(busy()),
         }
-        st.next_op += 1;
-        let op = st.next_op;
-        let cancel = CancellationToken::new();
-        st.phase = Phase::Busy {
-            op,
-            cancel: cancel.clone(),
-        };
+        let (op, cancel, _idle) = st.start_op();
         let old = std::mem::take(&mut st.stopped);
         drop(st);
         Ok((op, cancel, old, pool::take(&self.opts.connect)))

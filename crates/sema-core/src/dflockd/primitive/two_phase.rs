@@ -3,9 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use tokio_util::sync::CancellationToken;
-
-use super::{join_stopped, lock, EnqueueOutcome, Phase, Primitive, Ticket};
+use super::{busy, join_stopped, lock, EnqueueOutcome, Phase, Primitive, Ticket};
 use crate::dflockd::error::{DflockdError, ErrorCode, Result};
 use crate::dflockd::protocol::{self, AcquireReply, EnqueueReply};
 
@@ -75,22 +73,9 @@ impl Primitive {
                         "wait() needs a pending enqueue(); call enqueue() first",
                     ))
                 }
-                Phase::Busy { .. } => {
-                    return Err(DflockdError::invalid(
-                        "another acquire/enqueue/wait is in progress",
-                    ))
-                }
+                Phase::Busy { .. } => return Err(busy()),
             }
-            st.next_op += 1;
-            let op = st.next_op;
-            let cancel = CancellationToken::new();
-            let prev = std::mem::replace(
-                &mut st.phase,
-                Phase::Busy {
-                    op,
-                    cancel: cancel.clone(),
-                },
-            );
+            let (op, cancel, prev) = st.start_op();
             let Phase::Queued(conn) = prev else {
                 st.phase = Phase::Idle;
                 return Err(DflockdError::invalid("wait() needs a pending enqueue()"));

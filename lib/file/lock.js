@@ -13,25 +13,34 @@ const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONF
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
-/** Held locks with a handle, by engine id. */
+/**
+ * This thread's handles of held locks, by engine id: the callback below finds the handle to tell. How a lock ended
+ * is the engine's to say (`takeHeldEnd`), also for one that ended before its handle existed (the native report
+ * may overtake the acquire result).
+ */
 const handles = new Map()
-/** Losses (and releases by path, null) reported before their handle was registered (the native report may overtake the acquire result). */
-const earlyLosses = new Map()
-const EARLY_LOSSES_MAX = 256
 
 // This thread's locks only: each worker thread that loads the module sets its own (the engine keeps one callback
-// per thread). `reason` null: released by path (`release(path)`, semats' `release()`), not through the handle.
-native.setLockLostHandler((id, reason) => {
+// per thread).
+native.setLockLostHandler((id) => {
   const handle = handles.get(id)
-  if (handle) {
-    handles.delete(id)
-    if (reason === null) handle._markReleased()
-    else handle._markLost(reason)
-    return
-  }
-  earlyLosses.set(id, reason)
-  if (earlyLosses.size > EARLY_LOSSES_MAX) earlyLosses.delete(earlyLosses.keys().next().value)
+  if (handle) settle(handle, id, false)
 })
+
+/**
+ * Tells `handle` how its lock `id` ended, if the engine says it did (lost, or released by path: `release(path)`,
+ * semats' `release()`). A loss found while the handle is being made is told on the next microtask, once the caller
+ * has it. `true` when it ended.
+ */
+function settle(handle, id, fresh) {
+  const end = native.takeHeldEnd(id)
+  if (end === null) return false
+  handles.delete(id)
+  if (end.lostReason == null) handle._markReleased()
+  else if (fresh) queueMicrotask(() => handle._markLost(end.lostReason))
+  else handle._markLost(end.lostReason)
+  return true
+}
 
 class FileLock extends LockHandle {
   #id
@@ -41,14 +50,8 @@ class FileLock extends LockHandle {
     this.#id = held.id
     /** The absolute lock path (for release by path). */
     Object.defineProperty(this, '_path', { value: path })
-    if (!earlyLosses.has(held.id)) {
-      handles.set(held.id, this)
-    } else {
-      const reason = earlyLosses.get(held.id)
-      earlyLosses.delete(held.id)
-      if (reason === null) this._markReleased()
-      else queueMicrotask(() => this._markLost(reason))
-    }
+    handles.set(held.id, this)
+    settle(this, held.id, true)
   }
 
   async _release() {
@@ -163,16 +166,12 @@ async function releaseFile(path, options = {}) {
 }
 
 /**
- * After a release by path: this thread's handles on that path whose lock is no longer in the engine were released
- * by it (`released` turns true now, not when the engine's report arrives; other threads' handles hear it from the
- * report).
+ * After a release by path: this thread's handles on that path hear how their lock ended now (`released` turns
+ * true at once, not when the engine's report arrives; other threads' handles hear it from the report).
  */
 function markReleasedByPath(path) {
   for (const [id, handle] of handles) {
-    if (handle._path === path && !native.isHeld(id)) {
-      handles.delete(id)
-      handle._markReleased()
-    }
+    if (handle._path === path) settle(handle, id, false)
   }
 }
 

@@ -41,7 +41,6 @@ class Semaphore {
   #path
   #config
   #file
-  #slot
 
   constructor(lockPath, config = {}) {
     if (typeof lockPath !== 'string') throw new TypeError('lockPath must be a string')
@@ -55,8 +54,6 @@ class Semaphore {
     validate(config, CONFIG, 'config')
     this.#config = { ...DEFAULT_CONFIG, ...config }
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
-    // The hot path (tryAcquire / release) calls free functions with this index: cheaper than methods.
-    this.#slot = this.#file.slot
   }
 
   static withDefaults(lockPath) {
@@ -99,7 +96,7 @@ class Semaphore {
 
   #tryAcquire(tag, ownerPid) {
     // A number is the timestamp of a lock written exactly as asked (our pid, the tag as given).
-    const r = native.fileTryAcquireSync(this.#slot, tag, ownerPid)
+    const r = this.#file.tryAcquireSync(tag, ownerPid)
     if (typeof r === 'number') {
       installExitHook()
       return { ok: true, value: { pid: process.pid, timestamp: r, tag } }
@@ -133,7 +130,7 @@ class Semaphore {
   }
 
   release(force = false) {
-    const error = native.fileReleaseAsProcess(this.#slot, Boolean(force))
+    const error = this.#file.releaseAsProcess(Boolean(force))
     return error == null ? { ok: true, value: undefined } : { ok: false, error: fileError(error, this.#path) }
   }
 

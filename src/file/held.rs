@@ -1,14 +1,14 @@
 //! Held locks, addressed by the engine registry's id: starting one for a JS thread, describing
 //! it, releasing it, hearing of its loss, and the process's and threads' exit hooks.
 
-use napi::bindgen_prelude::{AsyncTask, FnArgs, Function};
+use napi::bindgen_prelude::{AsyncTask, Function};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, HeldEnd, HeldLock, LockError};
 
 use super::pool::OnPool;
-use super::values::{HeldOutcome, NativeHeld};
+use super::values::{HeldOutcome, NativeHeld, NativeHeldEnd};
 use crate::owner;
 use crate::result::{bool_result, BoolResult};
 
@@ -65,10 +65,18 @@ fn to_id(id: f64) -> u64 {
     }
 }
 
-/// Whether the lock `id` is still held (not released, not lost).
+/// How the lock `id` ended, if it ended otherwise than through its handle (lost, or released by
+/// path) and nobody asked yet: the engine keeps it for the target API's handle, which may be
+/// made after the loss callback ran. `null` while held, after a release through the handle, or
+/// once asked.
 #[napi]
-pub fn is_held(id: f64) -> bool {
-    lockfile::held_lock_by_id(to_id(id)).is_some()
+pub fn take_held_end(id: f64) -> Option<NativeHeldEnd> {
+    lockfile::take_held_end(to_id(id)).map(|how| NativeHeldEnd {
+        lost_reason: match how {
+            HeldEnd::Lost(reason) => Some(reason),
+            HeldEnd::ReleasedByPath => None,
+        },
+    })
 }
 
 /// Releases the held lock `id` on the calling thread when that is short (the lock is not on a network file system), else
@@ -90,15 +98,12 @@ pub fn release_held_async(id: f64) -> AsyncTask<OnPool<BoolResult>> {
     AsyncTask::new(OnPool::new(move || bool_result(release_by_id(id))))
 }
 
-/// Sets this JS thread's loss callback: `callback(id, reason)` runs (on this thread) for every lock this thread
-/// holds that is found lost, and `callback(id, null)` for one released by path (`releaseAsAsync`, semats'
-/// `release`) rather than through its id. Each thread hears about its own locks only. The callback is weak: it
-/// never keeps Node alive.
-#[napi(ts_args_type = "callback: (id: number, reason: string | null) => void")]
-pub fn set_lock_lost_handler(
-    env: Env,
-    callback: Function<FnArgs<(f64, Option<String>)>, ()>,
-) -> napi::Result<()> {
+/// Sets this JS thread's loss callback: `callback(id)` runs (on this thread) for every lock this thread holds
+/// that is found lost or released by path (`releaseAsAsync`, semats' `release`) rather than through its id;
+/// `takeHeldEnd(id)` tells which (for a lock whose file asked `reportReleaseByPath`). Each thread hears about its
+/// own locks only. The callback is weak: it never keeps Node alive.
+#[napi(ts_args_type = "callback: (id: number) => void")]
+pub fn set_lock_lost_handler(env: Env, callback: Function<f64, ()>) -> napi::Result<()> {
     let owner = owner::of(&env)?;
     let tsfn = callback
         .build_threadsafe_function()
@@ -107,15 +112,8 @@ pub fn set_lock_lost_handler(
         .build()?;
     lockfile::set_loss_hook(
         owner,
-        Some(Box::new(move |id, how| {
-            let reason = match how {
-                HeldEnd::Lost(reason) => Some(reason.to_string()),
-                HeldEnd::ReleasedByPath => None,
-            };
-            tsfn.call(
-                FnArgs::from((id as f64, reason)),
-                ThreadsafeFunctionCallMode::NonBlocking,
-            );
+        Some(Box::new(move |id, _how| {
+            tsfn.call(id as f64, ThreadsafeFunctionCallMode::NonBlocking);
         })),
     );
     Ok(())

@@ -1,15 +1,13 @@
 //! `NativeLockFile`: one lock path with its options (the engine's `LockFile`), its acquire,
-//! status and release-by-path methods, and the synchronous hot path of semats' API, which
-//! reaches the lock file by index instead of through the class.
+//! status and release-by-path methods, and the synchronous hot path of semats' API. The
+//! object is the only owner of its `LockFile` in this layer: JS holds the object.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use napi::bindgen_prelude::{AsyncTask, Either, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, AcquireNow, LockFile, Observation};
-use sema_core::ErrorCode;
 
 use super::cancel::cancel_token;
 use super::held::{acquired, start};
@@ -27,50 +25,6 @@ pub struct NativeLockFile {
     inner: std::sync::Arc<LockFile>,
     /// The JS thread that made it (a JS object never crosses threads): its locks are that thread's.
     claim: owner::Claim,
-    /// Index in [`FILES`] for the free hot-path functions (`fileTryAcquireSync`, …).
-    slot: u32,
-}
-
-/// The lock files JS holds, by index: the synchronous hot path (`fileTryAcquireSync`,
-/// `fileReleaseAsProcess`) takes this index instead of `this`, which skips napi's per-call
-/// borrow bookkeeping of class instances. An entry lives as long as its `NativeLockFile`.
-#[derive(Default)]
-struct FileSlab {
-    /// Each file with its claim (see `NativeLockFile::claim`).
-    files: Vec<Option<(std::sync::Arc<LockFile>, owner::Claim)>>,
-    free: Vec<u32>,
-}
-
-static FILES: Mutex<FileSlab> = Mutex::new(FileSlab {
-    files: Vec::new(),
-    free: Vec::new(),
-});
-
-fn files() -> std::sync::MutexGuard<'static, FileSlab> {
-    FILES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn file_by_slot(slot: u32) -> Option<(std::sync::Arc<LockFile>, owner::Claim)> {
-    files().files.get(slot as usize).and_then(Clone::clone)
-}
-
-impl Drop for NativeLockFile {
-    fn drop(&mut self) {
-        let mut slab = files();
-        if let Some(entry) = slab.files.get_mut(self.slot as usize) {
-            *entry = None;
-            slab.free.push(self.slot);
-        }
-    }
-}
-
-pub fn gone() -> NativeError {
-    NativeError::of(
-        ErrorCode::InvalidArgument,
-        "lock file handle is no longer valid",
-    )
 }
 
 #[napi]
@@ -84,25 +38,7 @@ impl NativeLockFile {
         };
         let inner =
             std::sync::Arc::new(LockFile::new(PathBuf::from(path), engine_options(&options)));
-        let mut slab = files();
-        let entry = Some((inner.clone(), claim));
-        let slot = match slab.free.pop() {
-            Some(i) => {
-                slab.files[i as usize] = entry;
-                i
-            }
-            None => {
-                slab.files.push(entry);
-                u32::try_from(slab.files.len() - 1).unwrap_or(u32::MAX)
-            }
-        };
-        Ok(NativeLockFile { inner, claim, slot })
-    }
-
-    /// The index for the free hot-path functions.
-    #[napi(getter)]
-    pub fn slot(&self) -> u32 {
-        self.slot
+        Ok(NativeLockFile { inner, claim })
     }
 
     #[napi]
@@ -214,62 +150,50 @@ impl NativeLockFile {
     pub fn clean_stale(&self) -> BoolResult {
         bool_result(self.inner.clean_stale())
     }
-}
 
-/// One attempt of the lock file `slot` (a `NativeLockFile`'s `slot`), on the calling thread
-/// (semats' `tryAcquire` is synchronous). Success is just the timestamp written (a number) when
-/// the written tag is the one given and the owner is this process; otherwise an object. The
-/// lock stays in the engine's registry (released by path or at exit).
-#[napi]
-pub fn file_try_acquire_sync(
-    slot: u32,
-    tag: Option<String>,
-    owner_pid: Option<u32>,
-) -> Either<i64, SyncAcquire> {
-    let Some((file, claim)) = file_by_slot(slot) else {
-        return Either::B(SyncAcquire {
-            ok: false,
-            pid: None,
-            timestamp: None,
-            tag: None,
-            error: Some(gone()),
-        });
-    };
-    let req = request(tag, owner_pid);
-    match start(file.try_acquire(&req), claim) {
-        Ok(held) => {
-            let info = held.info_ref();
-            if info.tag == req.tag && req.owner_pid.is_none() {
-                Either::A(info.timestamp)
-            } else {
-                Either::B(SyncAcquire {
-                    ok: true,
-                    pid: Some(info.pid),
-                    timestamp: Some(info.timestamp),
-                    tag: info.tag.clone(),
-                    error: None,
-                })
+    /// One attempt on the calling thread (semats' `tryAcquire` is synchronous). Success is just
+    /// the timestamp written (a number) when the written tag is the one given and the owner is
+    /// this process; otherwise an object. The lock stays in the engine's registry (released by
+    /// path or at exit).
+    #[napi]
+    pub fn try_acquire_sync(
+        &self,
+        tag: Option<String>,
+        owner_pid: Option<u32>,
+    ) -> Either<i64, SyncAcquire> {
+        let req = request(tag, owner_pid);
+        match start(self.inner.try_acquire(&req), self.claim) {
+            Ok(held) => {
+                let info = held.info_ref();
+                if info.tag == req.tag && req.owner_pid.is_none() {
+                    Either::A(info.timestamp)
+                } else {
+                    Either::B(SyncAcquire {
+                        ok: true,
+                        pid: Some(info.pid),
+                        timestamp: Some(info.timestamp),
+                        tag: info.tag.clone(),
+                        error: None,
+                    })
+                }
             }
+            Err(e) => Either::B(SyncAcquire {
+                ok: false,
+                pid: None,
+                timestamp: None,
+                tag: None,
+                error: Some((&e).into()),
+            }),
         }
-        Err(e) => Either::B(SyncAcquire {
-            ok: false,
-            pid: None,
-            timestamp: None,
-            tag: None,
-            error: Some((&e).into()),
-        }),
     }
-}
 
-/// semats' `release(force)` of the lock file `slot`: by process, not by handle. `null` on
-/// success, else the error.
-#[napi]
-pub fn file_release_as_process(slot: u32, force: bool) -> Option<NativeError> {
-    match file_by_slot(slot) {
-        Some((file, _)) => file
+    /// semats' `release(force)`: by process, not by handle, on the calling thread. `null` on
+    /// success, else the error.
+    #[napi]
+    pub fn release_as_process(&self, force: bool) -> Option<NativeError> {
+        self.inner
             .release_as(lockfile::current_pid(), force)
             .err()
-            .map(|e| (&e).into()),
-        None => Some(gone()),
+            .map(|e| (&e).into())
     }
 }

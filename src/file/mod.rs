@@ -9,9 +9,10 @@
 //! Who owns what:
 //! - held locks: the engine's registry (`sema_core::lockfile::held_lock_by_id`); JS and this
 //!   layer keep only the id;
-//! - the lock file of a path: the engine's `LockFile` inside a [`lock_file::NativeLockFile`];
-//!   the index in `lock_file.rs` only lets the synchronous hot path reach it without napi's
-//!   class bookkeeping;
+//! - the lock file of a path: the engine's `LockFile` inside a [`lock_file::NativeLockFile`],
+//!   its only owner here (JS keeps the object: semats' `Semaphore` one, the target API a small
+//!   cache by path and options); the per-path FIFO queue is the engine's, shared by every
+//!   `LockFile` of one path;
 //! - threads: a wait runs on the tokio runtime (its blocking pool serves only the `fsync` of a
 //!   lock won while waiting); a blocking call made from JS (an attempt, a release, a status on
 //!   a file system where they may block) runs on the libuv pool ([`pool::OnPool`]);

@@ -717,7 +717,7 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     type Seen = Arc<Mutex<Vec<(u64, String)>>>;
     let hook = |seen: &Seen| -> Box<LossCallback> {
         let sink = seen.clone();
-        Box::new(move |id, how: HeldEnd<'_>| sink.lock().unwrap().push((id, format!("{how:?}"))))
+        Box::new(move |id, how: &HeldEnd| sink.lock().unwrap().push((id, format!("{how:?}"))))
     };
     let (owner, other) = (1001, 1002);
     let seen: Seen = Arc::default();
@@ -777,6 +777,60 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
         .contains(&(by_path.id(), "ReleasedByPath".to_string())));
     set_loss_hook(owner, None);
     set_loss_hook(other, None);
+}
+
+/// The end of a lock whose owner keeps a handle (`report_release_by_path`) is kept by the engine
+/// until asked once (`take_held_end`): a loss found before the handle existed is answered by the
+/// engine. A lock without that request, or one released through its own handle, keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_handled_lock_is_kept_until_asked_once() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("ends.lock");
+    let lf = LockFile::new(
+        path.clone(),
+        LockOptions {
+            heartbeat: Some(Duration::from_millis(30)),
+            ..opts()
+        },
+    );
+    let owner = 1101;
+    let lost = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    lost.set_owner(owner);
+    lost.report_release_by_path();
+    assert_eq!(take_held_end(lost.id()), None, "held: nothing to tell");
+    lost.start_heartbeat();
+    std::fs::remove_file(&path).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), lost.lost().cancelled())
+        .await
+        .expect("loss detected");
+    assert_eq!(
+        take_held_end(lost.id()),
+        Some(HeldEnd::Lost("lock file was removed".into()))
+    );
+    assert_eq!(take_held_end(lost.id()), None, "told once");
+
+    let by_path = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    by_path.set_owner(owner);
+    by_path.report_release_by_path();
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
+    assert_eq!(take_held_end(by_path.id()), Some(HeldEnd::ReleasedByPath));
+
+    let by_handle = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    by_handle.set_owner(owner);
+    by_handle.report_release_by_path();
+    assert!(by_handle.release().unwrap());
+    assert_eq!(take_held_end(by_handle.id()), None, "its handle knows");
+
+    let unhandled = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    unhandled.set_owner(owner);
+    lf.release_as(sema_core::lockfile::current_pid(), false)
+        .unwrap();
+    assert_eq!(
+        take_held_end(unhandled.id()),
+        None,
+        "no handle asked for it"
+    );
 }
 
 /// `release_all_held_by(owner)` releases that owner's locks and no other's.

@@ -145,7 +145,8 @@ impl HeldInner {
         notify_owner(
             self.owner.load(Ordering::Acquire),
             self.id,
-            HeldEnd::Lost(reason),
+            HeldEnd::Lost(reason.to_string()),
+            self.reports_release_by_path.load(Ordering::Acquire),
         );
     }
 }
@@ -164,9 +165,10 @@ impl HeldLock {
     }
 
     /// Ask for [`HeldEnd::ReleasedByPath`] reports to the owner's
-    /// [`set_loss_hook`](super::set_loss_hook) callback: only for locks whose owner keeps a handle
-    /// that must learn it (a report per release would otherwise cost every plain release by path
-    /// a cross-thread call).
+    /// [`set_loss_hook`](super::set_loss_hook) callback, and keep every end but a release through
+    /// this handle for [`take_held_end`](super::take_held_end): only for locks whose owner keeps a
+    /// handle that must learn it (a report per release would otherwise cost every plain release by
+    /// path a cross-thread call).
     pub fn report_release_by_path(&self) {
         self.inner
             .reports_release_by_path
@@ -176,7 +178,7 @@ impl HeldLock {
     /// Tell the owner that this lock was released by path, not through its handle (if it asked).
     pub(super) fn notify_released_by_path(&self) {
         if self.inner.reports_release_by_path.load(Ordering::Acquire) {
-            notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath);
+            notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath, true);
         }
     }
 

@@ -1,8 +1,9 @@
 //! The registry of held locks: every lock this process holds, by id, until it is released or
-//! lost (dropping every handle does not release a lock: an exit hook still finds it here), and
-//! the per-owner loss callbacks (an owner is, for example, one JS thread).
+//! lost (dropping every handle does not release a lock: an exit hook still finds it here), the
+//! per-owner loss callbacks (an owner is, for example, one JS thread), and how the locks whose
+//! owner keeps a handle ended, until that handle asks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -37,18 +38,19 @@ pub(super) fn held_on_key(key: &Path) -> Option<HeldLock> {
         .cloned()
 }
 
-/// How a held lock stopped being held, as told to its owner's [`set_loss_hook`] callback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeldEnd<'a> {
+/// How a held lock stopped being held otherwise than through its own handle, as told to its
+/// owner's [`set_loss_hook`] callback and kept for [`take_held_end`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldEnd {
     /// Found lost (file removed, replaced or overwritten), with the reason.
-    Lost(&'a str),
+    Lost(String),
     /// Released by path ([`LockFile::release_as`](super::LockFile::release_as)), not through its own handle: the handle's
     /// owner learns that it no longer holds it.
     ReleasedByPath,
 }
 
 /// An owner's loss callback: `(lock id, how it ended)`.
-pub type LossCallback = dyn Fn(u64, HeldEnd<'_>) + Send + Sync;
+pub type LossCallback = dyn Fn(u64, &HeldEnd) + Send + Sync;
 
 pub(super) type LossHook = Arc<LossCallback>;
 
@@ -72,14 +74,41 @@ pub fn set_loss_hook(owner: u64, hook: Option<Box<LossCallback>>) {
     }
 }
 
-pub(super) fn notify_owner(owner: u64, id: u64, how: HeldEnd<'_>) {
+/// Tell `owner` how its lock `id` ended; with `keep`, first keep it for [`take_held_end`] (the
+/// owner keeps a handle per lock, which may not exist yet when the callback runs: a loss found
+/// between the grant and the handle's creation is answered when the handle asks).
+pub(super) fn notify_owner(owner: u64, id: u64, how: HeldEnd, keep: bool) {
     if owner == NO_OWNER {
         return;
     }
+    if keep {
+        let mut ends = unpoisoned(&ENDS);
+        ends.insert(id, how.clone());
+        if ends.len() > ENDS_MAX {
+            ends.pop_first();
+        }
+    }
     let hook = unpoisoned(&LOSS_HOOKS).get(&owner).cloned();
     if let Some(hook) = hook {
-        hook(id, how);
+        hook(id, &how);
     }
+}
+
+/// Ends kept for handles not yet told: a handle asks once, when it is made and when its owner's
+/// callback names it; one a handle never asks for (its thread ended first) is dropped, oldest
+/// lock first, beyond [`ENDS_MAX`].
+static ENDS: LazyLock<Mutex<BTreeMap<u64, HeldEnd>>> =
+    LazyLock::new(|| Mutex::new(BTreeMap::new()));
+
+/// Far more than the ends that can fall between a grant and its handle's creation (one turn of
+/// the owner's event loop).
+const ENDS_MAX: usize = 1024;
+
+/// How the lock `id` ended, once, if it ended otherwise than through its own handle and its
+/// owner keeps a handle ([`HeldLock::report_release_by_path`]); `None` while it is held, after
+/// a release through its handle, or once asked.
+pub fn take_held_end(id: u64) -> Option<HeldEnd> {
+    unpoisoned(&ENDS).remove(&id)
 }
 
 /// The owner of a lock no caller claimed ([`HeldLock::set_owner`] never called).

@@ -4,29 +4,14 @@ use std::time::Duration;
 
 use sema_core::lockfile::*;
 
-fn dir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
-}
-
-fn lockfile(d: &tempfile::TempDir, name: &str) -> LockFile {
-    let path = validate_lock_path(d.path().join(name).to_str().unwrap()).unwrap();
-    LockFile::new(path, LockOptions::default())
-}
-
-fn entries(d: &tempfile::TempDir) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(d.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
+mod common;
+use common::*;
 
 #[test]
 fn acquire_release_idempotent() {
     let d = dir();
     let lf = lockfile(&d, "a.lock");
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     assert!(lf.path().exists());
     assert_eq!(entries(&d), vec!["a.lock".to_string()]);
     assert!(held.is_held());
@@ -36,7 +21,7 @@ fn acquire_release_idempotent() {
     assert!(held.is_released());
     assert!(held_locks().iter().all(|h| h.path() != held.path()));
     // and again
-    let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let again = attempt(&lf).unwrap();
     assert!(again.release().unwrap());
     assert!(entries(&d).is_empty());
 }
@@ -45,10 +30,10 @@ fn acquire_release_idempotent() {
 fn already_locked_carries_holder() {
     let d = dir();
     let lf = lockfile(&d, "a.lock");
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     // Same process, second LockFile for the same path: in-process slot busy.
     let other = lockfile(&d, "a.lock");
-    let err = other.try_acquire(&AcquireRequest::default()).unwrap_err();
+    let err = attempt(&other).unwrap_err();
     assert_eq!(err.kind(), "ALREADY_LOCKED");
     assert_eq!(err.to_string(), "Lock already held");
     assert_eq!(err.holder_pid(), Some(i64::from(std::process::id())));
@@ -62,7 +47,7 @@ fn already_locked_carries_holder() {
         format!("pid={}\ntimestamp={now}\n", std::process::id()),
     )
     .unwrap();
-    let err = other.try_acquire(&AcquireRequest::default()).unwrap_err();
+    let err = attempt(&other).unwrap_err();
     assert_eq!(err.holder_pid(), Some(i64::from(std::process::id())));
     assert_eq!(err.locked_since(), Some(now));
 }
@@ -71,12 +56,7 @@ fn already_locked_carries_holder() {
 fn file_format_bytes_exact() {
     let d = dir();
     let lf = lockfile(&d, "fmt.lock");
-    let held = lf
-        .try_acquire(&AcquireRequest {
-            tag: Some("build\n#1\t\u{7f}x".into()),
-            owner_pid: None,
-        })
-        .unwrap();
+    let held = lf.try_acquire(&tagged("build\n#1\t\u{7f}x")).unwrap();
     let bytes = std::fs::read_to_string(lf.path()).unwrap();
     let info = held.info();
     let mut expected = format!(
@@ -114,7 +94,7 @@ fn file_format_bytes_exact() {
         .unwrap()
         .contains("\ntag=\n"));
     held.release().unwrap();
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     assert!(!std::fs::read_to_string(lf.path()).unwrap().contains("tag="));
     held.release().unwrap();
 }
@@ -130,12 +110,7 @@ fn tag_is_cut_to_max_length() {
             ..LockOptions::default()
         },
     );
-    let held = lf
-        .try_acquire(&AcquireRequest {
-            tag: Some("ab😀cd".into()),
-            owner_pid: None,
-        })
-        .unwrap();
+    let held = lf.try_acquire(&tagged("ab😀cd")).unwrap();
     assert_eq!(held.info().tag.as_deref(), Some("ab\u{FFFD}"));
     assert!(std::fs::read_to_string(&path)
         .unwrap()
@@ -189,7 +164,7 @@ fn foreign_files_are_read() {
         assert_eq!(info.tag.as_deref(), Some("shell"));
         assert!(status.is_owned_by_current_process);
         assert!(!status.is_stale, "our pid is alive");
-        let err = lf.try_acquire(&AcquireRequest::default()).unwrap_err();
+        let err = attempt(&lf).unwrap_err();
         assert_eq!(err.holder_pid(), Some(i64::from(pid)));
     }
     std::fs::remove_file(lf.path()).unwrap();
@@ -202,7 +177,7 @@ fn foreign_files_are_read() {
 fn release_never_deletes_a_replaced_file() {
     let d = dir();
     let lf = lockfile(&d, "r.lock");
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     // Someone breaks it and puts their own lock there.
     std::fs::remove_file(lf.path()).unwrap();
     std::fs::write(lf.path(), "pid=1\ntimestamp=1\n").unwrap();
@@ -219,7 +194,7 @@ fn release_never_deletes_a_replaced_file() {
 
     // Overwritten in place (same inode, other content): not deleted either.
     std::fs::remove_file(lf.path()).unwrap();
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     std::fs::write(lf.path(), "pid=1\ntimestamp=1\n").unwrap();
     assert!(!held.release().unwrap());
     assert!(lf.path().exists());
@@ -230,12 +205,12 @@ fn release_never_deletes_a_replaced_file() {
     std::fs::remove_file(lf.path()).unwrap();
 
     // Removed: nothing to delete.
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     std::fs::remove_file(lf.path()).unwrap();
     assert!(!held.release().unwrap());
     assert_eq!(held.lost_reason().as_deref(), Some("lock file was removed"));
     // The in-process slot is free again.
-    let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let again = attempt(&lf).unwrap();
     again.release().unwrap();
 }
 
@@ -272,12 +247,12 @@ fn release_as_process_semantics() {
         .unwrap();
     assert!(!lf.path().exists());
     // Held through a HeldLock: released properly (slot freed, registry left).
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     lf.release_as(sema_core::lockfile::current_pid(), false)
         .unwrap();
     assert!(held.is_released());
     assert!(!lf.path().exists());
-    let again = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let again = attempt(&lf).unwrap();
     again.release().unwrap();
 }
 
@@ -299,169 +274,13 @@ fn old_garbage_is_deleted_by_plain_release() {
 }
 
 #[test]
-fn stale_none_never_breaks() {
-    let d = dir();
-    let path = d.path().join("n.lock");
-    let lf = LockFile::new(
-        path.clone(),
-        LockOptions {
-            stale_timeout: None,
-            ..LockOptions::default()
-        },
-    );
-    std::fs::write(&path, "pid=999999999\ntimestamp=0\n").unwrap();
-    assert_eq!(
-        lf.try_acquire(&AcquireRequest::default())
-            .unwrap_err()
-            .kind(),
-        "ALREADY_LOCKED"
-    );
-    assert!(!lf.clean_stale().unwrap());
-    assert!(!lf.status().is_stale);
-}
-
-#[test]
-fn foreign_stale_dead_lock_is_taken_and_cleaned() {
-    let d = dir();
-    let lf = lockfile(&d, "s.lock");
-    std::fs::write(lf.path(), "pid=999999999\ntimestamp=0\n").unwrap();
-    assert!(lf.status().is_stale);
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
-    held.release().unwrap();
-    std::fs::write(lf.path(), "pid=999999999\ntimestamp=0\n").unwrap();
-    assert!(lf.clean_stale().unwrap());
-    assert!(!lf.path().exists());
-    assert!(!lf.clean_stale().unwrap());
-    // recent + dead is kept
-    std::fs::write(
-        lf.path(),
-        format!("pid=999999999\ntimestamp={}\n", now_unix_secs()),
-    )
-    .unwrap();
-    assert!(!lf.clean_stale().unwrap());
-    assert!(lf.path().exists());
-    // old (stale timeout 0, age 1 s) + live (our pid, started before the timestamp) is kept
-    let strict = LockFile::new(
-        lf.path().to_path_buf(),
-        LockOptions {
-            stale_timeout: Some(Duration::ZERO),
-            ..LockOptions::default()
-        },
-    );
-    std::fs::write(
-        lf.path(),
-        format!(
-            "pid={}\ntimestamp={}\n",
-            std::process::id(),
-            now_unix_secs() - 1
-        ),
-    )
-    .unwrap();
-    assert!(!strict.clean_stale().unwrap());
-    assert_eq!(
-        strict
-            .try_acquire(&AcquireRequest::default())
-            .unwrap_err()
-            .kind(),
-        "ALREADY_LOCKED"
-    );
-    // ... and so is a live pid that started after the lock's timestamp (semats' rule, the
-    // default); only the opt-in start-time check calls that pid reused.
-    std::fs::write(
-        lf.path(),
-        format!("pid={}\ntimestamp=0\n", std::process::id()),
-    )
-    .unwrap();
-    assert!(!lf.status().is_stale);
-    assert!(!lf.clean_stale().unwrap());
-    let start_checked = LockFile::new(
-        lf.path().to_path_buf(),
-        LockOptions {
-            foreign_start_check: true,
-            ..LockOptions::default()
-        },
-    );
-    assert!(start_checked.status().is_stale);
-    assert!(start_checked.clean_stale().unwrap());
-}
-
-#[test]
-fn clean_stale_touches_only_our_temp_files() {
-    let d = dir();
-    let lf = lockfile(&d, "t.lock");
-    let ours = d.path().join(".t.lock.0123456789abcdef.sema-tmp");
-    let ours_young = d.path().join(".t.lock.fedcba9876543210.sema-tmp");
-    let semats_tmp = d.path().join("t.lock.123.0123456789abcdef.tmp");
-    let backup = d.path().join("t.lock.user-backup.tmp");
-    for p in [&ours, &ours_young, &semats_tmp, &backup] {
-        std::fs::write(p, "x").unwrap();
-    }
-    let old = std::time::SystemTime::now() - Duration::from_secs(120);
-    std::fs::File::options()
-        .write(true)
-        .open(&ours)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    assert!(lf.clean_stale().unwrap());
-    assert!(!ours.exists());
-    assert!(ours_young.exists() && semats_tmp.exists() && backup.exists());
-    assert!(!lf.clean_stale().unwrap());
-}
-
-#[test]
-fn unparseable_files_expire_by_mtime() {
-    let d = dir();
-    let path = d.path().join("u.lock");
-    let lf = LockFile::new(
-        path.clone(),
-        LockOptions {
-            stale_timeout: Some(Duration::from_secs(1)),
-            pending_write_grace: Duration::from_secs(2),
-            ..LockOptions::default()
-        },
-    );
-    std::fs::write(&path, "").unwrap();
-    assert_eq!(
-        lf.try_acquire(&AcquireRequest::default())
-            .unwrap_err()
-            .holder_pid(),
-        None
-    );
-    assert!(matches!(lf.observe(), Observation::Unparseable { .. }));
-    let f = std::fs::File::options().write(true).open(&path).unwrap();
-    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(5))
-        .unwrap();
-    drop(f);
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
-    held.release().unwrap();
-}
-
-#[test]
-fn oversize_file_is_unparseable() {
-    let d = dir();
-    let lf = lockfile(&d, "big.lock");
-    let mut content = format!("pid={}\ntimestamp=1\n", std::process::id()).into_bytes();
-    content.resize(MAX_LOCK_FILE_BYTES + 10, b'x');
-    std::fs::write(lf.path(), &content).unwrap();
-    assert!(matches!(lf.observe(), Observation::Unparseable { .. }));
-    assert!(lf.status().locked);
-    assert!(lf.status().info.is_none());
-}
-
-#[test]
 fn fallback_creation_strategies_leave_no_temp_files() {
     for strategy in [CreationStrategy::NamedTemp, CreationStrategy::Direct] {
         let d = dir();
         let path = d.path().join("fb.lock");
         let lf =
             LockFile::new(path.clone(), LockOptions::default()).with_creation_strategy(strategy);
-        let held = lf
-            .try_acquire(&AcquireRequest {
-                tag: Some("fb".into()),
-                owner_pid: None,
-            })
-            .unwrap();
+        let held = lf.try_acquire(&tagged("fb")).unwrap();
         assert_eq!(entries(&d), vec!["fb.lock".to_string()], "{strategy:?}");
         let parsed = parse_lock_info(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(parsed, held.info());
@@ -470,12 +289,7 @@ fn fallback_creation_strategies_leave_no_temp_files() {
             LockFile::new(path.clone(), LockOptions::default()).with_creation_strategy(strategy);
         std::thread::spawn(move || {
             // another thread, same process: slot busy
-            assert_eq!(
-                lf2.try_acquire(&AcquireRequest::default())
-                    .unwrap_err()
-                    .kind(),
-                "ALREADY_LOCKED"
-            );
+            assert_eq!(attempt(&lf2).unwrap_err().kind(), "ALREADY_LOCKED");
         })
         .join()
         .unwrap();
@@ -483,21 +297,8 @@ fn fallback_creation_strategies_leave_no_temp_files() {
         assert!(held.release().unwrap());
         assert!(entries(&d).is_empty());
         // a foreign lock present: EEXIST path, nothing left behind
-        std::fs::write(
-            &path,
-            format!(
-                "pid={}\ntimestamp={}\n",
-                std::process::id(),
-                now_unix_secs()
-            ),
-        )
-        .unwrap();
-        assert_eq!(
-            lf.try_acquire(&AcquireRequest::default())
-                .unwrap_err()
-                .kind(),
-            "ALREADY_LOCKED"
-        );
+        write_live_holder(&path);
+        assert_eq!(attempt(&lf).unwrap_err().kind(), "ALREADY_LOCKED");
         assert_eq!(entries(&d), vec!["fb.lock".to_string()]);
     }
 }
@@ -513,7 +314,7 @@ fn fsync_off_works_too() {
             ..LockOptions::default()
         },
     );
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     assert!(path.exists());
     assert!(held.release().unwrap());
 }
@@ -523,12 +324,7 @@ fn plain_format_writes_exactly_what_semats_writes() {
     let d = dir();
     let path = d.path().join("plain.lock");
     let lf = LockFile::new(path.clone(), LockOptions::default()).with_extra_keys(false);
-    let held = lf
-        .try_acquire(&AcquireRequest {
-            tag: Some("x".into()),
-            owner_pid: None,
-        })
-        .unwrap();
+    let held = lf.try_acquire(&tagged("x")).unwrap();
     let ts = held.info().timestamp;
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
@@ -542,7 +338,7 @@ fn plain_format_writes_exactly_what_semats_writes() {
     assert!(held.is_released());
     assert!(!path.exists());
     // overwritten in place with other content: never deleted by release
-    let held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+    let held = attempt(&lf).unwrap();
     std::fs::write(&path, "pid=1\ntimestamp=1\n").unwrap();
     assert!(!held.release().unwrap());
     assert_eq!(
@@ -576,13 +372,7 @@ fn semats_exact_switches() {
     std::fs::write(&path, format!("pid={}\ntimestamp=0\n", std::process::id())).unwrap();
     assert!(!semats_like.status().is_stale);
     assert!(!semats_like.clean_stale().unwrap());
-    assert_eq!(
-        semats_like
-            .try_acquire(&AcquireRequest::default())
-            .unwrap_err()
-            .kind(),
-        "ALREADY_LOCKED"
-    );
+    assert_eq!(attempt(&semats_like).unwrap_err().kind(), "ALREADY_LOCKED");
     // ... which the opt-in start-time check judges a reused pid.
     assert!(strict.status().is_stale);
     // semats deletes a fresh garbage lock without force; the strict switch refuses it.

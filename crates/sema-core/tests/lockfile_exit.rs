@@ -5,19 +5,17 @@ use std::path::PathBuf;
 
 use sema_core::lockfile::*;
 
-fn lockfile(d: &tempfile::TempDir, name: &str) -> LockFile {
-    let path = validate_lock_path(d.path().join(name).to_str().unwrap()).unwrap();
-    LockFile::new(path, LockOptions::default())
-}
+mod common;
+use common::*;
 
 #[test]
 fn release_all_held_releases_ours_and_keeps_other_owners() {
-    let d = tempfile::tempdir().unwrap();
+    let d = dir();
     let a = lockfile(&d, "all-a.lock");
     let b = lockfile(&d, "all-b.lock");
     let c = lockfile(&d, "all-c.lock");
-    let ha = a.try_acquire(&AcquireRequest::default()).unwrap();
-    let hb = b.try_acquire(&AcquireRequest::default()).unwrap();
+    let ha = attempt(&a).unwrap();
+    let hb = attempt(&b).unwrap();
     // Recorded for another owner (the CLI's --pid: the calling shell), here our parent process.
     let parent = std::os::unix::process::parent_id();
     let hc = c

@@ -9,7 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sema_core::lockfile::*;
-use tokio_util::sync::CancellationToken;
+
+mod common;
+use common::*;
 
 const MODE: &str = "SEMA_LOCKFILE_CHILD";
 
@@ -58,14 +60,7 @@ fn child_entry() {
                 .unwrap();
             rt.block_on(async {
                 for _ in 0..iterations {
-                    let held = lf
-                        .acquire(
-                            &AcquireRequest::default(),
-                            Some(Duration::from_secs(60)),
-                            CancellationToken::new(),
-                        )
-                        .await
-                        .unwrap();
+                    let held = acquire_within(&lf, Duration::from_secs(60)).await.unwrap();
                     // O_EXCL marker: fails if another holder is inside.
                     if std::fs::File::options()
                         .write(true)
@@ -84,7 +79,7 @@ fn child_entry() {
             println!("DONE");
         }
         "hold" => {
-            let _held = lf.try_acquire(&AcquireRequest::default()).unwrap();
+            let _held = attempt(&lf).unwrap();
             println!("HELD");
             std::thread::sleep(Duration::from_secs(60));
         }
@@ -93,7 +88,7 @@ fn child_entry() {
             while unix_ms() < start_at {
                 std::thread::sleep(Duration::from_micros(200));
             }
-            match lf.try_acquire(&AcquireRequest::default()) {
+            match attempt(&lf) {
                 Ok(held) => {
                     println!("WIN {}", held.token());
                     // Stay alive until every racer has tried: a dead winner's lock is
@@ -113,7 +108,7 @@ fn child_entry() {
 
 #[test]
 fn processes_never_overlap() {
-    let d = tempfile::tempdir().unwrap();
+    let d = dir();
     let lock = d.path().join("contend.lock");
     let marker = d.path().join("inside.marker");
     let children: Vec<_> = (0..4)
@@ -143,7 +138,7 @@ fn processes_never_overlap() {
 
 #[test]
 fn killed_holder_is_reclaimed_at_once() {
-    let d = tempfile::tempdir().unwrap();
+    let d = dir();
     let lock = d.path().join("killed.lock");
     let mut holder = child("hold", &lock, &[]).spawn().unwrap();
     let mut out = BufReader::new(holder.stdout.take().unwrap());
@@ -156,20 +151,18 @@ fn killed_holder_is_reclaimed_at_once() {
     let info = lf.status().info.unwrap();
     assert_eq!(info.pid, i64::from(holder.id()));
     assert_eq!(info.host.as_deref(), Some(host_identity()));
-    let err = lf.try_acquire(&AcquireRequest::default()).unwrap_err();
+    let err = attempt(&lf).unwrap_err();
     assert_eq!(err.holder_pid(), Some(i64::from(holder.id())));
     holder.kill().unwrap(); // SIGKILL: no cleanup in the child
     holder.wait().unwrap();
     assert!(lf.status().is_stale);
-    let held = lf
-        .try_acquire(&AcquireRequest::default())
-        .expect("dead holder reclaimed");
+    let held = attempt(&lf).expect("dead holder reclaimed");
     assert!(held.release().unwrap());
 }
 
 #[test]
 fn processes_racing_on_a_stale_lock_have_one_winner() {
-    let d = tempfile::tempdir().unwrap();
+    let d = dir();
     let lock = d.path().join("race.lock");
     for round in 0..10 {
         if round % 2 == 0 {
@@ -220,7 +213,7 @@ fn processes_racing_on_a_stale_lock_have_one_winner() {
 #[cfg(target_os = "linux")]
 #[test]
 fn waiter_reclaims_at_once_when_the_holder_dies() {
-    let d = tempfile::tempdir().unwrap();
+    let d = dir();
     let lock = d.path().join("dies.lock");
     let mut holder = child("hold", &lock, &[]).spawn().unwrap();
     let mut out = BufReader::new(holder.stdout.take().unwrap());
@@ -243,14 +236,8 @@ fn waiter_reclaims_at_once_when_the_holder_dies() {
         .unwrap();
     rt.block_on(async {
         let lf2 = lf.clone();
-        let waiter = tokio::spawn(async move {
-            lf2.acquire(
-                &AcquireRequest::default(),
-                Some(Duration::from_secs(30)),
-                CancellationToken::new(),
-            )
-            .await
-        });
+        let waiter =
+            tokio::spawn(async move { acquire_within(&lf2, Duration::from_secs(30)).await });
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(!waiter.is_finished());
         holder.kill().unwrap(); // SIGKILL: the kernel closes its descriptor

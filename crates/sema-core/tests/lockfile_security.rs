@@ -9,8 +9,12 @@ use std::time::{Duration, SystemTime};
 use sema_core::lockfile::*;
 use tokio_util::sync::CancellationToken;
 
-fn dir() -> (tempfile::TempDir, std::path::PathBuf) {
-    let d = tempfile::tempdir().unwrap();
+mod common;
+use common::*;
+
+/// A temp directory and its canonical path.
+fn canonical_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = dir();
     let canonical = std::fs::canonicalize(d.path()).unwrap();
     (d, canonical)
 }
@@ -46,7 +50,7 @@ fn short() -> LockOptions {
 /// on its target (fresh, older than the stale timeout, or dangling), and leaves the link alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlink_at_the_lock_path_is_refused_by_every_operation() {
-    let (_d, dir) = dir();
+    let (_d, dir) = canonical_dir();
     let fresh = dir.join("fresh-victim");
     let old = dir.join("old-victim");
     let nowhere = dir.join("nowhere");
@@ -65,15 +69,11 @@ async fn symlink_at_the_lock_path_is_refused_by_every_operation() {
             assert!(e.to_string().contains("symbolic link"), "{e}");
             assert!(e.to_string().contains(name), "{e}");
         };
-        refused(lf.try_acquire(&AcquireRequest::default()).unwrap_err());
+        refused(attempt(&lf).unwrap_err());
         refused(
-            lf.acquire(
-                &AcquireRequest::default(),
-                Some(Duration::from_millis(300)),
-                CancellationToken::new(),
-            )
-            .await
-            .unwrap_err(),
+            acquire_within(&lf, Duration::from_millis(300))
+                .await
+                .unwrap_err(),
         );
         refused(
             lf.release_as(sema_core::lockfile::current_pid(), false)
@@ -105,7 +105,7 @@ async fn symlink_at_the_lock_path_is_refused_by_every_operation() {
 /// A symlinked parent directory is resolved (only the last component is never followed).
 #[test]
 fn symlinked_parent_directory_is_resolved() {
-    let (_d, dir) = dir();
+    let (_d, dir) = canonical_dir();
     std::fs::create_dir(dir.join("real")).unwrap();
     std::os::unix::fs::symlink(dir.join("real"), dir.join("alias")).unwrap();
     let p = validate_lock_path(dir.join("alias/x.lock").to_str().unwrap()).unwrap();
@@ -122,7 +122,7 @@ fn symlinked_parent_directory_is_resolved() {
 /// `clean_stale` alike, and `status` says stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_shared_flock_does_not_keep_a_dead_holders_lock() {
-    let (_d, dir) = dir();
+    let (_d, dir) = canonical_dir();
     let path = dir.join("dead.lock");
     let dead = {
         let mut c = std::process::Command::new("true").spawn().unwrap();
@@ -153,17 +153,8 @@ async fn a_readers_shared_flock_does_not_keep_a_dead_holders_lock() {
         assert_eq!(rc, 0);
         assert!(lf.status().is_stale);
         match round {
-            0 => assert!(lf
-                .try_acquire(&AcquireRequest::default())
-                .unwrap()
-                .release()
-                .unwrap()),
-            1 => assert!(lf
-                .acquire(
-                    &AcquireRequest::default(),
-                    Some(Duration::from_secs(5)),
-                    CancellationToken::new()
-                )
+            0 => assert!(attempt(&lf).unwrap().release().unwrap()),
+            1 => assert!(acquire_within(&lf, Duration::from_secs(5))
                 .await
                 .unwrap()
                 .release()
@@ -179,7 +170,7 @@ async fn a_readers_shared_flock_does_not_keep_a_dead_holders_lock() {
 /// that inherited its descriptor holds it): nobody breaks it, and `wait` keeps waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inherited_holder_descriptor_keeps_the_lock() {
-    let (_d, dir) = dir();
+    let (_d, dir) = canonical_dir();
     let path = dir.join("inherited.lock");
     let dead = {
         let mut c = std::process::Command::new("true").spawn().unwrap();
@@ -213,7 +204,7 @@ async fn an_inherited_holder_descriptor_keeps_the_lock() {
 /// returned false and the file stayed until it went stale.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tag_over_the_read_limit_is_refused_and_leaves_nothing() {
-    let (d, dir) = dir();
+    let (d, dir) = canonical_dir();
     let path = dir.join("big.lock");
     let lf = LockFile::new(
         path.clone(),

@@ -102,9 +102,9 @@ fn file_format_bytes_exact() {
 #[test]
 fn tag_is_cut_to_max_length() {
     let d = dir();
-    let path = d.path().join("cut.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "cut.lock",
         LockOptions {
             max_tag_length: Some(3),
             ..LockOptions::default()
@@ -259,9 +259,9 @@ fn release_as_process_semantics() {
 #[test]
 fn old_garbage_is_deleted_by_plain_release() {
     let d = dir();
-    let path = d.path().join("g.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "g.lock",
         LockOptions {
             pending_write_grace: Duration::ZERO,
             ..LockOptions::default()
@@ -306,9 +306,9 @@ fn fallback_creation_strategies_leave_no_temp_files() {
 #[test]
 fn fsync_off_works_too() {
     let d = dir();
-    let path = d.path().join("nofsync.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "nofsync.lock",
         LockOptions {
             fsync: false,
             ..LockOptions::default()

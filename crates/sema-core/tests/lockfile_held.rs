@@ -13,9 +13,9 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_refreshes_and_detects_loss() {
     let d = dir();
-    let path = d.path().join("hb.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "hb.lock",
         LockOptions {
             heartbeat: Some(Duration::from_millis(50)),
             ..opts()
@@ -156,9 +156,9 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_end_of_a_handled_lock_is_kept_until_asked_once() {
     let d = dir();
-    let path = d.path().join("ends.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "ends.lock",
         LockOptions {
             heartbeat: Some(Duration::from_millis(30)),
             ..opts()

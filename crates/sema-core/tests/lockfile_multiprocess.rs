@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sema_core::lockfile::*;
@@ -106,6 +106,19 @@ fn child_entry() {
     }
 }
 
+/// A child process that holds `lock` (it said so) until it is killed.
+fn holding_child(lock: &Path) -> Child {
+    let mut holder = child("hold", lock, &[]).spawn().unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("HELD") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+    }
+    holder.stdout = Some(out.into_inner());
+    holder
+}
+
 #[test]
 fn processes_never_overlap() {
     let d = dir();
@@ -140,13 +153,7 @@ fn processes_never_overlap() {
 fn killed_holder_is_reclaimed_at_once() {
     let d = dir();
     let lock = d.path().join("killed.lock");
-    let mut holder = child("hold", &lock, &[]).spawn().unwrap();
-    let mut out = BufReader::new(holder.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("HELD") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
-    }
+    let mut holder = holding_child(&lock);
     let lf = LockFile::new(lock.clone(), LockOptions::default()); // 1 h stale timeout
     let info = lf.status().info.unwrap();
     assert_eq!(info.pid, i64::from(holder.id()));
@@ -215,13 +222,7 @@ fn processes_racing_on_a_stale_lock_have_one_winner() {
 fn waiter_reclaims_at_once_when_the_holder_dies() {
     let d = dir();
     let lock = d.path().join("dies.lock");
-    let mut holder = child("hold", &lock, &[]).spawn().unwrap();
-    let mut out = BufReader::new(holder.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("HELD") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
-    }
+    let mut holder = holding_child(&lock);
     let lf = LockFile::new(
         lock.clone(),
         LockOptions {

@@ -14,8 +14,7 @@ use common::*;
 #[test]
 fn dead_own_host_holder_is_reclaimed_at_once() {
     let d = dir();
-    let path = d.path().join("dead.lock");
-    let lf = LockFile::new(path.clone(), LockOptions::default()); // 1 h stale timeout
+    let (path, lf) = lock_at(&d, "dead.lock", LockOptions::default()); // 1 h stale timeout
     let mut child = sleeper();
     let pid = i64::from(child.id());
     let start = process_start_ticks(pid);
@@ -31,9 +30,9 @@ fn dead_own_host_holder_is_reclaimed_at_once() {
 #[test]
 fn live_own_host_holder_is_never_evicted() {
     let d = dir();
-    let path = d.path().join("live.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "live.lock",
         LockOptions {
             stale_timeout: Some(Duration::from_secs(1)),
             ..LockOptions::default()
@@ -67,8 +66,7 @@ fn live_own_host_holder_is_never_evicted() {
 #[test]
 fn other_host_locks_expire_by_age_only() {
     let d = dir();
-    let path = d.path().join("oh.lock");
-    let lf = LockFile::new(path.clone(), LockOptions::default());
+    let (path, lf) = lock_at(&d, "oh.lock", LockOptions::default());
     let other = |ts: i64| {
         LockInfo {
             pid: i64::from(std::process::id()), // alive here, meaningless there
@@ -88,9 +86,9 @@ fn other_host_locks_expire_by_age_only() {
 #[test]
 fn stale_none_never_breaks() {
     let d = dir();
-    let path = d.path().join("n.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "n.lock",
         LockOptions {
             stale_timeout: None,
             ..LockOptions::default()
@@ -188,9 +186,9 @@ fn clean_stale_touches_only_our_temp_files() {
 #[test]
 fn unparseable_files_expire_by_mtime() {
     let d = dir();
-    let path = d.path().join("u.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "u.lock",
         LockOptions {
             stale_timeout: Some(Duration::from_secs(1)),
             pending_write_grace: Duration::from_secs(2),

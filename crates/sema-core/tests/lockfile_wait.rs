@@ -51,8 +51,7 @@ async fn acquire_is_woken_by_inotify_not_polling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consecutive_waits_reuse_the_watch_and_are_woken() {
     let d = dir();
-    let path = d.path().join("again.lock");
-    let lf = LockFile::new(path.clone(), events_only());
+    let (path, lf) = lock_at(&d, "again.lock", events_only());
     for round in 0..3 {
         write_live_holder(&path);
         remove_after(&path, Duration::from_millis(200));
@@ -66,8 +65,7 @@ async fn consecutive_waits_reuse_the_watch_and_are_woken() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_waiter_wakes_on_release() {
     let d = dir();
-    let path = d.path().join("ip.lock");
-    let lf = LockFile::new(path.clone(), opts());
+    let (_, lf) = lock_at(&d, "ip.lock", opts());
     let held = attempt(&lf).unwrap();
     let lf2 = lf.clone();
     let waiter = tokio::spawn(async move {
@@ -149,9 +147,9 @@ async fn timeout_and_cancel_leave_nothing_behind() {
 #[tokio::test(flavor = "current_thread")]
 async fn in_process_waiters_are_served_fifo() {
     let d = dir();
-    let path = d.path().join("fifo.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (_, lf) = lock_at(
+        &d,
+        "fifo.lock",
         LockOptions {
             fsync: false,
             ..opts()
@@ -187,8 +185,7 @@ async fn in_process_waiters_are_served_fifo() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_in_order_keeps_call_order() {
     let d = dir();
-    let path = d.path().join("order.lock");
-    let lf = LockFile::new(path.clone(), opts());
+    let (_, lf) = lock_at(&d, "order.lock", opts());
     let first = attempt(&lf).unwrap();
     let futures: Vec<_> = (0..5)
         .map(|i| {
@@ -270,8 +267,7 @@ async fn judged_holder_is_rejudged_on_the_poll() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_until_free_semantics() {
     let d = dir();
-    let path = d.path().join("wait.lock");
-    let lf = LockFile::new(path.clone(), opts());
+    let (path, lf) = lock_at(&d, "wait.lock", opts());
     lf.wait_until_free(Some(Duration::ZERO), CancellationToken::new())
         .await
         .unwrap();
@@ -329,9 +325,9 @@ fn futures_and_handles_are_send_and_sync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extreme_options_do_not_panic() {
     let d = dir();
-    let path = d.path().join("x.lock");
-    let lf = LockFile::new(
-        path.clone(),
+    let (path, lf) = lock_at(
+        &d,
+        "x.lock",
         LockOptions {
             stale_timeout: Some(Duration::MAX),
             retry_interval: Duration::ZERO,

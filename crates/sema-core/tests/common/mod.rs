@@ -115,3 +115,9 @@ pub async fn until_lost(held: &HeldLock) {
         .await
         .expect("loss detected");
 }
+
+/// The lock `name` in `d` with these options, and its path.
+pub fn lock_at(d: &tempfile::TempDir, name: &str, options: LockOptions) -> (PathBuf, LockFile) {
+    let path = d.path().join(name);
+    (path.clone(), LockFile::new(path, options))
+}

@@ -6,31 +6,15 @@
 // - child scripts that acquire and release, forget to release, have a pending heartbeat, time out or are aborted
 //   exit on their own with code 0 within 5 s; a pending acquire (and only that) keeps a process alive.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
-const path = require('node:path')
 const { setTimeout: sleep } = require('node:timers/promises')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
-let dir
-let n = 0
-/** A lock path alone in a new directory, so that `left(file)` can see every file a call leaves behind. */
-const fresh = (name = 'abort') => {
-  const d = path.join(dir, `${name}-${++n}`)
-  fs.mkdirSync(d)
-  return path.join(d, `${name}.lock`)
-}
-const left = (file) => u.ls(path.dirname(file))
-
-before(() => {
-  dir = u.mkTmp('abort-exit-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('abort-exit-', { name: 'abort', own: true })
+const { fresh, left } = tmp
 
 function aborted() {
   const ac = new AbortController()

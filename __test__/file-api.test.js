@@ -3,7 +3,7 @@
 // a file:// URL; the Lock handle's fields; idempotent release(); Symbol.asyncDispose; token-checked release;
 // FIFO order of waiters in one process; timeouts.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -13,23 +13,8 @@ const sema = require('..')
 
 const HEX32 = /^[0-9a-f]{32}$/
 
-let dir
-let n = 0
-/** A lock path alone in a new directory, so that `left(file)` shows everything a call leaves behind. */
-const fresh = (name = 'api') => {
-  const d = path.join(dir, `${name}-${++n}`)
-  fs.mkdirSync(d)
-  return path.join(d, `${name}.lock`)
-}
-const left = (file) => u.ls(path.dirname(file))
-
-before(() => {
-  dir = u.mkTmp('api-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('api-', { name: 'api', own: true })
+const { fresh, left } = tmp
 
 function checkLock(lock, { target, tag }) {
   assert.equal(lock.target, target)

@@ -6,7 +6,7 @@
 //   timestamp 0), 50 rounds per storm: exactly one winner every round, and the winner's lock survives the losers;
 // - hand-off: a waiter in another process is woken by the release, not by its (long) poll interval.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -20,16 +20,9 @@ const ITER = Number(process.env.SEMA_TEST_MUTEX_ITER) || 300
 const STORM_PROCS = 12
 const ROUNDS = 50
 
-let dir
-before(() => {
-  dir = u.mkTmp('contention-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('contention-')
 
-async function mutexRun(t, mode, base = dir) {
+async function mutexRun(t, mode, base = tmp.dir) {
   const work = fs.mkdtempSync(path.join(base, `mutex-${mode}-`))
   const file = path.join(work, 'm.lock')
   const marker = path.join(work, 'inside.marker')
@@ -81,7 +74,7 @@ async function mutexRun(t, mode, base = dir) {
 
 describe('mutual exclusion across processes', () => {
   test('self-check: without a lock, the same harness sees overlaps or lost increments', { timeout: 60000 }, async (t) => {
-    const work = fs.mkdtempSync(path.join(dir, 'mutex-nolock-'))
+    const work = fs.mkdtempSync(path.join(tmp.dir, 'mutex-nolock-'))
     const counter = path.join(work, 'counter')
     fs.writeFileSync(counter, '0')
     const kids = Array.from({ length: 4 }, () =>
@@ -125,7 +118,7 @@ describe('mutual exclusion across processes', () => {
 
 /** Content of a lock file in this package's own format whose holder was SIGKILLed (so: a dead holder on this host). */
 async function ourDeadLockContent() {
-  const file = path.join(dir, 'template.lock')
+  const file = path.join(tmp.dir, 'template.lock')
   const holder = u.spawnNode('file-holder.js', [file, JSON.stringify({ heartbeat: false })])
   await u.lines(holder).next(/^held /)
   holder.kill('SIGKILL')
@@ -137,7 +130,7 @@ async function ourDeadLockContent() {
 }
 
 async function storm(t, apiOf) {
-  const work = fs.mkdtempSync(path.join(dir, 'storm-'))
+  const work = fs.mkdtempSync(path.join(tmp.dir, 'storm-'))
   const file = path.join(work, 's.lock')
   const dead = await u.deadPid()
   const foreign = `pid=${dead}\ntimestamp=0\ntag=dead\n`
@@ -192,7 +185,7 @@ describe('stale storm: many processes break one stale lock at the same instant',
 
 describe('hand-off between processes', () => {
   test('a waiter in this process is woken by another process’s release, not by its 10 s poll', { timeout: 30000 }, async (t) => {
-    const file = path.join(dir, 'handoff.lock')
+    const file = path.join(tmp.dir, 'handoff.lock')
     const holder = u.spawnNode('file-holder.js', [file, '{}'])
     const out = u.lines(holder)
     await out.next(/^held /)

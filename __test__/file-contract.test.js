@@ -10,7 +10,7 @@
 // - the CLI refuses a path whose bytes are not UTF-8 (Node's argv would name another file) and locks nothing;
 // - `new LockError('x').code` is IO_ERROR.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -19,17 +19,8 @@ const u = require('./helpers/file-util')
 const sema = require('..')
 
 const BIN = path.join(u.ROOT, 'bin', 'sema-native.js')
-let dir
-let n = 0
-const fresh = () => path.join(dir, `c-${++n}.lock`)
-
-before(() => {
-  dir = u.mkTmp('contract-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('contract-', { name: 'c' })
+const { fresh } = tmp
 
 describe('Lock handle state', () => {
   test('release(path) of a held lock: the handle says released, its release() resolves false', async () => {
@@ -66,9 +57,9 @@ describe('Lock handle state', () => {
 describe('read-only directory → PERMISSION_DENIED naming the path', () => {
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
   test('every acquire flavour', { timeout: 20_000 }, async (t) => {
-    const ro = path.join(dir, 'ro')
+    const ro = path.join(tmp.dir, 'ro')
     fs.mkdirSync(ro)
-    fs.chmodSync(dir, 0o755)
+    fs.chmodSync(tmp.dir, 0o755)
     fs.chmodSync(ro, isRoot ? 0o755 : 0o555) // root's directory is read-only for uid 65534
     const file = path.join(ro, 'x.lock')
     const script = `
@@ -102,7 +93,7 @@ describe('read-only directory → PERMISSION_DENIED naming the path', () => {
 describe('targets that look like URLs', () => {
   test("acquire('dflockd:nightly') and other unknown schemes → INVALID_ARGUMENT, no file", async () => {
     const cwd = process.cwd()
-    process.chdir(dir)
+    process.chdir(tmp.dir)
     try {
       for (const target of ['dflockd:nightly', 'dflockd:/host/key', 'dflock://host/key', 'http://x/y', 'redis:lock']) {
         for (const fn of [sema.acquire, sema.tryAcquire]) {
@@ -113,12 +104,12 @@ describe('targets that look like URLs', () => {
         }
       }
       assert.match((await sema.acquire('dflockd:nightly', { timeout: 0 })).error?.message ?? 'acquired a file', /dflockd:\/\/host\[:port\]\/key/)
-      assert.deepEqual(u.ls(dir).filter((f) => f.includes(':')), [], 'no file named like the target')
+      assert.deepEqual(u.ls(tmp.dir).filter((f) => f.includes(':')), [], 'no file named like the target')
       // A one-letter prefix is a drive letter, and ./ makes any name a path.
       for (const target of ['c:x.lock', './dflockd:nightly']) {
         const r = await sema.acquire(target)
         assert.equal(r.ok, true, `${target}: ${r.ok || r.error.message}`)
-        assert.ok(fs.existsSync(path.join(dir, target)))
+        assert.ok(fs.existsSync(path.join(tmp.dir, target)))
         assert.equal(await r.value.release(), true)
       }
     } finally {
@@ -128,18 +119,18 @@ describe('targets that look like URLs', () => {
 
   test('the CLI refuses it too (usage error, exit 2), nothing created', () => {
     const res = spawnSync(process.execPath, [BIN, 'acquire', 'dflockd:nightly', '--pid', String(process.pid)], {
-      cwd: dir,
+      cwd: tmp.dir,
       encoding: 'utf8',
       timeout: 15_000,
     })
     assert.equal(res.status, 2, res.stderr)
     assert.match(res.stderr, /unsupported target 'dflockd:nightly'/)
-    assert.deepEqual(u.ls(dir).filter((f) => f.includes(':')), [])
+    assert.deepEqual(u.ls(tmp.dir).filter((f) => f.includes(':')), [])
   })
 })
 
 test('CLI: a path whose bytes are not UTF-8 is refused (exit 2), and no file of any name is created', { skip: process.platform !== 'linux' && 'needs raw argv bytes from a POSIX shell' }, () => {
-  const sub = path.join(dir, 'bytes')
+  const sub = path.join(tmp.dir, 'bytes')
   fs.mkdirSync(sub)
   // printf's octal escape puts the byte 0xFF into the argument.
   const script = `exec "${process.execPath}" "${BIN}" acquire "$(printf '${sub}/x\\377.lock')" --pid $$ --json`

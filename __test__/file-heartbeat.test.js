@@ -3,7 +3,7 @@
 // overwritten in place from outside, `lock.signal` aborts (LOCK_LOST), `onLost` runs exactly once, the
 // replacement is left alone, and the holder process then exits normally on its own.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -12,22 +12,8 @@ const sema = require('..')
 
 const HEARTBEAT = 100
 
-let dir
-let n = 0
-/** A lock path alone in a new directory, so that every file left behind is visible. */
-const fresh = (name = 'hb') => {
-  const d = path.join(dir, `${name}-${++n}`)
-  fs.mkdirSync(d)
-  return path.join(d, `${name}.lock`)
-}
-
-before(() => {
-  dir = u.mkTmp('heartbeat-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('heartbeat-', { name: 'hb', own: true })
+const { fresh } = tmp
 
 describe('heartbeat keeps a held lock fresh', () => {
   test('timestamp= is refreshed while held; pid, token and the other lines stay; the lock is not lost', { timeout: 10000 }, async () => {

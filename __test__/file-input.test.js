@@ -8,7 +8,7 @@
 // semats' methods) never reject — a bad target comes back as a failed result; `withLock` and `status` throw a
 // LockError with the same code.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -16,14 +16,7 @@ const { pathToFileURL } = require('node:url')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
-let dir
-before(() => {
-  dir = u.mkTmp('input-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('input-')
 
 /** Snapshot of every file under `root` (names and bytes), to prove a failed call changed nothing. */
 function snapshot(root) {
@@ -43,7 +36,7 @@ function snapshot(root) {
 }
 
 /** Runs every acquire flavour on `target` and checks each fails with a type in `types`, changing nothing under `root`. */
-async function expectRefused(target, types, root = dir, { semats = true, mustNotWait = false } = {}) {
+async function expectRefused(target, types, root = tmp.dir, { semats = true, mustNotWait = false } = {}) {
   const before = snapshot(root)
   const flavours = {
     'tryAcquire()': () => sema.tryAcquire(target),
@@ -86,7 +79,7 @@ async function expectRefused(target, types, root = dir, { semats = true, mustNot
 
 describe('invalid paths', () => {
   test('empty path → INVALID_PATH', async () => {
-    await expectRefused('', ['INVALID_PATH'], dir, { semats: false, mustNotWait: true })
+    await expectRefused('', ['INVALID_PATH'], tmp.dir, { semats: false, mustNotWait: true })
     const st = await u.outcome(() => sema.status(''))
     assert.equal(st.delivered, 'throw', 'status() rejects for a bad target')
     assert.ok(st.error instanceof sema.LockError)
@@ -95,8 +88,8 @@ describe('invalid paths', () => {
   test('release() and status() on bad targets: release resolves a failed result, status rejects a LockError', async () => {
     for (const [target, type] of [
       ['', 'INVALID_PATH'],
-      [path.join(dir, 'a\0b.lock'), 'INVALID_PATH'],
-      [`${dir}/sub/../x.lock`, 'PATH_TRAVERSAL'],
+      [path.join(tmp.dir, 'a\0b.lock'), 'INVALID_PATH'],
+      [`${tmp.dir}/sub/../x.lock`, 'PATH_TRAVERSAL'],
     ]) {
       const r = await u.outcome(() => sema.release(target))
       assert.equal(r.delivered, 'result', `release(${JSON.stringify(target)}) never rejects`)
@@ -111,39 +104,39 @@ describe('invalid paths', () => {
   })
 
   test('NUL in path → INVALID_PATH', async () => {
-    await expectRefused(path.join(dir, 'a\0b.lock'), ['INVALID_PATH'], dir, { mustNotWait: true })
-    await expectRefused(`${path.join(dir, 'nul.lock')}\0`, ['INVALID_PATH'], dir, { mustNotWait: true })
+    await expectRefused(path.join(tmp.dir, 'a\0b.lock'), ['INVALID_PATH'], tmp.dir, { mustNotWait: true })
+    await expectRefused(`${path.join(tmp.dir, 'nul.lock')}\0`, ['INVALID_PATH'], tmp.dir, { mustNotWait: true })
   })
 
   test('`..` segments → PATH_TRAVERSAL, nothing created on either side', async () => {
-    const sub = path.join(dir, 'sub')
+    const sub = path.join(tmp.dir, 'sub')
     fs.mkdirSync(sub, { recursive: true })
-    await expectRefused(`${sub}/../escape.lock`, ['PATH_TRAVERSAL'], dir, { mustNotWait: true })
+    await expectRefused(`${sub}/../escape.lock`, ['PATH_TRAVERSAL'], tmp.dir, { mustNotWait: true })
     await expectRefused(`${sub}/..`, ['PATH_TRAVERSAL', 'INVALID_PATH', 'IO_ERROR'])
-    await expectRefused(`${dir}/sub/../../x.lock`, ['PATH_TRAVERSAL'], dir, { mustNotWait: true })
-    assert.equal(fs.existsSync(path.join(dir, 'escape.lock')), false)
+    await expectRefused(`${tmp.dir}/sub/../../x.lock`, ['PATH_TRAVERSAL'], tmp.dir, { mustNotWait: true })
+    assert.equal(fs.existsSync(path.join(tmp.dir, 'escape.lock')), false)
   })
 
   test('`a..b.lock` (dots inside a name) is accepted by the new API', async () => {
-    const file = path.join(dir, 'a..b.lock')
+    const file = path.join(tmp.dir, 'a..b.lock')
     const r = await sema.tryAcquire(file)
     assert.equal(r.ok, true, JSON.stringify(r.error))
     assert.ok(fs.existsSync(file))
     assert.equal(await r.value.release(), true)
-    const v = await sema.withLock(path.join(dir, 'x..y..z.lock'), () => 42)
+    const v = await sema.withLock(path.join(tmp.dir, 'x..y..z.lock'), () => 42)
     assert.equal(v, 42)
-    assert.equal(fs.existsSync(path.join(dir, 'x..y..z.lock')), false)
+    assert.equal(fs.existsSync(path.join(tmp.dir, 'x..y..z.lock')), false)
   })
 
   test('missing parent directory → INVALID_PATH or IO_ERROR at once (never a wait), nothing created', async () => {
-    const missing = path.join(dir, 'no-such-dir', 'x.lock')
-    await expectRefused(missing, ['INVALID_PATH', 'IO_ERROR'], dir, { mustNotWait: true })
+    const missing = path.join(tmp.dir, 'no-such-dir', 'x.lock')
+    await expectRefused(missing, ['INVALID_PATH', 'IO_ERROR'], tmp.dir, { mustNotWait: true })
     assert.equal(fs.existsSync(path.dirname(missing)), false, 'the parent is not created')
-    await expectRefused(pathToFileURL(missing).href, ['INVALID_PATH', 'IO_ERROR'], dir, { semats: false, mustNotWait: true })
+    await expectRefused(pathToFileURL(missing).href, ['INVALID_PATH', 'IO_ERROR'], tmp.dir, { semats: false, mustNotWait: true })
   })
 
   test('a directory where the lock file should be: refused, the directory and its content untouched', async () => {
-    const d = path.join(dir, 'dir-as.lock')
+    const d = path.join(tmp.dir, 'dir-as.lock')
     fs.mkdirSync(d)
     fs.writeFileSync(path.join(d, 'inside'), 'keep me')
     await expectRefused(d, ['IO_ERROR', 'ALREADY_LOCKED', 'TIMEOUT', 'INVALID_PATH'])
@@ -159,7 +152,7 @@ describe('invalid paths', () => {
   })
 
   test('an empty directory where the lock file should be is not removed either', async () => {
-    const d = path.join(dir, 'emptydir-as.lock')
+    const d = path.join(tmp.dir, 'emptydir-as.lock')
     fs.mkdirSync(d)
     u.backdate(d, 3600)
     const r = await sema.tryAcquire(d, { staleTimeout: 100 })
@@ -178,7 +171,7 @@ describe('unwritable directory', () => {
     (process.platform === 'win32' && 'Windows: chmod does not make a directory unwritable (ACLs do)') ||
     (isRoot && 'running as root, which can write anywhere (see the next test, run as uid 65534)')
   test('unwritable directory → IO_ERROR (or PERMISSION_DENIED), nothing left behind', { skip: skipRo }, async () => {
-    const ro = path.join(dir, 'ro')
+    const ro = path.join(tmp.dir, 'ro')
     fs.mkdirSync(ro)
     fs.chmodSync(ro, 0o555)
     try {
@@ -189,9 +182,9 @@ describe('unwritable directory', () => {
   })
 
   test('unwritable directory, as an unprivileged child (uid 65534) when the suite runs as root', { skip: !isRoot && 'not root (covered by the previous test)', timeout: 20000 }, async (t) => {
-    const base = path.join(dir, 'nobody')
+    const base = path.join(tmp.dir, 'nobody')
     fs.mkdirSync(base)
-    fs.chmodSync(dir, 0o755)
+    fs.chmodSync(tmp.dir, 0o755)
     fs.chmodSync(base, 0o755) // owned by root: not writable for uid 65534
     const probe = require('node:child_process').spawnSync(process.execPath, ['-e', `require(${JSON.stringify(u.ROOT)})`], {
       uid: 65534,
@@ -212,7 +205,7 @@ describe('unwritable directory', () => {
 describe('tags', () => {
   test('a 1 MB tag is cut to maxTagLength (default 10000), both APIs', async () => {
     const big = 'x'.repeat(1024 * 1024)
-    const file = path.join(dir, 'bigtag.lock')
+    const file = path.join(tmp.dir, 'bigtag.lock')
     const r = await sema.acquire(file, { tag: big })
     assert.equal(r.ok, true, JSON.stringify(r.error))
     assert.equal(u.readLockKeys(file).tag, 'x'.repeat(10000))
@@ -234,11 +227,11 @@ describe('tags', () => {
     assert.equal(r2.ok, true)
     assert.equal(u.readLockKeys(file).tag, 'xxxxxxx')
     await r2.value.release()
-    assert.deepEqual(u.ls(dir).filter((f) => f.startsWith('bigtag')), [])
+    assert.deepEqual(u.ls(tmp.dir).filter((f) => f.startsWith('bigtag')), [])
   })
 
   test('control characters (C0 and DEL) in tags become spaces; one line per key', async () => {
-    const file = path.join(dir, 'ctl.lock')
+    const file = path.join(tmp.dir, 'ctl.lock')
     const tag = 'a\x00b\tc\nd\re\x1bf\x7fg\x01h\x1fi'
     const want = 'a b c d e f g h i'
     const r = await sema.acquire(file, { tag })
@@ -274,7 +267,7 @@ describe('garbage, binary and empty lock files: held, owner unknown, never rewri
   }
   for (const [name, body] of Object.entries(cases)) {
     test(name, async () => {
-      const file = path.join(dir, 'garbage.lock')
+      const file = path.join(tmp.dir, 'garbage.lock')
       fs.writeFileSync(file, body)
       await expectRefused(file, ['ALREADY_LOCKED', 'TIMEOUT'])
       const r = await sema.tryAcquire(file)

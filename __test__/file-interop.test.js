@@ -6,26 +6,16 @@
 // - a Python reader written from the spec (split lines, strip, split at the first '=') and `grep '^pid='` reading
 //   the files the addon writes.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
-const path = require('node:path')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
 const HEX32 = /^[0-9a-f]{32}$/
 
-let dir
-let n = 0
-const fresh = (name = 'interop') => path.join(dir, `${name}-${++n}.lock`)
-
-before(() => {
-  dir = u.mkTmp('interop-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('interop-', { name: 'interop' })
+const { fresh } = tmp
 
 describe('the addon reads what the spec shell example writes', () => {
   const variants = [
@@ -86,7 +76,7 @@ describe('the addon reads what the spec shell example writes', () => {
 
       // Nothing was rewritten or added.
       assert.deepEqual(fs.readFileSync(file), bytes, 'the shell-written file is untouched')
-      assert.ok(u.ls(dir).every((f) => !f.endsWith('.tmp')), `no temp files left: ${u.ls(dir)}`)
+      assert.ok(u.ls(tmp.dir).every((f) => !f.endsWith('.tmp')), `no temp files left: ${u.ls(tmp.dir)}`)
 
       child.kill('SIGKILL')
       await child.exited

@@ -4,23 +4,15 @@
 // concurrent withLock calls in one process still queue, in call order; a different target nests fine; a task that
 // `fn` left running may take the lock after `fn` is done.
 
-const { test, before, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
-let dir
-let n = 0
-const fresh = () => path.join(dir, `re-${++n}.lock`)
-
-before(() => {
-  dir = u.mkTmp('reentrancy-')
-})
-after(() => {
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('reentrancy-', { name: 're' })
+const { fresh } = tmp
 
 /** A bound on a promise that must settle: a hang fails the test instead of stalling the suite. */
 function settles(p, what) {
@@ -65,7 +57,7 @@ test('the same file named two ways (relative, file:// URL) is the same lock; dee
     ),
     'nested withLock',
   )
-  assert.deepEqual(u.ls(dir).filter((f) => f.endsWith('.lock')), [])
+  assert.deepEqual(u.ls(tmp.dir).filter((f) => f.endsWith('.lock')), [])
 })
 
 test('independent concurrent withLock calls on one target still queue, in call order', async () => {

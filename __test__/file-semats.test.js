@@ -2,7 +2,7 @@
 // semats drop-in spot checks (its parse rules, release and constructor): constructor messages, result shapes,
 // error types and message strings, parseLockInfo's lenient rules, helpers, status() keys, ownership by process.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -10,17 +10,8 @@ const u = require('./helpers/file-util')
 const sema = require('..')
 const { Semaphore, parseLockInfo, serializeLockInfo, createLockInfo, isLockStale, isProcessRunning } = sema
 
-let dir
-let n = 0
-const fresh = (name = 'semats') => path.join(dir, `${name}-${++n}.lock`)
-
-before(() => {
-  dir = fs.realpathSync(u.mkTmp('semats-'))
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('semats-', { name: 'semats', realpath: true })
+const { fresh } = tmp
 
 describe('exports', () => {
   test('semats names are exported with the right kinds', () => {
@@ -29,7 +20,7 @@ describe('exports', () => {
     }
     assert.equal(typeof Semaphore, 'function')
     assert.equal(typeof Semaphore.withDefaults, 'function')
-    assert.ok(Semaphore.withDefaults(path.join(dir, 'wd.lock')) instanceof Semaphore)
+    assert.ok(Semaphore.withDefaults(path.join(tmp.dir, 'wd.lock')) instanceof Semaphore)
   })
 })
 
@@ -54,14 +45,14 @@ describe('constructor: plain Errors with semats’ messages', () => {
     })
   }
   test('missing parent directory → "Parent directory does not exist: <dir>"', () => {
-    const parent = path.join(dir, 'missing-parent')
+    const parent = path.join(tmp.dir, 'missing-parent')
     assert.throws(() => new Semaphore(path.join(parent, 'x.lock')), { message: `Parent directory does not exist: ${parent}` })
     assert.equal(fs.existsSync(parent), false)
   })
   test('getPath(): absolute, symlinked directory resolved', { skip: u.underWine && 'Wine: a directory symlink made by fs.symlinkSync does not resolve through GetFinalPathNameByHandle' }, () => {
-    const real = path.join(dir, 'real')
+    const real = path.join(tmp.dir, 'real')
     fs.mkdirSync(real)
-    const link = path.join(dir, 'link')
+    const link = path.join(tmp.dir, 'link')
     fs.symlinkSync(real, link)
     fs.writeFileSync(path.join(real, 'x.lock'), `pid=${process.pid}\ntimestamp=${u.nowS()}\n`)
     assert.equal(new Semaphore(path.join(link, 'x.lock')).getPath(), path.join(real, 'x.lock'))

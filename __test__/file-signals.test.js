@@ -4,7 +4,7 @@
 // own handler, it keeps control (the lock stays, the process runs on) and its own exit releases the lock.
 // Real child processes and real signals.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -13,17 +13,8 @@ const u = require('./helpers/file-util')
 const ROOT = path.resolve(__dirname, '..')
 const BOUND = 20_000
 
-let dir
-let n = 0
-const fresh = () => path.join(dir, `sig-${++n}.lock`)
-
-before(() => {
-  dir = u.mkTmp('signals-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('signals-', { name: 'sig' })
+const { fresh } = tmp
 
 /**
  * A child that takes `file` through `api` ('target' or 'semats'), optionally installs its own handler for

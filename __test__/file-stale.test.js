@@ -8,7 +8,7 @@
 //   never taken, whatever the staleTimeout;
 // - unparseable / empty files expire by mtime age after staleTimeout, never within the 2 s grace.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -17,22 +17,8 @@ const sema = require('..')
 
 const HOUR = 3_600_000
 
-let dir
-let n = 0
-/** A lock path alone in a new directory, so that every file a call leaves behind is visible. */
-const fresh = (name = 'stale') => {
-  const d = path.join(dir, `${name}-${++n}`)
-  fs.mkdirSync(d)
-  return path.join(d, `${name}.lock`)
-}
-
-before(() => {
-  dir = u.mkTmp('stale-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('stale-', { name: 'stale', own: true })
+const { fresh } = tmp
 
 /** Starts a holder child, waits until it holds, SIGKILLs it; returns its (now dead) pid and the file content. */
 async function crashHolder(file, opts = {}) {

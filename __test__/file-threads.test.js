@@ -7,7 +7,7 @@
 // - the process's exit releases every thread's locks.
 // Real worker_threads and real child processes; no mocks.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -20,17 +20,8 @@ const ROOT = path.resolve(__dirname, '..')
 /** Every wait on an event is bounded: a missing event fails the test instead of hanging it. */
 const BOUND = { timeout: 20_000 }
 
-let dir
-let n = 0
-const fresh = (name) => path.join(dir, `${name}-${++n}.lock`)
-
-before(() => {
-  dir = u.mkTmp('threads-')
-})
-after(() => {
-  u.killAll()
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('threads-')
+const { fresh } = tmp
 
 /** A worker running `body` (an async function body) with `sema`, `workerData` and `parentPort` in scope. */
 function worker(body, workerData) {

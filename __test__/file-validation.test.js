@@ -5,23 +5,15 @@
 // throw from the Semaphore constructor — never a raw napi error, a TypeError or a silent coercion. File and dflockd
 // targets agree (the check runs before the backend is chosen: nothing is created, nothing is sent).
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
-const path = require('node:path')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
-let dir
-before(() => {
-  dir = u.mkTmp('validation-')
-})
-after(() => {
-  u.rmTmp(dir)
-})
+const tmp = u.testDir('validation-', { name: 'v' })
+const { fresh } = tmp
 
-let n = 0
-const fresh = () => path.join(dir, `v-${++n}.lock`)
 // Port 1 on loopback: if validation let a bad option through, the attempt would fail with CONNECTION_ERROR instead.
 const DFLOCKD = 'dflockd://127.0.0.1:1/validation'
 

@@ -33,6 +33,35 @@ function rmTmp(dir) {
   if (dir) fs.rmSync(dir, { recursive: true, force: true })
 }
 
+/**
+ * The temp directory of one test file: made before its tests, removed after them (with every child process
+ * spawned here killed). `fresh(name)` is a new lock path in it, numbered; with `own: true` the path stands alone in
+ * a new directory, so that `left(file)` lists every file a call leaves behind. `realpath: true` resolves the
+ * directory (the tmpdir may be reached through a link). `dir` is set once the tests run.
+ */
+function testDir(prefix, { name = 'lock', own = false, realpath = false } = {}) {
+  const { before, after } = require('node:test')
+  let n = 0
+  const t = {
+    dir: null,
+    fresh(base = name) {
+      if (!own) return path.join(t.dir, `${base}-${++n}.lock`)
+      const d = path.join(t.dir, `${base}-${++n}`)
+      fs.mkdirSync(d)
+      return path.join(d, `${base}.lock`)
+    },
+    left: (file) => ls(path.dirname(file)),
+  }
+  before(() => {
+    t.dir = realpath ? fs.realpathSync(mkTmp(prefix)) : mkTmp(prefix)
+  })
+  after(() => {
+    killAll()
+    rmTmp(t.dir)
+  })
+  return t
+}
+
 /** Sorted directory listing (names only). */
 function ls(dir) {
   return fs.readdirSync(dir).sort()
@@ -405,6 +434,7 @@ module.exports = {
   WINE_DELETE,
   mkTmp,
   rmTmp,
+  testDir,
   ls,
   spawnTracked,
   spawnNode,

@@ -230,3 +230,33 @@ test("the process's exit releases the locks of every thread", BOUND, async () =>
   assert.equal(fs.existsSync(mine), false, "the main thread's lock was released at exit")
   assert.equal(fs.existsSync(theirs), false, "the worker's lock was released at the process's exit")
 })
+
+describe("blocking lock calls run on the engine's pool, not libuv's", () => {
+  // libuv's pool also serves Node's own `fs` calls: with its only thread stuck (an `open` of a FIFO nobody writes
+  // to), `status(path)` and `release(path)`, which always run off the JS thread, must still complete.
+  test('status and release by path complete while the only libuv thread is blocked', { ...BOUND, skip: process.platform === 'win32' }, async () => {
+    const fifo = path.join(tmp.dir, 'stuck.fifo')
+    u.sh('mkfifo "$1"', fifo)
+    const file = fresh('pool')
+    const script = `
+      const fs = require('node:fs')
+      const sema = require(${JSON.stringify(ROOT)})
+      const [fifo, file] = process.argv.slice(1)
+      fs.open(fifo, 'r', () => {}) // takes the one libuv thread until a writer opens the FIFO
+      ;(async () => {
+        const held = await sema.tryAcquire(file)
+        const status = await sema.status(file)
+        const released = await sema.release(file)
+        console.log(JSON.stringify({ held: held.ok, locked: status.locked, released: released.ok }))
+        fs.closeSync(fs.openSync(fifo, 'w')) // frees the libuv thread
+      })()
+    `
+    const child = u.spawnTracked(process.execPath, ['-e', script, fifo, file], {
+      env: { ...process.env, UV_THREADPOOL_SIZE: '1' },
+    })
+    const { code, stdout, stderr } = await u.waitExit(child, 10_000, 'the process with a blocked libuv pool')
+    assert.equal(code, 0, stderr)
+    assert.deepEqual(JSON.parse(stdout), { held: true, locked: true, released: true })
+    assert.equal(fs.existsSync(file), false)
+  })
+})

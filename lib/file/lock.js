@@ -1,8 +1,8 @@
 'use strict'
 // File targets of the one-string API (acquire / tryAcquire / release / status): Lock handles over the Rust
-// engine. Waiting, fsync of a disk and every call on a network file system run off the JS thread (libuv pool or
-// tokio pool); an uncontended acquire and a held lock's release, when their few calls are short (tmpfs, or a
-// local disk with fsync off), run on it, saving two thread hops each.
+// engine. Waiting, fsync of a disk and every call on a network file system run off the JS thread (on tokio's
+// runtime and its blocking pool); an uncontended acquire and a held lock's release, when their few calls are
+// short (tmpfs, or a local disk with fsync off), run on it, saving two thread hops each.
 
 const nodePath = require('node:path')
 const native = require('../native')

@@ -1,13 +1,13 @@
 //! Held locks, addressed by the engine registry's id: starting one for a JS thread, describing
 //! it, releasing it, hearing of its loss, and the process's and threads' exit hooks.
 
-use napi::bindgen_prelude::{AsyncTask, Function};
+use napi::bindgen_prelude::{Function, PromiseRaw};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, HeldEnd, HeldLock, LockError};
 
-use super::pool::OnPool;
+use super::pool::off_thread;
 use super::values::{HeldOutcome, NativeHeld, NativeHeldEnd};
 use crate::owner;
 use crate::result::{bool_result, BoolResult};
@@ -91,11 +91,11 @@ pub fn release_held_now(id: f64) -> Option<BoolResult> {
     Some(bool_result(release_found(held)))
 }
 
-/// `releaseHeldNow` on the libuv pool.
+/// `releaseHeldNow` on the blocking pool.
 #[napi(ts_return_type = "Promise<BoolResult>")]
-pub fn release_held_async(id: f64) -> AsyncTask<OnPool<BoolResult>> {
+pub fn release_held_async(env: &Env, id: f64) -> napi::Result<PromiseRaw<'_, BoolResult>> {
     let id = to_id(id);
-    AsyncTask::new(OnPool::new(move || bool_result(release_by_id(id))))
+    off_thread(env, move || bool_result(release_by_id(id)))
 }
 
 /// Sets this JS thread's loss callback: `callback(id)` runs (on this thread) for every lock this thread holds

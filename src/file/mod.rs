@@ -13,9 +13,9 @@
 //!   its only owner here (JS keeps the object: semats' `Semaphore` one, the target API a small
 //!   cache by path and options); the per-path FIFO queue is the engine's, shared by every
 //!   `LockFile` of one path;
-//! - threads: a wait runs on the tokio runtime (its blocking pool serves only the `fsync` of a
-//!   lock won while waiting); a blocking call made from JS (an attempt, a release, a status on
-//!   a file system where they may block) runs on the libuv pool ([`pool::OnPool`]);
+//! - threads: a wait runs on the tokio runtime, and every blocking file call on its blocking
+//!   pool: the `fsync` of a lock won while waiting, and a blocking call made from JS (an
+//!   attempt, a release, a status on a file system where they may block; [`pool::off_thread`]);
 //! - cancellation of a wait: the cancel ids of `cancel.rs`, fired by JS from its `AbortSignal`.
 
 mod cancel;

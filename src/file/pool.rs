@@ -1,34 +1,21 @@
-//! The one way this layer runs blocking engine calls off the JS thread: a closure on the libuv
-//! pool (one hop out, one back), resolving a promise with its value.
+//! The one pool for blocking file work: tokio's blocking pool. A wait already runs on the tokio
+//! runtime and sends the `fsync` of a lock it wins there; a blocking call made from JS (an
+//! attempt, a release, a status on a file system where they may block) goes to the same pool,
+//! resolving a promise with its value. Not the libuv pool: its 4 threads also serve Node's own
+//! `fs` calls, which a lock call stuck on an unresponsive network file system would starve;
+//! tokio's pool grows instead.
 
-use napi::bindgen_prelude::{ToNapiValue, TypeName};
-use napi::{Env, Task};
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
+use napi::Env;
 
-/// A blocking call for the libuv pool.
-pub struct OnPool<J> {
-    work: Option<Box<dyn FnOnce() -> J + Send>>,
-}
-
-impl<J> OnPool<J> {
-    pub fn new(work: impl FnOnce() -> J + Send + 'static) -> Self {
-        OnPool {
-            work: Some(Box::new(work)),
-        }
-    }
-}
-
-impl<J: ToNapiValue + TypeName + Send + 'static> Task for OnPool<J> {
-    type Output = J;
-    type JsValue = J;
-
-    fn compute(&mut self) -> napi::Result<J> {
-        match self.work.take() {
-            Some(work) => Ok(work()),
-            None => Err(napi::Error::from_reason("a pool task ran twice")),
-        }
-    }
-
-    fn resolve(&mut self, _env: Env, output: J) -> napi::Result<J> {
-        Ok(output)
-    }
+/// Runs `work` on the blocking pool; the promise resolves with its value.
+pub fn off_thread<'env, J: ToNapiValue + Send + 'static>(
+    env: &'env Env,
+    work: impl FnOnce() -> J + Send + 'static,
+) -> napi::Result<PromiseRaw<'env, J>> {
+    env.spawn_future(async move {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| napi::Error::from_reason(format!("a blocking file call failed: {e}")))
+    })
 }

@@ -59,7 +59,7 @@ pub fn claim(held: &HeldLock, claim: Claim) -> bool {
     let owner = claim.owner;
     held.set_owner(owner);
     if claim.handles {
-        held.report_release_by_path();
+        held.keep_for_handle();
     }
     if live().contains(&owner) {
         return true;

@@ -107,7 +107,7 @@ function openFile(path, options = {}, fresh = false) {
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { error: fileError(checked.error, path) }
   // The target API keeps a Lock handle per lock: it must hear of a release by path from another thread.
-  const file = new native.NativeLockFile(checked.path, { ...engineOptions(config), reportReleaseByPath: true })
+  const file = new native.NativeLockFile(checked.path, { ...engineOptions(config), keepForHandle: true })
   if (key !== null) {
     fileCache.set(key, file)
     if (fileCache.size > CACHE_MAX) fileCache.delete(fileCache.keys().next().value)

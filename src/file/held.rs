@@ -100,7 +100,7 @@ pub fn release_held_async(env: &Env, id: f64) -> napi::Result<PromiseRaw<'_, Boo
 
 /// Sets this JS thread's loss callback: `callback(id)` runs (on this thread) for every lock this thread holds
 /// that is found lost or released by path (`releaseAsAsync`, semats' `release`) rather than through its id;
-/// `takeHeldEnd(id)` tells which (for a lock whose file asked `reportReleaseByPath`). Each thread hears about its
+/// `takeHeldEnd(id)` tells which (for a lock whose file asked `keepForHandle`). Each thread hears about its
 /// own locks only. The callback is weak: it never keeps Node alive.
 #[napi(ts_args_type = "callback: (id: number) => void")]
 pub fn set_lock_lost_handler(env: Env, callback: Function<f64, ()>) -> napi::Result<()> {

@@ -34,7 +34,7 @@ impl NativeLockFile {
     pub fn new(env: Env, path: String, options: NativeFileOptions) -> napi::Result<Self> {
         let claim = owner::Claim {
             owner: owner::of(&env)?,
-            handles: options.report_release_by_path.unwrap_or(false),
+            handles: options.keep_for_handle.unwrap_or(false),
         };
         let inner =
             std::sync::Arc::new(LockFile::new(PathBuf::from(path), engine_options(&options)));

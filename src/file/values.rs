@@ -117,8 +117,9 @@ pub struct NativeFileOptions {
     pub heartbeat_off: Option<bool>,
     /// `null` = no cut.
     pub max_tag_length: Option<f64>,
-    /// JS keeps a handle per lock (the target API's `Lock`): report releases by path to it.
-    pub report_release_by_path: Option<bool>,
+    /// JS keeps a handle per lock (the target API's `Lock`): report releases by path to it, and
+    /// keep how each lock ended for `takeHeldEnd`.
+    pub keep_for_handle: Option<bool>,
 }
 
 pub fn to_usize(v: f64) -> usize {

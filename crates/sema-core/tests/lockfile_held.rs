@@ -139,7 +139,7 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     assert!(!seen.lock().unwrap().iter().any(|(id, _)| *id == quiet.id()));
     let by_path = attempt(&lf).unwrap();
     by_path.set_owner(owner);
-    by_path.report_release_by_path();
+    by_path.keep_for_handle();
     lf.release_as(sema_core::lockfile::current_pid(), false)
         .unwrap();
     assert!(seen
@@ -150,7 +150,7 @@ async fn loss_hook_reports_id_and_reason_to_the_owner_only() {
     set_loss_hook(other, None);
 }
 
-/// The end of a lock whose owner keeps a handle (`report_release_by_path`) is kept by the engine
+/// The end of a lock whose owner keeps a handle (`keep_for_handle`) is kept by the engine
 /// until asked once (`take_held_end`): a loss found before the handle existed is answered by the
 /// engine. A lock without that request, or one released through its own handle, keeps nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +167,7 @@ async fn the_end_of_a_handled_lock_is_kept_until_asked_once() {
     let owner = 1101;
     let lost = attempt(&lf).unwrap();
     lost.set_owner(owner);
-    lost.report_release_by_path();
+    lost.keep_for_handle();
     assert_eq!(take_held_end(lost.id()), None, "held: nothing to tell");
     lost.start_heartbeat();
     std::fs::remove_file(&path).unwrap();
@@ -180,14 +180,14 @@ async fn the_end_of_a_handled_lock_is_kept_until_asked_once() {
 
     let by_path = attempt(&lf).unwrap();
     by_path.set_owner(owner);
-    by_path.report_release_by_path();
+    by_path.keep_for_handle();
     lf.release_as(sema_core::lockfile::current_pid(), false)
         .unwrap();
     assert_eq!(take_held_end(by_path.id()), Some(HeldEnd::ReleasedByPath));
 
     let by_handle = attempt(&lf).unwrap();
     by_handle.set_owner(owner);
-    by_handle.report_release_by_path();
+    by_handle.keep_for_handle();
     assert!(by_handle.release().unwrap());
     assert_eq!(take_held_end(by_handle.id()), None, "its handle knows");
 

@@ -248,7 +248,7 @@ impl LockFile {
             inner: Arc::new(HeldInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 owner: AtomicU64::new(NO_OWNER),
-                reports_release_by_path: AtomicBool::new(false),
+                handle_kept: AtomicBool::new(false),
                 file: self.inner.clone(),
                 state: Mutex::new(HeldState {
                     file: Some(file),

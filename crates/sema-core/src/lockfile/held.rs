@@ -31,8 +31,8 @@ pub(super) struct HeldInner {
     pub(super) id: u64,
     /// Who holds it inside this process ([`HeldLock::set_owner`]), e.g. one JS thread.
     pub(super) owner: AtomicU64,
-    /// Its owner keeps a handle that must hear of a release by path ([`HeldLock::report_release_by_path`]).
-    pub(super) reports_release_by_path: AtomicBool,
+    /// Its owner keeps a handle that must learn how it ended ([`HeldLock::keep_for_handle`]).
+    pub(super) handle_kept: AtomicBool,
     /// The lock path's shared part (path, canonical key, options).
     pub(super) file: Arc<FileInner>,
     pub(super) info: LockInfo,
@@ -146,7 +146,7 @@ impl HeldInner {
             self.owner.load(Ordering::Acquire),
             self.id,
             HeldEnd::Lost(reason.to_string()),
-            self.reports_release_by_path.load(Ordering::Acquire),
+            self.handle_kept.load(Ordering::Acquire),
         );
     }
 }
@@ -164,20 +164,18 @@ impl HeldLock {
         self.inner.owner.load(Ordering::Acquire)
     }
 
-    /// Ask for [`HeldEnd::ReleasedByPath`] reports to the owner's
-    /// [`set_loss_hook`](super::set_loss_hook) callback, and keep every end but a release through
-    /// this handle for [`take_held_end`](super::take_held_end): only for locks whose owner keeps a
-    /// handle that must learn it (a report per release would otherwise cost every plain release by
-    /// path a cross-thread call).
-    pub fn report_release_by_path(&self) {
-        self.inner
-            .reports_release_by_path
-            .store(true, Ordering::Release);
+    /// Its owner keeps a handle per lock that must learn how the lock ended: a release by path is
+    /// reported to the owner's [`set_loss_hook`](super::set_loss_hook) callback too
+    /// ([`HeldEnd::ReleasedByPath`]), and every end but a release through the handle is kept for
+    /// [`take_held_end`](super::take_held_end). Only for such owners: a report per release would
+    /// otherwise cost every plain release by path a cross-thread call.
+    pub fn keep_for_handle(&self) {
+        self.inner.handle_kept.store(true, Ordering::Release);
     }
 
     /// Tell the owner that this lock was released by path, not through its handle (if it asked).
     pub(super) fn notify_released_by_path(&self) {
-        if self.inner.reports_release_by_path.load(Ordering::Acquire) {
+        if self.inner.handle_kept.load(Ordering::Acquire) {
             notify_owner(self.owner(), self.inner.id, HeldEnd::ReleasedByPath, true);
         }
     }

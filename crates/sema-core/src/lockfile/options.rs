@@ -28,7 +28,7 @@ pub struct LockOptions {
     /// comparison mixes the wall clock of the lock with boot-relative start times: a clock step
     /// (NTP at boot) can make a live holder look younger than its own lock and get it evicted.
     pub foreign_start_check: bool,
-    /// `release_as_process(false)` deletes an unparseable file even while it is younger than
+    /// `release_as(pid, false)` (semats' `release()`) deletes an unparseable file even while it is younger than
     /// `pending_write_grace`, as semats does (default true: an explicit release is the user's
     /// decision). `false` refuses it with `PermissionDenied { holder_pid: None }`, since a young
     /// unparseable file may be a lock being written.

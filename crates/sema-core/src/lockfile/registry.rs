@@ -105,7 +105,7 @@ static ENDS: LazyLock<Mutex<BTreeMap<u64, HeldEnd>>> =
 const ENDS_MAX: usize = 1024;
 
 /// How the lock `id` ended, once, if it ended otherwise than through its own handle and its
-/// owner keeps a handle ([`HeldLock::report_release_by_path`]); `None` while it is held, after
+/// owner keeps a handle ([`HeldLock::keep_for_handle`]); `None` while it is held, after
 /// a release through its handle, or once asked.
 pub fn take_held_end(id: u64) -> Option<HeldEnd> {
     unpoisoned(&ENDS).remove(&id)

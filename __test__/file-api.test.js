@@ -127,6 +127,26 @@ describe('acquire / release over a plain path', () => {
     sleeper.kill('SIGKILL')
   })
 
+  // In tmpfs the grant is made on the JS thread, inside the tryAcquire() call; semats' synchronous release() then
+  // ends the lock before the promise has built its Lock: the engine tells the handle, which is born released.
+  test('released by path before its Lock exists: the Lock is born released', { skip: !fs.existsSync('/dev/shm') && 'no /dev/shm' }, async () => {
+    const shm = fs.mkdtempSync('/dev/shm/sema-native-test-')
+    try {
+      const file = path.join(shm, 'early.lock')
+      const pending = sema.tryAcquire(file)
+      assert.ok(fs.existsSync(file), 'granted inside the call')
+      assert.equal(new sema.Semaphore(file).release().ok, true)
+      const r = await pending
+      assert.equal(r.ok, true, JSON.stringify(r.error))
+      assert.equal(r.value.released, true)
+      assert.equal(r.value.signal.aborted, false, 'released, not lost')
+      assert.equal(await r.value.release(), false)
+      assert.equal(fs.existsSync(file), false)
+    } finally {
+      u.rmTmp(shm)
+    }
+  })
+
   test('status(): free, then held by us (info, isOwnedByCurrentProcess), target and backend', async () => {
     const file = fresh()
     const free = await sema.status(file)

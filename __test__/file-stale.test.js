@@ -39,6 +39,14 @@ function noTemps(file) {
   assert.deepEqual(others, [], 'no temp files left behind')
 }
 
+/** `tryAcquire(file, { staleTimeout })` takes the stale lock; its release leaves no temp file behind. */
+async function takenWhenStale(file, staleTimeout) {
+  const r = await sema.tryAcquire(file, { staleTimeout })
+  assert.equal(r.ok, true, JSON.stringify(r.error))
+  assert.equal(await r.value.release(), true)
+  noTemps(file)
+}
+
 describe('crashed holder, our format: reclaimed at once', () => {
   test('async tryAcquire with staleTimeout 1 h takes a SIGKILLed holder’s lock at once', async () => {
     const file = fresh('crash-async')
@@ -140,10 +148,7 @@ describe('foreign-format file (shell-written), pid of a dead process: semats’ 
     assert.deepEqual(fs.readFileSync(file), before)
     // Backdated 5 s (> 1.5 s) by the spec's own shell writer: granted.
     await u.shellWriteLock(file, { tag: 'dead-shell', timestamp: u.nowS() - 5 })
-    const r2 = await sema.tryAcquire(file, { staleTimeout: 1500 })
-    assert.equal(r2.ok, true, JSON.stringify(r2.error))
-    assert.equal(await r2.value.release(), true)
-    noTemps(file)
+    await takenWhenStale(file, 1500)
   })
 
   test('semats class: backdated dead-pid file granted; cleanStale removes it', async () => {
@@ -244,10 +249,7 @@ describe('a live holder’s old lock is never taken', () => {
     child.kill('SIGKILL')
     await child.exited
     // Now the shell is gone and the file is older than staleTimeout: semats' rule lets it go.
-    const r3 = await sema.tryAcquire(file, { staleTimeout: 1000 })
-    assert.equal(r3.ok, true, JSON.stringify(r3.error))
-    assert.equal(await r3.value.release(), true)
-    noTemps(file)
+    await takenWhenStale(file, 1000)
   })
 
   test('our format, held by a live child without heartbeat, timestamp rewritten to 0: not taken; the child still releases it', async () => {

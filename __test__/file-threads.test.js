@@ -68,6 +68,20 @@ async function otherProcessTries(file, marker) {
   return JSON.parse(child.stdoutText.trim())
 }
 
+/** The main thread's lock on a fresh path: `{ mine, lock }`. */
+async function mainThreadLock() {
+  const mine = fresh('main')
+  const r = await sema.acquire(mine)
+  assert.equal(r.ok, true)
+  return { mine, lock: r.value }
+}
+
+/** The main thread's lock survived a worker's end: still held and exclusive; then released by its handle. */
+async function keptThenReleased(lock, mine) {
+  await assertStillExclusive(lock, mine)
+  assert.equal(await lock.release(), true)
+}
+
 /** Holds the main thread's critical section (the marker) while another process tries the lock. */
 async function assertStillExclusive(lock, file) {
   assert.equal(lock.released, false, 'the main thread still holds it')
@@ -86,12 +100,9 @@ async function assertStillExclusive(lock, file) {
 
 describe("a worker thread's end releases its own locks only", () => {
   test('worker exits on its own: its locks are gone, the main thread keeps its lock and exclusion', BOUND, async () => {
-    const mine = fresh('main')
+    const { mine, lock } = await mainThreadLock()
     const theirs = fresh('worker')
     const theirsSemats = fresh('worker-semats')
-    const r = await sema.acquire(mine)
-    assert.equal(r.ok, true)
-    const lock = r.value
     const w = worker(
       `
       const a = await sema.acquire(workerData.theirs)
@@ -105,16 +116,12 @@ describe("a worker thread's end releases its own locks only", () => {
     await exited
     assert.equal(fs.existsSync(theirs), false, "the worker's own lock was released at its exit")
     assert.equal(fs.existsSync(theirsSemats), false, "the worker's own Semaphore lock was released at its exit")
-    await assertStillExclusive(lock, mine)
-    assert.equal(await lock.release(), true)
+    await keptThenReleased(lock, mine)
   })
 
   test('worker terminated while holding: its lock is gone, the main thread keeps its lock and exclusion', BOUND, async () => {
-    const mine = fresh('main')
+    const { mine, lock } = await mainThreadLock()
     const theirs = fresh('worker')
-    const r = await sema.acquire(mine)
-    assert.equal(r.ok, true)
-    const lock = r.value
     const w = worker(
       `
       const a = await sema.acquire(workerData.theirs)
@@ -127,22 +134,18 @@ describe("a worker thread's end releases its own locks only", () => {
     assert.ok(fs.existsSync(theirs))
     await w.terminate()
     assert.equal(fs.existsSync(theirs), false, "the terminated worker's lock was released")
-    await assertStillExclusive(lock, mine)
-    assert.equal(await lock.release(), true)
+    await keptThenReleased(lock, mine)
   })
 
   test('a worker that only loaded the module and exited leaves the main thread lock alone', BOUND, async () => {
-    const mine = fresh('main')
-    const r = await sema.acquire(mine)
-    assert.equal(r.ok, true)
+    const { mine, lock } = await mainThreadLock()
     const w = worker(`await sema.tryAcquire(workerData.other); parentPort.postMessage({ done: true })`, {
       other: fresh('unused'),
     })
     const exited = once(w, 'exit')
     await message(w)
     await exited
-    await assertStillExclusive(r.value, mine)
-    assert.equal(await r.value.release(), true)
+    await keptThenReleased(lock, mine)
   })
 })
 

@@ -265,15 +265,7 @@ async function shellWriteLock(file, { tag, crlf = false, bom = false, keep = fal
     if (tag !== undefined) script += `; echo "tag=$2" >> "$1"`
   }
   if (keep) script += '; echo ready; exec sleep 120'
-  const child = spawnTracked('sh', ['-c', script, 'sh', file, tag ?? ''])
-  child.stdin.end()
-  if (keep) {
-    await lines(child).next(/^ready$/, 10000)
-    return { pid: child.pid, child }
-  }
-  const { code } = await child.closed
-  assert.equal(code, 0, `shell writer failed: ${child.stderrText}`)
-  return { pid: child.pid, child }
+  return writerDone(spawnTracked('sh', ['-c', script, 'sh', file, tag ?? '']), keep, 10000, 'shell writer')
 }
 
 /**
@@ -291,14 +283,21 @@ async function foreignWriteLock(file, { tag, crlf, bom, keep, timestamp }) {
     if (o.tag !== null) fs.appendFileSync(o.file, 'tag=' + o.tag + eol)
     if (o.keep) { console.log('ready'); setTimeout(() => {}, 120000) }`
   const options = { file, tag: tag ?? null, crlf, bom, keep, timestamp: timestamp ?? null }
-  const child = spawnTracked(process.execPath, ['-e', script, JSON.stringify(options)])
+  return writerDone(spawnTracked(process.execPath, ['-e', script, JSON.stringify(options)]), keep, 20000, 'foreign writer')
+}
+
+/**
+ * A foreign writer's `{ pid, child }`: with `keep`, once it said "ready" (within `ms`) and stays alive as the
+ * recorded holder; otherwise once it exited, successfully.
+ */
+async function writerDone(child, keep, ms, what) {
   child.stdin.end()
   if (keep) {
-    await lines(child).next(/^ready$/, 20000)
+    await lines(child).next(/^ready$/, ms)
     return { pid: child.pid, child }
   }
   const { code } = await child.closed
-  assert.equal(code, 0, `foreign writer failed: ${child.stderrText}`)
+  assert.equal(code, 0, `${what} failed: ${child.stderrText}`)
   return { pid: child.pid, child }
 }
 

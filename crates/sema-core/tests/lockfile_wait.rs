@@ -142,6 +142,20 @@ async fn timeout_and_cancel_leave_nothing_behind() {
     }
 }
 
+/// Waits for the 5 waiters' tasks: they were served in call order (`order`, filled as each is
+/// granted), and released, leaving nothing in `d`.
+async fn served_in_call_order(
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    order: &Mutex<Vec<usize>>,
+    d: &tempfile::TempDir,
+) {
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert!(entries(d).is_empty());
+}
+
 /// A current-thread runtime makes the queueing order deterministic: each spawned waiter runs
 /// until it is queued before the test task continues.
 #[tokio::test(flavor = "current_thread")]
@@ -172,12 +186,8 @@ async fn in_process_waiters_are_served_fifo() {
         // Let waiter i queue up before waiter i+1 starts.
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    first.release().unwrap();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
-    assert!(entries(&d).is_empty());
+    assert!(first.release().unwrap());
+    served_in_call_order(tasks, &order, &d).await;
 }
 
 /// Waiters of one process take their queue place when `acquire_in_order` is called, not when
@@ -213,11 +223,7 @@ async fn acquire_in_order_keeps_call_order() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(first.release().unwrap());
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
-    assert!(entries(&d).is_empty());
+    served_in_call_order(tasks, &order, &d).await;
 }
 
 /// A waiter judges a holder file once per (inode, mtime, size), but the `retry_interval` poll

@@ -66,7 +66,12 @@ class FileLock extends LockHandle {
 
 const OPTION_KEYS = ['staleTimeout', 'retryInterval', 'fsync', 'heartbeat', 'maxTagLength']
 const CACHE_MAX = 64
-/** key → NativeLockFile; insertion order is recency (a hit moves the entry to the end). */
+/**
+ * key → NativeLockFile; insertion order is recency (a hit moves the entry to the end). The one cache of lock files:
+ * each NativeLockFile alone owns its engine `LockFile` (the engine shares only the per-path FIFO between them).
+ * Keyed here by the path as given, so that a hit costs no system call (the engine's key is the canonical path, a
+ * `realpath` and a `statfs` away).
+ */
 const fileCache = new Map()
 
 /** Options whose `null` has a meaning of its own (never stale, heartbeat off); for the others null = the default. */

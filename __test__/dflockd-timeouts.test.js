@@ -75,6 +75,35 @@ describe('millisecond timeouts', { skip }, () => {
     await f.close()
   })
 
+  test('two-phase wait(0.3) on a held key settles false at its deadline and leaves no grant behind', async () => {
+    const holder = new DistributedLock({ key: 'to-wait', servers: [[s.host, s.port]] })
+    assert.equal(await holder.acquire(), true)
+    const waiter = new DistributedLock({ key: 'to-wait', servers: [[s.host, s.port]] })
+    assert.equal(await waiter.enqueue(), 'queued')
+    // 300 ms: the server gets 1 s, the client cuts the wait at 300 ms and drops the connection.
+    assert.equal(await waiter.wait(0.3), false)
+    assert.equal(waiter.token, null)
+    await assert.rejects(waiter.release(), (e) => e instanceof LockError && e.code === 'NOT_LOCKED')
+    // The cut connection is gone, so its wait was withdrawn: once the server shows no waiter, a release frees the key.
+    await until((st) => (st.locks.find((l) => l.key === 'to-wait') || {}).waiters === 0, 'no waiter left')
+    await holder.release()
+    const other = new DistributedLock({ key: 'to-wait', servers: [[s.host, s.port]], acquireTimeoutS: 0 })
+    assert.equal(await other.acquire(), true, 'the key is free at once: no grant went to the cut waiter')
+    await other.release()
+    // The waiter's instance works again.
+    assert.equal(await waiter.enqueue(), 'acquired')
+    await waiter.release()
+  })
+
+  test('two-phase wait(0.3) against a server silent after queued settles false (cut at the deadline, not an error after the 1 s sent)', async () => {
+    const f = await d.fakeServer(([cmd]) => (cmd === 'e' ? 'queued' : null))
+    const l = new DistributedLock({ key: 'to-wait-silent', servers: [[f.host, f.port]] })
+    assert.equal(await l.enqueue(), 'queued')
+    assert.equal(await l.wait(0.3), false)
+    assert.match(f.received, /^e\nto-wait-silent\n\nw\nto-wait-silent\n1\n$/, 'the server got the ceiling: 1 s')
+    await f.close()
+  })
+
   test('leaseTtl is whole seconds and its error says so, naming leaseTtl', async () => {
     for (const bad of [1.5, 0, -1, '5', 2e9]) {
       const r = await api.acquire(s.url('to-ttl'), { leaseTtl: bad })

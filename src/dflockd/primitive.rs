@@ -9,6 +9,42 @@ use super::*;
 #[napi]
 pub struct NativeDflockdPrimitive {
     inner: Arc<Primitive>,
+    /// The loss callback set by `reportLossesTo` for the primitive's lifetime; `close()` puts
+    /// it back in place of a per-primitive `onLost` callback.
+    channel_cb: std::sync::Mutex<Option<core::LossCallback>>,
+}
+
+/// One JS loss callback `(id, token, reason) => void` shared by many primitives, each reporting
+/// with its own `id`: a `DistributedLock` keeps one primitive for its lifetime and still needs
+/// no threadsafe function (a libuv handle created and released per object) of its own. Held
+/// weakly: it never keeps the process alive.
+#[napi]
+pub struct NativeDflockdLossChannel {
+    notify: Arc<dyn Fn(u32, &str, &str) + Send + Sync>,
+}
+
+#[napi]
+impl NativeDflockdLossChannel {
+    /// Wrap `callback(id, token, reason)`.
+    #[napi(
+        constructor,
+        ts_args_type = "callback: (id: number, token: string, reason: string) => void"
+    )]
+    pub fn new(callback: Function<FnArgs<(u32, String, String)>, ()>) -> napi::Result<Self> {
+        let tsfn = callback
+            .build_threadsafe_function::<FnArgs<(u32, String, String)>>()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        Ok(NativeDflockdLossChannel {
+            notify: Arc::new(move |id: u32, token: &str, reason: &str| {
+                let _ = tsfn.call(
+                    FnArgs::from((id, token.to_string(), reason.to_string())),
+                    ThreadsafeFunctionCallMode::NonBlocking,
+                );
+            }),
+        })
+    }
 }
 
 #[napi]
@@ -21,7 +57,19 @@ impl NativeDflockdPrimitive {
         let inner = Primitive::new(opts).map_err(thrown)?;
         Ok(NativeDflockdPrimitive {
             inner: Arc::new(inner),
+            channel_cb: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Report every loss of this primitive, for its whole lifetime (`close()` included), to
+    /// `channel` as `(id, token, reason)`, replacing any `onLost` callback.
+    #[napi]
+    pub fn report_losses_to(&self, channel: &NativeDflockdLossChannel, id: u32) {
+        let notify = channel.notify.clone();
+        let cb: core::LossCallback =
+            Arc::new(move |_key: &str, token: &str, reason: &str| notify(id, token, reason));
+        *self.channel_cb.lock().unwrap_or_else(|p| p.into_inner()) = Some(cb.clone());
+        self.inner.set_on_lost(Some(cb));
     }
 
     /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
@@ -47,9 +95,12 @@ impl NativeDflockdPrimitive {
         env.spawn_future(async move { Ok(enqueue_result(p.enqueue_with(ticket).await)) })
     }
 
-    /// Phase two: wait up to `timeoutS` whole seconds for the grant. `true` = held (verified by
-    /// an immediate renew; a stale grant gives `LOCK_LOST`), `false` = timed out (connection
-    /// closed; enqueue again). After an `'acquired'` enqueue it resolves `true` at once.
+    /// Phase two: wait up to `timeoutS` seconds (fractions allowed) for the grant: the server
+    /// gets the ceiling in whole seconds and the client stops waiting at the exact deadline,
+    /// dropping the connection (the server then withdraws the wait, or releases a grant that
+    /// crossed the cut). `true` = held (verified by an immediate renew; a stale grant gives
+    /// `LOCK_LOST`), `false` = timed out (connection closed; enqueue again). After an
+    /// `'acquired'` enqueue it resolves `true` at once.
     #[napi(ts_return_type = "Promise<BoolResult>")]
     pub fn wait<'env>(
         &self,
@@ -58,10 +109,20 @@ impl NativeDflockdPrimitive {
     ) -> napi::Result<PromiseRaw<'env, BoolResult>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
-        let t = int_arg("timeoutS", timeout_s, 0, core::protocol::MAX_SECONDS);
+        let max = core::protocol::MAX_SECONDS;
+        let t = if timeout_s.is_finite() && timeout_s >= 0.0 && timeout_s <= max as f64 {
+            Ok(Duration::from_secs_f64(timeout_s))
+        } else {
+            Err(DflockdError::new(
+                core::ErrorCode::InvalidArgument,
+                format!(
+                    "timeoutS must be a number of seconds between 0 and {max}, got {timeout_s}"
+                ),
+            ))
+        };
         env.spawn_future(async move {
             Ok(match t {
-                Ok(t) => bool_result(p.wait_with(ticket, t).await),
+                Ok(t) => bool_result(p.wait_for(ticket, t).await),
                 Err(e) => bool_result(Err(e)),
             })
         })
@@ -77,12 +138,18 @@ impl NativeDflockdPrimitive {
 
     /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
     /// connection without sending a release (the server auto-releases on disconnect).
-    /// Also drops the loss callback: its threadsafe function (a libuv handle Node's event loop
-    /// scans on every wakeup) is released now instead of when the object is collected.
+    /// Also drops an `onLost` callback: its threadsafe function (a libuv handle Node's event
+    /// loop scans on every wakeup) is released now instead of when the object is collected. A
+    /// `reportLossesTo` channel stays: the primitive may acquire again.
     #[napi]
     pub fn close(&self) {
         self.inner.close();
-        self.inner.set_on_lost(None);
+        let channel = self
+            .channel_cb
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.inner.set_on_lost(channel);
     }
 
     /// Abort an in-flight acquire/enqueue/wait: it resolves `{ok: false, error: {code: 'ABORTED'}}`.

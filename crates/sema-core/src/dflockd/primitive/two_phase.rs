@@ -2,6 +2,9 @@
 //! on its connection) and `wait()` (`w`/`sw` on that same connection).
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{busy, join_stopped, lock, EnqueueOutcome, Phase, Primitive, Ticket};
 use crate::dflockd::error::{DflockdError, ErrorCode, Result};
@@ -48,6 +51,25 @@ impl Primitive {
     /// [`Primitive::wait`] with a ticket taken earlier. A wait cancelled before it started
     /// also abandons the pending enqueue (its connection is closed).
     pub async fn wait_with(&self, ticket: Ticket, timeout_s: u64) -> Result<bool> {
+        self.wait_until(ticket, timeout_s, None).await
+    }
+
+    /// [`Primitive::wait_with`] for a timeout finer than the protocol's whole seconds: the
+    /// server gets the ceiling, and at `timeout` from this call the client stops waiting and
+    /// drops the connection (the server withdraws the wait, or auto-releases a grant that
+    /// crossed the cut), as `acquire()` does at its deadline. `Ok(false)` then.
+    pub async fn wait_for(&self, ticket: Ticket, timeout: Duration) -> Result<bool> {
+        let ceil_s = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
+        self.wait_until(ticket, ceil_s, deadline).await
+    }
+
+    async fn wait_until(
+        &self,
+        ticket: Ticket,
+        timeout_s: u64,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
         protocol::validate_timeout(timeout_s)?;
         let (op, cancel, mut conn) = {
             let mut st = lock(&self.state);
@@ -113,10 +135,18 @@ impl Primitive {
                 Err(e) => Err(e),
             }
         };
+        // Past the deadline the connection is dropped below, the wait future with it.
+        let cut = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
         let res = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(DflockdError::aborted()),
             r = work => r,
+            _ = cut => Ok(None),
         };
         match res {
             Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|_| true),

@@ -341,6 +341,8 @@ export declare class DistributedLock {
   acquire(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<boolean>
   release(): Promise<void>
   enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>
+  /** true once granted; false when `timeoutS` (fractions allowed: the server gets the ceiling in whole seconds, the
+   * client stops waiting at the exact deadline and drops the connection) passes first. */
   wait(timeoutS?: number, options?: { signal?: AbortSignal | undefined }): Promise<boolean>
   withLock<T>(fn: () => T | Promise<T>): Promise<T>
   /** Drops the connection without releasing (the server releases on disconnect). Idempotent. */

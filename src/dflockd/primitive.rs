@@ -1,6 +1,8 @@
 //! `NativeDflockdPrimitive`: a lock or semaphore slot (acquire, two-phase enqueue/wait,
 //! renewal, release, loss callback) over `sema_core::dflockd::Primitive`.
 
+use napi::bindgen_prelude::Object;
+
 use super::*;
 
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
@@ -74,13 +76,20 @@ impl NativeDflockdPrimitive {
 
     /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
     /// held (renewal started), `{ok: true, value: false}` on timeout.
+    ///
+    /// One task serves the whole acquisition: it settles the promise and goes on as the
+    /// renewal task while the lock is held (see `Primitive::acquire_then`).
     #[napi(ts_return_type = "Promise<BoolResult>")]
-    pub fn acquire<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, BoolResult>> {
+    pub fn acquire<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
         // The ticket is taken now, on the JS thread, so a cancel() right after this call
         // aborts it even before the future first runs.
         let p = self.inner.clone();
         let ticket = p.ticket();
-        env.spawn_future(async move { Ok(bool_result(p.acquire_with(ticket).await)) })
+        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        napi::bindgen_prelude::spawn(p.acquire_then(ticket, move |r| {
+            deferred.resolve(move |_| Ok(bool_result(r)));
+        }));
+        Ok(promise)
     }
 
     /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
@@ -130,10 +139,16 @@ impl NativeDflockdPrimitive {
     /// Release the held lock/slot; after a clean `ok` the connection is kept (idle, unwatched)
     /// for the next `acquire()`/`enqueue()`, else closed. `NOT_LOCKED` when nothing is
     /// held, `LOCK_LOST` when it was lost before.
+    ///
+    /// The renewal task sends the release and settles the promise itself: one hop from the
+    /// JS thread to it and one back, no task of the binding's between.
     #[napi(ts_return_type = "Promise<VoidResult>")]
-    pub async fn release(&self) -> napi::Result<VoidResult> {
-        let p = self.inner.clone();
-        Ok(void_result(p.release().await))
+    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        let (deferred, promise) = env.create_deferred::<VoidResult, _>()?;
+        self.inner.release_then(move |r| {
+            deferred.resolve(move |_| Ok(void_result(r)));
+        });
+        Ok(promise)
     }
 
     /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
 use super::error::{DflockdError, ErrorCode, Result};
+use super::pool;
 use super::primitive::{
     lock, LossCallback, PrimitiveOptions, MIN_RENEW_INTERVAL, RELEASE_RENEW_WAIT,
 };
@@ -25,24 +26,39 @@ pub(super) struct HeldShared {
     pub(super) loss_reason: Mutex<Option<String>>,
 }
 
-/// What the renewal task answers to a release: the result and, after a clean `ok`, the
-/// connection for reuse by the next acquisition.
-pub(super) struct Released {
-    pub(super) result: Result<()>,
-    pub(super) conn: Option<Connection>,
+/// Where the renewal task answers a release: called once, on the task, after a clean `ok` has
+/// put the connection back in the idle [`pool`](super::pool) for the next acquisition. A
+/// callback rather than a channel: the binding resolves its JS promise from here, so a release
+/// is one hop from the JS thread to this task and one back, with no task of its own between.
+/// Dropped unanswered (the task stopped by `close()`, or already gone), it answers `LOCK_LOST`:
+/// a release always settles.
+pub(super) struct ReleaseReply(Option<Box<dyn FnOnce(Result<()>) + Send>>);
+
+impl ReleaseReply {
+    pub(super) fn new(f: impl FnOnce(Result<()>) + Send + 'static) -> Self {
+        ReleaseReply(Some(Box::new(f)))
+    }
+
+    pub(super) fn send(mut self, result: Result<()>) {
+        if let Some(f) = self.0.take() {
+            f(result);
+        }
+    }
 }
 
-impl Released {
-    fn err(e: DflockdError) -> Self {
-        Released {
-            result: Err(e),
-            conn: None,
+impl Drop for ReleaseReply {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(DflockdError::new(
+                ErrorCode::LockLost,
+                "the lock was lost before release (its connection was closed)",
+            )));
         }
     }
 }
 
 pub(super) enum HeldCmd {
-    Release(oneshot::Sender<Released>),
+    Release(ReleaseReply),
 }
 
 pub(super) struct Renewer {
@@ -51,6 +67,9 @@ pub(super) struct Renewer {
     pub(super) on_lost: Arc<Mutex<Option<LossCallback>>>,
     pub(super) cancel: CancellationToken,
     pub(super) grant_lease_s: u64,
+    /// Dropped when the task ends: a new acquisition waits for that (the old connection is
+    /// then closed or pooled) without a `JoinHandle`, so the task can also run inline.
+    pub(super) _finished: oneshot::Sender<()>,
 }
 
 impl Renewer {
@@ -96,11 +115,13 @@ impl Renewer {
         }
     }
 
-    /// Release, and hand the connection back when the server answered a clean `ok`.
-    async fn release_keep(&self, mut conn: Connection) -> Released {
+    /// Release, and pool the connection when the server answered a clean `ok`.
+    async fn release_keep(&self, mut conn: Connection) -> Result<()> {
         let result = self.release(&mut conn).await;
-        let conn = (result.is_ok() && !conn.is_closed()).then_some(conn);
-        Released { result, conn }
+        if result.is_ok() && !conn.is_closed() {
+            pool::put(&self.opts.connect, conn);
+        }
+        result
     }
 
     fn mark_lost(&self, notify: bool, reason: &str) {
@@ -138,8 +159,8 @@ impl Renewer {
                 biased;
                 _ = self.cancel.cancelled() => return,
                 cmd = rx.recv() => match cmd {
-                    Some(HeldCmd::Release(tx)) => {
-                        let _ = tx.send(self.release_keep(conn).await);
+                    Some(HeldCmd::Release(reply)) => {
+                        reply.send(self.release_keep(conn).await);
                         return;
                     }
                     None => return,
@@ -154,7 +175,7 @@ impl Renewer {
                 _ = tokio::time::sleep_until(next_renew) => {}
             }
             let start = Instant::now();
-            let mut pending: Option<oneshot::Sender<Released>> = None;
+            let mut pending: Option<ReleaseReply> = None;
             let mut give_up_at: Option<Instant> = None;
             let result = {
                 let fut = self.renew(&mut conn);
@@ -166,15 +187,15 @@ impl Renewer {
                         _ = self.cancel.cancelled() => return,
                         r = &mut fut => break r,
                         cmd = rx.recv(), if pending.is_none() => match cmd {
-                            Some(HeldCmd::Release(tx)) => {
-                                pending = Some(tx);
+                            Some(HeldCmd::Release(reply)) => {
+                                pending = Some(reply);
                                 give_up_at = Some(Instant::now() + RELEASE_RENEW_WAIT);
                             }
                             None => return,
                         },
                         _ = tokio::time::sleep_until(give_up_at.unwrap_or(far)), if give_up_at.is_some() => {
-                            if let Some(tx) = pending.take() {
-                                let _ = tx.send(Released::err(DflockdError::timeout(
+                            if let Some(reply) = pending.take() {
+                                reply.send(Err(DflockdError::timeout(
                                     "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)",
                                 )));
                             }
@@ -189,15 +210,15 @@ impl Renewer {
                     self.shared
                         .lease_s
                         .store(lease.unwrap_or(self.grant_lease_s), Ordering::SeqCst);
-                    if let Some(tx) = pending.take() {
-                        let _ = tx.send(self.release_keep(conn).await);
+                    if let Some(reply) = pending.take() {
+                        reply.send(self.release_keep(conn).await);
                         return;
                     }
                 }
                 Err(e) => {
                     conn.close();
                     match pending.take() {
-                        Some(tx) => {
+                        Some(reply) => {
                             self.mark_lost(false, e.message());
                             let mut lost = DflockdError::new(
                                 ErrorCode::LockLost,
@@ -206,7 +227,7 @@ impl Renewer {
                             if let Some(r) = e.reply() {
                                 lost = lost.with_reply(r);
                             }
-                            let _ = tx.send(Released::err(lost));
+                            reply.send(Err(lost));
                         }
                         None => self.mark_lost(true, e.message()),
                     }

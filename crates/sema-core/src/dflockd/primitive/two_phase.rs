@@ -26,9 +26,12 @@ impl Primitive {
             .open_and_send(kept, &cancel, |p, c| Box::pin(p.send_enqueue(c)))
             .await;
         match res {
-            Ok((conn, EnqueueReply::Acquired(g))) => self
-                .commit_held(op, &cancel, conn, g)
-                .map(|_| EnqueueOutcome::Acquired),
+            Ok((conn, EnqueueReply::Acquired(g))) => {
+                self.commit_held(op, &cancel, conn, g).map(|armed| {
+                    armed.spawn();
+                    EnqueueOutcome::Acquired
+                })
+            }
             Ok((conn, EnqueueReply::Queued)) => self
                 .commit_queued(op, &cancel, conn)
                 .map(|_| EnqueueOutcome::Queued),
@@ -149,7 +152,10 @@ impl Primitive {
             _ = cut => Ok(None),
         };
         match res {
-            Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|_| true),
+            Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|armed| {
+                armed.spawn();
+                true
+            }),
             Ok(None) => {
                 drop(conn);
                 self.end_op(op, &cancel).map(|_| false)

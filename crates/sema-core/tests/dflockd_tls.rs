@@ -3,12 +3,12 @@
 //! with a trusted CA, an unknown CA, a wrong server name and no TLS at all. When the recorded
 //! server is Go, it is also tested with its own `--tls-cert/--tls-key`.
 
-mod dflockd_support;
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dflockd_support::{key, loss_channel, next_loss, skip_unless_go, TestServer};
+use common::dflockd::{key, loss_channel, next_loss, skip_unless_go, TestServer};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use sema_core::dflockd::{
     AcquireReply, ConnectOptions, Connection, ErrorCode, Primitive, PrimitiveOptions, TlsOptions,

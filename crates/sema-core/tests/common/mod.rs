@@ -1,7 +1,10 @@
 //! What the lock-file test files share: temp directories and their listing, lock files with
-//! test options, holder files written as another process would, and the waits every test makes.
+//! test options, holder files written as another process would, and the waits every test makes;
+//! what the dflockd test files share is in [`dflockd`].
 //! Each test file is its own crate and uses a part of this module: the rest is dead code there.
 #![allow(dead_code)]
+
+pub mod dflockd;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

@@ -1,7 +1,8 @@
-//! Test helpers for the dflockd client: the real server recorded by `scripts/setup.js` in
-//! `.tools/dflockd.json` (or `$DFLOCKD_BIN`, taken as the Go server), started per test on a
-//! free loopback port, and a small fake server for behaviour the real one never produces.
-#![allow(dead_code)]
+//! What the dflockd test files share: the real server recorded by
+//! `scripts/setup.js` in `.tools/dflockd.json` (or `$DFLOCKD_BIN`, taken as the Go server),
+//! started per test on a free loopback port; a small fake server for behaviour the real one
+//! never produces, and the scripted fake that grants and renews; primitives, one-shot probes
+//! and loss observers.
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
@@ -11,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sema_core::dflockd::{ConnectOptions, PrimitiveOptions};
+use sema_core::dflockd::{
+    AcquireReply, ConnectOptions, Connection, DflockdError, ErrorCode, Primitive, PrimitiveOptions,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -353,4 +356,143 @@ pub async fn next_loss(
     limit: Duration,
 ) -> Option<(String, String, Instant)> {
     tokio::time::timeout(limit, rx.recv()).await.ok().flatten()
+}
+
+/// Loss notifications as [`loss_channel`] delivers them.
+pub type LossRx = tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)>;
+
+/// Asserts that no loss is reported on `rx` within `limit`.
+pub async fn assert_no_loss(rx: &mut LossRx, limit: Duration) {
+    if let Some((k, t, _)) = next_loss(rx, limit).await {
+        panic!("unexpected loss of {k} ({t})");
+    }
+}
+
+/// A primitive from options the test knows are valid.
+pub fn prim(opts: PrimitiveOptions) -> Primitive {
+    Primitive::new(opts).expect("valid options")
+}
+
+/// Acquires `k` on `server` with a 60 s lease and renewals at most `renew_cap` apart, and
+/// observes its losses.
+pub async fn held_lock(server: &TestServer, k: &str, renew_cap: Duration) -> (Primitive, LossRx) {
+    let mut o = server.lock_options(k);
+    o.lease_ttl_s = Some(60);
+    o.renew_max_interval = renew_cap;
+    let a = prim(o);
+    let lost = loss_channel(&a);
+    assert!(a.acquire().await.expect("acquire"));
+    (a, lost)
+}
+
+/// A one-shot `l key 0` from a fresh connection: true when granted (then released).
+pub async fn try_once(server: &TestServer, k: &str) -> bool {
+    let mut conn = Connection::connect(&server.connect_options())
+        .await
+        .expect("connect");
+    match conn.lock(k, 0, None).await.expect("l reply") {
+        AcquireReply::Granted(g) => {
+            conn.release(k, &g.token).await.expect("release");
+            true
+        }
+        AcquireReply::TimedOut => false,
+    }
+}
+
+/// Counts the loss notifications of `p`; with `expect`, each must name that key and token.
+pub fn loss_counter(
+    p: &Primitive,
+    expect: Option<(&'static str, &'static str)>,
+) -> Arc<AtomicUsize> {
+    let n = Arc::new(AtomicUsize::new(0));
+    let c = n.clone();
+    p.set_on_lost(Some(Arc::new(move |k: &str, t: &str, _reason: &str| {
+        if let Some(kt) = expect {
+            assert_eq!((k, t), kt);
+        }
+        c.fetch_add(1, Ordering::SeqCst);
+    })));
+    n
+}
+
+/// The code of an error the test requires.
+pub fn code(r: Result<impl std::fmt::Debug, DflockdError>) -> ErrorCode {
+    r.expect_err("must fail").code()
+}
+
+/// The token every fake grant carries.
+pub const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// A fake answering the first request with `reply` (raw bytes) and then idling.
+pub async fn replying(reply: &'static [u8]) -> Fake {
+    Fake::start(move |mut c: FakeConn| async move {
+        if c.read_request().await.is_some() {
+            c.write(reply).await;
+        }
+        c.wait_eof(Duration::from_secs(30)).await;
+    })
+    .await
+}
+
+/// A fresh connection's `l k 5`.
+pub async fn lock_once(opts: &ConnectOptions) -> Result<AcquireReply, DflockdError> {
+    let mut conn = Connection::connect(opts).await?;
+    conn.lock("k", 5, None).await
+}
+
+/// A fake dflockd that grants `l`/`e`, answers renews via `renew_reply`, records requests.
+pub struct Scripted {
+    pub fake: Fake,
+    log: Arc<Mutex<Vec<[String; 3]>>>,
+}
+
+pub async fn scripted(
+    lease: u64,
+    renew_reply: impl Fn(usize) -> Option<(&'static str, Duration)> + Send + Sync + 'static,
+) -> Scripted {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let renews = Arc::new(AtomicUsize::new(0));
+    let renew_reply = Arc::new(renew_reply);
+    let l2 = log.clone();
+    let fake = Fake::start(move |mut c: FakeConn| {
+        let log = l2.clone();
+        let renews = renews.clone();
+        let renew_reply = renew_reply.clone();
+        async move {
+            while let Some(req) = c.read_request().await {
+                let cmd = req[0].clone();
+                log.lock().unwrap_or_else(|e| e.into_inner()).push(req);
+                match cmd.as_str() {
+                    "l" | "w" => c.write(format!("ok {TOKEN} {lease}\n").as_bytes()).await,
+                    "e" => {
+                        c.write(format!("acquired {TOKEN} {lease}\n").as_bytes())
+                            .await
+                    }
+                    "r" => c.write(b"ok\n").await,
+                    "n" => {
+                        let i = renews.fetch_add(1, Ordering::SeqCst);
+                        match renew_reply(i) {
+                            Some((reply, delay)) => {
+                                tokio::time::sleep(delay).await;
+                                c.write(reply.as_bytes()).await;
+                            }
+                            None => return, // hang up
+                        }
+                    }
+                    _ => c.write(b"error\n").await,
+                }
+            }
+        }
+    })
+    .await;
+    Scripted { fake, log }
+}
+
+impl Scripted {
+    pub fn requests(&self) -> Vec<[String; 3]> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn count(&self, cmd: &str) -> usize {
+        self.requests().iter().filter(|r| r[0] == cmd).count()
+    }
 }

@@ -52,12 +52,7 @@ mod dflockd {
         // the renew cap (1.5 s here, 15 s by default for the 23 s default) keeps it alive.
         let server = TestServer::start(&["--read-timeout", "3"]);
         let k = key("idle");
-        let mut o = server.lock_options(&k);
-        o.lease_ttl_s = Some(60);
-        o.renew_max_interval = Duration::from_millis(1500);
-        let a = prim(o);
-        let lost = loss_counter(&a, None);
-        assert!(a.acquire().await.expect("acquire"));
+        let (a, mut lost) = held_lock(&server, &k, Duration::from_millis(1500)).await;
         tokio::time::sleep(Duration::from_secs(10)).await;
         // Prove it is still held: another client's `l key 0` times out.
         let mut other = Connection::connect(&server.connect_options())
@@ -68,7 +63,7 @@ mod dflockd {
             AcquireReply::TimedOut
         );
         assert!(a.token().is_some());
-        assert_eq!(lost.load(Ordering::SeqCst), 0);
+        assert_no_loss(&mut lost, Duration::ZERO).await;
         a.release().await.expect("release");
     }
 
@@ -77,11 +72,7 @@ mod dflockd {
         // Control for the test above: a renew interval above the read timeout loses the lock.
         let server = TestServer::start(&["--read-timeout", "2"]);
         let k = key("idle-ctl");
-        let mut o = server.lock_options(&k);
-        o.lease_ttl_s = Some(60);
-        o.renew_max_interval = Duration::from_secs(30);
-        let a = prim(o);
-        assert!(a.acquire().await.expect("acquire"));
+        let (a, _lost) = held_lock(&server, &k, Duration::from_secs(30)).await;
         tokio::time::sleep(Duration::from_secs(4)).await;
         assert!(
             try_once(&server, &k).await,

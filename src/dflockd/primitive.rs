@@ -22,8 +22,11 @@ pub struct NativeDflockdPrimitive {
 /// weakly: it never keeps the process alive.
 #[napi]
 pub struct NativeDflockdLossChannel {
-    notify: Arc<dyn Fn(u32, &str, &str) + Send + Sync>,
+    notify: ChannelNotify,
 }
+
+/// Calls the channel's JS callback with `(id, token, reason)`.
+type ChannelNotify = Arc<dyn Fn(u32, &str, &str) + Send + Sync>;
 
 #[napi]
 impl NativeDflockdLossChannel {

@@ -8,6 +8,8 @@
 // for the loss callback created and released) cost ~7.6 µs of the ~120 µs of client CPU per acquire + release pair,
 // and a loss callback of its own per instance would leave one libuv handle per uncollected instance. Losses of all
 // instances go through one shared channel instead, dispatched by primitive id to the acquisition in progress.
+// Measured with the native side's one task per acquisition (Go server, best of 7 on a loaded 2-core machine): client
+// CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
 
 const native = require('../native')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')

@@ -479,10 +479,16 @@ impl Primitive {
 
     /// [`Primitive::acquire_with`] reporting its outcome through `done`, after which, when
     /// held, this same task goes on as the renewal task: one task per acquisition, not one to
-    /// acquire and another spawned to renew (measured on the Go server, 1 worker: the spawn
-    /// woke the second tokio worker on most acquisitions, ~1 context switch per acquire +
-    /// release pair). The primitive itself is let go before renewing: dropping it still stops
-    /// the renewal.
+    /// acquire and another spawned to renew. The primitive itself is let go before renewing:
+    /// dropping it still stops the renewal.
+    ///
+    /// Measured on the Go server (lock + release pairs, this path with [`Primitive::release_then`]
+    /// and the JS layer keeping one primitive per lock; best of 7 runs on a loaded 2-core
+    /// machine): client CPU per pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10. Context
+    /// switches stay ~8 per pair with 1 worker: the napi runtime runs one tokio worker here, so
+    /// no spawn crossed threads; what is left is 2 per request on that worker (woken by the
+    /// request, parked until the reply) and 1 on the JS thread (the promise), the floor of a
+    /// client whose I/O runs off the JS thread.
     pub async fn acquire_then(self: Arc<Self>, ticket: Ticket, done: impl FnOnce(Result<bool>)) {
         match self.acquire_armed(ticket).await {
             Ok(Some(armed)) => {

@@ -324,4 +324,38 @@ describe('lock loss events', { skip }, () => {
     assert.equal(a.token, null)
     await assert.rejects(a.release(), code('NOT_LOCKED'))
   })
+
+  test('one native primitive serves every acquisition of an instance; a loss after many rounds still reaches it once', async () => {
+    const native = require('../lib/native')
+    const Original = native.NativeDflockdPrimitive
+    let built = 0
+    native.NativeDflockdPrimitive = class extends Original {
+      constructor(...args) {
+        super(...args)
+        built++
+      }
+    }
+    const srv = await d.startServer()
+    let losses = 0
+    try {
+      const a = new DistributedLock({ key: 'loss-reuse', servers: [[srv.host, srv.port]], onLockLost: () => losses++ })
+      for (let i = 0; i < 50; i++) {
+        assert.equal(await a.acquire(), true)
+        await a.release()
+      }
+      assert.equal(await a.enqueue(), 'acquired')
+      assert.equal(await a.wait(1), true)
+      await a.release()
+      a.close()
+      assert.equal(await a.acquire(), true)
+      assert.equal(built, 1, 'acquire/release/enqueue/wait/close reuse the instance\'s primitive')
+      const aborted = once(a.signal, 'abort')
+      await srv.kill('SIGKILL')
+      await aborted
+      assert.equal(a.signal.reason.code, 'LOCK_LOST')
+      assert.equal(losses, 1)
+    } finally {
+      native.NativeDflockdPrimitive = Original
+    }
+  })
 })

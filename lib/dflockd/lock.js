@@ -79,7 +79,6 @@ class DistributedLock {
   /** Counts acquisitions: a continuation whose count is no longer current was replaced by close()/force. */
   #gen = 0
   #held = false
-  #heldToken = null
   #enqueued = false
   /** A loss reported before the grant's continuation ran: `{token, reason}`. */
   #lostEarly = null
@@ -236,7 +235,6 @@ class DistributedLock {
     this.#controller = null
     this.#live = true
     this.#held = false
-    this.#heldToken = null
     this.#lostEarly = null
     lossHandlers.set(this.#primId, this.#onLoss)
     return prim
@@ -247,18 +245,20 @@ class DistributedLock {
     if (this.#live) lossHandlers.delete(this.#primId)
     this.#live = false
     this.#held = false
-    this.#heldToken = null
     this.#gen++
   }
 
   #lost(token, reason) {
     if (!this.#live) return
     if (!this.#held) {
-      // Lost before the grant's continuation ran: #granted decides whether it was this grant's.
+      // Lost before the grant's continuation ran: #granted replays it.
       this.#lostEarly = { token, reason }
       return
     }
-    if (token !== this.#heldToken) return // a late report of an earlier acquisition
+    // A late report of an earlier acquisition names another token than the held one (null = this one is lost too).
+    // Read here, not at every grant: the loss path is rare, the grant path is hot.
+    const current = this.#prim.token
+    if (current !== null && current !== token) return
     const controller = this.#controller ?? (this.#controller = new AbortController())
     this.#end()
     this.#prim.close()
@@ -266,20 +266,12 @@ class DistributedLock {
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
   }
 
-  /** Marks the acquisition held; replays a loss of this grant that arrived before this point. */
-  #granted(prim) {
+  /** Marks the acquisition held; replays a loss that arrived before this point (#lost drops an earlier one's). */
+  #granted() {
     this.#held = true
-    // null = the native side already knows the grant is lost (a loss report is then due, or arrived early).
-    const token = prim.token
     const early = this.#lostEarly
     this.#lostEarly = null
-    if (token === null) {
-      this.#heldToken = early ? early.token : null
-      this.#lost(this.#heldToken, early ? early.reason : '')
-    } else {
-      this.#heldToken = token
-      if (early && early.token === token) this.#lost(token, early.reason)
-    }
+    if (early) this.#lost(early.token, early.reason)
   }
 
   /** Ends the acquisition `gen` (after a timeout or failure) and drops its connection if still ours. */
@@ -340,7 +332,7 @@ class DistributedLock {
       this.#drop(prim, gen)
       return false
     }
-    this.#granted(prim)
+    this.#granted()
     return true
   }
 
@@ -353,7 +345,7 @@ class DistributedLock {
     this.#enqueued = true
     const r = await this.#run(prim, () => prim.enqueue(), signal)
     const status = this.#settle(prim, gen, r, 'enqueue')
-    if (status === 'acquired') this.#granted(prim)
+    if (status === 'acquired') this.#granted()
     else if (status !== 'queued') {
       this.#drop(prim, gen)
       throw new LockError(`enqueue: unexpected native status ${describe(status)}`, 'PROTOCOL_ERROR')
@@ -390,7 +382,7 @@ class DistributedLock {
       this.#drop(prim, gen)
       return false
     }
-    this.#granted(prim)
+    this.#granted()
     return true
   }
 

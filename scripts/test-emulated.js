@@ -53,8 +53,7 @@ const PLATFORMS = {
     // 8 processes × 40 rounds per mutual-exclusion run: a process start and each file call are slow under Wine.
     env: { WINEPREFIX: path.join(cross, 'wineprefix'), WINEDEBUG: '-all', SEMA_TEST_MUTEX_ITER: '40' },
     wine: true,
-    // cli-run left out: its cases run a POSIX shell, and `run` does not yet hand the lock to its command on Windows.
-    suites: DEFAULT_SUITES.filter((s) => s !== 'cli-run'),
+    suites: DEFAULT_SUITES,
   },
 }
 
@@ -145,9 +144,10 @@ function consumerSmoke(key, p, dflockdPort) {
   return { ok, detail: JSON.stringify(got), work }
 }
 
-function runSuites(key, p, suites) {
+function runSuites(key, p, suites, dflockdPort) {
   const files = suites.map((s) => path.join('__test__', `${s}.test.js`))
   const env = { NAPI_RS_NATIVE_LIBRARY_PATH: path.join(root, 'npm', key, `${name}.${key}.node`), TMPDIR: os.tmpdir() }
+  if (dflockdPort) env.SEMA_DFLOCKD_PORT = dflockdPort
   const r = runNode(p, ['--test', '--test-reporter=tap', '--test-concurrency=1', ...files], { cwd: root, env, timeout: 40 * 60_000 })
   // The whole TAP output, for the failures' details (the summary below lists only their names).
   fs.mkdirSync(path.join(root, 'dist'), { recursive: true })
@@ -180,9 +180,10 @@ async function main() {
     if (!fs.existsSync(p.node)) throw new Error(`${p.node} is missing: run scripts/toolchains.sh`)
     p.prepare?.()
     const t0 = Date.now()
+    // Under Wine, a dflockd server on this host's loopback for the smoke script and the suites (a Windows Node
+    // cannot start the Linux server itself).
     const server = p.wine ? await startDflockd() : null
     const s = consumerSmoke(key, p, server?.port)
-    await server?.stop()
     console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${key}: installed with ${p.npmFlags.join(' ')} and loaded: ${s.detail}`)
     if (!s.ok) bad++
     else fs.rmSync(s.work, { recursive: true, force: true })
@@ -191,7 +192,7 @@ async function main() {
       const suites = chosen ?? p.suites
       row.suites = suites.length
       const t1 = Date.now()
-      const r = runSuites(key, p, suites)
+      const r = runSuites(key, p, suites, server?.port)
       Object.assign(row, r, { suitesS: (Date.now() - t1) / 1000 })
       console.log(`${r.status === 0 ? 'ok  ' : 'FAIL'} ${key}: ${suites.length} suites, pass ${r.pass} fail ${r.fail} skipped ${r.skipped}, ${row.suitesS.toFixed(0)} s`)
       for (const l of [...r.failed, ...r.skips]) console.log(`     ${l.trim()}`)
@@ -200,6 +201,7 @@ async function main() {
         if (!r.failed.length) console.log(r.out.slice(-4000))
       }
     }
+    await server?.stop()
     rows.push(row)
   }
   console.log('\n| platform | install + smoke | suites | pass | fail | skipped | suite time |\n|---|---|---|---|---|---|---|')

@@ -2,20 +2,32 @@
 // `sema-native run <target> [options] -- <command…>`: holds the lock for the command's whole life.
 //
 // Order of events: acquire (a signal while waiting cancels the wait and exits 128+N), spawn the command with
-// inherited stdio, pass SIGINT/SIGTERM/SIGHUP/SIGQUIT on to it, wait for it to end, release, exit with its status
-// (128+N when it died of signal N). The lock is kept alive by the package (heartbeat for files, lease renewal for
-// dflockd); if it is lost anyway, a warning goes to stderr and the command keeps running.
+// inherited stdio, pass signals on to it (below), wait for it to end, release, exit with its status (128+N when it
+// died of signal N). The lock is kept alive by the package (heartbeat for files, lease renewal for dflockd); if it
+// is lost anyway, a warning goes to stderr and the command keeps running.
 //
-// If this wrapper dies first (SIGKILL, OOM), the command must keep the lock while it lives, as with flock(1): for a
-// file lock the command inherits the lock file's descriptor as fd 3, and with it the holder's presence mark (a lock
-// of the open file, not of a process), so the engine judges the lock held while that descriptor is open anywhere,
-// although the pid recorded in the file is dead. When the command ends too, the lock is reclaimable at once.
+// If this wrapper dies first (SIGKILL, OOM, `taskkill /F`), the command must keep the lock while it lives, as with
+// flock(1):
+// - Unix: the command inherits the lock file's descriptor as fd 3, and with it the holder's presence mark (a lock
+//   of the open file, not of a process), so the engine judges the lock held while that descriptor is open
+//   anywhere, although the pid recorded in the file is dead;
+// - Windows: a byte-range lock belongs to the process that took it and dies with it, so no handle can carry the
+//   mark. Instead the command is recorded as the holder (its pid and creation time written into the lock file by
+//   this wrapper, which still holds it): the lock is held while the command lives, and while this wrapper lives
+//   its own mark keeps it held even if the command ends first.
+// When the command ends too, the lock is reclaimable at once.
+//
+// Signals on Windows: Ctrl-C and Ctrl-Break go to every process of the console, the command included, so nothing
+// is passed on (Node's child.kill() would be TerminateProcess there); the wrapper only has to survive them (Node's
+// default for SIGBREAK is to die) and wait for the command, then release and pass its exit code through.
 
 const { spawn } = require('node:child_process')
 const native = require('../native')
 const { UsageError, err, exit, signalExitCode, formatDuration } = require('./common')
 
-const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT']
+const WINDOWS = process.platform === 'win32'
+/** Signals heard while waiting (cancel the wait) and while the command runs (passed on, except on Windows). */
+const FORWARDED = WINDOWS ? ['SIGINT', 'SIGBREAK', 'SIGHUP'] : ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT']
 /** What a dflockd wait without --timeout means here: as long as a timer can hold (about 24 days). */
 const FOREVER_MS = 0x7fffffff
 
@@ -38,7 +50,7 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
     if (phase === 'acquiring') {
       signalBeforeStart = signal
       cancel.abort()
-    } else if (phase === 'running' && child) {
+    } else if (phase === 'running' && child && !WINDOWS) {
       try {
         child.kill(signal)
       } catch {}
@@ -85,6 +97,14 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
       return
     }
     phase = 'running'
+    // No descriptor carries the presence mark (Windows): the command becomes the recorded holder.
+    if (held == null && lock.backend === 'file' && lock.token && child.pid) {
+      try {
+        native.handLockTo(lock.token, child.pid)
+      } catch (e) {
+        err(`sema-native: warning: ${rep.target} stays recorded as this process's lock: ${e.message}\n`)
+      }
+    }
     child.once('error', (e) => {
       if (e.code === 'ENOENT') err(`sema-native: ${o.argv[0]}: command not found\n`)
       else err(`sema-native: ${o.argv[0]}: ${e.message}\n`)

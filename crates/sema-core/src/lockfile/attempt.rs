@@ -255,6 +255,7 @@ impl LockFile {
                     file_id,
                     content,
                     timestamp: info.timestamp,
+                    handed_to: None,
                     lost: None,
                     stop: None,
                     finished: false,

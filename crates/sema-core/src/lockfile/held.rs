@@ -47,6 +47,9 @@ pub(super) struct HeldState {
     pub(super) content: Vec<u8>,
     /// The timestamp on disk now (refreshed by the heartbeat; the rest is `info`).
     pub(super) timestamp: i64,
+    /// The process recorded as the holder now, when it is not us: (pid, start) of the command
+    /// `sema-native run` handed the lock to ([`HeldLock::hand_over`]).
+    pub(super) handed_to: Option<(i64, Option<u64>)>,
     /// Created on demand (most holders never ask); cancelled by `finish` / `lose`.
     pub(super) lost: Option<CancellationToken>,
     pub(super) stop: Option<CancellationToken>,
@@ -85,7 +88,10 @@ impl HeldInner {
 
     /// What is on disk now.
     pub(super) fn current(&self, state: &HeldState) -> LockInfo {
+        let (pid, start) = state.handed_to.unwrap_or((self.info.pid, self.info.start));
         LockInfo {
+            pid,
+            start,
             timestamp: state.timestamp,
             ..self.info.clone()
         }

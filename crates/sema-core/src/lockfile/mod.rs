@@ -62,6 +62,7 @@ mod breaking;
 pub mod error;
 mod fifo;
 pub mod format;
+mod hand_over;
 mod heartbeat;
 mod held;
 mod lock_file;

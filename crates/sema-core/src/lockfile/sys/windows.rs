@@ -17,8 +17,7 @@ use std::os::windows::io::AsRawHandle;
 use std::path::{Component, Path, Prefix};
 
 use windows_sys::Win32::Foundation::{
-    SetHandleInformation, ERROR_ACCESS_DENIED, ERROR_INVALID_FUNCTION, ERROR_LOCK_VIOLATION,
-    ERROR_NOT_SUPPORTED, HANDLE, HANDLE_FLAG_INHERIT,
+    ERROR_ACCESS_DENIED, ERROR_INVALID_FUNCTION, ERROR_LOCK_VIOLATION, ERROR_NOT_SUPPORTED, HANDLE,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     GetDriveTypeW, GetFileInformationByHandle, LockFileEx, MoveFileExW, UnlockFileEx,
@@ -403,11 +402,10 @@ fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Make the lock's handle inheritable, so the next child process (`sema-native run`'s
-/// command: Node's spawn passes `bInheritHandles`) holds the presence mark too. A handle is not a
-/// descriptor a child can be given by number, hence `None`: the child inherits it silently.
-pub(crate) fn raw_handle(file: &File) -> Option<i64> {
-    // SAFETY: the handle is owned by `file` and open for the call; only its inherit flag changes.
-    unsafe { SetHandleInformation(handle(file), HANDLE_FLAG_INHERIT, HANDLE_FLAG_INHERIT) };
+/// No handle can carry the holder's presence mark to a child: a byte-range lock belongs to the
+/// process that took it, and Windows drops it when that process ends, whoever else still has a
+/// handle of the file. `sema-native run` records its command as the holder instead
+/// (`HeldLock::hand_over`).
+pub(crate) fn raw_handle(_file: &File) -> Option<i64> {
     None
 }

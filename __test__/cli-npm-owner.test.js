@@ -14,7 +14,9 @@ const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 
 const BIN = path.join(u.ROOT, 'bin', 'sema-native.js')
+const { oneCommandShell, splitWindowsCommandLine } = require('../lib/cli/common')
 const hasNpm = spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0
+const WINDOWS = process.platform === 'win32'
 
 let dir
 before(() => {
@@ -68,7 +70,7 @@ test('npm run / npm exec: acquire and try-acquire refuse npm as the owner; a liv
   assert.ok(fs.readFileSync(f('e.lock'), 'utf8').startsWith(`pid=${process.pid}\n`))
 })
 
-test('sh -c running only this command is refused; a line that goes on is not', () => {
+test('sh -c running only this command is refused; a line that goes on is not', { skip: WINDOWS && 'no POSIX shell on Windows' }, () => {
   const file = path.join(dir, 'sh.lock')
   const only = spawnSync('sh', ['-c', `${node} ${q(BIN)} acquire ${q(file)}`], { encoding: 'utf8', timeout: 30_000 })
   assert.equal(only.status, 2, only.stderr)
@@ -77,4 +79,52 @@ test('sh -c running only this command is refused; a line that goes on is not', (
   const line = spawnSync('sh', ['-c', `${node} ${q(BIN)} acquire ${q(file)} -q && cat ${q(file)}`], { encoding: 'utf8', timeout: 30_000 })
   assert.equal(line.status, 0, line.stderr)
   assert.match(line.stdout, /^pid=\d+\n/)
+})
+
+test('cmd.exe /c running only this command is refused (as npm runs a script line); a line that goes on is not', { skip: !WINDOWS && 'Windows only' }, () => {
+  const file = path.join(dir, 'cmd.lock')
+  const cmd = process.env.ComSpec || 'cmd.exe'
+  // npm's way: `cmd.exe /d /s /c "<line>"` (with /s, cmd drops the outer quotes and runs the line as it is).
+  const run = (line) => spawnSync(cmd, ['/d', '/s', '/c', `"${line}"`], { encoding: 'utf8', timeout: 60_000, windowsVerbatimArguments: true })
+  const only = run(`${node} ${q(BIN)} acquire ${q(file)}`)
+  assert.equal(only.status, 2, only.stdout + only.stderr)
+  assert.match(only.stderr, /its parent process \(pid \d+\) is a shell that runs only this command \(.*cmd(\.exe)? \/c /i)
+  assert.equal(fs.existsSync(file), false)
+  const line = run(`${node} ${q(BIN)} acquire ${q(file)} -q && type ${q(file)}`)
+  assert.equal(line.status, 0, line.stderr)
+  assert.match(line.stdout, /^pid=\d+\r?\n/)
+})
+
+test('which command lines are shells that run only this command (sh, cmd.exe, PowerShell)', () => {
+  const one = [
+    ['sh', '-c', 'sema-native acquire x'],
+    ['/bin/bash', '-ec', 'sema-native acquire x'],
+    ['C:\\Program Files\\Git\\bin\\bash.exe', '-c', 'sema-native acquire x'],
+    ['C:\\WINDOWS\\system32\\cmd.exe', '/d', '/s', '/c', '"sema-native acquire x"'],
+    ['cmd', '/C', 'sema-native', 'acquire', 'x'],
+    ['powershell.exe', '-NoProfile', '-Command', 'sema-native acquire x'],
+    ['pwsh', '-c', 'sema-native acquire x'],
+    ['pwsh', '-NoLogo', '-com', 'sema-native', 'acquire', 'x'],
+  ]
+  for (const args of one) assert.ok(oneCommandShell(args), `one command: ${JSON.stringify(args)}`)
+  const goesOn = [
+    ['sh', '-c', 'sema-native acquire x && build'],
+    ['sh', '-c', 'sema-native acquire x; build'],
+    ['sh', 'script.sh'],
+    ['cmd.exe', '/d', '/s', '/c', '"sema-native acquire x && build"'],
+    ['cmd.exe', '/c', 'sema-native acquire x & build'],
+    ['cmd.exe', '/k', 'sema-native acquire x'],
+    ['cmd.exe'],
+    ['powershell', '-Command', 'sema-native acquire x; build'],
+    ['pwsh', '-c', 'sema-native acquire x && build'],
+    ['pwsh', '-Command', '-'],
+    ['pwsh', '-File', 'build.ps1'],
+    ['node', '-c', 'x'],
+  ]
+  for (const args of goesOn) assert.equal(oneCommandShell(args), null, `goes on: ${JSON.stringify(args)}`)
+  // How the system's copy of a Windows command line is split (the C runtime's rules, as Node and cmd.exe see it).
+  assert.deepEqual(splitWindowsCommandLine('C:\\WINDOWS\\system32\\cmd.exe /d /s /c ""C:\\n\\node.exe" "C:\\a b\\x.js" acquire y"'), [
+    'C:\\WINDOWS\\system32\\cmd.exe', '/d', '/s', '/c', 'C:\\n\\node.exe C:\\a', 'b\\x.js acquire y',
+  ])
+  assert.deepEqual(splitWindowsCommandLine('a\\\\"b c" d\\"e "f""g" h\\i\t j'), ['a\\b c', 'd"e', 'f"g', 'h\\i', 'j'])
 })

@@ -53,7 +53,8 @@ const PLATFORMS = {
     // 8 processes × 40 rounds per mutual-exclusion run: a process start and each file call are slow under Wine.
     env: { WINEPREFIX: path.join(cross, 'wineprefix'), WINEDEBUG: '-all', SEMA_TEST_MUTEX_ITER: '40' },
     wine: true,
-    suites: DEFAULT_SUITES,
+    // cli-npm-owner: its cmd.exe case (Wine's cmd.exe as the parent of `acquire`).
+    suites: [...DEFAULT_SUITES, 'cli-npm-owner'],
   },
 }
 

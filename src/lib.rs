@@ -5,11 +5,11 @@
 // every export looks unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod cli;
 mod dflockd;
 mod file;
 mod owner;
 mod result;
-mod run;
 
 /// The addon's tokio runtime: one worker thread instead of one per core (the blocking pool, used
 /// for fsync, is separate and unchanged). A dflockd request, its socket's reactor and the settling

@@ -127,13 +127,108 @@ function displayTarget(target) {
   return String(target).replace(/^(dflockd:\/\/)[^@/]*@/i, '$1***@')
 }
 
-/** The command line of process `pid` (Linux: /proc; elsewhere `ps`), or null when it cannot be read. */
+/**
+ * The words of a Windows command line, split as the C runtime and CommandLineToArgvW do: blanks separate words
+ * outside double quotes; 2n backslashes before a quote are n backslashes and the quote opens or closes, 2n+1 are
+ * n backslashes and a literal quote; other backslashes are literal; `""` inside quotes is a literal quote.
+ */
+function splitWindowsCommandLine(line) {
+  const words = []
+  let word = ''
+  let inWord = false
+  let quoted = false
+  for (let i = 0; i < line.length; i++) {
+    const ch = line[i]
+    if (ch === '\\') {
+      let n = 0
+      while (line[i] === '\\') {
+        n++
+        i++
+      }
+      if (line[i] === '"') {
+        word += '\\'.repeat(n >> 1)
+        if (n % 2) word += '"'
+        else i-- // the quote is handled by the next turn
+      } else {
+        word += '\\'.repeat(n)
+        i--
+      }
+      inWord = true
+    } else if (ch === '"') {
+      if (quoted && line[i + 1] === '"') {
+        word += '"'
+        i++
+      } else {
+        quoted = !quoted
+      }
+      inWord = true
+    } else if ((ch === ' ' || ch === '\t') && !quoted) {
+      if (inWord) words.push(word)
+      word = ''
+      inWord = false
+    } else {
+      word += ch
+      inWord = true
+    }
+  }
+  if (inWord) words.push(word)
+  return words
+}
+
+/**
+ * The command line of process `pid` as words, or null when it cannot be read. Linux: /proc; Windows: the system's
+ * copy of the process's command line (the native addon), split as the C runtime does; elsewhere `ps`.
+ */
 function processArgs(pid) {
+  if (process.platform === 'win32') {
+    try {
+      const line = require('../native').processCommandLine(pid)
+      return line ? splitWindowsCommandLine(line) : null
+    } catch {
+      return null
+    }
+  }
   try {
     return fs.readFileSync(`/proc/${pid}/cmdline`).toString('utf8').split('\0').filter(Boolean)
   } catch {}
   const r = require('node:child_process').spawnSync('ps', ['-o', 'args=', '-p', String(pid)], { encoding: 'utf8' })
   return r.status === 0 && r.stdout.trim() ? r.stdout.trim().split(/\s+/) : null
+}
+
+/** The file name of a program path (either separator), lower case, without `.exe`. */
+function programName(arg) {
+  return String(arg ?? '').split(/[\\/]/).pop().toLowerCase().replace(/\.exe$/, '')
+}
+
+/**
+ * `shell flag 'command'` when `args` (a process's command line) is a shell started to run one command and nothing
+ * after it, else null:
+ * - `sh -c 'x'` (and bash, dash, zsh, ksh, mksh, ash): no `;`, `&`, `|`, newline, backquote or `$(` in the command;
+ * - `cmd.exe /c x` (npm's `cmd.exe /d /s /c "x"` too): no `&` (also `&&`), `|` or newline; `/k` keeps the shell;
+ * - `powershell -Command x` / `pwsh -c x` (-Command and its prefixes): no `;`, `&`, `|` or newline.
+ * A command with one of those goes on after this one (`x && build`), and keeps its shell alive.
+ */
+function oneCommandShell(args) {
+  const name = programName(args[0])
+  let flag
+  let command
+  let separators
+  if (/^-?(sh|bash|dash|zsh|ksh|mksh|ash)$/.test(name)) {
+    const c = args.findIndex((a, i) => i > 0 && /^-[a-z]*c[a-z]*$/.test(a))
+    if (c < 0 || c + 1 >= args.length) return null
+    ;[flag, command, separators] = [args[c], args[c + 1], /[;&|\n`]|\$\(/]
+  } else if (name === 'cmd') {
+    const c = args.findIndex((a, i) => i > 0 && /^\/c$/i.test(a))
+    if (c < 0 || c + 1 >= args.length) return null
+    ;[flag, command, separators] = [args[c], args.slice(c + 1).join(' '), /[&|\n]/]
+  } else if (name === 'powershell' || name === 'pwsh') {
+    const c = args.findIndex((a, i) => i > 0 && /^[-/]c(o(m(m(a(n(d)?)?)?)?)?)?$/i.test(a))
+    if (c < 0 || c + 1 >= args.length || args[c + 1] === '-') return null
+    ;[flag, command, separators] = [args[c], args.slice(c + 1).join(' '), /[;&|\n]/]
+  } else {
+    return null
+  }
+  return separators.test(command) ? null : `${args[0]} ${flag} '${command}'`
 }
 
 /**
@@ -142,20 +237,17 @@ function processArgs(pid) {
  * we report it taken:
  * - npm's own process (`npx`, `npm exec`, and `npm run` where the script's shell exec'ed us);
  * - a shell started to run this one command and nothing after it (`sh -c 'sema-native acquire x'`: an npm script
- *   line, a make recipe line). A line that goes on (`acquire x && build`) keeps its shell alive, and is fine.
+ *   line, a make recipe line; `cmd.exe /c`, `powershell -Command` on Windows). A line that goes on
+ *   (`acquire x && build`) keeps its shell alive, and is fine.
  */
 function shortLivedOwner(pid) {
   const args = processArgs(pid)
   if (!args) return null
   const npm = args.slice(0, 3).some((a) => /(^|[\\/])(npm|npx)(\.cmd|\.exe)?$/i.test(a) || /[\\/]np[mx]-cli\.js$/.test(a))
   if (npm) return `its parent process (pid ${pid}) is npm (${args.slice(0, 4).join(' ')}), which exits as soon as this command returns`
-  const shell = /(^|\/)-?(sh|bash|dash|zsh|ksh|mksh|ash)$/.test(args[0] ?? '')
-  const c = args.findIndex((a, i) => i > 0 && /^-[a-z]*c[a-z]*$/.test(a))
-  if (shell && c > 0 && c + 1 < args.length && !/[;&|\n`]|\$\(/.test(args[c + 1])) {
-    return (
-      `its parent process (pid ${pid}) is a shell that runs only this command (${args[0]} -c '${args[c + 1]}'), ` +
-      'which exits as soon as this command returns'
-    )
+  const shell = oneCommandShell(args)
+  if (shell) {
+    return `its parent process (pid ${pid}) is a shell that runs only this command (${shell}), which exits as soon as this command returns`
   }
   return null
 }
@@ -252,6 +344,8 @@ module.exports = {
   displayTarget,
   isDflockd,
   shortLivedOwner,
+  oneCommandShell,
+  splitWindowsCommandLine,
   rustParent,
   exists,
   api,

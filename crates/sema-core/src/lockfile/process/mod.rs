@@ -49,6 +49,19 @@ pub fn probe_liveness(pid: i64) -> Liveness {
     os::probe_liveness(pid)
 }
 
+/// The command line of process `pid` as the system keeps it (one string), where only a system
+/// call can tell it: Windows. `None` elsewhere (Unix callers read `/proc/<pid>/cmdline` or `ps`)
+/// and when the process is gone or may not be queried.
+pub fn process_command_line(pid: i64) -> Option<String> {
+    #[cfg(windows)]
+    return os::process_command_line(pid);
+    #[cfg(not(windows))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
 /// semats' `isProcessRunning` (`process.kill(pid, 0)`, any throw = dead) with one documented
 /// fix: `EPERM` (a live process of another user) counts as running. pids outside int32 are not
 /// running (Node throws a TypeError for them); pid 0 and negative pids address process groups

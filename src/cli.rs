@@ -1,4 +1,4 @@
-//! What `sema-native run` needs of the engine beyond the public API.
+//! What the CLI (`sema-native run`, the owner checks) needs of the engine beyond the public API.
 
 use napi_derive::napi;
 use sema_core::lockfile;
@@ -17,4 +17,11 @@ pub fn hand_lock_to(token: String, pid: i64) -> napi::Result<bool> {
     held.hand_over(pid).map_err(|e| {
         napi::Error::from_reason(format!("recording the command as the holder failed: {e}"))
     })
+}
+
+/// The command line of process `pid` as one string, where only a system call can tell it (Windows); `null`
+/// elsewhere or when it cannot be read. The CLI's owner check reads it of its parent process.
+#[napi]
+pub fn process_command_line(pid: i64) -> Option<String> {
+    lockfile::process::process_command_line(pid)
 }

@@ -112,7 +112,8 @@ Exit: 0 free, 1 timed out, 2 usage, 3 error.
 Acquires the lock, runs <command> with this terminal's stdin/stdout/stderr, holds the
 lock (renewed automatically) for the command's whole life, releases it, and exits with
 the command's exit status. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the
-command. Works for files and dflockd:// alike.
+command (on Windows, Ctrl-C and Ctrl-Break reach it through the console, and run waits
+for it). Works for files and dflockd:// alike.
 
   ${PROG} run /tmp/build.lock --timeout 10m -- make build
 

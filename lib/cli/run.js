@@ -14,7 +14,9 @@
 // - Windows: a byte-range lock belongs to the process that took it and dies with it, so no handle can carry the
 //   mark. Instead the command is recorded as the holder (its pid and creation time written into the lock file by
 //   this wrapper, which still holds it): the lock is held while the command lives, and while this wrapper lives
-//   its own mark keeps it held even if the command ends first.
+//   its own mark keeps it held even if the command ends first. (Node puts the children it spawns on Windows in a
+//   job that is killed with this wrapper, so there the command ends with it; the record keeps the lock held until
+//   the command is really gone.)
 // When the command ends too, the lock is reclaimable at once.
 //
 // Signals on Windows: Ctrl-C and Ctrl-Break go to every process of the console, the command included, so nothing

@@ -1,6 +1,6 @@
 'use strict'
 // Bad input is refused client-side with LockError INVALID_ARGUMENT before anything is sent; CRC-32 sharding
-// vectors (§D5); dflockd:// URL parsing; garbage replies from a scripted server.
+// vectors (the CRC-32 values the Go, Python and TypeScript clients compute); dflockd:// URL parsing; garbage replies from a scripted server.
 const { test, describe, after, before } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
@@ -134,7 +134,7 @@ describe('invalid sharding results fail at acquire time without connecting', () 
   })
 })
 
-describe('stableHashShard (§D5 vectors)', () => {
+describe('stableHashShard (the other clients' vectors)', () => {
   test('CRC-32/IEEE vectors', () => {
     assert.equal(stableHashShard('test-key', 3), 1) // 0x32db1f79
     assert.equal(stableHashShard('my-key', 3), 2) // 0xd6e33ac1

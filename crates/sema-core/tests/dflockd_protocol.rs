@@ -1,4 +1,4 @@
-//! Pure protocol checks: sharding vectors (reference §D5), request validation, reply parsing.
+//! Pure protocol checks: sharding vectors (the other clients' CRC-32 values), request validation, reply parsing.
 
 use sema_core::dflockd::protocol::{
     encode_raw, parse_acquire_reply, parse_auth_reply, parse_enqueue_reply, parse_release_reply,

@@ -1,4 +1,4 @@
-//! Typed form of the `stats` JSON (reference §A6; Go server only).
+//! Typed form of the `stats` JSON (Go server only).
 
 use serde::{Deserialize, Serialize};
 

@@ -134,7 +134,7 @@ describe('invalid sharding results fail at acquire time without connecting', () 
   })
 })
 
-describe('stableHashShard (the other clients' vectors)', () => {
+describe('stableHashShard (the vectors of the other clients)', () => {
   test('CRC-32/IEEE vectors', () => {
     assert.equal(stableHashShard('test-key', 3), 1) // 0x32db1f79
     assert.equal(stableHashShard('my-key', 3), 2) // 0xd6e33ac1

@@ -63,7 +63,7 @@ impl NativeCallResult {
 /// Lease the official clients assume when a renew reply does not say.
 pub(super) const FALLBACK_LEASE_S: u64 = 30;
 
-/// One request for the connection task (owned copies of the JS arguments).
+/// One request of the low-level connection (owned copies of the JS arguments).
 pub(super) enum Op {
     Lock {
         key: String,
@@ -188,18 +188,6 @@ impl Op {
     }
 }
 
-/// The connection's reply callback: one threadsafe function per connection (weak: it never keeps
-/// Node alive; `lib/dflockd/connection.js` keeps a ref'd handle while requests are pending), called once per
-/// queued request, in call order. A threadsafe function per request (what a `JsDeferred` is)
-/// costs a libuv handle opened and closed plus a cleanup hook per request.
-pub(super) type Reply =
-    ThreadsafeFunction<NativeCallResult, (), NativeCallResult, Status, false, true>;
-
-pub(super) fn settle(reply: &Reply, r: NativeCallResult) {
-    // Fails only while the environment is being torn down: nobody is left to answer then.
-    let _ = reply.call(r, ThreadsafeFunctionCallMode::NonBlocking);
-}
-
 pub(super) fn timed_out(key: &str) -> DflockdError {
     DflockdError::new(
         core::ErrorCode::Timeout,
@@ -208,7 +196,7 @@ pub(super) fn timed_out(key: &str) -> DflockdError {
     .with_reply("timeout")
 }
 
-pub(super) fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> NativeCallResult {
+fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> NativeCallResult {
     match r {
         Ok(AcquireReply::Granted(g)) => NativeCallResult::grant(g),
         Ok(AcquireReply::TimedOut) => NativeCallResult::err(timed_out(key)),
@@ -216,91 +204,75 @@ pub(super) fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> Native
     }
 }
 
-/// Runs one request on the connection (the core validates, encodes and parses).
-pub(super) async fn run_op(conn: &mut Connection, op: Op) -> NativeCallResult {
-    match op {
-        Op::Lock {
-            key,
-            timeout_s,
-            ttl_s,
-            limit,
-        } => {
-            let r = match limit {
-                None => conn.lock(&key, timeout_s, ttl_s).await,
-                Some(n) => conn.sem_lock(&key, timeout_s, n, ttl_s).await,
-            };
-            acquire_result(r, &key)
-        }
-        Op::Wait {
-            key,
-            timeout_s,
-            sem,
-        } => {
-            let r = if sem {
-                conn.sem_wait(&key, timeout_s).await
-            } else {
-                conn.wait(&key, timeout_s).await
-            };
-            acquire_result(r, &key)
-        }
-        Op::Release { key, token, sem } => {
-            let r = if sem {
-                conn.sem_release(&key, &token).await
-            } else {
-                conn.release(&key, &token).await
-            };
-            match r {
-                Ok(()) => NativeCallResult::ok(),
-                Err(e) => NativeCallResult::err(e),
-            }
-        }
-        Op::Renew {
-            key,
-            token,
-            ttl_s,
-            sem,
-        } => {
-            let r = if sem {
-                conn.sem_renew(&key, &token, ttl_s).await
-            } else {
-                conn.renew(&key, &token, ttl_s).await
-            };
-            match r {
-                Ok(lease) => NativeCallResult {
-                    lease: Some(lease.or(ttl_s).unwrap_or(FALLBACK_LEASE_S) as f64),
-                    ..NativeCallResult::ok()
-                },
-                Err(e) => NativeCallResult::err(e),
-            }
-        }
-        Op::Enqueue { key, ttl_s, limit } => {
-            let r = match limit {
-                None => conn.enqueue(&key, ttl_s).await,
-                Some(n) => conn.sem_enqueue(&key, n, ttl_s).await,
-            };
-            match r {
-                Ok(EnqueueReply::Acquired(g)) => NativeCallResult {
-                    status: Some("acquired".to_string()),
-                    ..NativeCallResult::grant(g)
-                },
-                Ok(EnqueueReply::Queued) => NativeCallResult {
-                    status: Some("queued".to_string()),
-                    ..NativeCallResult::ok()
-                },
-                Err(e) => NativeCallResult::err(e),
-            }
-        }
-        Op::Stats => match conn.stats_json().await {
-            Ok(json) => NativeCallResult::text(json),
-            Err(e) => NativeCallResult::err(e),
-        },
-        Op::Raw { cmd, key, arg } => match conn.request_raw(&cmd, &key, &arg).await {
-            Ok(line) => NativeCallResult::text(line),
-            Err(e) => NativeCallResult::err(e),
-        },
+fn done<T>(r: core::Result<T>, f: impl FnOnce(T) -> NativeCallResult) -> NativeCallResult {
+    match r {
+        Ok(v) => f(v),
+        Err(e) => NativeCallResult::err(e),
     }
 }
 
-pub(super) fn closed_error() -> DflockdError {
-    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
+impl Op {
+    /// The timeout a blocking command gives the server, in seconds.
+    pub(super) fn blocking_timeout_s(&self) -> Option<u64> {
+        match self {
+            Op::Lock { timeout_s, .. } | Op::Wait { timeout_s, .. } => Some(*timeout_s),
+            Op::Raw { cmd, key, arg } => core::protocol::encode_raw(cmd, key, arg)
+                .ok()
+                .and_then(|(_, b)| b),
+            _ => None,
+        }
+    }
+
+    /// The result of this request for its reply line (parsed by the core protocol).
+    pub(super) fn parse_reply(&self, line: &str) -> NativeCallResult {
+        use sema_core::dflockd::protocol as p;
+        match self {
+            Op::Lock { key, limit, .. } => {
+                let what = if limit.is_some() {
+                    "sem_acquire"
+                } else {
+                    "acquire"
+                };
+                acquire_result(p::parse_acquire_reply(line, what), key)
+            }
+            Op::Wait { key, sem, .. } => {
+                let what = if *sem { "sem_wait" } else { "wait" };
+                acquire_result(p::parse_acquire_reply(line, what), key)
+            }
+            Op::Release { sem, .. } => {
+                let what = if *sem { "sem_release" } else { "release" };
+                done(p::parse_release_reply(line, what), |()| {
+                    NativeCallResult::ok()
+                })
+            }
+            Op::Renew { ttl_s, sem, .. } => {
+                let what = if *sem { "sem_renew" } else { "renew" };
+                done(p::parse_renew_reply(line, what), |lease| NativeCallResult {
+                    lease: Some(lease.or(*ttl_s).unwrap_or(FALLBACK_LEASE_S) as f64),
+                    ..NativeCallResult::ok()
+                })
+            }
+            Op::Enqueue { limit, .. } => {
+                let what = if limit.is_some() {
+                    "sem_enqueue"
+                } else {
+                    "enqueue"
+                };
+                done(p::parse_enqueue_reply(line, what), |r| match r {
+                    EnqueueReply::Acquired(g) => NativeCallResult {
+                        status: Some("acquired".to_string()),
+                        ..NativeCallResult::grant(g)
+                    },
+                    EnqueueReply::Queued => NativeCallResult {
+                        status: Some("queued".to_string()),
+                        ..NativeCallResult::ok()
+                    },
+                })
+            }
+            Op::Stats => done(p::parse_stats_reply(line), |j| {
+                NativeCallResult::text(j.to_string())
+            }),
+            Op::Raw { .. } => NativeCallResult::text(line.to_string()),
+        }
+    }
 }

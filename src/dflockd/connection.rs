@@ -289,6 +289,10 @@ struct Watched(Rc<Conn>);
 impl WatchHandler for Watched {
     fn ready(&self, readable: bool, writable: bool, error: Option<i32>) {
         if let Some(status) = error {
+            // libuv reports a socket error (POLLERR, e.g. the peer reset the connection) as
+            // UV_EBADF and stops polling: the read says what really happened; should it not
+            // end the connection, the poll error does (a no-op once it has ended).
+            self.0.on_readable();
             let peer = self.0.peer();
             return self.0.fail(DflockdError::new(
                 core::ErrorCode::ConnectionError,

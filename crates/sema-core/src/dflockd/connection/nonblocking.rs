@@ -16,7 +16,7 @@ use crate::dflockd::protocol::{MAX_REPLY_LINE_BYTES, MAX_SECONDS};
 
 /// Bytes asked of the socket per read: a reply line is at most ~256 bytes, the `stats` JSON
 /// more; anything larger is read by the next readiness callback.
-const READ_CHUNK: usize = 16 * 1024;
+const READ_CHUNK: usize = 4096;
 
 /// See the module documentation.
 pub struct NonBlockingStream {
@@ -147,22 +147,18 @@ impl NonBlockingStream {
         let buf = &mut self.lines.buf;
         let eof = match &mut self.tls {
             None => {
-                buf.reserve(READ_CHUNK);
-                let start = buf.len();
-                buf.resize(start + READ_CHUNK, 0);
-                let r = (&self.socket).read(&mut buf[start..]);
-                match r {
+                // Into a stack chunk, then the few bytes read are copied: growing the buffer
+                // and zeroing a chunk of it per read cost more (a reply is ~40 bytes).
+                let mut chunk = [0u8; READ_CHUNK];
+                match (&self.socket).read(&mut chunk) {
                     Ok(n) => {
-                        buf.truncate(start + n);
+                        buf.extend_from_slice(&chunk[..n]);
                         n == 0
                     }
-                    Err(e) => {
-                        buf.truncate(start);
-                        match e.kind() {
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => false,
-                            _ => return Err(io_error(peer, "read from", e)),
-                        }
-                    }
+                    Err(e) => match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => false,
+                        _ => return Err(io_error(peer, "read from", e)),
+                    },
                 }
             }
             Some(tls) => {

@@ -1,11 +1,12 @@
 //! napi binding of the dflockd client (thin layer over `sema_core::dflockd`), by concern:
 //! option conversion and the free functions here, the lock/semaphore primitive in `primitive`,
-//! the low-level connection's requests in `ops` and its connection task in `connection`.
+//! the low-level connection's requests in `ops` and the connection itself, run on the JS
+//! thread's event loop (`crate::event_loop`), in `connection`.
 //!
 //! Every async method RESOLVES with a result object and never rejects for expected failures:
 //! `{ ok: true, value } | { ok: false, error: { code, message, reply? } }`. Background renewal
 //! runs as tokio tasks and loss callbacks use weak threadsafe functions, so nothing keeps Node
-//! alive except an in-flight acquire/enqueue/wait promise.
+//! alive except an in-flight request.
 
 use std::sync::Arc;
 use std::time::Duration;

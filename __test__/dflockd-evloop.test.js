@@ -148,4 +148,33 @@ describe('event loop', { skip }, () => {
     await Promise.all(results.map(({ c, key, g }) => c.release(key, g.token)))
     for (const c of conns) c.close()
   })
+
+  test('over TLS (rustls on the JS thread): 2 000 sequential and 500 interleaved requests get their own replies; a stats reply larger than one read', async (t) => {
+    const self = d.makeSelfSigned('evloop')
+    if (self.skip) return t.skip(self.skip)
+    const g = await d.startServer({ args: ['--tls-cert', self.certFile, '--tls-key', self.keyFile] })
+    const opts = { host: g.host, port: g.port, tls: { ca: self.certPem } }
+    const c = await Connection.connect(opts)
+    for (let i = 0; i < 1000; i++) {
+      const ttl = (i % 97) + 1
+      const g1 = await c.acquire(`ev-tls-${i % 5}`, 0, ttl)
+      assert.equal(g1.lease, ttl, `round ${i}`)
+      await c.release(`ev-tls-${i % 5}`, g1.token)
+    }
+    const conns = [c, ...(await Promise.all(Array.from({ length: 4 }, () => Connection.connect(opts))))]
+    const calls = []
+    for (let i = 0; i < 100; i++) {
+      conns.forEach((x, j) => {
+        const ttl = j * 100 + i + 1
+        calls.push(x.acquire(`ev-tls-mix-${j}-${i}`, 0, ttl).then((r) => ({ x, key: `ev-tls-mix-${j}-${i}`, ttl, r })))
+      })
+    }
+    const results = await Promise.all(calls)
+    for (const { ttl, r } of results) assert.equal(r.lease, ttl)
+    // 500 locks held: the stats JSON is several TLS records and more than one read.
+    const st = await c.stats()
+    assert.ok(st.locks.length >= 500, `${st.locks.length} locks in stats`)
+    await Promise.all(results.map(({ x, key, r }) => x.release(key, r.token)))
+    for (const x of conns) x.close()
+  })
 })

@@ -101,31 +101,27 @@ pub(super) enum Op {
 }
 
 impl Op {
-    /// Encode the request exactly as the connection will (validating it); returns the timeout a
-    /// blocking command gives the server, in seconds.
-    pub(super) fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
+    /// The core request this is (borrowing its strings); `None` for a raw request.
+    fn request(&self) -> Option<sema_core::dflockd::Request<'_>> {
         use sema_core::dflockd::Request as R;
-        let req = match self {
+        Some(match self {
             Op::Lock {
                 key,
                 timeout_s,
                 ttl_s,
-                limit: None,
-            } => R::Lock {
-                key,
-                timeout_s: *timeout_s,
-                ttl_s: *ttl_s,
-            },
-            Op::Lock {
-                key,
-                timeout_s,
-                ttl_s,
-                limit: Some(limit),
-            } => R::SemLock {
-                key,
-                timeout_s: *timeout_s,
-                limit: *limit,
-                ttl_s: *ttl_s,
+                limit,
+            } => match *limit {
+                None => R::Lock {
+                    key,
+                    timeout_s: *timeout_s,
+                    ttl_s: *ttl_s,
+                },
+                Some(limit) => R::SemLock {
+                    key,
+                    timeout_s: *timeout_s,
+                    limit,
+                    ttl_s: *ttl_s,
+                },
             },
             Op::Release { key, token, sem } => match sem {
                 false => R::Release { key, token },
@@ -148,19 +144,13 @@ impl Op {
                     ttl_s: *ttl_s,
                 },
             },
-            Op::Enqueue {
-                key,
-                ttl_s,
-                limit: None,
-            } => R::Enqueue { key, ttl_s: *ttl_s },
-            Op::Enqueue {
-                key,
-                ttl_s,
-                limit: Some(limit),
-            } => R::SemEnqueue {
-                key,
-                limit: *limit,
-                ttl_s: *ttl_s,
+            Op::Enqueue { key, ttl_s, limit } => match *limit {
+                None => R::Enqueue { key, ttl_s: *ttl_s },
+                Some(limit) => R::SemEnqueue {
+                    key,
+                    limit,
+                    ttl_s: *ttl_s,
+                },
             },
             Op::Wait {
                 key,
@@ -177,14 +167,75 @@ impl Op {
                 },
             },
             Op::Stats => R::Stats,
-            Op::Raw { cmd, key, arg } => {
+            Op::Raw { .. } => return None,
+        })
+    }
+
+    /// Encode (validating) the request; returns the timeout a blocking command gives the
+    /// server, in seconds.
+    pub(super) fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
+        match (self.request(), self) {
+            (Some(req), _) => {
+                req.encode_into(out)?;
+                Ok(req.blocking_timeout_s())
+            }
+            (None, Op::Raw { cmd, key, arg }) => {
                 let (bytes, blocking) = core::protocol::encode_raw(cmd, key, arg)?;
                 out.extend_from_slice(&bytes);
-                return Ok(blocking);
+                Ok(blocking)
             }
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// The timeout a blocking command gives the server, in seconds.
+    pub(super) fn blocking_timeout_s(&self) -> Option<u64> {
+        match (self.request(), self) {
+            (Some(req), _) => req.blocking_timeout_s(),
+            (None, Op::Raw { cmd, key, arg }) => core::protocol::encode_raw(cmd, key, arg)
+                .ok()
+                .and_then(|(_, b)| b),
+            (None, _) => None,
+        }
+    }
+
+    /// The result of this request for its reply line (parsed by the core protocol).
+    pub(super) fn parse_reply(&self, line: &str) -> NativeCallResult {
+        use sema_core::dflockd::Reply;
+        let Some(req) = self.request() else {
+            return NativeCallResult::text(line.to_string());
         };
-        req.encode_into(out)?;
-        Ok(req.blocking_timeout_s())
+        match req.parse_reply(line) {
+            Ok(Reply::Acquire(AcquireReply::Granted(g))) => NativeCallResult::grant(g),
+            Ok(Reply::Acquire(AcquireReply::TimedOut)) => {
+                let key = match self {
+                    Op::Lock { key, .. } | Op::Wait { key, .. } => key.as_str(),
+                    _ => "",
+                };
+                NativeCallResult::err(timed_out(key))
+            }
+            Ok(Reply::Enqueue(EnqueueReply::Acquired(g))) => NativeCallResult {
+                status: Some("acquired".to_string()),
+                ..NativeCallResult::grant(g)
+            },
+            Ok(Reply::Enqueue(EnqueueReply::Queued)) => NativeCallResult {
+                status: Some("queued".to_string()),
+                ..NativeCallResult::ok()
+            },
+            Ok(Reply::Renew(lease)) => {
+                let sent = match self {
+                    Op::Renew { ttl_s, .. } => *ttl_s,
+                    _ => None,
+                };
+                NativeCallResult {
+                    lease: Some(lease.or(sent).unwrap_or(FALLBACK_LEASE_S) as f64),
+                    ..NativeCallResult::ok()
+                }
+            }
+            Ok(Reply::Release | Reply::Auth) => NativeCallResult::ok(),
+            Ok(Reply::Stats(json)) => NativeCallResult::text(json),
+            Err(e) => NativeCallResult::err(e),
+        }
     }
 }
 
@@ -194,85 +245,4 @@ pub(super) fn timed_out(key: &str) -> DflockdError {
         format!("timeout acquiring '{key}'"),
     )
     .with_reply("timeout")
-}
-
-fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> NativeCallResult {
-    match r {
-        Ok(AcquireReply::Granted(g)) => NativeCallResult::grant(g),
-        Ok(AcquireReply::TimedOut) => NativeCallResult::err(timed_out(key)),
-        Err(e) => NativeCallResult::err(e),
-    }
-}
-
-fn done<T>(r: core::Result<T>, f: impl FnOnce(T) -> NativeCallResult) -> NativeCallResult {
-    match r {
-        Ok(v) => f(v),
-        Err(e) => NativeCallResult::err(e),
-    }
-}
-
-impl Op {
-    /// The timeout a blocking command gives the server, in seconds.
-    pub(super) fn blocking_timeout_s(&self) -> Option<u64> {
-        match self {
-            Op::Lock { timeout_s, .. } | Op::Wait { timeout_s, .. } => Some(*timeout_s),
-            Op::Raw { cmd, key, arg } => core::protocol::encode_raw(cmd, key, arg)
-                .ok()
-                .and_then(|(_, b)| b),
-            _ => None,
-        }
-    }
-
-    /// The result of this request for its reply line (parsed by the core protocol).
-    pub(super) fn parse_reply(&self, line: &str) -> NativeCallResult {
-        use sema_core::dflockd::protocol as p;
-        match self {
-            Op::Lock { key, limit, .. } => {
-                let what = if limit.is_some() {
-                    "sem_acquire"
-                } else {
-                    "acquire"
-                };
-                acquire_result(p::parse_acquire_reply(line, what), key)
-            }
-            Op::Wait { key, sem, .. } => {
-                let what = if *sem { "sem_wait" } else { "wait" };
-                acquire_result(p::parse_acquire_reply(line, what), key)
-            }
-            Op::Release { sem, .. } => {
-                let what = if *sem { "sem_release" } else { "release" };
-                done(p::parse_release_reply(line, what), |()| {
-                    NativeCallResult::ok()
-                })
-            }
-            Op::Renew { ttl_s, sem, .. } => {
-                let what = if *sem { "sem_renew" } else { "renew" };
-                done(p::parse_renew_reply(line, what), |lease| NativeCallResult {
-                    lease: Some(lease.or(*ttl_s).unwrap_or(FALLBACK_LEASE_S) as f64),
-                    ..NativeCallResult::ok()
-                })
-            }
-            Op::Enqueue { limit, .. } => {
-                let what = if limit.is_some() {
-                    "sem_enqueue"
-                } else {
-                    "enqueue"
-                };
-                done(p::parse_enqueue_reply(line, what), |r| match r {
-                    EnqueueReply::Acquired(g) => NativeCallResult {
-                        status: Some("acquired".to_string()),
-                        ..NativeCallResult::grant(g)
-                    },
-                    EnqueueReply::Queued => NativeCallResult {
-                        status: Some("queued".to_string()),
-                        ..NativeCallResult::ok()
-                    },
-                })
-            }
-            Op::Stats => done(p::parse_stats_reply(line), |j| {
-                NativeCallResult::text(j.to_string())
-            }),
-            Op::Raw { .. } => NativeCallResult::text(line.to_string()),
-        }
-    }
 }

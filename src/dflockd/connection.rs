@@ -11,8 +11,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
-use napi::sys;
-use napi::{CleanupEnvHook, JsValue as _};
+use napi::JsValue as _;
 use sema_core::dflockd::connection::NonBlockingStream;
 
 use super::ops::{NativeCallResult, Op};
@@ -65,8 +64,8 @@ struct Conn {
     /// Called for each settled request; shared so that no borrow is held while JS runs (it
     /// may call back into this connection).
     reply: Rc<JsCallback>,
-    env: sys::napi_env,
-    cleanup: RefCell<Option<CleanupEnvHook<Weak<Conn>>>>,
+    /// Its number among this thread's live connections (see `LIVE`).
+    id: u64,
 }
 
 /// How `finish` treats pending requests.
@@ -252,10 +251,8 @@ impl Conn {
             }
             (pending, std::mem::replace(&mut st.head_sent, false), peer)
         };
-        if let Some(hook) = self.cleanup.borrow_mut().take() {
-            if !matches!(how, Settle::Teardown) {
-                let _ = Env::from_raw(self.env).remove_env_cleanup_hook(hook);
-            }
+        if !matches!(how, Settle::Teardown) {
+            LIVE.with(|l| l.borrow_mut().remove(&self.id));
         }
         let reply = self.reply.clone();
         match how {
@@ -281,6 +278,32 @@ impl Conn {
     fn settle(&self, r: NativeCallResult) {
         self.reply.clone().call(r);
     }
+}
+
+thread_local! {
+    /// The open connections of this thread's env (one env per JS thread), closed when the env
+    /// is torn down (a worker terminated, the process exiting): one cleanup hook per env, not
+    /// one per connection, since napi-rs leaks a removed hook's data.
+    static LIVE: RefCell<std::collections::HashMap<u64, Weak<Conn>>> = RefCell::default();
+    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static HOOKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Register this thread's env cleanup hook once: it stops every live connection's polling and
+/// closes its handles, without calling JS.
+fn watch_env_teardown(env: &Env) -> napi::Result<()> {
+    if HOOKED.with(|h| h.get()) {
+        return Ok(());
+    }
+    env.add_env_cleanup_hook((), |()| {
+        HOOKED.with(|h| h.set(false));
+        let live = LIVE.with(|l| std::mem::take(&mut *l.borrow_mut()));
+        for conn in live.into_values().filter_map(|w| w.upgrade()) {
+            conn.finish(Ended::ByClose, None, Settle::Teardown);
+        }
+    })?;
+    HOOKED.with(|h| h.set(true));
+    Ok(())
 }
 
 /// The handler the loop calls; holds the connection only while the socket is watched.
@@ -421,8 +444,7 @@ impl NativeDflockdConnection {
             }),
             watch: RefCell::new(None),
             reply: Rc::new(reply),
-            env: env.raw(),
-            cleanup: RefCell::new(None),
+            id: NEXT_ID.with(|n| n.replace(n.get() + 1)),
         });
         let unsupported = |e: napi::Error| {
             let reason = e.reason.clone();
@@ -438,20 +460,11 @@ impl NativeDflockdConnection {
             .map_err(unsupported)?;
         *conn.watch.borrow_mut() = Some(watch);
         conn.state.borrow_mut().stream = Some(stream);
-        let weak = Rc::downgrade(&conn);
-        let hook = env.add_env_cleanup_hook(weak, |weak| {
-            if let Some(conn) = weak.upgrade() {
-                conn.cleanup.borrow_mut().take();
-                conn.finish(Ended::ByClose, None, Settle::Teardown);
-            }
-        });
-        match hook {
-            Ok(h) => *conn.cleanup.borrow_mut() = Some(h),
-            Err(e) => {
-                conn.finish(Ended::ByClose, None, Settle::Collected);
-                return Err(unsupported(e));
-            }
+        if let Err(e) = watch_env_teardown(env) {
+            conn.finish(Ended::ByClose, None, Settle::Collected);
+            return Err(unsupported(e));
         }
+        LIVE.with(|l| l.borrow_mut().insert(conn.id, Rc::downgrade(&conn)));
         Ok(NativeDflockdConnection { conn })
     }
 

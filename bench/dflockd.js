@@ -153,4 +153,10 @@ async function goStandInRun(bin, port, workers, seconds) {
   return result
 }
 
-module.exports = { startServer, startFakeServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, freePort }
+/** The Rust blocking floor client (bench/floor's dflockd-floor): one std TcpStream and one thread per worker. */
+async function floorRun(bin, port, workers, seconds) {
+  const { result } = await runJson(bin, [`127.0.0.1:${port}`, String(workers), String(seconds)], { timeoutMs: seconds * 1000 + 60_000 })
+  return result
+}
+
+module.exports = { startServer, startFakeServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, floorRun, freePort }

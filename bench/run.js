@@ -240,6 +240,7 @@ const DFL_CLIENTS = [
   { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release())' },
   { id: 'node-net', label: 'plain Node `net` loop (floor for a JS client)' },
   { id: 'go-standin', label: 'Go `net` loop, same shape as cmd/bench (stand-in, not the official client)' },
+  { id: 'rust-floor', label: 'Rust blocking floor (std `TcpStream`, a thread per worker: the least any client costs)' },
 ]
 
 async function runDflockd() {
@@ -283,6 +284,13 @@ async function runDflockd() {
   return out
 }
 
+let floorClientBin = null
+/** bench/floor's dflockd-floor binary (built with the file floor, once). */
+function floorClient() {
+  if (!floorClientBin) floorClientBin = path.join(path.dirname(buildFloor()), 'dflockd-floor')
+  return floorClientBin
+}
+
 /** Every client at one worker count, P.dflockd.reps interleaved repetitions; the median-ops/s run of each. */
 async function clientRows(port, workers, go, where) {
   const runs = Object.fromEntries(DFL_CLIENTS.map((c) => [c.id, []]))
@@ -292,6 +300,8 @@ async function clientRows(port, workers, go, where) {
         if (c.id === 'go-standin') {
           if (go.unavailable) throw new Error(go.unavailable)
           runs[c.id].push(await dfl.goStandInRun(go.bin, port, workers, P.dflockd.seconds))
+        } else if (c.id === 'rust-floor') {
+          runs[c.id].push(await dfl.floorRun(floorClient(), port, workers, P.dflockd.seconds))
         } else {
           runs[c.id].push(await dfl.clientRun(c.id, port, workers, P.dflockd.seconds))
         }
@@ -312,13 +322,14 @@ async function clientRows(port, workers, go, where) {
 function dflockdTable(d) {
   const find = (id, w) => d.rows.find((r) => r.id === id && r.workers === w && !r.error && !r.unavailable)
   return table(
-    ['client', 'workers', 'ops/s (l + r pairs)', 'p50 ms', 'p99 ms', 'client CPU µs/op', '× Go cmd/bench', '× Go stand-in', '× Node net loop'],
+    ['client', 'workers', 'ops/s (l + r pairs)', 'p50 ms', 'p99 ms', 'client CPU µs/op', 'switches/op', '× Go cmd/bench', '× Go stand-in', '× Node net loop', '× Rust floor'],
     d.rows.map((r) => {
-      if (r.unavailable) return [r.label, String(r.workers), `unavailable: ${r.unavailable}`, '', '', '', '', '', '']
-      if (r.error) return [r.label, String(r.workers), `error: ${r.error}`, '', '', '', '', '', '']
+      if (r.unavailable) return [r.label, String(r.workers), `unavailable: ${r.unavailable}`, '', '', '', '', '', '', '', '']
+      if (r.error) return [r.label, String(r.workers), `error: ${r.error}`, '', '', '', '', '', '', '', '']
       const go = find('go-official', r.workers)
       const gs = find('go-standin', r.workers)
       const nn = find('node-net', r.workers)
+      const fl = find('rust-floor', r.workers)
       return [
         r.label,
         String(r.workers),
@@ -326,9 +337,11 @@ function dflockdTable(d) {
         num(r.p50Ms, 3),
         num(r.p99Ms, 2),
         r.cpuUsPerOp !== undefined ? num(r.cpuUsPerOp, 1) : '–',
+        r.switchesPerOp !== undefined ? num(r.switchesPerOp, 2) : '–',
         go && r.id !== 'go-official' ? ratio(r.opsPerSec, go.opsPerSec) : go ? '' : 'n/a',
         gs && r.id !== 'go-standin' ? ratio(r.opsPerSec, gs.opsPerSec) : '',
         nn && r.id !== 'node-net' ? ratio(r.opsPerSec, nn.opsPerSec) : '',
+        fl && r.id !== 'rust-floor' ? ratio(r.opsPerSec, fl.opsPerSec) : '',
       ]
     }),
   )
@@ -442,6 +455,21 @@ function targets(res) {
       const a = get('addon-connection', w)
       const n = get('node-net', w)
       if (a && n) add(`dflockd, ${w} workers: ≥ 1.5× plain Node net loop`, `${ratio(a.opsPerSec, n.opsPerSec)} (${num(a.opsPerSec)} vs ${num(n.opsPerSec)})`, a.opsPerSec >= 1.5 * n.opsPerSec)
+    }
+    // The bound: how far the addon and the Node loop are from the least any client costs (client-bound server).
+    const cb = res.dflockd.clientBound && res.dflockd.clientBound.rows
+    const cbGet = (id, w) => cb && cb.find((r) => r.id === id && r.workers === w && !r.error && !r.unavailable)
+    for (const w of P.dflockd.workers) {
+      const a = cbGet('addon-connection', w)
+      const n = cbGet('node-net', w)
+      const f = cbGet('rust-floor', w)
+      if (a && f) {
+        add(
+          `dflockd client-bound, ${w} workers: bound (Rust blocking floor)`,
+          `addon ${ratio(a.opsPerSec, f.opsPerSec)} of the floor's pairs/s, ${num(a.cpuUsPerOp, 1)} vs ${num(f.cpuUsPerOp, 1)} µs CPU/pair, ${num(a.switchesPerOp, 2)} vs ${num(f.switchesPerOp, 2)} switches/pair${n ? `; Node loop ${ratio(n.opsPerSec, f.opsPerSec)}, ${num(n.cpuUsPerOp, 1)} µs, ${num(n.switchesPerOp, 2)} switches` : ''}`,
+          null,
+        )
+      }
     }
   }
   if (res.memory) {

@@ -7,6 +7,7 @@
 
 mod cli;
 mod dflockd;
+mod event_loop;
 mod file;
 mod owner;
 mod result;

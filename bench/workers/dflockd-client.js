@@ -2,7 +2,8 @@
 // One dflockd client variant in a fresh process: `workers` concurrent workers, each with its own key
 // (`bench_<random>`, as the Go cmd/bench) and its own persistent connection, each doing lock (`l`, timeout 30,
 // lease 10) + release (`r`) round trips until `seconds` have passed (or `maxRounds` per worker).
-// Prints {ops, seconds, opsPerSec, p50Ms, p99Ms, cpuUsPerOp} (client process CPU, all threads); one op = one l + r pair (two round trips), as cmd/bench counts.
+// Prints {ops, seconds, opsPerSec, p50Ms, p99Ms, cpuUsPerOp, switchesPerOp} (client process CPU and context switches,
+// voluntary + involuntary, all threads: getrusage); one op = one l + r pair (two round trips), as cmd/bench counts.
 
 const path = require('node:path')
 const { summarize } = require('../lib/stats')
@@ -60,6 +61,7 @@ async function main() {
   for (const w of workers) await w.round() // warm-up: one round each
   const lat = []
   const cpu0 = process.cpuUsage()
+  const ru0 = process.resourceUsage()
   const t0 = process.hrtime.bigint()
   const end = t0 + BigInt(Math.round(cfg.seconds * 1e9))
   const maxRounds = cfg.maxRounds ?? Infinity
@@ -76,9 +78,11 @@ async function main() {
   )
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9
   const cpu = process.cpuUsage(cpu0)
+  const ru = process.resourceUsage()
+  const switches = ru.voluntaryContextSwitches + ru.involuntaryContextSwitches - ru0.voluntaryContextSwitches - ru0.involuntaryContextSwitches
   for (const w of workers) w.close()
   const s = summarize(lat)
-  process.stdout.write(JSON.stringify({ ops: lat.length, seconds, opsPerSec: lat.length / seconds, meanMs: s.mean, p50Ms: s.p50, p99Ms: s.p99, cpuUsPerOp: (cpu.user + cpu.system) / lat.length }) + '\n')
+  process.stdout.write(JSON.stringify({ ops: lat.length, seconds, opsPerSec: lat.length / seconds, meanMs: s.mean, p50Ms: s.p50, p99Ms: s.p99, cpuUsPerOp: (cpu.user + cpu.system) / lat.length, switchesPerOp: switches / lat.length }) + '\n')
 }
 
 main().catch((e) => {

@@ -42,24 +42,20 @@ function callError(error, label, key) {
 const kConnection = Symbol('Connection')
 
 /**
- * The promises of one connection's queued requests, settled in order by the native reply callback.
- * While any is pending a timer keeps the process alive (~0.4 µs to arm and clear). When the first one
- * was written from the JS thread (`limitMs` > 0: the native task is not woken for it), the same timer is
- * its reply deadline: it calls `expire(seq)`, which fails that request with TIMEOUT if it is still awaited.
+ * The promises of one connection's queued requests, settled in order by the native reply callback (called from the
+ * event loop when a reply arrives, or during close()). While any is pending it holds the native connection, so that
+ * the object is not collected under a pending request; the native side keeps the process alive meanwhile (its socket
+ * is ref'd only while a request is pending) and keeps each reply deadline.
  */
 class ReplyQueue {
   #resolvers = []
   #head = 0
-  #seq = 0
-  #keepAlive = null
-  expire = noop
+  /** The native connection while a request is pending, else null. */
+  #holder = null
 
-  push(limitMs) {
-    const seq = this.#seq++
+  push(holder) {
     return new Promise((resolve) => {
-      if (this.#resolvers.length === this.#head) {
-        this.#keepAlive = limitMs > 0 ? setInterval(() => this.expire(seq), limitMs) : setInterval(noop, 0x7fffffff)
-      }
+      this.#holder = holder
       this.#resolvers.push(resolve)
     })
   }
@@ -71,8 +67,7 @@ class ReplyQueue {
     if (this.#head === this.#resolvers.length) {
       this.#resolvers.length = 0
       this.#head = 0
-      clearInterval(this.#keepAlive)
-      this.#keepAlive = null
+      this.#holder = null
     } else if (this.#head >= 1024 && this.#head * 2 >= this.#resolvers.length) {
       this.#resolvers = this.#resolvers.slice(this.#head)
       this.#head = 0
@@ -81,13 +76,10 @@ class ReplyQueue {
   }
 }
 
-function noop() {}
-
 /**
  * One dflockd connection, one method per protocol command (validation and reply parsing are native).
  * The native side answers every queued request through one callback, in call order: the pending
- * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does (a ref'd
- * timer while the FIFO is not empty, as a promise per request did before).
+ * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does.
  */
 class Connection {
   #native
@@ -105,16 +97,14 @@ class Connection {
     const pending = new ReplyQueue()
     const r = await nativeSync(() => native.NativeDflockdConnection.connect(o, (reply) => pending.settle(reply)))
     if (!r.ok) throw toLockError(r.error)
-    const conn = r.value
-    pending.expire = (seq) => conn.expire(seq)
-    return new Connection(kConnection, conn, pending)
+    return new Connection(kConnection, r.value, pending)
   }
 
   /** Runs one native call; resolves its result, rejects with the mapped LockError. */
   async #call(label, key, start) {
     if (this.#closed) throw new LockError('connection closed', 'CONNECTION_ERROR')
     let r = nativeSync(start)
-    if (typeof r === 'number') r = await this.#pending.push(r)
+    if (typeof r === 'number') r = await this.#pending.push(this.#native)
     if (!r.ok) throw callError(r.error, label, key)
     return r
   }

@@ -1,69 +1,22 @@
 //! `NativeDflockdConnection`: the low-level connection (the dflockd TypeScript client's
-//! functions), its request queue and the task that runs it.
+//! functions), run on the JS thread's own event loop.
+//!
+//! Connect (TCP, TLS handshake, auth) runs on tokio; then the socket is handed to the JS
+//! thread: a request is written by the call that makes it, the loop polls the socket, and the
+//! reply is parsed and settled in the poll callback. One wake of the JS thread per round trip
+//! and no other thread (the tokio path it replaces cost ~6 context switches per lock + release
+//! pair, 3 threads per round trip).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::{Rc, Weak};
+
+use napi::JsValue as _;
+use sema_core::dflockd::connection::NonBlockingStream;
+
+use super::ops::{NativeCallResult, Op};
 use super::*;
-
-use super::ops::*;
-
-/// A queued request.
-pub(super) struct Queued {
-    op: Op,
-    /// Its number among the connection's queued requests (for `expire`).
-    seq: u64,
-    /// Bytes of it already written from the JS thread.
-    written: usize,
-    /// Whether it was written completely from the JS thread: the task then only waits for the
-    /// reply, and the JS side enforces the reply deadline (`limit`) through `expire`.
-    direct: bool,
-    limit: Duration,
-}
-
-/// State shared by the JS thread and the connection task.
-pub(super) struct State {
-    queue: VecDeque<Queued>,
-    /// A request is queued or in flight (set by `submit`, cleared by the task when it has
-    /// answered the last one).
-    busy: bool,
-    next_seq: u64,
-    /// `expire(seq)` was called: the request `seq` (written from the JS thread) is overdue.
-    expired: Option<u64>,
-    /// Plain TCP: the second socket handle for writing from the JS thread; dropped by the task
-    /// (under this lock) when it closes the connection.
-    writer: Option<std::net::TcpStream>,
-    /// Reused encoding buffer for direct writes.
-    wbuf: Vec<u8>,
-    /// The task has ended: requests are answered at once.
-    done: bool,
-    /// Why the connection ended while idle (given to the next request, as a read would).
-    idle_error: Option<DflockdError>,
-    /// The task ended on an error, not `close()`: later requests get "connection to <peer> is
-    /// closed", as from a closed core connection.
-    ended_on_error: Option<String>,
-}
-
-/// Connections of this process with a request queued or in flight.
-pub(super) static BUSY_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// A request is written from the JS thread only while fewer than this many other connections
-/// are busy. With few busy connections the tokio worker is often asleep and not waking it pays;
-/// with many it is awake anyway, and the writes are better left to it than added to the JS
-/// thread. Measured against an instant-reply server (client CPU per lock + release pair, pairs/s):
-/// at 10 connections threshold 1 gave ~31 µs, 16 ~27 µs; at 100 connections, writing every
-/// request from the JS thread gave ~22 µs and ~40 k/s, threshold 16 ~19.7 µs and ~52 k/s.
-pub(super) const DIRECT_WRITE_MAX_BUSY: usize = 16;
-
-pub(super) struct Shared {
-    state: std::sync::Mutex<State>,
-    wake: Notify,
-    socket_timeout: Duration,
-}
-
-impl Shared {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // A panic while holding this lock leaves plain data behind: keep using it.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+use crate::event_loop::{JsCallback, SocketWatch, WatchHandler};
 
 pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
     DflockdError::new(
@@ -79,126 +32,315 @@ pub(super) fn aborted_error() -> DflockdError {
     )
 }
 
-/// What the task does next.
-pub(super) enum Next {
-    Run(Queued),
-    /// The head request was written from the JS thread and its reply is not complete yet.
-    AwaitReply,
-    Expired(Queued),
-    Idle,
+pub(super) fn closed_error() -> DflockdError {
+    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
 }
 
-/// The task that owns one connection: runs the queued requests one at a time, in call order,
-/// until `close()` or the JS object is gone. A request written from the JS thread (plain TCP,
-/// nothing in flight) does not wake this task: it is woken by the reply itself.
-pub(super) async fn connection_task(
-    mut conn: Connection,
-    shared: Arc<Shared>,
-    closed: CancellationToken,
-    reply: Reply,
-) {
-    // The head request is in flight when the loop ends (answered ABORTED, not CONNECTION_ERROR).
-    let mut head_in_flight = false;
-    let mut end_error: Option<DflockdError> = None;
-    loop {
-        let next = {
-            let mut st = shared.lock();
-            match st.queue.front() {
-                None => Next::Idle,
-                Some(q) if !q.direct || conn.has_line() => match st.queue.pop_front() {
-                    Some(q) => Next::Run(q),
-                    None => Next::Idle,
-                },
-                Some(q) if st.expired == Some(q.seq) => match st.queue.pop_front() {
-                    Some(q) => Next::Expired(q),
-                    None => Next::Idle,
-                },
-                Some(_) => Next::AwaitReply,
-            }
+/// Why the connection ended.
+enum Ended {
+    /// `close()`, or the JS object was collected.
+    ByClose,
+    /// An error, a timeout or the server: later requests get "connection to <peer> is closed".
+    OnError(String),
+}
+
+struct State {
+    stream: Option<NonBlockingStream>,
+    /// Requests in call order; the head is in flight once `head_sent`.
+    queue: VecDeque<Op>,
+    head_sent: bool,
+    /// Reused encoding buffer.
+    wbuf: Vec<u8>,
+    ended: Option<Ended>,
+    /// Why the connection ended while idle (given to the next request, as a read would).
+    idle_error: Option<DflockdError>,
+}
+
+/// The connection's state and handles, owned by the JS object and (while the socket is
+/// watched) by the loop's handler.
+struct Conn {
+    state: RefCell<State>,
+    watch: RefCell<Option<SocketWatch>>,
+    /// Called for each settled request; shared so that no borrow is held while JS runs (it
+    /// may call back into this connection).
+    reply: Rc<JsCallback>,
+    /// Its number among this thread's live connections (see `LIVE`).
+    id: u64,
+}
+
+/// How `finish` treats pending requests.
+enum Settle {
+    /// Call JS for each (normal operation).
+    Notify,
+    /// The JS object was collected: nothing is pending (the JS side holds the object while
+    /// requests are), no JS is called.
+    Collected,
+    /// The env is being torn down: no JS, and the env frees our reference itself.
+    Teardown,
+}
+
+impl Conn {
+    /// Write the head request if nothing is in flight; arm its reply deadline.
+    fn send_head(&self) -> Result<(), DflockdError> {
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
+        if st.head_sent {
+            return Ok(());
+        }
+        let (Some(op), Some(stream)) = (st.queue.front(), st.stream.as_mut()) else {
+            return Ok(());
         };
-        match next {
-            Next::Run(q) => {
-                conn.mark_written(q.written);
-                let r = tokio::select! {
-                    biased;
-                    _ = closed.cancelled() => {
-                        settle(&reply, NativeCallResult::err(aborted_error()));
-                        break;
-                    }
-                    r = run_op(&mut conn, q.op) => r,
+        st.wbuf.clear();
+        let blocking = op.encode(&mut st.wbuf)?;
+        let done = stream.send(&st.wbuf)?;
+        st.head_sent = true;
+        let limit = stream.reply_limit(blocking);
+        drop(guard);
+        if let Some(w) = &*self.watch.borrow() {
+            w.keep_alive(true);
+            w.arm_timer(limit.as_millis().min(u64::MAX as u128) as u64);
+            if !done {
+                w.want(true, true).map_err(|e| {
+                    DflockdError::new(core::ErrorCode::ConnectionError, e.reason.clone())
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read what arrived; settle the head for each complete line.
+    fn on_readable(&self) {
+        loop {
+            let step = {
+                let mut guard = self.state.borrow_mut();
+                let st = &mut *guard;
+                let Some(stream) = st.stream.as_mut() else {
+                    return;
                 };
-                settle(&reply, r);
-                let mut st = shared.lock();
-                if st.queue.is_empty() {
-                    st.busy = false;
-                    BUSY_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+                match stream.next_line() {
+                    None => None,
+                    Some(Err(e)) => Some(Err(e)),
+                    Some(Ok(line)) if st.head_sent => {
+                        st.head_sent = false;
+                        let op = st.queue.pop_front();
+                        Some(Ok(op.map(|op| (op.parse_reply(&line), line))))
+                    }
+                    Some(Ok(line)) => {
+                        let peer = stream.peer();
+                        Some(Err(DflockdError::new(
+                            core::ErrorCode::ProtocolError,
+                            format!(
+                                "server {peer} sent an unsolicited reply: {}",
+                                line.chars().take(80).collect::<String>()
+                            ),
+                        )))
+                    }
+                }
+            };
+            match step {
+                None => break,
+                Some(Err(e)) => return self.fail(e),
+                Some(Ok(None)) => {}
+                Some(Ok(Some((result, _)))) => {
+                    let protocol_error = result
+                        .error
+                        .as_ref()
+                        .is_some_and(|e| e.code == core::ErrorCode::ProtocolError.as_str());
+                    self.after_reply();
+                    self.settle(result);
+                    if protocol_error {
+                        // The stream is out of step with the requests: as the core does.
+                        let peer = self.peer();
+                        self.finish(Ended::OnError(peer), None, Settle::Notify);
+                        return;
+                    }
                 }
             }
-            Next::Expired(q) => {
-                settle(
-                    &reply,
-                    NativeCallResult::err(DflockdError::new(
-                        core::ErrorCode::Timeout,
-                        format!(
-                            "no reply from {} within {}ms",
-                            conn.peer(),
-                            q.limit.as_millis()
-                        ),
-                    )),
-                );
-                break;
+        }
+        let read = {
+            let mut st = self.state.borrow_mut();
+            match st.stream.as_mut() {
+                Some(s) => s.read_ready(),
+                None => return,
             }
-            Next::AwaitReply | Next::Idle => {
-                let waiting = matches!(next, Next::AwaitReply);
-                tokio::select! {
-                    biased;
-                    _ = closed.cancelled() => {
-                        head_in_flight = waiting;
-                        break;
-                    }
-                    _ = shared.wake.notified() => {}
-                    r = conn.read_idle() => {
-                        if let Err(e) = r {
-                            if waiting {
-                                // The error belongs to the request in flight.
-                                let _ = shared.lock().queue.pop_front();
-                                settle(&reply, NativeCallResult::err(e));
-                            } else {
-                                end_error = Some(e);
-                            }
-                            break;
-                        }
-                    }
+        };
+        match read {
+            Err(e) => self.fail(e),
+            Ok(()) => {
+                let has_line = self
+                    .state
+                    .borrow_mut()
+                    .stream
+                    .as_mut()
+                    .is_some_and(|s| s.has_line());
+                if has_line {
+                    self.on_readable();
                 }
             }
         }
     }
-    let by_close = closed.is_cancelled();
-    let peer = conn.peer().to_string();
-    let queued = {
-        let mut st = shared.lock();
-        st.done = true;
-        st.writer = None;
-        if st.busy {
-            st.busy = false;
-            BUSY_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+
+    /// The head was answered: disarm its deadline, send the next one or go idle.
+    fn after_reply(&self) {
+        let idle = self.state.borrow().queue.is_empty();
+        if let Some(w) = &*self.watch.borrow() {
+            w.disarm_timer();
+            if idle {
+                w.keep_alive(false);
+            }
         }
-        st.idle_error = end_error;
-        if !by_close {
-            st.ended_on_error = Some(peer.clone());
+        if !idle {
+            if let Err(e) = self.send_head() {
+                self.fail(e);
+            }
         }
-        std::mem::take(&mut st.queue)
-    };
-    conn.close();
-    for (i, _) in queued.into_iter().enumerate() {
-        let e = if i == 0 && head_in_flight {
-            aborted_error()
-        } else if by_close {
-            closed_error()
-        } else {
-            peer_closed_error(&peer)
+    }
+
+    fn on_writable(&self) {
+        let r = {
+            let mut st = self.state.borrow_mut();
+            match st.stream.as_mut() {
+                Some(s) => s.flush(),
+                None => return,
+            }
         };
-        settle(&reply, NativeCallResult::err(e));
+        match r {
+            Ok(true) => {
+                if let Some(w) = &*self.watch.borrow() {
+                    let _ = w.want(true, false);
+                }
+            }
+            Ok(false) => {}
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// An I/O or protocol error: the head in flight gets it (else it is kept for the next
+    /// request), the rest "connection to <peer> is closed".
+    fn fail(&self, e: DflockdError) {
+        let peer = self.peer();
+        self.finish(Ended::OnError(peer), Some(e), Settle::Notify);
+    }
+
+    fn peer(&self) -> String {
+        self.state
+            .borrow()
+            .stream
+            .as_ref()
+            .map(|s| s.peer().to_string())
+            .unwrap_or_default()
+    }
+
+    /// End the connection (once): stop watching, close the socket, settle what is pending.
+    fn finish(&self, ended: Ended, error: Option<DflockdError>, how: Settle) {
+        let (pending, head_sent, peer) = {
+            let mut st = self.state.borrow_mut();
+            if st.ended.is_some() {
+                return;
+            }
+            let peer = st.stream.as_ref().map(|s| s.peer().to_string());
+            // Stop polling before the socket is closed (uv_close deregisters it at once).
+            if let Some(w) = self.watch.borrow_mut().take() {
+                w.close();
+            }
+            st.stream = None;
+            st.ended = Some(ended);
+            let pending = std::mem::take(&mut st.queue);
+            if pending.is_empty() || !st.head_sent {
+                st.idle_error = error.clone();
+            }
+            (pending, std::mem::replace(&mut st.head_sent, false), peer)
+        };
+        if !matches!(how, Settle::Teardown) {
+            LIVE.with(|l| l.borrow_mut().remove(&self.id));
+        }
+        let reply = self.reply.clone();
+        match how {
+            Settle::Notify => {}
+            Settle::Collected => return reply.release(),
+            Settle::Teardown => return reply.forget(),
+        }
+        let by_close = matches!(self.state.borrow().ended, Some(Ended::ByClose));
+        let peer = peer.unwrap_or_default();
+        let mut error = error;
+        for (i, _) in pending.into_iter().enumerate() {
+            let e = match (i, head_sent, error.take()) {
+                (0, true, Some(e)) => e,
+                (0, true, None) if by_close => aborted_error(),
+                _ if by_close => closed_error(),
+                _ => peer_closed_error(&peer),
+            };
+            reply.call(NativeCallResult::err(e));
+        }
+        reply.release();
+    }
+
+    fn settle(&self, r: NativeCallResult) {
+        self.reply.clone().call(r);
+    }
+}
+
+thread_local! {
+    /// The open connections of this thread's env (one env per JS thread), closed when the env
+    /// is torn down (a worker terminated, the process exiting): one cleanup hook per env, not
+    /// one per connection, since napi-rs leaks a removed hook's data.
+    static LIVE: RefCell<std::collections::HashMap<u64, Weak<Conn>>> = RefCell::default();
+    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static HOOKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Register this thread's env cleanup hook once: it stops every live connection's polling and
+/// closes its handles, without calling JS.
+fn watch_env_teardown(env: &Env) -> napi::Result<()> {
+    if HOOKED.with(|h| h.get()) {
+        return Ok(());
+    }
+    env.add_env_cleanup_hook((), |()| {
+        HOOKED.with(|h| h.set(false));
+        let live = LIVE.with(|l| std::mem::take(&mut *l.borrow_mut()));
+        for conn in live.into_values().filter_map(|w| w.upgrade()) {
+            conn.finish(Ended::ByClose, None, Settle::Teardown);
+        }
+    })?;
+    HOOKED.with(|h| h.set(true));
+    Ok(())
+}
+
+/// The handler the loop calls; holds the connection only while the socket is watched.
+struct Watched(Rc<Conn>);
+
+impl WatchHandler for Watched {
+    fn ready(&self, readable: bool, writable: bool, error: Option<i32>) {
+        if let Some(status) = error {
+            // libuv reports a socket error (POLLERR, e.g. the peer reset the connection) as
+            // UV_EBADF and stops polling: the read says what really happened; should it not
+            // end the connection, the poll error does (a no-op once it has ended).
+            self.0.on_readable();
+            let peer = self.0.peer();
+            return self.0.fail(DflockdError::new(
+                core::ErrorCode::ConnectionError,
+                format!("polling the connection to {peer} failed (libuv status {status})"),
+            ));
+        }
+        if writable {
+            self.0.on_writable();
+        }
+        if readable {
+            self.0.on_readable();
+        }
+    }
+
+    fn timeout(&self) {
+        let (peer, limit) = {
+            let st = self.0.state.borrow();
+            let Some(s) = st.stream.as_ref() else { return };
+            let blocking = st.queue.front().and_then(|op| op.blocking_timeout_s());
+            (s.peer().to_string(), s.reply_limit(blocking))
+        };
+        self.0.fail(DflockdError::new(
+            core::ErrorCode::Timeout,
+            format!("no reply from {peer} within {}ms", limit.as_millis()),
+        ));
     }
 }
 
@@ -213,19 +355,15 @@ pub(super) fn opt_int_arg(
 }
 
 /// Low level: one connection, one method per protocol command. Requests run one at a time in
-/// call order on a task that owns the connection and answers each through `onReply`; a method
-/// returns a number when the request is queued (see `submit`) or the result itself when it is
-/// settled at once (arguments are validated, `INVALID_ARGUMENT`, before anything is queued).
+/// call order; each is written when the one before it is answered, and answered through
+/// `onReply`. A method returns a number (0) when the request is queued, or the result itself
+/// when it is settled at once (arguments are validated, `INVALID_ARGUMENT`, before anything
+/// is queued; the connection is closed).
 ///
-/// Plain TCP, nothing in flight: the request is written here, on the JS thread (a non-blocking
-/// write on a second handle of the socket), and the task is not woken for it; the reply wakes
-/// it. That saves a thread wake-up per request; the reply deadline is then kept by the JS side
-/// (`expire`). Requests queued behind one in flight, TLS, and partial writes go through the
-/// task as before.
+/// An idle connection never keeps Node alive; one with a request pending does.
 #[napi]
 pub struct NativeDflockdConnection {
-    shared: Arc<Shared>,
-    closed: CancellationToken,
+    conn: Rc<Conn>,
 }
 
 #[napi]
@@ -241,11 +379,7 @@ impl NativeDflockdConnection {
         options: NativeConnectOptions,
         on_reply: Function<NativeCallResult, ()>,
     ) -> napi::Result<PromiseRaw<'env, NativeConnectionResult>> {
-        let reply: Reply = on_reply
-            .build_threadsafe_function::<NativeCallResult>()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
+        let reply = JsCallback::new(env, on_reply.raw(), "sema-native:dflockd")?;
         let opts = connect_options(
             &options.server,
             &options.tls,
@@ -253,124 +387,131 @@ impl NativeDflockdConnection {
             options.connect_timeout_ms,
             options.socket_timeout_ms,
         );
-        let socket_timeout = opts
-            .as_ref()
-            .map(|o| o.socket_timeout)
-            .unwrap_or(core::connection::DEFAULT_SOCKET_TIMEOUT);
-        env.spawn_future(async move {
-            let conn = match opts {
+        let fut = async move {
+            let r = match opts {
                 Ok(o) => Connection::connect(&o).await,
                 Err(e) => Err(e),
             };
-            Ok(match conn {
-                Ok(mut conn) => {
-                    let shared = Arc::new(Shared {
-                        state: std::sync::Mutex::new(State {
-                            queue: VecDeque::new(),
-                            busy: false,
-                            next_seq: 0,
-                            expired: None,
-                            writer: conn.take_writer(),
-                            wbuf: Vec::with_capacity(128),
-                            done: false,
-                            idle_error: None,
-                            ended_on_error: None,
-                        }),
-                        wake: Notify::new(),
-                        socket_timeout,
-                    });
-                    let closed = CancellationToken::new();
-                    tokio::spawn(connection_task(conn, shared.clone(), closed.clone(), reply));
-                    NativeConnectionResult {
+            Ok(r.and_then(|c| {
+                c.into_nonblocking().ok_or_else(|| {
+                    DflockdError::new(
+                        core::ErrorCode::ConnectionError,
+                        "connection closed during setup",
+                    )
+                })
+            }))
+        };
+        env.spawn_future_with_callback(fut, move |env, r| {
+            Ok(match r {
+                Ok(stream) => match NativeDflockdConnection::watch(env, stream, reply) {
+                    Ok(value) => NativeConnectionResult {
                         ok: true,
-                        value: Some(NativeDflockdConnection { shared, closed }),
+                        value: Some(value),
                         error: None,
+                    },
+                    Err(e) => NativeConnectionResult {
+                        ok: false,
+                        value: None,
+                        error: Some(e.into()),
+                    },
+                },
+                Err(e) => {
+                    reply.release();
+                    NativeConnectionResult {
+                        ok: false,
+                        value: None,
+                        error: Some(e.into()),
                     }
                 }
-                Err(e) => NativeConnectionResult {
-                    ok: false,
-                    value: None,
-                    error: Some(e.into()),
-                },
             })
         })
     }
 
-    /// Queue `op` and return a number (its result goes to `onReply`): the reply deadline in ms
-    /// the caller enforces with `expire` (the request was written from this thread), or 0 (the
-    /// connection task enforces it). Or return the result at once (the validation error, or the
-    /// connection is closed; `onReply` is then not called).
-    pub(super) fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
-        let op = match op {
-            Ok(op) if !self.closed.is_cancelled() => op,
-            Ok(_) => return Either::B(NativeCallResult::err(closed_error())),
-            Err(e) => return Either::B(NativeCallResult::err(e)),
-        };
-        let mut guard = self.shared.lock();
-        let st = &mut *guard;
-        if st.done {
-            let e = match (st.idle_error.take(), &st.ended_on_error) {
-                (Some(e), _) => e,
-                (None, Some(peer)) => peer_closed_error(peer),
-                (None, None) => closed_error(),
-            };
-            return Either::B(NativeCallResult::err(e));
-        }
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let mut written = 0;
-        let mut direct = None;
-        if !st.busy {
-            st.busy = true;
-            let others_busy =
-                BUSY_CONNECTIONS.fetch_add(1, Ordering::Relaxed) >= DIRECT_WRITE_MAX_BUSY;
-            if let (false, Some(writer)) = (others_busy, &st.writer) {
-                st.wbuf.clear();
-                // An encoding error is left to the task, which reports it as before.
-                if let Ok(blocking) = op.encode(&mut st.wbuf) {
-                    // Non-blocking (the descriptor is shared with the tokio socket); WouldBlock
-                    // or an error leaves the (rest of the) write to the task.
-                    let mut w: &std::net::TcpStream = writer;
-                    if let Ok(n) = w.write(&st.wbuf) {
-                        written = n;
-                    }
-                    if written == st.wbuf.len() {
-                        direct = Some(match blocking {
-                            Some(s) => {
-                                Duration::from_secs(s.min(core::protocol::MAX_SECONDS))
-                                    + core::connection::BLOCKING_REPLY_MARGIN
-                            }
-                            None => self.shared.socket_timeout,
-                        });
-                    }
-                }
-            }
-        }
-        st.queue.push_back(Queued {
-            op,
-            seq,
-            written,
-            direct: direct.is_some(),
-            limit: direct.unwrap_or_default(),
+    /// On the JS thread: watch the connected socket on this thread's loop.
+    fn watch(
+        env: &Env,
+        stream: NonBlockingStream,
+        reply: JsCallback,
+    ) -> Result<NativeDflockdConnection, DflockdError> {
+        let conn = Rc::new(Conn {
+            state: RefCell::new(State {
+                stream: None,
+                queue: VecDeque::new(),
+                head_sent: false,
+                wbuf: Vec::with_capacity(128),
+                ended: None,
+                idle_error: None,
+            }),
+            watch: RefCell::new(None),
+            reply: Rc::new(reply),
+            id: NEXT_ID.with(|n| n.replace(n.get() + 1)),
         });
-        drop(guard);
-        match direct {
-            Some(limit) => Either::A(limit.as_millis() as f64),
-            None => {
-                self.shared.wake.notify_one();
-                Either::A(0.0)
-            }
+        let unsupported = |e: napi::Error| {
+            let reason = e.reason.clone();
+            let code = if reason.starts_with("UNSUPPORTED_PLATFORM") {
+                core::ErrorCode::UnsupportedPlatform
+            } else {
+                core::ErrorCode::ConnectionError
+            };
+            conn.reply.release();
+            DflockdError::new(code, reason)
+        };
+        let watch = SocketWatch::open(env, stream.socket(), Rc::new(Watched(conn.clone())))
+            .map_err(unsupported)?;
+        *conn.watch.borrow_mut() = Some(watch);
+        conn.state.borrow_mut().stream = Some(stream);
+        if let Err(e) = watch_env_teardown(env) {
+            conn.finish(Ended::ByClose, None, Settle::Collected);
+            return Err(unsupported(e));
         }
+        LIVE.with(|l| l.borrow_mut().insert(conn.id, Rc::downgrade(&conn)));
+        Ok(NativeDflockdConnection { conn })
     }
 
-    /// The reply to queued request number `seq` (counting from 0) is overdue: if it is still
-    /// awaited, it fails with `TIMEOUT` and the connection closes.
-    #[napi]
-    pub fn expire(&self, seq: f64) {
-        if seq.is_finite() && seq >= 0.0 {
-            self.shared.lock().expired = Some(seq as u64);
-            self.shared.wake.notify_one();
+    /// Queue `op` and return 0 (its result goes to `onReply`), or return the result at once
+    /// (the validation error, or the connection is closed; `onReply` is then not called).
+    pub(super) fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => return Either::B(NativeCallResult::err(e)),
+        };
+        let conn = &self.conn;
+        {
+            let mut guard = conn.state.borrow_mut();
+            let st = &mut *guard;
+            if let Some(ended) = &st.ended {
+                let e = match (st.idle_error.take(), ended) {
+                    (Some(e), _) => e,
+                    (None, Ended::OnError(peer)) => peer_closed_error(peer),
+                    (None, Ended::ByClose) => closed_error(),
+                };
+                return Either::B(NativeCallResult::err(e));
+            }
+            if !st.queue.is_empty() {
+                // Validated now, written when its turn comes.
+                st.wbuf.clear();
+                if let Err(e) = op.encode(&mut st.wbuf) {
+                    return Either::B(NativeCallResult::err(e));
+                }
+                st.queue.push_back(op);
+                return Either::A(0.0);
+            }
+            st.queue.push_back(op);
         }
+        if let Err(e) = conn.send_head() {
+            let sent = conn.state.borrow().head_sent;
+            if !sent {
+                // Nothing written: an encoding error (INVALID_ARGUMENT) is this call's alone.
+                conn.state.borrow_mut().queue.pop_back();
+                if e.code() == core::ErrorCode::InvalidArgument {
+                    return Either::B(NativeCallResult::err(e));
+                }
+                conn.fail(e.clone());
+                return Either::B(NativeCallResult::err(e));
+            }
+            conn.fail(e);
+        }
+        Either::A(0.0)
     }
 
     /// `l key timeout [ttl]` (or `sl key timeout limit [ttl]` when `limit` is given): resolves
@@ -472,16 +613,17 @@ impl NativeDflockdConnection {
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves
-    /// `ABORTED`, queued ones `CONNECTION_ERROR`). The server auto-releases what this
-    /// connection held.
+    /// `ABORTED`, queued ones `CONNECTION_ERROR`, both before this returns). The server
+    /// auto-releases what this connection held.
     #[napi]
     pub fn close(&self) {
-        self.closed.cancel();
+        self.conn.finish(Ended::ByClose, None, Settle::Notify);
     }
 }
 
 impl Drop for NativeDflockdConnection {
     fn drop(&mut self) {
-        self.closed.cancel();
+        // Collected: nothing is pending (the JS side holds this object while requests are).
+        self.conn.finish(Ended::ByClose, None, Settle::Collected);
     }
 }

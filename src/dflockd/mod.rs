@@ -1,30 +1,25 @@
 //! napi binding of the dflockd client (thin layer over `sema_core::dflockd`), by concern:
 //! option conversion and the free functions here, the lock/semaphore primitive in `primitive`,
-//! the low-level connection's requests in `ops` and its connection task in `connection`.
+//! the low-level connection's requests in `ops` and the connection itself, run on the JS
+//! thread's event loop (`crate::event_loop`), in `connection`.
 //!
 //! Every async method RESOLVES with a result object and never rejects for expected failures:
 //! `{ ok: true, value } | { ok: false, error: { code, message, reply? } }`. Background renewal
 //! runs as tokio tasks and loss callbacks use weak threadsafe functions, so nothing keeps Node
-//! alive except an in-flight acquire/enqueue/wait promise.
+//! alive except an in-flight request.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use napi::bindgen_prelude::Either;
 use napi::bindgen_prelude::{FnArgs, Function, PromiseRaw};
-use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Env, Status};
+use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::Env;
 use napi_derive::napi;
 use sema_core::dflockd::{
     self as core, AcquireReply, ConnectOptions, Connection, DflockdError, EnqueueOutcome,
     EnqueueReply, Primitive, PrimitiveOptions, TlsOptions,
 };
-use std::collections::VecDeque;
-use std::io::Write as _;
-
-use napi::bindgen_prelude::Either;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::result::{
     bool_result, string_result, thrown, void_result, BoolResult, NativeError, StringResult, Thrown,

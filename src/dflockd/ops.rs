@@ -63,7 +63,7 @@ impl NativeCallResult {
 /// Lease the official clients assume when a renew reply does not say.
 pub(super) const FALLBACK_LEASE_S: u64 = 30;
 
-/// One request for the connection task (owned copies of the JS arguments).
+/// One request of the low-level connection (owned copies of the JS arguments).
 pub(super) enum Op {
     Lock {
         key: String,
@@ -101,31 +101,27 @@ pub(super) enum Op {
 }
 
 impl Op {
-    /// Encode the request exactly as the connection will (validating it); returns the timeout a
-    /// blocking command gives the server, in seconds.
-    pub(super) fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
+    /// The core request this is (borrowing its strings); `None` for a raw request.
+    fn request(&self) -> Option<sema_core::dflockd::Request<'_>> {
         use sema_core::dflockd::Request as R;
-        let req = match self {
+        Some(match self {
             Op::Lock {
                 key,
                 timeout_s,
                 ttl_s,
-                limit: None,
-            } => R::Lock {
-                key,
-                timeout_s: *timeout_s,
-                ttl_s: *ttl_s,
-            },
-            Op::Lock {
-                key,
-                timeout_s,
-                ttl_s,
-                limit: Some(limit),
-            } => R::SemLock {
-                key,
-                timeout_s: *timeout_s,
-                limit: *limit,
-                ttl_s: *ttl_s,
+                limit,
+            } => match *limit {
+                None => R::Lock {
+                    key,
+                    timeout_s: *timeout_s,
+                    ttl_s: *ttl_s,
+                },
+                Some(limit) => R::SemLock {
+                    key,
+                    timeout_s: *timeout_s,
+                    limit,
+                    ttl_s: *ttl_s,
+                },
             },
             Op::Release { key, token, sem } => match sem {
                 false => R::Release { key, token },
@@ -148,19 +144,13 @@ impl Op {
                     ttl_s: *ttl_s,
                 },
             },
-            Op::Enqueue {
-                key,
-                ttl_s,
-                limit: None,
-            } => R::Enqueue { key, ttl_s: *ttl_s },
-            Op::Enqueue {
-                key,
-                ttl_s,
-                limit: Some(limit),
-            } => R::SemEnqueue {
-                key,
-                limit: *limit,
-                ttl_s: *ttl_s,
+            Op::Enqueue { key, ttl_s, limit } => match *limit {
+                None => R::Enqueue { key, ttl_s: *ttl_s },
+                Some(limit) => R::SemEnqueue {
+                    key,
+                    limit,
+                    ttl_s: *ttl_s,
+                },
             },
             Op::Wait {
                 key,
@@ -177,27 +167,76 @@ impl Op {
                 },
             },
             Op::Stats => R::Stats,
-            Op::Raw { cmd, key, arg } => {
+            Op::Raw { .. } => return None,
+        })
+    }
+
+    /// Encode (validating) the request; returns the timeout a blocking command gives the
+    /// server, in seconds.
+    pub(super) fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
+        match (self.request(), self) {
+            (Some(req), _) => {
+                req.encode_into(out)?;
+                Ok(req.blocking_timeout_s())
+            }
+            (None, Op::Raw { cmd, key, arg }) => {
                 let (bytes, blocking) = core::protocol::encode_raw(cmd, key, arg)?;
                 out.extend_from_slice(&bytes);
-                return Ok(blocking);
+                Ok(blocking)
             }
-        };
-        req.encode_into(out)?;
-        Ok(req.blocking_timeout_s())
+            (None, _) => Ok(None),
+        }
     }
-}
 
-/// The connection's reply callback: one threadsafe function per connection (weak: it never keeps
-/// Node alive; `lib/dflockd/connection.js` keeps a ref'd handle while requests are pending), called once per
-/// queued request, in call order. A threadsafe function per request (what a `JsDeferred` is)
-/// costs a libuv handle opened and closed plus a cleanup hook per request.
-pub(super) type Reply =
-    ThreadsafeFunction<NativeCallResult, (), NativeCallResult, Status, false, true>;
+    /// The timeout a blocking command gives the server, in seconds.
+    pub(super) fn blocking_timeout_s(&self) -> Option<u64> {
+        match (self.request(), self) {
+            (Some(req), _) => req.blocking_timeout_s(),
+            (None, Op::Raw { cmd, key, arg }) => core::protocol::encode_raw(cmd, key, arg)
+                .ok()
+                .and_then(|(_, b)| b),
+            (None, _) => None,
+        }
+    }
 
-pub(super) fn settle(reply: &Reply, r: NativeCallResult) {
-    // Fails only while the environment is being torn down: nobody is left to answer then.
-    let _ = reply.call(r, ThreadsafeFunctionCallMode::NonBlocking);
+    /// The result of this request for its reply line (parsed by the core protocol).
+    pub(super) fn parse_reply(&self, line: &str) -> NativeCallResult {
+        use sema_core::dflockd::Reply;
+        let Some(req) = self.request() else {
+            return NativeCallResult::text(line.to_string());
+        };
+        match req.parse_reply(line) {
+            Ok(Reply::Acquire(AcquireReply::Granted(g))) => NativeCallResult::grant(g),
+            Ok(Reply::Acquire(AcquireReply::TimedOut)) => {
+                let key = match self {
+                    Op::Lock { key, .. } | Op::Wait { key, .. } => key.as_str(),
+                    _ => "",
+                };
+                NativeCallResult::err(timed_out(key))
+            }
+            Ok(Reply::Enqueue(EnqueueReply::Acquired(g))) => NativeCallResult {
+                status: Some("acquired".to_string()),
+                ..NativeCallResult::grant(g)
+            },
+            Ok(Reply::Enqueue(EnqueueReply::Queued)) => NativeCallResult {
+                status: Some("queued".to_string()),
+                ..NativeCallResult::ok()
+            },
+            Ok(Reply::Renew(lease)) => {
+                let sent = match self {
+                    Op::Renew { ttl_s, .. } => *ttl_s,
+                    _ => None,
+                };
+                NativeCallResult {
+                    lease: Some(lease.or(sent).unwrap_or(FALLBACK_LEASE_S) as f64),
+                    ..NativeCallResult::ok()
+                }
+            }
+            Ok(Reply::Release | Reply::Auth) => NativeCallResult::ok(),
+            Ok(Reply::Stats(json)) => NativeCallResult::text(json),
+            Err(e) => NativeCallResult::err(e),
+        }
+    }
 }
 
 pub(super) fn timed_out(key: &str) -> DflockdError {
@@ -206,101 +245,4 @@ pub(super) fn timed_out(key: &str) -> DflockdError {
         format!("timeout acquiring '{key}'"),
     )
     .with_reply("timeout")
-}
-
-pub(super) fn acquire_result(r: core::Result<AcquireReply>, key: &str) -> NativeCallResult {
-    match r {
-        Ok(AcquireReply::Granted(g)) => NativeCallResult::grant(g),
-        Ok(AcquireReply::TimedOut) => NativeCallResult::err(timed_out(key)),
-        Err(e) => NativeCallResult::err(e),
-    }
-}
-
-/// Runs one request on the connection (the core validates, encodes and parses).
-pub(super) async fn run_op(conn: &mut Connection, op: Op) -> NativeCallResult {
-    match op {
-        Op::Lock {
-            key,
-            timeout_s,
-            ttl_s,
-            limit,
-        } => {
-            let r = match limit {
-                None => conn.lock(&key, timeout_s, ttl_s).await,
-                Some(n) => conn.sem_lock(&key, timeout_s, n, ttl_s).await,
-            };
-            acquire_result(r, &key)
-        }
-        Op::Wait {
-            key,
-            timeout_s,
-            sem,
-        } => {
-            let r = if sem {
-                conn.sem_wait(&key, timeout_s).await
-            } else {
-                conn.wait(&key, timeout_s).await
-            };
-            acquire_result(r, &key)
-        }
-        Op::Release { key, token, sem } => {
-            let r = if sem {
-                conn.sem_release(&key, &token).await
-            } else {
-                conn.release(&key, &token).await
-            };
-            match r {
-                Ok(()) => NativeCallResult::ok(),
-                Err(e) => NativeCallResult::err(e),
-            }
-        }
-        Op::Renew {
-            key,
-            token,
-            ttl_s,
-            sem,
-        } => {
-            let r = if sem {
-                conn.sem_renew(&key, &token, ttl_s).await
-            } else {
-                conn.renew(&key, &token, ttl_s).await
-            };
-            match r {
-                Ok(lease) => NativeCallResult {
-                    lease: Some(lease.or(ttl_s).unwrap_or(FALLBACK_LEASE_S) as f64),
-                    ..NativeCallResult::ok()
-                },
-                Err(e) => NativeCallResult::err(e),
-            }
-        }
-        Op::Enqueue { key, ttl_s, limit } => {
-            let r = match limit {
-                None => conn.enqueue(&key, ttl_s).await,
-                Some(n) => conn.sem_enqueue(&key, n, ttl_s).await,
-            };
-            match r {
-                Ok(EnqueueReply::Acquired(g)) => NativeCallResult {
-                    status: Some("acquired".to_string()),
-                    ..NativeCallResult::grant(g)
-                },
-                Ok(EnqueueReply::Queued) => NativeCallResult {
-                    status: Some("queued".to_string()),
-                    ..NativeCallResult::ok()
-                },
-                Err(e) => NativeCallResult::err(e),
-            }
-        }
-        Op::Stats => match conn.stats_json().await {
-            Ok(json) => NativeCallResult::text(json),
-            Err(e) => NativeCallResult::err(e),
-        },
-        Op::Raw { cmd, key, arg } => match conn.request_raw(&cmd, &key, &arg).await {
-            Ok(line) => NativeCallResult::text(line),
-            Err(e) => NativeCallResult::err(e),
-        },
-    }
-}
-
-pub(super) fn closed_error() -> DflockdError {
-    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
 }

@@ -1,5 +1,6 @@
 //! What the dflockd client writes, checked on a fake server: invalid arguments write nothing,
-//! each request's exact bytes, and a request written through the writer handle goes out once.
+//! each request's exact bytes, and a connection handed over with `into_nonblocking` keeps its
+//! framing.
 
 mod common;
 
@@ -187,55 +188,60 @@ mod dflockd {
         );
     }
 
-    /// A request written through `take_writer` (whole or in part) and reported with
-    /// `mark_written` goes out exactly once, and its reply is read as usual; `read_idle` buffers
-    /// a reply that arrives before the request is run, and reports EOF.
-    #[tokio::test]
-    async fn writer_handle_and_mark_written() {
-        use std::io::Write as _;
+    /// A connection handed over with `into_nonblocking` keeps its framing: a request sent
+    /// goes out exactly once, reply lines come back one by one (a line split across reads
+    /// included), and the server's EOF is reported as CONNECTION_ERROR.
+    // Multi-threaded: the test's blocking reads must not stop the fake server's task.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn into_nonblocking_sends_and_reads_lines() {
         let fake = Fake::start(|mut c: FakeConn| async move {
-            for _ in 0..2 {
-                if c.read_request().await.is_none() {
-                    return;
-                }
-                c.write(b"ok\n").await;
+            if c.read_request().await.is_none() {
+                return;
             }
+            c.write(b"ok 30\n").await;
+            if c.read_request().await.is_none() {
+                return;
+            }
+            c.write(b"o").await;
+            tokio::task::yield_now().await;
+            c.write(b"k\r\n").await;
         })
         .await;
-        let mut conn = Connection::connect(&fake.connect_options())
+        let conn = Connection::connect(&fake.connect_options())
             .await
             .expect("connect");
-        let mut w = conn.take_writer().expect("plain TCP has a writer handle");
-        assert!(conn.take_writer().is_none(), "given out once");
+        let mut s = conn.into_nonblocking().expect("open connection");
+        // Blocking reads for the test only: each read_ready then waits for bytes.
+        s.socket().set_nonblocking(false).expect("blocking");
         let mut bytes = Vec::new();
-        Request::Release {
-            key: "k",
-            token: "t1",
+        for (token, want) in [("t1", "ok 30"), ("t2", "ok")] {
+            bytes.clear();
+            Request::Renew {
+                key: "k",
+                token,
+                ttl_s: None,
+            }
+            .encode_into(&mut bytes)
+            .expect("encode");
+            assert!(
+                s.send(&bytes).expect("send"),
+                "a short request goes out at once"
+            );
+            let line = loop {
+                if let Some(l) = s.next_line() {
+                    break l.expect("line");
+                }
+                s.read_ready().expect("read");
+            };
+            assert_eq!(line, want);
         }
-        .encode_into(&mut bytes)
-        .expect("encode");
-        // Whole request written outside: the reply arrives while idle, then the request is run.
-        w.write_all(&bytes).expect("write");
-        conn.read_idle().await.expect("reply bytes");
-        assert!(conn.has_line());
-        conn.mark_written(bytes.len());
-        conn.release("k", "t1").await.expect("release");
-        // Part of it written outside: the connection writes the rest.
-        bytes.clear();
-        Request::Release {
-            key: "k",
-            token: "t2",
-        }
-        .encode_into(&mut bytes)
-        .expect("encode");
-        w.write_all(&bytes[..3]).expect("write");
-        conn.mark_written(3);
-        conn.release("k", "t2").await.expect("release");
-        assert_eq!(fake.received_text(), "r\nk\nt1\nr\nk\nt2\n");
-        // The server ends the connection: read_idle reports it and closes.
-        let e = conn.read_idle().await.expect_err("EOF");
+        assert_eq!(fake.received_text(), "n\nk\nt1\nn\nk\nt2\n");
+        let e = loop {
+            if let Err(e) = s.read_ready() {
+                break e;
+            }
+        };
         assert_eq!(e.code(), ErrorCode::ConnectionError, "{e}");
-        assert!(conn.is_closed());
-        drop(w);
+        assert!(s.next_line().is_none());
     }
 }

@@ -7,7 +7,7 @@
 use std::future::Future as _;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
@@ -98,22 +98,10 @@ impl ConnectOptions {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-#[cfg(unix)]
-fn plain_writer(tcp: &TcpStream) -> Option<std::net::TcpStream> {
-    use std::os::fd::AsFd;
-    tcp.as_fd()
-        .try_clone_to_owned()
-        .ok()
-        .map(std::net::TcpStream::from)
-}
-
-#[cfg(not(unix))]
-fn plain_writer(_tcp: &TcpStream) -> Option<std::net::TcpStream> {
-    None
-}
+mod nonblocking;
+mod stream;
+pub use nonblocking::NonBlockingStream;
+use stream::Stream;
 
 fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
     DflockdError::connection(format!("{what} {peer} failed: {e}"))
@@ -121,16 +109,12 @@ fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
 
 /// A connection to one dflockd server.
 pub struct Connection {
-    io: Option<Box<dyn Io>>,
+    io: Option<Stream>,
     /// Bytes read and not consumed yet (the reply line being read, or its successor).
     buf: Vec<u8>,
     /// Request being written (reused: no allocation per request once warm).
     wbuf: Vec<u8>,
     busy: bool,
-    /// Bytes of the next request already written by the caller through [`Connection::take_writer`].
-    prewritten: usize,
-    /// A second handle on the plain TCP socket for [`Connection::take_writer`] (`None` with TLS).
-    writer: Option<std::net::TcpStream>,
     socket_timeout: Duration,
     peer: String,
     host: String,
@@ -165,12 +149,8 @@ impl Connection {
                 .await
                 .map_err(|e| io_error(&peer, "connect to", e))?;
             let _ = tcp.set_nodelay(true);
-            let writer = match tls {
-                None => plain_writer(&tcp),
-                Some(_) => None,
-            };
-            let io: Box<dyn Io> = match tls {
-                None => Box::new(tcp),
+            let io = match tls {
+                None => Stream::Plain(tcp),
                 Some((cfg, name)) => {
                     let handshake = TlsConnector::from(cfg).connect(name, tcp);
                     tokio::pin!(handshake);
@@ -194,12 +174,12 @@ impl Connection {
                             io_error(&peer, "TLS handshake with", e)
                         }
                     })?;
-                    Box::new(stream)
+                    Stream::Tls(Box::new(stream))
                 }
             };
-            Ok::<_, DflockdError>((io, writer))
+            Ok::<_, DflockdError>(io)
         };
-        let (io, writer) = match tokio::time::timeout(opts.connect_timeout, setup).await {
+        let io = match tokio::time::timeout(opts.connect_timeout, setup).await {
             Ok(r) => r?,
             Err(_) => {
                 return Err(DflockdError::timeout(format!(
@@ -213,8 +193,6 @@ impl Connection {
             buf: Vec::with_capacity(256),
             wbuf: Vec::with_capacity(128),
             busy: false,
-            prewritten: 0,
-            writer,
             socket_timeout: opts.socket_timeout,
             peer,
             host: opts.host.clone(),
@@ -241,8 +219,6 @@ impl Connection {
     /// Close the connection (drop the socket). The server auto-releases what it held.
     pub fn close(&mut self) {
         self.io = None;
-        self.writer = None;
-        self.prewritten = 0;
         self.buf = Vec::new();
         self.wbuf = Vec::new();
     }
@@ -270,67 +246,25 @@ impl Connection {
         true
     }
 
-    /// Plain TCP only: a second, independent handle on the socket (a duplicated descriptor,
-    /// non-blocking like the first), so the caller can write a request from its own thread
-    /// without waking the task that reads the replies. Given out once; `None` with TLS, after
-    /// the first call, or where the descriptor cannot be duplicated.
-    ///
-    /// The caller owns the framing: it may write only a request encoded exactly as this
-    /// connection would encode it, only while no other request is in flight, must report the
-    /// bytes written with [`Connection::mark_written`] before the request is run here, and must
-    /// drop the handle when the connection closes (the socket stays open while it lives).
-    pub fn take_writer(&mut self) -> Option<std::net::TcpStream> {
-        self.writer.take()
-    }
-
-    /// The first `n` bytes of the next request were already written through the handle of
-    /// [`Connection::take_writer`]: the next request writes only the rest.
-    pub fn mark_written(&mut self, n: usize) {
-        self.prewritten = n;
-    }
-
-    /// Whether a complete reply line is buffered.
-    pub fn has_line(&self) -> bool {
-        self.buf.contains(&b'\n')
-    }
-
-    /// While no request is being run here (its bytes may have been written through
-    /// [`Connection::take_writer`]): read what the server sends into the reply buffer, once,
-    /// and return after at least one byte arrived. EOF, a read error or more than a reply
-    /// line's worth of bytes without a newline close the connection and return the error.
-    /// Cancel-safe, as [`Connection::wait_server_gone`].
-    pub async fn read_idle(&mut self) -> Result<()> {
+    /// Hand the connected (and authenticated) socket over to a caller that drives it without
+    /// tokio, e.g. from an event loop of its own: the socket (non-blocking), its TLS session if
+    /// any, and the reply bytes already read. `None` when the connection is closed or was
+    /// interrupted mid-request.
+    pub fn into_nonblocking(mut self) -> Option<NonBlockingStream> {
         if self.busy {
-            return Err(self.fail(DflockdError::connection(format!(
-                "connection to {} was interrupted mid-request and is closed",
-                self.peer
-            ))));
+            return None;
         }
-        let mut chunk = [0u8; 4096];
-        let Some(io) = self.io.as_mut() else {
-            return Err(DflockdError::connection(format!(
-                "connection to {} is closed",
-                self.peer
-            )));
-        };
-        match io.read(&mut chunk).await {
-            Ok(0) => Err(self.fail(DflockdError::connection(if self.buf.is_empty() {
-                format!("server {} closed the connection", self.peer)
-            } else {
-                format!("server {} closed the connection mid-reply", self.peer)
-            }))),
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                if !self.has_line() && self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
-                    return Err(self.fail(overlong()));
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let peer = self.peer.clone();
-                Err(self.fail(io_error(&peer, "read from", e)))
-            }
-        }
+        let io = self.io.take()?;
+        let buffered = std::mem::take(&mut self.buf);
+        let (tcp, tls) = io.into_parts();
+        let socket = tcp.into_std().ok()?;
+        Some(NonBlockingStream::new(
+            socket,
+            tls,
+            buffered,
+            self.peer.clone(),
+            self.socket_timeout,
+        ))
     }
 
     fn fail(&mut self, e: DflockdError) -> DflockdError {
@@ -396,17 +330,13 @@ impl Connection {
         }
         self.busy = true;
         let write_deadline = Instant::now() + self.socket_timeout;
-        let skip = std::mem::take(&mut self.prewritten).min(self.wbuf.len());
         let written = {
             let Connection { io, wbuf, peer, .. } = self;
             let write = async {
                 let io = io
                     .as_mut()
                     .ok_or_else(|| DflockdError::connection("connection is closed"))?;
-                if skip == wbuf.len() {
-                    return Ok(());
-                }
-                io.write_all(&wbuf[skip..])
+                io.write_all(wbuf)
                     .await
                     .map_err(|e| io_error(peer, "write to", e))?;
                 io.flush().await.map_err(|e| io_error(peer, "write to", e))

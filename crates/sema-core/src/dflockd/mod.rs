@@ -30,7 +30,7 @@ pub mod tls;
 pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};
 pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions, Ticket};
-pub use protocol::{AcquireReply, EnqueueReply, Grant, Request};
+pub use protocol::{AcquireReply, EnqueueReply, Grant, Reply, Request};
 pub use shard::stable_hash_shard;
 pub use stats::{parse_stats, Stats};
 pub use tls::TlsOptions;

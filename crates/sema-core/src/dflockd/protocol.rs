@@ -546,5 +546,8 @@ pub fn parse_stats_reply(line: &str) -> Result<&str> {
     Err(server_error(line, "stats").unwrap_or_else(|| unexpected(line, "stats")))
 }
 
+mod reply;
+pub use reply::Reply;
+
 #[cfg(test)]
 mod tests;

@@ -9,17 +9,18 @@ use crate::dflockd::stats::{parse_stats, Stats};
 use crate::dflockd::ConnectOptions;
 
 impl Connection {
-    /// Send a request whose reply is parsed by `parse` straight from the read buffer; a protocol
-    /// error closes the connection.
+    /// Send a request whose reply is parsed by `parse` (given the line and the request's
+    /// [`Request::label`]) straight from the read buffer; a protocol error closes the connection.
     async fn call<T>(
         &mut self,
         req: Request<'_>,
-        parse: impl FnOnce(&str) -> Result<T>,
+        parse: impl FnOnce(&str, &'static str) -> Result<T>,
     ) -> Result<T> {
         self.wbuf.clear();
         req.encode_into(&mut self.wbuf)?;
         let end = self.exchange(req.blocking_timeout_s()).await?;
-        let r = self.line(end).and_then(parse);
+        let what = req.label();
+        let r = self.line(end).and_then(|l| parse(l, what));
         self.consume(end);
         match r {
             Err(e) if e.code() == ErrorCode::ProtocolError => Err(self.fail(e)),
@@ -30,7 +31,9 @@ impl Connection {
     /// `auth`: `ok` or `AUTH_FAILED`.
     pub async fn auth(&mut self, token: &str) -> Result<()> {
         let r = self
-            .call(Request::Auth { token }, protocol::parse_auth_reply)
+            .call(Request::Auth { token }, |l, _| {
+                protocol::parse_auth_reply(l)
+            })
             .await;
         if r.is_err() {
             self.close();
@@ -51,7 +54,7 @@ impl Connection {
                 timeout_s,
                 ttl_s,
             },
-            |l| protocol::parse_acquire_reply(l, "acquire"),
+            protocol::parse_acquire_reply,
         )
         .await
     }
@@ -71,24 +74,26 @@ impl Connection {
                 limit,
                 ttl_s,
             },
-            |l| protocol::parse_acquire_reply(l, "sem_acquire"),
+            protocol::parse_acquire_reply,
         )
         .await
     }
 
     /// `r key token` → exactly `ok`.
     pub async fn release(&mut self, key: &str, token: &str) -> Result<()> {
-        self.call(Request::Release { key, token }, |l| {
-            protocol::parse_release_reply(l, "release")
-        })
+        self.call(
+            Request::Release { key, token },
+            protocol::parse_release_reply,
+        )
         .await
     }
 
     /// `sr key token` → exactly `ok`.
     pub async fn sem_release(&mut self, key: &str, token: &str) -> Result<()> {
-        self.call(Request::SemRelease { key, token }, |l| {
-            protocol::parse_release_reply(l, "sem_release")
-        })
+        self.call(
+            Request::SemRelease { key, token },
+            protocol::parse_release_reply,
+        )
         .await
     }
 
@@ -99,9 +104,10 @@ impl Connection {
         token: &str,
         ttl_s: Option<u64>,
     ) -> Result<Option<u64>> {
-        self.call(Request::Renew { key, token, ttl_s }, |l| {
-            protocol::parse_renew_reply(l, "renew")
-        })
+        self.call(
+            Request::Renew { key, token, ttl_s },
+            protocol::parse_renew_reply,
+        )
         .await
     }
 
@@ -112,17 +118,19 @@ impl Connection {
         token: &str,
         ttl_s: Option<u64>,
     ) -> Result<Option<u64>> {
-        self.call(Request::SemRenew { key, token, ttl_s }, |l| {
-            protocol::parse_renew_reply(l, "sem_renew")
-        })
+        self.call(
+            Request::SemRenew { key, token, ttl_s },
+            protocol::parse_renew_reply,
+        )
         .await
     }
 
     /// `e key [ttl]`.
     pub async fn enqueue(&mut self, key: &str, ttl_s: Option<u64>) -> Result<EnqueueReply> {
-        self.call(Request::Enqueue { key, ttl_s }, |l| {
-            protocol::parse_enqueue_reply(l, "enqueue")
-        })
+        self.call(
+            Request::Enqueue { key, ttl_s },
+            protocol::parse_enqueue_reply,
+        )
         .await
     }
 
@@ -133,31 +141,34 @@ impl Connection {
         limit: u64,
         ttl_s: Option<u64>,
     ) -> Result<EnqueueReply> {
-        self.call(Request::SemEnqueue { key, limit, ttl_s }, |l| {
-            protocol::parse_enqueue_reply(l, "sem_enqueue")
-        })
+        self.call(
+            Request::SemEnqueue { key, limit, ttl_s },
+            protocol::parse_enqueue_reply,
+        )
         .await
     }
 
     /// `w key timeout`.
     pub async fn wait(&mut self, key: &str, timeout_s: u64) -> Result<AcquireReply> {
-        self.call(Request::Wait { key, timeout_s }, |l| {
-            protocol::parse_acquire_reply(l, "wait")
-        })
+        self.call(
+            Request::Wait { key, timeout_s },
+            protocol::parse_acquire_reply,
+        )
         .await
     }
 
     /// `sw key timeout`.
     pub async fn sem_wait(&mut self, key: &str, timeout_s: u64) -> Result<AcquireReply> {
-        self.call(Request::SemWait { key, timeout_s }, |l| {
-            protocol::parse_acquire_reply(l, "sem_wait")
-        })
+        self.call(
+            Request::SemWait { key, timeout_s },
+            protocol::parse_acquire_reply,
+        )
         .await
     }
 
     /// `stats` → the JSON text after `ok `.
     pub async fn stats_json(&mut self) -> Result<String> {
-        self.call(Request::Stats, |l| {
+        self.call(Request::Stats, |l, _| {
             protocol::parse_stats_reply(l).map(str::to_string)
         })
         .await

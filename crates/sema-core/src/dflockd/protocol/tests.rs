@@ -167,3 +167,64 @@ fn parses_replies_exactly() {
     );
     assert_eq!(parse_stats_reply("ok {\"a\":1}").ok(), Some("{\"a\":1}"));
 }
+
+#[test]
+fn parse_reply_dispatches_by_command_and_names_it() {
+    let grant = Grant {
+        token: "t".repeat(32),
+        lease_s: 7,
+    };
+    let line = format!("ok {} 7", grant.token);
+    let lock = Request::Lock {
+        key: "k",
+        timeout_s: 1,
+        ttl_s: None,
+    };
+    assert_eq!(
+        lock.parse_reply(&line),
+        Ok(Reply::Acquire(AcquireReply::Granted(grant.clone())))
+    );
+    assert_eq!(
+        lock.parse_reply("timeout"),
+        Ok(Reply::Acquire(AcquireReply::TimedOut))
+    );
+    let sem_wait = Request::SemWait {
+        key: "k",
+        timeout_s: 1,
+    };
+    let e = sem_wait.parse_reply("ok").expect_err("bare ok to sw");
+    assert!(e.message().contains("sem_wait"), "{e}");
+    let enqueue = Request::SemEnqueue {
+        key: "k",
+        limit: 2,
+        ttl_s: None,
+    };
+    assert_eq!(
+        enqueue.parse_reply("queued"),
+        Ok(Reply::Enqueue(EnqueueReply::Queued))
+    );
+    let renew = Request::Renew {
+        key: "k",
+        token: "t",
+        ttl_s: None,
+    };
+    assert_eq!(renew.parse_reply("ok 30"), Ok(Reply::Renew(Some(30))));
+    let release = Request::SemRelease {
+        key: "k",
+        token: "t",
+    };
+    assert_eq!(release.parse_reply("ok"), Ok(Reply::Release));
+    let e = release.parse_reply("error").expect_err("error");
+    assert_eq!(e.code(), ErrorCode::ServerError);
+    assert!(e.message().contains("sem_release"), "{e}");
+    assert_eq!(
+        Request::Stats.parse_reply("ok {\"locks\":[]}"),
+        Ok(Reply::Stats("{\"locks\":[]}".into()))
+    );
+    assert_eq!(
+        Request::Auth { token: "x" }
+            .parse_reply("error_auth")
+            .map_err(|e| e.code()),
+        Err(ErrorCode::AuthFailed)
+    );
+}

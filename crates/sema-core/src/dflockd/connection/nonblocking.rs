@@ -1,0 +1,270 @@
+//! A connected dflockd socket driven without tokio: the caller's own event loop says when the
+//! socket is readable or writable, and this type does the non-blocking I/O, the TLS records
+//! (rustls' `ClientConnection`, no thread of its own) and the reply-line framing.
+//!
+//! Obtained from [`super::Connection::into_nonblocking`] after connect, TLS handshake and
+//! auth ran on tokio.
+
+use std::io::{self, Read as _, Write as _};
+use std::time::Duration;
+
+use tokio_rustls::rustls::ClientConnection;
+
+use super::{io_error, overlong, BLOCKING_REPLY_MARGIN};
+use crate::dflockd::error::{DflockdError, Result};
+use crate::dflockd::protocol::{MAX_REPLY_LINE_BYTES, MAX_SECONDS};
+
+/// Bytes asked of the socket per read: a reply line is at most ~256 bytes, the `stats` JSON
+/// more; anything larger is read by the next readiness callback.
+const READ_CHUNK: usize = 4096;
+
+/// See the module documentation.
+pub struct NonBlockingStream {
+    socket: std::net::TcpStream,
+    tls: Option<Box<ClientConnection>>,
+    /// Plain TCP: request bytes not written yet (TLS buffers them in the session).
+    out: Vec<u8>,
+    out_pos: usize,
+    lines: ReplyLines,
+    peer: String,
+    socket_timeout: Duration,
+}
+
+impl NonBlockingStream {
+    pub(super) fn new(
+        socket: std::net::TcpStream,
+        tls: Option<Box<ClientConnection>>,
+        buffered: Vec<u8>,
+        peer: String,
+        socket_timeout: Duration,
+    ) -> Self {
+        let lines = ReplyLines {
+            buf: buffered,
+            pos: 0,
+        };
+        NonBlockingStream {
+            socket,
+            tls,
+            out: Vec::with_capacity(128),
+            out_pos: 0,
+            lines,
+            peer,
+            socket_timeout,
+        }
+    }
+
+    /// The socket, for registering it with an event loop (it is non-blocking).
+    pub fn socket(&self) -> &std::net::TcpStream {
+        &self.socket
+    }
+
+    /// `host:port` of the server.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// How long the reply to a request may take: a blocking command's own timeout (seconds it
+    /// sent) plus a margin, else the socket timeout.
+    pub fn reply_limit(&self, blocking_s: Option<u64>) -> Duration {
+        match blocking_s {
+            Some(s) => Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN,
+            None => self.socket_timeout,
+        }
+    }
+
+    /// Send `bytes` (one encoded request): written at once as far as the socket takes them.
+    /// Returns whether everything is out; if not, call [`NonBlockingStream::flush`] when the
+    /// socket is writable.
+    pub fn send(&mut self, bytes: &[u8]) -> Result<bool> {
+        match &mut self.tls {
+            Some(tls) => {
+                // Into the session's plaintext buffer: never blocks.
+                tls.writer()
+                    .write_all(bytes)
+                    .map_err(|e| io_error(&self.peer, "write to", e))?;
+            }
+            None => {
+                if self.out_pos == self.out.len() {
+                    self.out.clear();
+                    self.out_pos = 0;
+                    // The common case: straight from the caller's bytes, no copy.
+                    let n = write_some(&mut &self.socket, bytes)
+                        .map_err(|e| io_error(&self.peer, "write to", e))?;
+                    if n == bytes.len() {
+                        return Ok(true);
+                    }
+                    self.out.extend_from_slice(&bytes[n..]);
+                    return Ok(false);
+                }
+                self.out.extend_from_slice(bytes);
+            }
+        }
+        self.flush()
+    }
+
+    /// Write what is pending; returns whether nothing is left.
+    pub fn flush(&mut self) -> Result<bool> {
+        let peer = &self.peer;
+        match &mut self.tls {
+            Some(tls) => {
+                while tls.wants_write() {
+                    match tls.write_tls(&mut &self.socket) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(io_error(peer, "write to", e)),
+                    }
+                }
+                Ok(true)
+            }
+            None => {
+                while self.out_pos < self.out.len() {
+                    let n = write_some(&mut &self.socket, &self.out[self.out_pos..])
+                        .map_err(|e| io_error(peer, "write to", e))?;
+                    if n == 0 {
+                        return Ok(false);
+                    }
+                    self.out_pos += n;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Whether bytes wait for the socket to become writable.
+    pub fn wants_write(&self) -> bool {
+        match &self.tls {
+            Some(tls) => tls.wants_write(),
+            None => self.out_pos < self.out.len(),
+        }
+    }
+
+    /// The socket is readable: read what it has into the reply buffer. `Ok(())` also when it
+    /// had nothing after all. EOF, a read or TLS error, or a reply line over the limit is an
+    /// error (the caller then closes the connection).
+    pub fn read_ready(&mut self) -> Result<()> {
+        let peer = &self.peer;
+        let buf = &mut self.lines.buf;
+        let eof = match &mut self.tls {
+            None => {
+                // Into a stack chunk, then the few bytes read are copied: growing the buffer
+                // and zeroing a chunk of it per read cost more (a reply is ~40 bytes).
+                let mut chunk = [0u8; READ_CHUNK];
+                match (&self.socket).read(&mut chunk) {
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        n == 0
+                    }
+                    Err(e) => match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => false,
+                        _ => return Err(io_error(peer, "read from", e)),
+                    },
+                }
+            }
+            Some(tls) => {
+                let eof = match tls.read_tls(&mut &self.socket) {
+                    Ok(n) => n == 0,
+                    Err(e) => match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => false,
+                        _ => return Err(io_error(peer, "read from", e)),
+                    },
+                };
+                let state = tls
+                    .process_new_packets()
+                    .map_err(|e| DflockdError::connection(format!("TLS error from {peer}: {e}")))?;
+                let mut clean_close = false;
+                if state.plaintext_bytes_to_read() > 0 {
+                    let start = buf.len();
+                    buf.resize(start + state.plaintext_bytes_to_read(), 0);
+                    match tls.reader().read(&mut buf[start..]) {
+                        Ok(n) => buf.truncate(start + n),
+                        Err(_) => buf.truncate(start),
+                    }
+                }
+                if state.peer_has_closed() {
+                    clean_close = true;
+                }
+                // Alerts or key updates the session wants to send.
+                if tls.wants_write() {
+                    let _ = tls.write_tls(&mut &self.socket);
+                }
+                eof || clean_close
+            }
+        };
+        if !self.lines.has_line()
+            && self.lines.buf.len() - self.lines.pos > MAX_REPLY_LINE_BYTES + 1
+        {
+            return Err(overlong());
+        }
+        if eof && !self.lines.has_line() {
+            return Err(DflockdError::connection(if self.lines.buf.is_empty() {
+                format!("server {} closed the connection", self.peer)
+            } else {
+                format!("server {} closed the connection mid-reply", self.peer)
+            }));
+        }
+        Ok(())
+    }
+
+    /// Whether a complete reply line is buffered.
+    pub fn has_line(&self) -> bool {
+        self.lines.has_line()
+    }
+
+    /// The next complete reply line, if one is buffered.
+    pub fn next_line(&mut self) -> Option<Result<String>> {
+        let peer = &self.peer;
+        self.lines.next_line(peer)
+    }
+}
+
+/// One non-blocking write: the count written, 0 when the socket would block.
+fn write_some(socket: &mut &std::net::TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        match socket.write(bytes) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reply bytes read and not consumed yet, cut into `\n`-terminated lines.
+#[derive(Default)]
+struct ReplyLines {
+    buf: Vec<u8>,
+    /// Start of the unconsumed bytes (consumed bytes are dropped when the buffer empties, so
+    /// no copy per line).
+    pos: usize,
+}
+
+impl ReplyLines {
+    fn has_line(&self) -> bool {
+        self.buf[self.pos..].contains(&b'\n')
+    }
+
+    /// The next line (one trailing `\r` stripped, UTF-8 checked, at most the protocol's reply
+    /// length), if one is complete.
+    fn next_line(&mut self, peer: &str) -> Option<Result<String>> {
+        let rest = &self.buf[self.pos..];
+        let end = rest.iter().position(|&b| b == b'\n')?;
+        let raw = &rest[..end];
+        let stripped = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line = if stripped.len() > MAX_REPLY_LINE_BYTES {
+            Err(overlong())
+        } else {
+            std::str::from_utf8(stripped)
+                .map(str::to_owned)
+                .map_err(|_| {
+                    DflockdError::protocol(format!("reply from {peer} is not valid UTF-8"))
+                })
+        };
+        self.pos += end + 1;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        Some(line)
+    }
+}

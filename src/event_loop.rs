@@ -1,0 +1,464 @@
+//! The JS thread's own libuv loop, for sockets the addon reads without another thread (as
+//! Node's `net` does, without its stream machinery), and calls back into JS from it.
+//!
+//! Every libuv declaration and every `unsafe` of that lives here. libuv is not linked: its
+//! functions are looked up at run time in the host process (node and node.exe export them),
+//! so the addon gains no link-time symbol and a host without them gets `UNSUPPORTED_PLATFORM`.
+//!
+//! - [`SocketWatch`]: a `uv_poll_t` on a socket plus a `uv_timer_t` (the reply deadline), with
+//!   keep-alive control (`uv_ref`/`uv_unref`) and a close that runs exactly once.
+//! - [`JsCallback`]: a JS function called through `napi_make_callback`, so promise
+//!   microtasks run right after it, as after any libuv callback in Node.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use std::ptr;
+use std::rc::Rc;
+use std::sync::OnceLock;
+
+use napi::bindgen_prelude::ToNapiValue;
+use napi::{sys, Env, JsValue as _};
+
+/// `uv_os_sock_t`.
+#[cfg(unix)]
+type RawSocket = c_int;
+#[cfg(windows)]
+type RawSocket = usize;
+
+type UvLoop = sys::uv_loop_s;
+/// A `uv_handle_t` of any kind (opaque: only libuv reads its fields).
+type UvHandle = c_void;
+type PollCb = unsafe extern "C" fn(*mut UvHandle, c_int, c_int);
+type TimerCb = unsafe extern "C" fn(*mut UvHandle);
+type CloseCb = unsafe extern "C" fn(*mut UvHandle);
+
+// uv_handle_type values and poll events (uv.h, stable since libuv 1.0).
+const UV_POLL: c_int = 8;
+const UV_TIMER: c_int = 13;
+const UV_READABLE: c_int = 1;
+const UV_WRITABLE: c_int = 2;
+
+/// The libuv functions of the host process.
+struct Uv {
+    handle_size: unsafe extern "C" fn(c_int) -> usize,
+    handle_set_data: unsafe extern "C" fn(*mut UvHandle, *mut c_void),
+    handle_get_data: unsafe extern "C" fn(*const UvHandle) -> *mut c_void,
+    poll_init_socket: unsafe extern "C" fn(*mut UvLoop, *mut UvHandle, RawSocket) -> c_int,
+    poll_start: unsafe extern "C" fn(*mut UvHandle, c_int, PollCb) -> c_int,
+    timer_init: unsafe extern "C" fn(*mut UvLoop, *mut UvHandle) -> c_int,
+    timer_start: unsafe extern "C" fn(*mut UvHandle, TimerCb, u64, u64) -> c_int,
+    timer_stop: unsafe extern "C" fn(*mut UvHandle) -> c_int,
+    close: unsafe extern "C" fn(*mut UvHandle, CloseCb),
+    ref_: unsafe extern "C" fn(*mut UvHandle),
+    unref: unsafe extern "C" fn(*mut UvHandle),
+}
+
+fn uv() -> napi::Result<&'static Uv> {
+    static UV: OnceLock<Result<Uv, String>> = OnceLock::new();
+    UV.get_or_init(load)
+        .as_ref()
+        .map_err(|e| napi::Error::new(napi::Status::GenericFailure, e.clone()))
+}
+
+fn load() -> Result<Uv, String> {
+    #[cfg(unix)]
+    let lib = libloading::os::unix::Library::this();
+    #[cfg(windows)]
+    let lib = libloading::os::windows::Library::this().map_err(|e| {
+        format!("UNSUPPORTED_PLATFORM: cannot open the host process's symbols: {e}")
+    })?;
+    macro_rules! sym {
+        ($name:literal) => {
+            // SAFETY: each name is a libuv function whose C signature (uv.h, unchanged since
+            // libuv 1.x, which every supported Node embeds) is the field type it is assigned
+            // to; the library is the process itself, which is never unloaded, so the copied
+            // function pointer stays valid for the process's life.
+            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| {
+                format!(
+                    "UNSUPPORTED_PLATFORM: the host process has no libuv function {} \
+                     (dflockd connections need Node.js): {e}",
+                    $name
+                )
+            })?
+        };
+    }
+    Ok(Uv {
+        handle_size: sym!("uv_handle_size"),
+        handle_set_data: sym!("uv_handle_set_data"),
+        handle_get_data: sym!("uv_handle_get_data"),
+        poll_init_socket: sym!("uv_poll_init_socket"),
+        poll_start: sym!("uv_poll_start"),
+        timer_init: sym!("uv_timer_init"),
+        timer_start: sym!("uv_timer_start"),
+        timer_stop: sym!("uv_timer_stop"),
+        close: sym!("uv_close"),
+        ref_: sym!("uv_ref"),
+        unref: sym!("uv_unref"),
+    })
+}
+
+/// What a [`SocketWatch`] reports, on the JS thread.
+pub trait WatchHandler {
+    /// The socket is readable and/or writable, or polling failed (`error`: a libuv status).
+    fn ready(&self, readable: bool, writable: bool, error: Option<i32>);
+    /// The timer armed with [`SocketWatch::arm_timer`] expired.
+    fn timeout(&self);
+}
+
+/// Storage of the two handles and what their callbacks need. Allocated by
+/// [`SocketWatch::open`], freed by the second close callback.
+struct Slot {
+    /// `uv_poll_t`, as `uv_handle_size(UV_POLL)` bytes (8-aligned: its fields are pointers
+    /// and integers).
+    poll: Box<[u64]>,
+    /// `uv_timer_t`, likewise.
+    timer: Box<[u64]>,
+    /// Handles not closed yet (2, then 0 after both close callbacks).
+    open: Cell<u8>,
+    handler: RefCell<Option<Rc<dyn WatchHandler>>>,
+}
+
+fn handle_storage(uv: &Uv, kind: c_int) -> Box<[u64]> {
+    // SAFETY: uv_handle_size only reads its integer argument.
+    let bytes = unsafe { (uv.handle_size)(kind) };
+    vec![0u64; bytes.div_ceil(8)].into_boxed_slice()
+}
+
+/// A socket polled by the JS thread's loop, with a one-shot timer. Not `Send`: made, used and
+/// closed on the JS thread only.
+pub struct SocketWatch {
+    slot: *mut Slot,
+    /// `close()` was called: `slot` may be freed, so nothing touches it any more.
+    closed: Cell<bool>,
+    /// Currently `uv_ref`'d.
+    referenced: Cell<bool>,
+    events: Cell<c_int>,
+}
+
+impl SocketWatch {
+    /// Start polling `socket` for readability on the loop of `env` (unref'd: an idle socket
+    /// never keeps the process alive). The socket must stay open until [`SocketWatch::close`].
+    pub fn open(
+        env: &Env,
+        socket: &std::net::TcpStream,
+        handler: Rc<dyn WatchHandler>,
+    ) -> napi::Result<SocketWatch> {
+        let uv = uv()?;
+        let uv_loop = env.get_uv_event_loop()?;
+        let slot = Box::into_raw(Box::new(Slot {
+            poll: handle_storage(uv, UV_POLL),
+            timer: handle_storage(uv, UV_TIMER),
+            open: Cell::new(0),
+            handler: RefCell::new(Some(handler)),
+        }));
+        // SAFETY: `slot` was just allocated and is only freed by `on_close` once both handles
+        // are closed; the handle storage has the size libuv reports for its type. `uv_loop`
+        // is the live loop of this JS thread (we are on it). The socket descriptor is valid
+        // (borrowed from a live TcpStream the caller keeps open until close).
+        unsafe {
+            let poll = (*slot).poll.as_mut_ptr().cast::<UvHandle>();
+            let timer = (*slot).timer.as_mut_ptr().cast::<UvHandle>();
+            let r = (uv.poll_init_socket)(uv_loop, poll, raw_socket(socket));
+            if r != 0 {
+                drop(Box::from_raw(slot));
+                return Err(uv_error("uv_poll_init_socket", r));
+            }
+            (uv.handle_set_data)(poll, slot.cast());
+            (*slot).open.set(1);
+            let r = (uv.timer_init)(uv_loop, timer);
+            if r != 0 {
+                (uv.close)(poll, on_close);
+                return Err(uv_error("uv_timer_init", r));
+            }
+            (uv.handle_set_data)(timer, slot.cast());
+            (*slot).open.set(2);
+            (uv.unref)(poll);
+            (uv.unref)(timer);
+        }
+        let watch = SocketWatch {
+            slot,
+            closed: Cell::new(false),
+            referenced: Cell::new(false),
+            events: Cell::new(0),
+        };
+        if let Err(e) = watch.want(true, false) {
+            watch.close();
+            return Err(e);
+        }
+        Ok(watch)
+    }
+
+    fn handles(&self) -> Option<(&'static Uv, *mut UvHandle, *mut UvHandle)> {
+        if self.closed.get() {
+            return None;
+        }
+        let uv = uv().ok()?;
+        // SAFETY: not closed, so the slot is alive (freed only after close).
+        let (poll, timer) = unsafe {
+            (
+                (*self.slot).poll.as_mut_ptr().cast::<UvHandle>(),
+                (*self.slot).timer.as_mut_ptr().cast::<UvHandle>(),
+            )
+        };
+        Some((uv, poll, timer))
+    }
+
+    /// Poll for readability and/or writability (a no-op when unchanged or closed).
+    pub fn want(&self, readable: bool, writable: bool) -> napi::Result<()> {
+        let events =
+            if readable { UV_READABLE } else { 0 } | if writable { UV_WRITABLE } else { 0 };
+        let Some((uv, poll, _)) = self.handles() else {
+            return Ok(());
+        };
+        if events == self.events.get() {
+            return Ok(());
+        }
+        // SAFETY: `poll` is an initialised, open poll handle on this thread's loop.
+        let r = unsafe { (uv.poll_start)(poll, events, on_poll) };
+        if r != 0 {
+            return Err(uv_error("uv_poll_start", r));
+        }
+        self.events.set(events);
+        Ok(())
+    }
+
+    /// Whether the socket keeps the process alive (`uv_ref`) or not (`uv_unref`).
+    pub fn keep_alive(&self, on: bool) {
+        let Some((uv, poll, _)) = self.handles() else {
+            return;
+        };
+        if self.referenced.replace(on) == on {
+            return;
+        }
+        // SAFETY: `poll` is an initialised, open handle on this thread's loop.
+        unsafe {
+            if on {
+                (uv.ref_)(poll)
+            } else {
+                (uv.unref)(poll)
+            }
+        }
+    }
+
+    /// Call [`WatchHandler::timeout`] once after `ms` (re-arming replaces the previous one).
+    /// The timer itself never keeps the process alive.
+    pub fn arm_timer(&self, ms: u64) {
+        if let Some((uv, _, timer)) = self.handles() {
+            // SAFETY: `timer` is an initialised, open timer handle on this thread's loop.
+            unsafe { (uv.timer_start)(timer, on_timer, ms, 0) };
+        }
+    }
+
+    pub fn disarm_timer(&self) {
+        if let Some((uv, _, timer)) = self.handles() {
+            // SAFETY: as in `arm_timer`.
+            unsafe { (uv.timer_stop)(timer) };
+        }
+    }
+
+    /// Stop polling and close both handles (idempotent). No callback runs after this; the
+    /// handler is dropped when libuv has finished with the handles.
+    pub fn close(&self) {
+        let Some((uv, poll, timer)) = self.handles() else {
+            return;
+        };
+        self.closed.set(true);
+        // SAFETY: both handles are open (closed only here, once, guarded by `closed`);
+        // uv_close stops them at once (the poll's descriptor is deregistered before the
+        // caller closes the socket), and `on_close` frees the slot after the second callback.
+        unsafe {
+            (uv.close)(poll, on_close);
+            (uv.close)(timer, on_close);
+        }
+    }
+}
+
+impl Drop for SocketWatch {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn uv_error(what: &str, status: c_int) -> napi::Error {
+    napi::Error::new(
+        napi::Status::GenericFailure,
+        format!("{what} failed: libuv status {status}"),
+    )
+}
+
+#[cfg(unix)]
+fn raw_socket(s: &std::net::TcpStream) -> RawSocket {
+    use std::os::fd::AsRawFd;
+    s.as_raw_fd()
+}
+
+#[cfg(windows)]
+fn raw_socket(s: &std::net::TcpStream) -> RawSocket {
+    use std::os::windows::io::AsRawSocket;
+    s.as_raw_socket() as RawSocket
+}
+
+/// The slot of a handle made by `SocketWatch::open`.
+///
+/// SAFETY (caller): `h` is one of the two handles of a slot that is not freed yet (true in
+/// every libuv callback of them, since the slot is freed only after both close callbacks).
+unsafe fn slot_of(uv: &Uv, h: *mut UvHandle) -> *mut Slot {
+    (uv.handle_get_data)(h).cast()
+}
+
+fn handler_of(slot: &Slot) -> Option<Rc<dyn WatchHandler>> {
+    slot.handler.borrow().clone()
+}
+
+unsafe extern "C" fn on_poll(h: *mut UvHandle, status: c_int, events: c_int) {
+    let Ok(uv) = uv() else { return };
+    // SAFETY: libuv calls this only for an open poll handle of ours (see `slot_of`). The
+    // handler is cloned out first: it may close the watch (the slot outlives this call,
+    // freed only by a later close callback).
+    let Some(handler) = (unsafe { handler_of(&*slot_of(uv, h)) }) else {
+        return;
+    };
+    if status < 0 {
+        handler.ready(false, false, Some(status));
+    } else {
+        handler.ready(events & UV_READABLE != 0, events & UV_WRITABLE != 0, None);
+    }
+}
+
+unsafe extern "C" fn on_timer(h: *mut UvHandle) {
+    let Ok(uv) = uv() else { return };
+    // SAFETY: as in `on_poll`.
+    if let Some(handler) = unsafe { handler_of(&*slot_of(uv, h)) } {
+        handler.timeout();
+    }
+}
+
+unsafe extern "C" fn on_close(h: *mut UvHandle) {
+    let Ok(uv) = uv() else { return };
+    // SAFETY: called once per handle of the slot, after which libuv no longer touches that
+    // handle; the slot was made by `Box::into_raw` and is freed here exactly once, when its
+    // last open handle is closed.
+    unsafe {
+        let slot = slot_of(uv, h);
+        let left = (*slot).open.get().saturating_sub(1);
+        (*slot).open.set(left);
+        if left == 0 {
+            drop(Box::from_raw(slot));
+        }
+    }
+}
+
+/// A JS function kept alive by a reference and called from the event loop through
+/// `napi_make_callback` (an async context of its own), so that microtasks (promise reactions)
+/// run right after it returns. Made and called on the JS thread only.
+pub struct JsCallback {
+    env: sys::napi_env,
+    func: sys::napi_ref,
+    context: sys::napi_async_context,
+    /// Released (or given up to the env's teardown): no more calls.
+    released: Cell<bool>,
+}
+
+impl JsCallback {
+    pub fn new(env: &Env, func: sys::napi_value, name: &str) -> napi::Result<JsCallback> {
+        let raw = env.raw();
+        let mut func_ref = ptr::null_mut();
+        let mut context = ptr::null_mut();
+        let name = env.create_string(name)?;
+        // SAFETY: `raw` is the live env of the current call, `func` a value of this call's
+        // scope; the out-pointers are valid locals.
+        unsafe {
+            check(sys::napi_create_reference(raw, func, 1, &mut func_ref))?;
+            let r = sys::napi_async_init(raw, ptr::null_mut(), name.raw(), &mut context);
+            if r != sys::Status::napi_ok {
+                sys::napi_delete_reference(raw, func_ref);
+                check(r)?;
+            }
+        }
+        Ok(JsCallback {
+            env: raw,
+            func: func_ref,
+            context,
+            released: Cell::new(false),
+        })
+    }
+
+    /// Call the function with one argument, from a libuv callback (no JS on the stack) or
+    /// from a JS call. An exception it throws is reported as uncaught, as Node does for
+    /// callbacks.
+    pub fn call<V: ToNapiValue>(&self, arg: V) {
+        if self.released.get() {
+            return;
+        }
+        let env = self.env;
+        // SAFETY: we are on the JS thread of `env`, which is alive (the owner releases this
+        // callback before or while the env is torn down, and never calls it after). A handle
+        // scope encloses every value made here; the reference holds a function.
+        unsafe {
+            let mut scope = ptr::null_mut();
+            if sys::napi_open_handle_scope(env, &mut scope) != sys::Status::napi_ok {
+                return;
+            }
+            let mut func = ptr::null_mut();
+            let mut recv = ptr::null_mut();
+            let ok = sys::napi_get_reference_value(env, self.func, &mut func)
+                == sys::Status::napi_ok
+                && !func.is_null()
+                && sys::napi_get_global(env, &mut recv) == sys::Status::napi_ok;
+            if ok {
+                if let Ok(value) = V::to_napi_value(env, arg) {
+                    let mut result = ptr::null_mut();
+                    let argv = [value];
+                    let r = sys::napi_make_callback(
+                        env,
+                        self.context,
+                        recv,
+                        func,
+                        1,
+                        argv.as_ptr(),
+                        &mut result,
+                    );
+                    if r == sys::Status::napi_pending_exception {
+                        let mut err = ptr::null_mut();
+                        if sys::napi_get_and_clear_last_exception(env, &mut err)
+                            == sys::Status::napi_ok
+                        {
+                            sys::napi_fatal_exception(env, err);
+                        }
+                    }
+                }
+            }
+            sys::napi_close_handle_scope(env, scope);
+        }
+    }
+
+    /// The env is being torn down and frees the reference itself: just stop calling.
+    pub fn forget(&self) {
+        self.released.set(true);
+    }
+
+    /// Drop the reference and the async context (idempotent; not during the env's teardown:
+    /// see [`JsCallback::forget`]).
+    pub fn release(&self) {
+        if self.released.replace(true) {
+            return;
+        }
+        // SAFETY: the env is alive (see `call`); each is deleted once (guarded by `released`).
+        unsafe {
+            sys::napi_async_destroy(self.env, self.context);
+            sys::napi_delete_reference(self.env, self.func);
+        }
+    }
+}
+
+fn check(status: sys::napi_status) -> napi::Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(napi::Error::new(
+            napi::Status::GenericFailure,
+            format!("napi call failed with status {status}"),
+        ))
+    }
+}

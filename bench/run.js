@@ -478,7 +478,7 @@ function targets(res) {
       add(`memory: ${r.label}: growth < 20 MB`, `${num(r.growthMB, 2)} MB over ${num(r.kind === 'dflockd' ? r.roundTrips : r.cycles, 0)} ${r.kind === 'dflockd' ? 'round trips' : 'cycles'}${full ? '' : ' (fewer than 1 M)'}`, r.growthMB < 20)
     }
   }
-  return table(['target (design §6)', 'measured', 'verdict'], out)
+  return table(['target', 'measured', 'verdict'], out)
 }
 
 // ─────────────────────────── main ───────────────────────────

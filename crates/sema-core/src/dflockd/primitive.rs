@@ -23,86 +23,18 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{ConnectOptions, Connection};
+use super::connection::Connection;
 use super::error::{DflockdError, ErrorCode, Result};
 use super::pool;
-use super::protocol::{self, AcquireReply, EnqueueReply, Grant};
+use super::protocol::{AcquireReply, EnqueueReply, Grant};
 use super::renewer::{HeldCmd, HeldShared, ReleaseReply, Renewer};
 
+mod options;
 mod two_phase;
 
-/// Default cap between two renewals: well below the server's default 23 s idle limit.
-pub const DEFAULT_RENEW_MAX_INTERVAL: Duration = Duration::from_secs(15);
-/// Smallest renewal interval.
-pub const MIN_RENEW_INTERVAL: Duration = Duration::from_millis(100);
-/// How long `release()` waits for a renew that is in flight before giving up on the connection.
-pub const RELEASE_RENEW_WAIT: Duration = Duration::from_secs(5);
-
-/// Options of a [`Primitive`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct PrimitiveOptions {
-    /// The key.
-    pub key: String,
-    /// 1 = lock; > 1 = semaphore with that many slots.
-    pub limit: u64,
-    /// Timeout of `acquire()` in whole seconds (0 = try once), as the server takes it.
-    pub acquire_timeout_s: u64,
-    /// The caller's own bound on `acquire()` from its start (connect included), for timeouts
-    /// finer than the protocol's whole seconds: the server gets the ceiling in
-    /// `acquire_timeout_s`, and at this deadline the client stops waiting, drops the connection
-    /// (the server then cancels the wait, or releases a grant that crossed the cut) and reports
-    /// a timeout. `None` = the server's answer decides (plus a safety margin for a silent one).
-    pub acquire_deadline: Option<Duration>,
-    /// Lease TTL in whole seconds, sent on acquire, enqueue and every renew (`None` = server
-    /// default, and renews then omit it too).
-    pub lease_ttl_s: Option<u64>,
-    /// The server (already chosen by sharding) and connection settings.
-    pub connect: ConnectOptions,
-    /// Fraction of the lease after which to renew (0 < r < 1).
-    pub renew_ratio: f64,
-    /// Upper bound between the starts of two renewals (keep it below 0.6 × the server's read
-    /// timeout).
-    pub renew_max_interval: Duration,
-}
-
-impl PrimitiveOptions {
-    /// A lock (limit 1) on `key` with the official clients' defaults: acquire timeout 10 s,
-    /// server-default lease, renew ratio 0.5, renew cap 15 s.
-    pub fn new(key: impl Into<String>, connect: ConnectOptions) -> Self {
-        PrimitiveOptions {
-            key: key.into(),
-            limit: 1,
-            acquire_timeout_s: 10,
-            acquire_deadline: None,
-            lease_ttl_s: None,
-            connect,
-            renew_ratio: 0.5,
-            renew_max_interval: DEFAULT_RENEW_MAX_INTERVAL,
-        }
-    }
-
-    /// Check every option (`INVALID_ARGUMENT`).
-    pub fn validate(&self) -> Result<()> {
-        protocol::validate_key(&self.key)?;
-        protocol::validate_limit(self.limit)?;
-        protocol::validate_timeout(self.acquire_timeout_s)?;
-        if let Some(t) = self.lease_ttl_s {
-            protocol::validate_ttl(t)?;
-        }
-        if !(self.renew_ratio.is_finite() && self.renew_ratio > 0.0 && self.renew_ratio < 1.0) {
-            return Err(DflockdError::invalid(format!(
-                "renewRatio must be a number with 0 < r < 1, got {}",
-                self.renew_ratio
-            )));
-        }
-        if self.renew_max_interval < Duration::from_millis(10) {
-            return Err(DflockdError::invalid(
-                "renewMaxIntervalMs must be at least 10 ms",
-            ));
-        }
-        self.connect.validate()
-    }
-}
+pub use options::{
+    PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, MIN_RENEW_INTERVAL, RELEASE_RENEW_WAIT,
+};
 
 /// Outcome of [`Primitive::enqueue`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

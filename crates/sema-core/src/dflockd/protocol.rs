@@ -20,7 +20,7 @@ pub const MAX_REPLY_LINE_BYTES: usize = 1024 * 1024;
 /// and turns a huge timeout into an immediate `timeout`; the bound keeps well below that.
 pub const MAX_SECONDS: u64 = 1_000_000_000;
 
-/// One request of the protocol (§A4), borrowing its strings.
+/// One request of the protocol, borrowing its strings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
     /// `auth\n_\n<token>\n` → `ok` | `error_auth`.

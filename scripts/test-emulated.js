@@ -96,7 +96,7 @@ const fs = require('node:fs'), os = require('node:os'), path = require('node:pat
   const outcome = r.ok ? ((await r.value.release()) ? 'acquired+released' : 'release-false') : r.error.type
   let ctor = 'constructed'
   try { new sema.Semaphore(path.join(dir, 'y.lock')) } catch (e) { ctor = e.code || e.message }
-  // dflockd: a lock from the server on this host's loopback (the client is tokio + rustls, the same on every OS).
+  // dflockd: a lock from the server on this host's loopback (DistributedLock: tokio + rustls, the same on every OS).
   let dflockd = 'no server'
   if (process.env.SEMA_DFLOCKD_PORT) {
     const l = new sema.DistributedLock({ key: 'emulated', servers: [['127.0.0.1', Number(process.env.SEMA_DFLOCKD_PORT)]], acquireTimeoutS: 5 })
@@ -104,6 +104,26 @@ const fs = require('node:fs'), os = require('node:os'), path = require('node:pat
       dflockd = (await l.acquire()) ? 'acquired' : 'timed out'
       await l.release()
       dflockd += '+released'
+      // The low-level Connection reads its replies on the JS thread's libuv loop (uv_poll): 200 round trips, the
+      // last 100 as 10 interleaved requests at a time, each answered with its own reply.
+      const c = await sema.Connection.connect({ host: '127.0.0.1', port: Number(process.env.SEMA_DFLOCKD_PORT) })
+      try {
+        let n = 0
+        for (let i = 0; i < 50; i++) {
+          const g = await c.acquire('emulated-conn', 5, 10)
+          await c.release('emulated-conn', g.token)
+          n += 2
+        }
+        for (let i = 0; i < 10; i++) {
+          const keys = Array.from({ length: 5 }, (_, j) => 'emulated-conn-' + j)
+          const grants = await Promise.all(keys.map((k) => c.acquire(k, 5, 10)))
+          await Promise.all(keys.map((k, j) => c.release(k, grants[j].token)))
+          n += 10
+        }
+        dflockd += '+connection' + n
+      } finally {
+        c.close()
+      }
     } catch (e) {
       dflockd = e.code + ' ' + e.message
     } finally {
@@ -140,7 +160,7 @@ function consumerSmoke(key, p, dflockdPort) {
   const expectOutcome = 'acquired+released'
   const expectCtor = 'constructed'
   const ok = got.loaded?.[0] === `${name}-${key}` && got.outcome === expectOutcome && got.ctor === expectCtor &&
-    (!dflockdPort || got.dflockd === 'acquired+released')
+    (!dflockdPort || got.dflockd === 'acquired+released+connection200')
   return { ok, detail: JSON.stringify(got), work }
 }
 
@@ -180,9 +200,9 @@ async function main() {
     if (!fs.existsSync(p.node)) throw new Error(`${p.node} is missing: run scripts/toolchains.sh`)
     p.prepare?.()
     const t0 = Date.now()
-    // Under Wine, a dflockd server on this host's loopback for the smoke script and the suites (a Windows Node
-    // cannot start the Linux server itself).
-    const server = p.wine ? await startDflockd() : null
+    // A dflockd server on this host's loopback for the smoke script (every platform: its Connection runs on the
+    // foreign Node's own libuv) and, under Wine, for the suites (a Windows Node cannot start the Linux server).
+    const server = await startDflockd()
     const s = consumerSmoke(key, p, server?.port)
     console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${key}: installed with ${p.npmFlags.join(' ')} and loaded: ${s.detail}`)
     if (!s.ok) bad++
@@ -192,7 +212,7 @@ async function main() {
       const suites = chosen ?? p.suites
       row.suites = suites.length
       const t1 = Date.now()
-      const r = runSuites(key, p, suites, server?.port)
+      const r = runSuites(key, p, suites, p.wine ? server?.port : undefined)
       Object.assign(row, r, { suitesS: (Date.now() - t1) / 1000 })
       console.log(`${r.status === 0 ? 'ok  ' : 'FAIL'} ${key}: ${suites.length} suites, pass ${r.pass} fail ${r.fail} skipped ${r.skipped}, ${row.suitesS.toFixed(0)} s`)
       for (const l of [...r.failed, ...r.skips]) console.log(`     ${l.trim()}`)

@@ -57,6 +57,25 @@ describe('event loop', { skip }, () => {
     assert.deepEqual(r.stdout.trim().split('\n'), ['pending', 'settled TIMEOUT', 'exit 0'])
   })
 
+  test('the busy-poll for a reply is bounded: a request the server answers after 1 s leaves the thread asleep', async () => {
+    const holder = await Connection.connect({ host: '127.0.0.1', port: s.port })
+    const waiter = await Connection.connect({ host: '127.0.0.1', port: s.port })
+    try {
+      const g = await holder.acquire('ev-spin', 0, 30)
+      const cpu0 = process.cpuUsage()
+      const t0 = process.hrtime.bigint()
+      await assert.rejects(waiter.acquire('ev-spin', 1), (e) => e instanceof LockError && e.code === 'TIMEOUT')
+      const wallUs = Number(process.hrtime.bigint() - t0) / 1000
+      const { user, system } = process.cpuUsage(cpu0)
+      // A loop that kept polling without sleeping would use about the whole second.
+      assert.ok(user + system < wallUs / 4, `${user + system} µs of CPU while waiting ${Math.round(wallUs)} µs for the reply`)
+      await holder.release('ev-spin', g.token)
+    } finally {
+      holder.close()
+      waiter.close()
+    }
+  })
+
   test('a worker thread terminated with a connection open and a request pending: the process exits cleanly', async () => {
     const r = await runChild(`
       const { Worker } = require('node:worker_threads')

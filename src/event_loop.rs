@@ -5,8 +5,9 @@
 //! functions are looked up at run time in the host process (node and node.exe export them),
 //! so the addon gains no link-time symbol and a host without them gets `UNSUPPORTED_PLATFORM`.
 //!
-//! - [`SocketWatch`]: a `uv_poll_t` on a socket plus a `uv_timer_t` (the reply deadline), with
-//!   keep-alive control (`uv_ref`/`uv_unref`) and a close that runs exactly once.
+//! - [`SocketWatch`]: a `uv_poll_t` on a socket plus a `uv_timer_t` (the reply deadline) and a
+//!   `uv_idle_t` (a short busy-poll while a reply is due), with keep-alive control
+//!   (`uv_ref`/`uv_unref`) and a close that runs exactly once.
 //! - [`JsCallback`]: a JS function called through `napi_make_callback`, so promise
 //!   microtasks run right after it, as after any libuv callback in Node.
 
@@ -16,6 +17,7 @@ use std::os::raw::c_int;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use napi::bindgen_prelude::ToNapiValue;
 use napi::{sys, Env, JsValue as _};
@@ -31,9 +33,11 @@ type UvLoop = sys::uv_loop_s;
 type UvHandle = c_void;
 type PollCb = unsafe extern "C" fn(*mut UvHandle, c_int, c_int);
 type TimerCb = unsafe extern "C" fn(*mut UvHandle);
+type IdleCb = unsafe extern "C" fn(*mut UvHandle);
 type CloseCb = unsafe extern "C" fn(*mut UvHandle);
 
 // uv_handle_type values and poll events (uv.h, stable since libuv 1.0).
+const UV_IDLE: c_int = 6;
 const UV_POLL: c_int = 8;
 const UV_TIMER: c_int = 13;
 const UV_READABLE: c_int = 1;
@@ -49,6 +53,9 @@ struct Uv {
     timer_init: unsafe extern "C" fn(*mut UvLoop, *mut UvHandle) -> c_int,
     timer_start: unsafe extern "C" fn(*mut UvHandle, TimerCb, u64, u64) -> c_int,
     timer_stop: unsafe extern "C" fn(*mut UvHandle) -> c_int,
+    idle_init: unsafe extern "C" fn(*mut UvLoop, *mut UvHandle) -> c_int,
+    idle_start: unsafe extern "C" fn(*mut UvHandle, IdleCb) -> c_int,
+    idle_stop: unsafe extern "C" fn(*mut UvHandle) -> c_int,
     close: unsafe extern "C" fn(*mut UvHandle, CloseCb),
     ref_: unsafe extern "C" fn(*mut UvHandle),
     unref: unsafe extern "C" fn(*mut UvHandle),
@@ -92,6 +99,9 @@ fn load() -> Result<Uv, String> {
         timer_init: sym!("uv_timer_init"),
         timer_start: sym!("uv_timer_start"),
         timer_stop: sym!("uv_timer_stop"),
+        idle_init: sym!("uv_idle_init"),
+        idle_start: sym!("uv_idle_start"),
+        idle_stop: sym!("uv_idle_stop"),
         close: sym!("uv_close"),
         ref_: sym!("uv_ref"),
         unref: sym!("uv_unref"),
@@ -106,7 +116,7 @@ pub trait WatchHandler {
     fn timeout(&self);
 }
 
-/// Storage of the two handles and what their callbacks need. Allocated by
+/// Storage of the three handles and what their callbacks need. Allocated by
 /// [`SocketWatch::open`], freed by the second close callback.
 struct Slot {
     /// `uv_poll_t`, as `uv_handle_size(UV_POLL)` bytes (8-aligned: its fields are pointers
@@ -114,7 +124,11 @@ struct Slot {
     poll: Box<[u64]>,
     /// `uv_timer_t`, likewise.
     timer: Box<[u64]>,
-    /// Handles not closed yet (2, then 0 after both close callbacks).
+    /// `uv_idle_t`, likewise: while it is started the loop polls without sleeping.
+    idle: Box<[u64]>,
+    /// When the busy-poll ends (`None`: not spinning).
+    spin_until: Cell<Option<Instant>>,
+    /// Handles not closed yet (3, then 0 after the last close callback).
     open: Cell<u8>,
     handler: RefCell<Option<Rc<dyn WatchHandler>>>,
 }
@@ -149,6 +163,8 @@ impl SocketWatch {
         let slot = Box::into_raw(Box::new(Slot {
             poll: handle_storage(uv, UV_POLL),
             timer: handle_storage(uv, UV_TIMER),
+            idle: handle_storage(uv, UV_IDLE),
+            spin_until: Cell::new(None),
             open: Cell::new(0),
             handler: RefCell::new(Some(handler)),
         }));
@@ -173,8 +189,18 @@ impl SocketWatch {
             }
             (uv.handle_set_data)(timer, slot.cast());
             (*slot).open.set(2);
+            let idle = (*slot).idle.as_mut_ptr().cast::<UvHandle>();
+            let r = (uv.idle_init)(uv_loop, idle);
+            if r != 0 {
+                (uv.close)(poll, on_close);
+                (uv.close)(timer, on_close);
+                return Err(uv_error("uv_idle_init", r));
+            }
+            (uv.handle_set_data)(idle, slot.cast());
+            (*slot).open.set(3);
             (uv.unref)(poll);
             (uv.unref)(timer);
+            (uv.unref)(idle);
         }
         let watch = SocketWatch {
             slot,
@@ -190,18 +216,55 @@ impl SocketWatch {
     }
 
     fn handles(&self) -> Option<(&'static Uv, *mut UvHandle, *mut UvHandle)> {
+        self.all_handles()
+            .map(|(uv, poll, timer, _)| (uv, poll, timer))
+    }
+
+    /// The loop, the poll, timer and idle handles, and the slot; `None` once closed.
+    #[allow(clippy::type_complexity)]
+    fn all_handles(&self) -> Option<(&'static Uv, *mut UvHandle, *mut UvHandle, *mut UvHandle)> {
         if self.closed.get() {
             return None;
         }
         let uv = uv().ok()?;
         // SAFETY: not closed, so the slot is alive (freed only after close).
-        let (poll, timer) = unsafe {
+        let (poll, timer, idle) = unsafe {
             (
                 (*self.slot).poll.as_mut_ptr().cast::<UvHandle>(),
                 (*self.slot).timer.as_mut_ptr().cast::<UvHandle>(),
+                (*self.slot).idle.as_mut_ptr().cast::<UvHandle>(),
             )
         };
-        Some((uv, poll, timer))
+        Some((uv, poll, timer, idle))
+    }
+
+    /// Keep the loop polling without sleeping for `window` (an unref'd `uv_idle_t`: libuv polls
+    /// with a zero timeout while one is started, and it never keeps the process alive). A reply
+    /// that comes within the window is then read without the wake-up of a sleeping thread,
+    /// which costs more than a loopback round trip on a virtual machine; see `SPIN` where it is
+    /// used for the measured window.
+    pub fn spin_for(&self, window: Duration) {
+        let Some((uv, _, _, idle)) = self.all_handles() else {
+            return;
+        };
+        // SAFETY: not closed, so the slot is alive; `idle` is an initialised, open idle handle
+        // on this thread's loop (starting a started one is a no-op in libuv).
+        unsafe {
+            (*self.slot).spin_until.set(Some(Instant::now() + window));
+            (uv.idle_start)(idle, on_idle);
+        }
+    }
+
+    /// End the busy-poll now (a no-op when not spinning).
+    pub fn stop_spin(&self) {
+        if let Some((uv, _, _, idle)) = self.all_handles() {
+            // SAFETY: as in `spin_for`.
+            unsafe {
+                if (*self.slot).spin_until.take().is_some() {
+                    (uv.idle_stop)(idle);
+                }
+            }
+        }
     }
 
     /// Poll for readability and/or writability (a no-op when unchanged or closed).
@@ -260,16 +323,17 @@ impl SocketWatch {
     /// Stop polling and close both handles (idempotent). No callback runs after this; the
     /// handler is dropped when libuv has finished with the handles.
     pub fn close(&self) {
-        let Some((uv, poll, timer)) = self.handles() else {
+        let Some((uv, poll, timer, idle)) = self.all_handles() else {
             return;
         };
         self.closed.set(true);
-        // SAFETY: both handles are open (closed only here, once, guarded by `closed`);
+        // SAFETY: the three handles are open (closed only here, once, guarded by `closed`);
         // uv_close stops them at once (the poll's descriptor is deregistered before the
-        // caller closes the socket), and `on_close` frees the slot after the second callback.
+        // caller closes the socket), and `on_close` frees the slot after the last callback.
         unsafe {
             (uv.close)(poll, on_close);
             (uv.close)(timer, on_close);
+            (uv.close)(idle, on_close);
         }
     }
 }
@@ -301,7 +365,7 @@ fn raw_socket(s: &std::net::TcpStream) -> RawSocket {
 
 /// The slot of a handle made by `SocketWatch::open`.
 ///
-/// SAFETY (caller): `h` is one of the two handles of a slot that is not freed yet (true in
+/// SAFETY (caller): `h` is one of the three handles of a slot that is not freed yet (true in
 /// every libuv callback of them, since the slot is freed only after both close callbacks).
 unsafe fn slot_of(uv: &Uv, h: *mut UvHandle) -> *mut Slot {
     (uv.handle_get_data)(h).cast()
@@ -331,6 +395,19 @@ unsafe extern "C" fn on_timer(h: *mut UvHandle) {
     // SAFETY: as in `on_poll`.
     if let Some(handler) = unsafe { handler_of(&*slot_of(uv, h)) } {
         handler.timeout();
+    }
+}
+
+unsafe extern "C" fn on_idle(h: *mut UvHandle) {
+    let Ok(uv) = uv() else { return };
+    // SAFETY: as in `on_poll`; only the slot's own cells are touched, and `h` is its open
+    // idle handle.
+    unsafe {
+        let slot = &*slot_of(uv, h);
+        if slot.spin_until.get().is_none_or(|t| Instant::now() >= t) {
+            slot.spin_until.set(None);
+            (uv.idle_stop)(h);
+        }
     }
 }
 

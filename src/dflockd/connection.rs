@@ -99,6 +99,7 @@ impl Conn {
         if let Some(w) = &*self.watch.borrow() {
             w.keep_alive(true);
             w.arm_timer(limit.as_millis().min(u64::MAX as u128) as u64);
+            w.spin_for(SPIN);
             if !done {
                 w.want(true, true).map_err(|e| {
                     DflockdError::new(core::ErrorCode::ConnectionError, e.reason.clone())
@@ -187,6 +188,7 @@ impl Conn {
             w.disarm_timer();
             if idle {
                 w.keep_alive(false);
+                w.stop_spin();
             }
         }
         if !idle {
@@ -279,6 +281,14 @@ impl Conn {
         self.reply.clone().call(r);
     }
 }
+
+/// How long the loop busy-polls for a reply after a request is written (see
+/// `SocketWatch::spin_for`). Measured against the Go server on loopback (this 2-core VM, lock +
+/// release pairs/s at 1 worker, two runs): no spin 8 754 / 8 315 (2.0 context switches per pair,
+/// 51 µs client CPU); 50 µs 14 270 / 15 035 (0.1–0.2 switches, 66 µs CPU); 200 µs and 1 ms no
+/// better. At 10 workers the loop is rarely idle and the window changes nothing (44 687 vs
+/// 44 879). A request that waits longer (a blocked acquire) costs at most this much CPU.
+const SPIN: Duration = Duration::from_micros(50);
 
 thread_local! {
     /// The open connections of this thread's env (one env per JS thread), closed when the env

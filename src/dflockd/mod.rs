@@ -1,7 +1,7 @@
 //! napi binding of the dflockd client (thin layer over `sema_core::dflockd`), by concern:
 //! option conversion and the free functions here, the lock/semaphore primitive in `primitive`,
-//! the low-level connection's requests in `ops` and the connection itself, run on the JS
-//! thread's event loop (`crate::event_loop`), in `connection`.
+//! the low-level connection's requests in `ops`, its queue on the JS thread's event loop
+//! (`crate::event_loop`) in `on_loop`, and its JS class in `connection`.
 //!
 //! Every async method RESOLVES with a result object and never rejects for expected failures:
 //! `{ ok: true, value } | { ok: false, error: { code, message, reply? } }`. Background renewal
@@ -27,6 +27,7 @@ use crate::result::{
 };
 
 mod connection;
+mod on_loop;
 mod ops;
 mod primitive;
 

@@ -16,16 +16,6 @@ use super::ops::{NativeCallResult, Op};
 use super::*;
 use crate::event_loop::JsCallback;
 
-/// A JS number that must be an integer in `min..=max`, or absent.
-pub(super) fn opt_int_arg(
-    name: &str,
-    v: Option<f64>,
-    min: u64,
-    max: u64,
-) -> core::Result<Option<u64>> {
-    v.map(|v| int_arg(name, v, min, max)).transpose()
-}
-
 /// Low level: one connection, one method per protocol command. Requests run one at a time in
 /// call order; each is written when the one before it is answered, and answered through
 /// `onReply`. A method returns a number (0) when the request is queued, or the result itself

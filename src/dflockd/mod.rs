@@ -164,6 +164,11 @@ fn int_arg(name: &str, v: f64, min: u64, max: u64) -> core::Result<u64> {
     Ok(v as u64)
 }
 
+/// A JS number that must be an integer in `min..=max`, or absent.
+fn opt_int_arg(name: &str, v: Option<f64>, min: u64, max: u64) -> core::Result<Option<u64>> {
+    v.map(|v| int_arg(name, v, min, max)).transpose()
+}
+
 /// A positive millisecond count (fractions rounded up), at most ~31.7 years; 0 = the default.
 fn ms_arg(name: &str, v: Option<f64>, default: Duration) -> core::Result<Duration> {
     match v {
@@ -240,10 +245,7 @@ fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOption
         p.acquire_timeout_s = (ms / 1000.0).ceil() as u64;
         p.acquire_deadline = (ms > 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
     }
-    p.lease_ttl_s = match o.lease_ttl_s {
-        Some(t) => Some(int_arg("leaseTtlS", t, 1, max)?),
-        None => None,
-    };
+    p.lease_ttl_s = opt_int_arg("leaseTtlS", o.lease_ttl_s, 1, max)?;
     p.renew_ratio = o.renew_ratio;
     p.renew_max_interval = ms_arg(
         "renewMaxIntervalMs",

@@ -44,6 +44,8 @@ struct State {
     /// Requests in call order; the head is in flight once `head_sent`.
     queue: VecDeque<Op>,
     head_sent: bool,
+    /// The reply deadline armed for the head when it was sent (for the timeout's message).
+    head_limit: Duration,
     /// Reused encoding buffer.
     wbuf: Vec<u8>,
     ended: Option<Ended>,
@@ -90,6 +92,7 @@ impl Conn {
         let done = stream.send(&st.wbuf)?;
         st.head_sent = true;
         let limit = stream.reply_limit(blocking);
+        st.head_limit = limit;
         drop(guard);
         if let Some(w) = &*self.watch.borrow() {
             w.keep_alive(true);
@@ -104,8 +107,20 @@ impl Conn {
         Ok(())
     }
 
-    /// Read what arrived; settle the head for each complete line.
+    /// Read what arrived (one read: the poll is level-triggered, so anything left in the socket,
+    /// an EOF after a reply included, comes with the next callback), then settle the head for
+    /// each complete line. No complete line is buffered on entry: every call drains them all.
     fn on_readable(&self) {
+        let read = {
+            let mut st = self.state.borrow_mut();
+            match st.stream.as_mut() {
+                Some(s) => s.read_ready(),
+                None => return,
+            }
+        };
+        if let Err(e) = read {
+            return self.fail(e);
+        }
         loop {
             let step = {
                 let mut guard = self.state.borrow_mut();
@@ -150,27 +165,6 @@ impl Conn {
                         self.finish(Ended::OnError(peer), None, Settle::Notify);
                         return;
                     }
-                }
-            }
-        }
-        let read = {
-            let mut st = self.state.borrow_mut();
-            match st.stream.as_mut() {
-                Some(s) => s.read_ready(),
-                None => return,
-            }
-        };
-        match read {
-            Err(e) => self.fail(e),
-            Ok(()) => {
-                let has_line = self
-                    .state
-                    .borrow_mut()
-                    .stream
-                    .as_mut()
-                    .is_some_and(|s| s.has_line());
-                if has_line {
-                    self.on_readable();
                 }
             }
         }
@@ -287,6 +281,7 @@ impl Conn {
                 stream: None,
                 queue: VecDeque::new(),
                 head_sent: false,
+                head_limit: Duration::ZERO,
                 wbuf: Vec::with_capacity(128),
                 ended: None,
                 idle_error: None,
@@ -437,8 +432,7 @@ impl WatchHandler for Watched {
         let (peer, limit) = {
             let st = self.0.state.borrow();
             let Some(s) = st.stream.as_ref() else { return };
-            let blocking = st.queue.front().and_then(|op| op.blocking_timeout_s());
-            (s.peer().to_string(), s.reply_limit(blocking))
+            (s.peer().to_string(), st.head_limit)
         };
         self.0.fail(DflockdError::new(
             core::ErrorCode::Timeout,

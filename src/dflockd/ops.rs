@@ -188,17 +188,6 @@ impl Op {
         }
     }
 
-    /// The timeout a blocking command gives the server, in seconds.
-    pub(super) fn blocking_timeout_s(&self) -> Option<u64> {
-        match (self.request(), self) {
-            (Some(req), _) => req.blocking_timeout_s(),
-            (None, Op::Raw { cmd, key, arg }) => core::protocol::encode_raw(cmd, key, arg)
-                .ok()
-                .and_then(|(_, b)| b),
-            (None, _) => None,
-        }
-    }
-
     /// The result of this request for its reply line (parsed by the core protocol).
     pub(super) fn parse_reply(&self, line: &str) -> NativeCallResult {
         use sema_core::dflockd::Reply;

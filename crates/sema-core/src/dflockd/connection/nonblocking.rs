@@ -131,14 +131,6 @@ impl NonBlockingStream {
         }
     }
 
-    /// Whether bytes wait for the socket to become writable.
-    pub fn wants_write(&self) -> bool {
-        match &self.tls {
-            Some(tls) => tls.wants_write(),
-            None => self.out_pos < self.out.len(),
-        }
-    }
-
     /// The socket is readable: read what it has into the reply buffer. `Ok(())` also when it
     /// had nothing after all. EOF, a read or TLS error, or a reply line over the limit is an
     /// error (the caller then closes the connection).
@@ -204,11 +196,6 @@ impl NonBlockingStream {
             }));
         }
         Ok(())
-    }
-
-    /// Whether a complete reply line is buffered.
-    pub fn has_line(&self) -> bool {
-        self.lines.has_line()
     }
 
     /// The next complete reply line, if one is buffered.

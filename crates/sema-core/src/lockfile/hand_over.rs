@@ -11,9 +11,8 @@
 
 use std::io;
 
-use super::held::{HeldLock, Ownership};
-use super::process::{self, now_unix_secs, Liveness};
-use super::sys;
+use super::held::HeldLock;
+use super::process::{self, Liveness};
 use super::unpoisoned;
 
 impl HeldLock {
@@ -29,31 +28,14 @@ impl HeldLock {
             return Ok(false);
         }
         let start = process::process_start_ticks(pid);
-        let inner = &self.inner;
-        let mut state = unpoisoned(&inner.state);
-        if state.finished {
-            return Ok(false);
+        let mut state = unpoisoned(&self.inner.state);
+        let written = self.inner.rewrite_if_ours(&mut state, |next| {
+            next.pid = pid;
+            next.start = start;
+        })?;
+        if written {
+            state.handed_to = Some((pid, start));
         }
-        match inner.ownership(&state) {
-            Ownership::Ours => {}
-            Ownership::Lost(reason) => {
-                inner.lose(&mut state, reason);
-                return Ok(false);
-            }
-            Ownership::Unknown(e) => return Err(e),
-        }
-        let mut next = inner.current(&state);
-        next.pid = pid;
-        next.start = start;
-        next.timestamp = now_unix_secs();
-        let content = next.serialize().into_bytes();
-        let Some(file) = state.file.as_ref() else {
-            return Ok(false);
-        };
-        sys::rewrite_in_place(file, &content, state.content.len())?;
-        state.content = content;
-        state.timestamp = next.timestamp;
-        state.handed_to = Some((pid, start));
-        Ok(true)
+        Ok(written)
     }
 }

@@ -9,9 +9,7 @@
 use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use super::held::{HeldInner, HeldLock, Ownership};
-use super::process::now_unix_secs;
-use super::sys;
+use super::held::{HeldInner, HeldLock};
 use super::unpoisoned;
 
 /// Smallest heartbeat period we run (a zero period would spin).
@@ -21,31 +19,12 @@ const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 const MAX_HEARTBEAT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl HeldInner {
-    /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop.
+    /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop (no longer
+    /// ours); a lock whose ownership cannot be told now, or whose write failed, is tried again
+    /// at the next beat.
     pub(super) fn heartbeat_tick(&self) -> bool {
         let mut state = unpoisoned(&self.state);
-        if state.finished {
-            return false;
-        }
-        match self.ownership(&state) {
-            Ownership::Ours => {}
-            Ownership::Lost(reason) => {
-                self.lose(&mut state, reason);
-                return false;
-            }
-            Ownership::Unknown(_) => return true,
-        }
-        let mut next = self.current(&state);
-        next.timestamp = now_unix_secs();
-        let content = next.serialize().into_bytes();
-        let old_len = state.content.len();
-        if let Some(file) = state.file.as_ref() {
-            if sys::rewrite_in_place(file, &content, old_len).is_ok() {
-                state.content = content;
-                state.timestamp = next.timestamp;
-            }
-        }
-        true
+        self.rewrite_if_ours(&mut state, |_| {}).unwrap_or(true)
     }
 }
 

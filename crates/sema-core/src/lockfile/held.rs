@@ -15,6 +15,7 @@ use super::error::LockError;
 use super::format::{parse_lock_info, read_lock_bytes_lossy, LockInfo};
 use super::heartbeat;
 use super::lock_file::FileInner;
+use super::process::now_unix_secs;
 use super::registry::{notify_owner, HeldEnd, REGISTRY};
 use super::sys::{self, FileId};
 use super::unpoisoned;
@@ -154,6 +155,40 @@ impl HeldInner {
             HeldEnd::Lost(reason.to_string()),
             self.handle_kept.load(Ordering::Acquire),
         );
+    }
+
+    /// Verify that the lock is still ours, then rewrite its file in place with the current
+    /// record, `edit` applied and the timestamp refreshed (the heartbeat; a hand-over).
+    /// `Ok(true)`: written. `Ok(false)`: no longer ours (finished, or found lost, which is
+    /// reported). `Err`: ownership could not be told, or the write failed; nothing changed.
+    pub(super) fn rewrite_if_ours(
+        &self,
+        state: &mut HeldState,
+        edit: impl FnOnce(&mut LockInfo),
+    ) -> io::Result<bool> {
+        if state.finished {
+            return Ok(false);
+        }
+        match self.ownership(state) {
+            Ownership::Ours => {}
+            Ownership::Lost(reason) => {
+                self.lose(state, reason);
+                return Ok(false);
+            }
+            Ownership::Unknown(e) => return Err(e),
+        }
+        let mut next = self.current(state);
+        edit(&mut next);
+        next.timestamp = now_unix_secs();
+        let content = next.serialize().into_bytes();
+        // `ownership` is `Lost` without a file: it is there.
+        let Some(file) = state.file.as_ref() else {
+            return Ok(false);
+        };
+        sys::rewrite_in_place(file, &content, state.content.len())?;
+        state.content = content;
+        state.timestamp = next.timestamp;
+        Ok(true)
     }
 }
 

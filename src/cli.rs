@@ -8,10 +8,7 @@ use sema_core::lockfile;
 /// (Windows). `false` when no such lock is held here or the process is not running.
 #[napi]
 pub fn hand_lock_to(token: String, pid: i64) -> napi::Result<bool> {
-    let Some(held) = lockfile::held_locks()
-        .into_iter()
-        .find(|h| !token.is_empty() && h.token() == token)
-    else {
+    let Some(held) = lockfile::held_with_token(&token) else {
         return Ok(false);
     };
     held.hand_over(pid).map_err(|e| {

@@ -123,10 +123,7 @@ pub fn set_lock_lost_handler(env: Env, callback: Function<f64, ()>) -> napi::Res
 /// the command keeps the lock if the wrapper dies); `null` when no such lock is held here.
 #[napi]
 pub fn held_lock_fd(token: String) -> Option<i64> {
-    lockfile::held_locks()
-        .into_iter()
-        .find(|h| !token.is_empty() && h.token() == token)
-        .and_then(|h| h.raw_handle())
+    lockfile::held_with_token(&token).and_then(|h| h.raw_handle())
 }
 
 /// Releases every lock of the process, whichever thread took it (the JS layer calls it from the main thread's

@@ -36,8 +36,10 @@ impl NativeLockFile {
             owner: owner::of(&env)?,
             handles: options.keep_for_handle.unwrap_or(false),
         };
-        let inner =
-            std::sync::Arc::new(LockFile::new(PathBuf::from(path), engine_options(&options)));
+        let inner = std::sync::Arc::new(LockFile::new_canonical(
+            PathBuf::from(path),
+            engine_options(&options),
+        ));
         Ok(NativeLockFile { inner, claim })
     }
 

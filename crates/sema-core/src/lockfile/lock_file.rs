@@ -16,7 +16,7 @@ use super::format::{parse_lock_info, read_lock_bytes_lossy, ParseError};
 use super::options::{LockOptions, LockStatus};
 use super::paths::canonical_key;
 use super::process::{current_pid, host_identity, now_unix_secs};
-use super::registry::held_locks;
+use super::registry::holds;
 use super::stale::{judge, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement};
 use super::sys::{self, CreationStrategy, FileId, FsKind};
 
@@ -76,6 +76,18 @@ impl LockFile {
     /// A lock at `path` (already validated: see `validate_lock_path` / `validate_semats_path`).
     pub fn new(path: PathBuf, options: LockOptions) -> LockFile {
         let key = canonical_key(&path);
+        LockFile::with_key(path, key, options)
+    }
+
+    /// A lock at a path that `validate_lock_path` / `validate_semats_path` returned: already
+    /// its canonical key, so its directory is not resolved a second time (one `realpath` per
+    /// lock file made, e.g. per `status()` by path).
+    pub fn new_canonical(path: PathBuf, options: LockOptions) -> LockFile {
+        let key = path.clone();
+        LockFile::with_key(path, key, options)
+    }
+
+    fn with_key(path: PathBuf, key: PathBuf, options: LockOptions) -> LockFile {
         let fifo = fifo_for(&key);
         let fs = sys::dir_fs_kind(&path);
         LockFile {
@@ -190,10 +202,7 @@ impl LockFile {
         let is_owned_by_current_process = match &info {
             None => false,
             Some(i) => {
-                i.pid == current_pid()
-                    || held_locks().iter().any(|h| {
-                        h.inner.file.key == self.key && i.token.as_deref() == Some(h.inner.token())
-                    })
+                i.pid == current_pid() || i.token.as_deref().is_some_and(|t| holds(&self.key, t))
             }
         };
         LockStatus {

@@ -91,8 +91,8 @@ pub use process::{
     current_pid, host_identity, is_process_running, now_unix_secs, process_start_ticks, Liveness,
 };
 pub use registry::{
-    held_lock_by_id, held_locks, release_all_held, release_all_held_by, set_loss_hook,
-    take_held_end, HeldEnd, LossCallback, NO_OWNER,
+    held_lock_by_id, held_locks, held_with_token, release_all_held, release_all_held_by,
+    set_loss_hook, take_held_end, HeldEnd, LossCallback, NO_OWNER,
 };
 pub use stale::{
     is_lock_stale_by_age, judge, HeldBecause, Observation, OsProbe, ProcessProbe, StaleBecause,

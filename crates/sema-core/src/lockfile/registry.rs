@@ -32,10 +32,25 @@ pub fn held_lock_by_id(id: u64) -> Option<HeldLock> {
 
 /// The first lock this process holds on the canonical path `key`.
 pub(super) fn held_on_key(key: &Path) -> Option<HeldLock> {
-    unpoisoned(&REGISTRY)
-        .values()
-        .find(|h| h.inner.file.key.as_os_str() == key.as_os_str())
-        .cloned()
+    find_held(|h| h.inner.file.key.as_os_str() == key.as_os_str())
+}
+
+/// The held lock with this ownership token (none for an empty token). Searched under the
+/// registry's lock: only the match is cloned.
+pub fn held_with_token(token: &str) -> Option<HeldLock> {
+    if token.is_empty() {
+        return None;
+    }
+    find_held(|h| h.inner.token() == token)
+}
+
+/// Whether this process holds a lock on the canonical path `key` with this token.
+pub(super) fn holds(key: &Path, token: &str) -> bool {
+    find_held(|h| h.inner.file.key == key && h.inner.token() == token).is_some()
+}
+
+fn find_held(matches: impl Fn(&HeldLock) -> bool) -> Option<HeldLock> {
+    unpoisoned(&REGISTRY).values().find(|h| matches(h)).cloned()
 }
 
 /// How a held lock stopped being held otherwise than through its own handle, as told to its

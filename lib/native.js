@@ -14,10 +14,11 @@ const fs = require('node:fs')
 const path = require('node:path')
 
 const root = path.join(__dirname, '..')
-const { name, version } = require('../package.json')
+const { name, version, optionalDependencies } = require('../package.json')
 
-/** The platforms a binary is published for, in napi-rs' naming (the platform package is `<name>-<key>`). */
-const PUBLISHED = ['linux-x64-gnu', 'linux-arm64-gnu', 'linux-x64-musl', 'darwin-x64', 'darwin-arm64', 'win32-x64-msvc']
+/** The platforms a binary is published for, in napi-rs' naming: the platform packages `<name>-<key>` the package
+ * depends on. */
+const PUBLISHED = Object.keys(optionalDependencies).map((dep) => dep.slice(name.length + 1))
 
 /**
  * Whether this Node is linked against musl rather than glibc. Asks the running process (its diagnostic report

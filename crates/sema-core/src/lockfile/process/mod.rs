@@ -53,13 +53,7 @@ pub fn probe_liveness(pid: i64) -> Liveness {
 /// call can tell it: Windows. `None` elsewhere (Unix callers read `/proc/<pid>/cmdline` or `ps`)
 /// and when the process is gone or may not be queried.
 pub fn process_command_line(pid: i64) -> Option<String> {
-    #[cfg(windows)]
-    return os::process_command_line(pid);
-    #[cfg(not(windows))]
-    {
-        let _ = pid;
-        None
-    }
+    os::process_command_line(pid)
 }
 
 /// semats' `isProcessRunning` (`process.kill(pid, 0)`, any throw = dead) with one documented

@@ -25,3 +25,8 @@ pub(crate) fn compute_host_identity() -> String {
             .unwrap_or_default(),
     )
 }
+
+/// No system call for it here.
+pub(crate) fn process_command_line(_pid: i64) -> Option<String> {
+    None
+}

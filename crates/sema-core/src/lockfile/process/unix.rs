@@ -164,3 +164,8 @@ pub(crate) fn compute_host_identity() -> String {
 pub(crate) fn compute_host_identity() -> String {
     clean_component(&hostname())
 }
+
+/// Unix callers read `/proc/<pid>/cmdline` or `ps` themselves: see the caller's doc.
+pub(crate) fn process_command_line(_pid: i64) -> Option<String> {
+    None
+}

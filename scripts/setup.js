@@ -33,9 +33,8 @@ function ensureNodeModules() {
   const wanted = Math.max(mtime(path.join(root, 'package.json')), mtime(path.join(root, 'package-lock.json')))
   if (mtime(stamp) >= wanted && fs.existsSync(path.join(root, 'node_modules', '@napi-rs', 'cli'))) return
   console.error('[setup] installing npm dev dependencies')
-  // `npm install`, not `npm ci`: npm 11 leaves @napi-rs/cli's nested optional platform packages out of the lock
-  // file and `npm ci` then refuses it as out of sync. `install` still follows the lock for everything listed.
-  run('npm', ['install', '--no-audit', '--no-fund', '--ignore-scripts'])
+  // `npm ci`: exactly the lock file (package.json lists no unpublished platform package, so the two agree).
+  run('npm', ['ci', '--no-audit', '--no-fund', '--ignore-scripts'])
 }
 
 function buildAddon() {

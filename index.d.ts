@@ -186,7 +186,11 @@ export interface AcquireOptions {
    * stops at the ms.
    */
   timeout?: number | null | undefined
-  /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
+  /**
+   * Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects).
+   * An object that is not an AbortSignal (or lacks `aborted`, `addEventListener` or `removeEventListener`) is refused
+   * with INVALID_ARGUMENT before anything is taken. Every option is read once, when the call starts.
+   */
   signal?: AbortSignal | undefined
   /** Tag written into the lock file (file targets). */
   tag?: string | undefined

@@ -9,7 +9,7 @@
 //   - acquire/tryAcquire never reject, and leave no lock behind: after each bad input the file does not exist and
 //     another process's tryAcquire succeeds.
 
-const { test, describe, before, after } = require('node:test')
+const { test, describe, before } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const net = require('node:net')
@@ -162,8 +162,18 @@ describe('each option is read once (file targets)', () => {
     assert.equal(info.reads.pid, 1)
     assert.equal(info.reads.tag, 1)
     assert.equal(sem.release().ok, true)
-    // Config and its defaults keep semats' meaning: an own key that reads undefined replaces the default.
     assert.equal(fs.existsSync(file), false)
+  })
+
+  test("Semaphore config snapshot keeps semats' meaning: an own key that reads undefined replaces the default", async () => {
+    const file = tmp.fresh()
+    fs.writeFileSync(file, `pid=${await u.deadPid()}\ntimestamp=1\n`) // other tools' file, dead pid, 1970
+    assert.equal(new sema.Semaphore(file).status().isStale, true, 'default staleTimeout: 1 h')
+    // semats: {...DEFAULT_CONFIG, ...config} with staleTimeout: undefined never expires.
+    const getter = Object.defineProperty({}, 'staleTimeout', { enumerable: true, get: () => undefined })
+    assert.equal(new sema.Semaphore(file, getter).status().isStale, false)
+    assert.equal(new sema.Semaphore(file, { staleTimeout: undefined }).status().isStale, false)
+    fs.unlinkSync(file)
   })
 })
 
@@ -188,6 +198,18 @@ describe('a getter that throws is INVALID_ARGUMENT naming the option; nothing is
       }
     })
   }
+
+  test('a revoked proxy as options: INVALID_ARGUMENT, never a rejection', async () => {
+    const file = tmp.fresh()
+    const { proxy, revoke } = Proxy.revocable({}, {})
+    revoke()
+    for (const call of [sema.acquire, sema.tryAcquire, sema.release]) {
+      const r = await settled(call(file, proxy), call.name)
+      assert.deepEqual([r.ok, r.error.type], [false, 'INVALID_ARGUMENT'], JSON.stringify(r.error))
+    }
+    await assert.rejects(sema.status(file, proxy), { code: 'INVALID_ARGUMENT' })
+    assertNothingTaken(file, 'revoked proxy')
+  })
 
   test('withLock rejects, status rejects, release resolves: all INVALID_ARGUMENT with the option named', async () => {
     const file = tmp.fresh()
@@ -296,7 +318,6 @@ describe('dflockd targets: the snapshot is taken before dispatch', () => {
     await new Promise((resolve) => server.close(resolve))
     url = `dflockd://127.0.0.1:${port}/options-key`
   })
-  after(() => {})
 
   const dflockdValues = {
     timeout: 500,

@@ -168,7 +168,13 @@ function errorText(e) {
  */
 function validate(options, schema, what = 'options') {
   if (options === undefined) return {}
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  let array
+  try {
+    array = Array.isArray(options) // throws for a revoked proxy
+  } catch (e) {
+    throw invalidArgument(`${what} could not be read: ${errorText(e)}`)
+  }
+  if (options === null || typeof options !== 'object' || array) {
     throw refuse(what, 'an object', options)
   }
   const snapshot = {}

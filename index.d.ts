@@ -122,6 +122,11 @@ export interface SemaphoreStatus {
   locked: boolean
   info: LockInfo | null
   isStale: boolean
+  /**
+   * The lock is this process's: it carries the token of a lock this process holds, or this host identity (hostname,
+   * boot id, pid namespace) with this process's pid. Only a file without that identity (written by sema or semats)
+   * is judged by its pid alone. The same pid in another container sharing the directory does not own it.
+   */
   isOwnedByCurrentProcess: boolean
 }
 
@@ -142,7 +147,10 @@ export declare class Semaphore {
   tryAcquireWithInfo(info: LockInfo): SemaphoreResult<LockInfo>
   acquire(options?: { timeout?: number | undefined; tag?: string | undefined; signal?: AbortSignal | undefined }): Promise<SemaphoreResult<LockInfo>>
   acquireTimeout(timeoutMs: number, tag?: string): Promise<SemaphoreResult<LockInfo>>
-  /** Releases a lock held by this process; `force` removes anyone's. */
+  /**
+   * Releases a lock held by this process ("this process" as in `status().isOwnedByCurrentProcess`: token and host
+   * identity, the pid alone only for files written by sema or semats); `force` removes anyone's.
+   */
   release(force?: boolean): SemaphoreResult<void>
   forceRelease(): SemaphoreResult<void>
   status(): SemaphoreStatus
@@ -178,7 +186,11 @@ export interface AcquireOptions {
    * stops at the ms.
    */
   timeout?: number | null | undefined
-  /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
+  /**
+   * Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects).
+   * An object that is not an AbortSignal (or lacks `aborted`, `addEventListener` or `removeEventListener`) is refused
+   * with INVALID_ARGUMENT before anything is taken. Every option is read once, when the call starts.
+   */
   signal?: AbortSignal | undefined
   /** Tag written into the lock file (file targets). */
   tag?: string | undefined
@@ -257,7 +269,11 @@ export interface StatusOptions {
 export interface ReleaseOptions {
   /** File: remove the lock whoever holds it. */
   force?: boolean | undefined
-  /** File: release on behalf of this owner pid (the `pid` given to `acquire`, e.g. a shell's `$$`) instead of `process.pid`. */
+  /**
+   * File: release on behalf of this owner pid (the `pid` given to `acquire`, e.g. a shell's `$$`) instead of
+   * `process.pid`. A lock written by this package must also name this host identity (same pid namespace): the
+   * same pid in another container is another process.
+   */
   pid?: number | undefined
 }
 

@@ -5,7 +5,7 @@
 const { AsyncLocalStorage } = require('node:async_hooks')
 const nodePath = require('node:path')
 const { fileURLToPath } = require('node:url')
-const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('./errors')
+const { LockError, AcquireTimeoutError, toLockError, fromNativeThrow, invalidArgument } = require('./errors')
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
@@ -51,6 +51,10 @@ function resolve(target) {
   }
 }
 
+/**
+ * acquire / tryAcquire: always a SemaphoreResult, never a rejection. The options are read once, here (the
+ * snapshot `validate` returns), before either backend sees them.
+ */
 function acquireOn(target, options, wait) {
   const { parsed, failed } = resolve(target)
   if (failed) return Promise.resolve(failed)
@@ -59,9 +63,11 @@ function acquireOn(target, options, wait) {
   } catch (e) {
     return Promise.resolve(asFailure(e))
   }
-  return parsed.backend === 'file'
-    ? acquireFile(target, parsed.path, options, { wait })
-    : dflockd.acquireTarget(target, options, { wait })
+  const acquiring =
+    parsed.backend === 'file'
+      ? acquireFile(target, parsed.path, options, { wait })
+      : dflockd.acquireTarget(target, options, { wait })
+  return acquiring.catch((e) => asFailure(fromNativeThrow(e)))
 }
 
 function acquire(target, options) {
@@ -74,7 +80,7 @@ function tryAcquire(target, options) {
 
 async function release(target, options) {
   try {
-    options = validate(options, RELEASE)
+    options = validate(options, RELEASE) // the snapshot: each option read once
   } catch (e) {
     return asFailure(e)
   }
@@ -94,7 +100,7 @@ async function release(target, options) {
 
 async function status(target, options) {
   const parsed = parseTarget(target)
-  options = validate(options, STATUS)
+  options = validate(options, STATUS) // the snapshot: each option read once
   return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
 }
 

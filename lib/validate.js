@@ -4,8 +4,12 @@
 // a LockError INVALID_ARGUMENT naming the option and the value; nothing is coerced. Callers that return a
 // SemaphoreResult turn the error into a failed result (`asFailure`); the others throw or reject with it.
 // `null` and `undefined` mean "the default" for every option that has one.
+//
+// Options are read ONCE, here, at the boundary: `validate` returns a snapshot (a plain object of the schema's keys)
+// and everything after it reads only the snapshot. A getter is called exactly once, so one that answers differently
+// on a second read cannot slip a value past the check, and one that throws is an INVALID_ARGUMENT naming the option.
 
-const { invalidArgument } = require('./errors')
+const { LockError, invalidArgument } = require('./errors')
 
 /** A value as shown in a message: strings quoted, objects by their kind. */
 function describe(v) {
@@ -54,10 +58,22 @@ const check = {
   pid: (name, v) => {
     if (!Number.isInteger(v) || v < 1 || v > 0x7fffffff) throw refuse(name, 'a process id (an integer from 1 to 2147483647)', v)
   },
+  /**
+   * An AbortSignal, or a stand-in with everything the wait uses: `aborted`, `addEventListener` and
+   * `removeEventListener` (a stand-in without the last one would be found out only after the lock was taken).
+   */
   signal: (name, v) => {
-    const ok =
-      (typeof AbortSignal === 'function' && v instanceof AbortSignal) ||
-      (typeof v === 'object' && typeof v.aborted === 'boolean' && typeof v.addEventListener === 'function')
+    if (typeof AbortSignal === 'function' && v instanceof AbortSignal) return
+    let ok = false
+    try {
+      ok =
+        typeof v === 'object' &&
+        typeof v.aborted === 'boolean' &&
+        typeof v.addEventListener === 'function' &&
+        typeof v.removeEventListener === 'function'
+    } catch (e) {
+      throw invalidArgument(`${name} could not be read (${errorText(e)}): it must be an AbortSignal`)
+    }
     if (!ok) throw refuse(name, 'an AbortSignal', v)
   },
   onLost: (name, v) => {
@@ -129,23 +145,59 @@ const CONFIG = {
   heartbeat: check.heartbeat,
 }
 
+/** The LockInfo of `Semaphore#tryAcquireWithInfo(info)` (its timestamp is not used: the time of acquisition is). */
+const SEMATS_INFO = { pid: check.pid, tag: check.tag }
+
 /** `Semaphore#acquire(options)`. */
 const SEMATS_ACQUIRE = { timeout: check.timeout, tag: check.tag, signal: check.signal }
 
+/** What a thrown value says, for a message (never throws itself). */
+function errorText(e) {
+  try {
+    return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
+  } catch {
+    return 'an unprintable value'
+  }
+}
+
 /**
- * Checks `options` (absent = `{}`) against `schema`; returns them. Throws LockError INVALID_ARGUMENT. `what` names
- * the argument in messages (e.g. `options`, `config`).
+ * Checks `options` (absent = `{}`) against `schema` and returns a snapshot of them: a plain object with each key of
+ * the schema read exactly once (keys that read as `undefined` are kept only when they are the object's own, so that
+ * `{...defaults, ...snapshot}` means what `{...defaults, ...options}` meant). Throws LockError INVALID_ARGUMENT,
+ * also when reading an option throws. `what` names the argument in messages (e.g. `options`, `config`).
  */
 function validate(options, schema, what = 'options') {
   if (options === undefined) return {}
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  let array
+  try {
+    array = Array.isArray(options) // throws for a revoked proxy
+  } catch (e) {
+    throw invalidArgument(`${what} could not be read: ${errorText(e)}`)
+  }
+  if (options === null || typeof options !== 'object' || array) {
     throw refuse(what, 'an object', options)
   }
+  const snapshot = {}
   for (const key of Object.keys(schema)) {
-    const v = options[key]
-    if (v !== undefined && v !== null) schema[key](`${what === 'options' ? '' : `${what}.`}${key}`, v)
+    const name = `${what === 'options' ? '' : `${what}.`}${key}`
+    let v
+    try {
+      v = options[key]
+    } catch (e) {
+      throw invalidArgument(`${name} could not be read: ${errorText(e)}`)
+    }
+    if (v !== undefined && v !== null) schema[key](name, v)
+    if (v !== undefined || ownKey(options, key)) snapshot[key] = v
   }
-  return options
+  return snapshot
+}
+
+function ownKey(object, key) {
+  try {
+    return Object.prototype.hasOwnProperty.call(object, key)
+  } catch {
+    return false // a proxy that refuses: absent, as for a spread
+  }
 }
 
 /** One value by a checker's name (e.g. `one('tag', tag)` for a positional argument). */
@@ -154,9 +206,13 @@ function one(kind, value, name = kind) {
   return value
 }
 
-/** `{ok: false, error}` (semats' SemaphoreError shape) from a thrown validation error. */
+/**
+ * `{ok: false, error}` (semats' SemaphoreError shape) from a thrown validation error. Anything else thrown (not a
+ * LockError with its code) is an INVALID_ARGUMENT: the type is never undefined.
+ */
 function asFailure(e) {
-  return { ok: false, error: { type: e.code, message: e.message } }
+  const type = e instanceof LockError && typeof e.code === 'string' ? e.code : 'INVALID_ARGUMENT'
+  return { ok: false, error: { type, message: e && typeof e.message === 'string' ? e.message : errorText(e) } }
 }
 
-module.exports = { validate, one, asFailure, describe, ACQUIRE, RELEASE, STATUS, CONFIG, SEMATS_ACQUIRE }
+module.exports = { validate, one, asFailure, describe, errorText, ACQUIRE, RELEASE, STATUS, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO }

@@ -313,7 +313,8 @@ function statusFields(s) {
     locked: Boolean(s.locked),
     info,
     isStale: Boolean(s.isStale),
-    holderRunning: info && s.backend === 'file' ? api().isProcessRunning(info.pid) : null,
+    // A pid <= 0 names a process group to kill(), never a live holder.
+    holderRunning: info && s.backend === 'file' ? info.pid > 0 && api().isProcessRunning(info.pid) : null,
     holders: s.holders ?? null,
     waiters: s.waiters ?? null,
     limit: s.limit ?? null,

@@ -293,7 +293,8 @@ function cmdStatus(o) {
       text += `  PID: ${info.pid}\n  Timestamp: ${info.timestamp}\n`
       if (info.tag !== null) text += `  Tag: ${info.tag}\n`
       if (process.platform !== 'win32') {
-        text += `  Process running: ${api().isProcessRunning(info.pid) ? 'yes' : 'no'}\n`
+        // sema checks /proc/<pid>: pid 0 is no process there (kill(0, 0) would answer for a process group).
+        text += `  Process running: ${info.pid > 0 && api().isProcessRunning(info.pid) ? 'yes' : 'no'}\n`
       }
     }
     out(text)

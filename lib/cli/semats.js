@@ -178,15 +178,17 @@ async function main(args) {
         break
       }
       case 'status': {
-        // semats: `locked` means "the file parses", and staleness is the age rule alone.
-        const found = sem.getLockInfo()
-        const info = found ? { pid: found.pid, timestamp: found.timestamp, tag: found.tag } : null
+        // semats: `locked` means "the file parses", and staleness is the age rule alone. Ownership is the
+        // engine's rule (token and host identity; the pid alone only for a file without identity), from the
+        // same read of the file.
+        const s = sem.status()
+        const info = s.info ? { pid: s.info.pid, timestamp: s.info.timestamp, tag: s.info.tag } : null
         const locked = info !== null
         const status = {
           locked,
           info,
           isStale: locked ? isLockStale(info, STALE_MS) : false,
-          isOwnedByCurrentProcess: locked && info.pid === process.pid,
+          isOwnedByCurrentProcess: locked && s.isOwnedByCurrentProcess,
         }
         out(format(status, json) + '\n')
         break

@@ -6,7 +6,7 @@
 const native = require('../native')
 const { semaphoreError, fileError, failure, toLockError } = require('../errors')
 const { withAbort } = require('../abort')
-const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE } = require('../validate')
+const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
 
 // ─── format helpers ───
@@ -51,8 +51,8 @@ class Semaphore {
       throw new Error(checked.error.message)
     }
     this.#path = checked.path
-    validate(config, CONFIG, 'config')
-    this.#config = { ...DEFAULT_CONFIG, ...config }
+    // The snapshot: each config getter read once (a plain object from here on).
+    this.#config = { ...DEFAULT_CONFIG, ...validate(config, CONFIG, 'config') }
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
   }
 
@@ -83,15 +83,14 @@ class Semaphore {
   }
 
   tryAcquireWithInfo(info) {
+    let snapshot
     try {
-      if (info !== undefined && (info === null || typeof info !== 'object')) validate(info, {}, 'info')
-      one('pid', info?.pid, 'info.pid')
-      one('tag', info?.tag, 'info.tag')
+      snapshot = validate(info, SEMATS_INFO, 'info')
     } catch (e) {
       return asFailure(e)
     }
-    const ownerPid = info && info.pid != null && info.pid !== process.pid ? info.pid : undefined
-    return this.#tryAcquire(info ? (info.tag ?? undefined) : undefined, ownerPid)
+    const ownerPid = snapshot.pid != null && snapshot.pid !== process.pid ? snapshot.pid : undefined
+    return this.#tryAcquire(snapshot.tag ?? undefined, ownerPid)
   }
 
   #tryAcquire(tag, ownerPid) {

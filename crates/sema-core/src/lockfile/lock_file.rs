@@ -12,8 +12,9 @@ use tokio::sync::Semaphore;
 
 use super::error::LockError;
 use super::fifo::fifo_for;
-use super::format::{parse_lock_info, read_lock_bytes_lossy, ParseError};
+use super::format::{parse_lock_info, read_lock_bytes_lossy, LockInfo, ParseError};
 use super::options::{LockOptions, LockStatus};
+use super::owner::{owns, Claimant};
 use super::paths::canonical_key;
 use super::process::{current_pid, host_identity, now_unix_secs};
 use super::registry::holds;
@@ -199,18 +200,23 @@ impl LockFile {
         let observation = self.observe();
         let judgement = self.judge_with_presence(&observation);
         let info = observation.info().cloned();
-        let is_owned_by_current_process = match &info {
-            None => false,
-            Some(i) => {
-                i.pid == current_pid() || i.token.as_deref().is_some_and(|t| holds(&self.key, t))
-            }
-        };
+        let is_owned_by_current_process = info
+            .as_ref()
+            .is_some_and(|i| self.is_mine(i, current_pid()));
         LockStatus {
             locked: !matches!(observation, Observation::Missing),
             info,
             is_stale: judgement.is_stale(),
             is_owned_by_current_process,
         }
+    }
+
+    /// Whether the lock `info` (read from this path) belongs to the process `pid` (this process:
+    /// [`current_pid`]; or one a lock was recorded for, the CLI's `--pid`): the token this process
+    /// holds, or this host identity with that pid; the pid alone only for files without identity
+    /// (see `owner.rs`). The one ownership rule of the package.
+    pub fn is_mine(&self, info: &LockInfo, pid: i64) -> bool {
+        owns(info, &Claimant::of(pid), |token| holds(&self.key, token))
     }
 
     /// The judgement of `observation`, where a stale verdict is overruled by a holder's presence

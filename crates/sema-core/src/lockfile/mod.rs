@@ -25,6 +25,8 @@
 //! - A heartbeat that refreshes a held lock's timestamp and detects loss.
 //! - Fair waiting: an in-process FIFO per lock path, woken by inotify/kqueue events with
 //!   polling as the fallback.
+//! - [`owner`]: the one "is this lock mine?" rule ([`LockFile::is_mine`]): the token and host
+//!   identity (pid namespace included), the pid alone only for files without identity.
 //!
 //! # For callers (the napi bindings, the CLI)
 //!
@@ -67,6 +69,7 @@ mod heartbeat;
 mod held;
 mod lock_file;
 mod options;
+pub mod owner;
 pub mod paths;
 pub mod process;
 mod queue;
@@ -86,6 +89,7 @@ pub use format::{
 pub use held::HeldLock;
 pub use lock_file::LockFile;
 pub use options::{AcquireRequest, LockOptions, LockStatus};
+pub use owner::{owns, Claimant};
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{
     current_pid, host_identity, is_process_running, now_unix_secs, process_start_ticks, Liveness,

@@ -83,6 +83,8 @@ pub struct LockStatus {
     pub info: Option<LockInfo>,
     /// The engine would break this lock now.
     pub is_stale: bool,
-    /// The file names this process's pid, or carries the token of a lock this process holds.
+    /// [`LockFile::is_mine`](super::LockFile::is_mine) for this process: the file carries the
+    /// token of a lock this process holds, or this host identity with this process's pid, or (a
+    /// file without identity, from sema or semats) this process's pid.
     pub is_owned_by_current_process: bool,
 }

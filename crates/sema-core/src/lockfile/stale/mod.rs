@@ -15,7 +15,8 @@
 //! - parsed foreign file (no `host`) → semats' rule: stale when `now - timestamp >
 //!   stale_timeout` (strict, whole seconds) **and** the pid is not running, where `EPERM` counts
 //!   as running and a running pid whose process started more than 2 s after the lock's
-//!   timestamp cannot be the holder (pid reused) and counts as not running.
+//!   timestamp cannot be the holder (pid reused) and counts as not running. A pid ≤ 0 (a
+//!   process group to `kill`, no process) never counts as running.
 
 use std::time::Duration;
 
@@ -279,7 +280,9 @@ pub fn judge(
 /// semats' `isProcessRunning` with our fixes: `EPERM` = running; a process that started more
 /// than 2 s after the lock's timestamp is not its holder.
 fn foreign_pid_running(info: &LockInfo, probe: &dyn ProcessProbe, start_check: bool) -> bool {
-    if probe.liveness(info.pid) != Liveness::Alive {
+    // `kill(0, 0)` and `kill(-1, 0)` address process groups and succeed: no single process is
+    // the holder of such a file, so it is never a live one (semats counts it as running forever).
+    if info.pid <= 0 || probe.liveness(info.pid) != Liveness::Alive {
         return false;
     }
     if !start_check {

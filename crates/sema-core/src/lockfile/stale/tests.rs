@@ -69,7 +69,9 @@ fn judgement_table() {
         .with(10, Liveness::Alive, Some(500), Some((NOW - 7200) as f64))
         .with(11, Liveness::Alive, None, None)
         .with(12, Liveness::Alive, Some(900), Some((NOW - 10) as f64)) // started recently
-        .with(0, Liveness::Alive, None, None) // process group
+        // kill(0, 0) and kill(-1, 0) succeed: a process group, all processes
+        .with(0, Liveness::Alive, None, None)
+        .with(-1, Liveness::Alive, None, None)
         .with(13, Liveness::Unknown, None, None);
     let me = Some("me:boot:1");
     let other = Some("other:boot:1");
@@ -119,7 +121,7 @@ fn judgement_table() {
             "own pid 0 old",
             parsed(0, 0, me, None),
             t,
-            Held(H::ForeignHolderRunning),
+            Stale(S::ForeignExpiredAndNotRunning),
         ),
         (
             "own pid -5 old",
@@ -188,6 +190,31 @@ fn judgement_table() {
             parsed(99, NOW + 100, None, None),
             t,
             Held(H::Fresh),
+        ),
+        // pid <= 0 names no process: never a live holder, so the age decides
+        (
+            "foreign pid 0 ts 0",
+            parsed(0, 0, None, None),
+            t,
+            Stale(S::ForeignExpiredAndNotRunning),
+        ),
+        (
+            "foreign pid -1 ts 0",
+            parsed(-1, 0, None, None),
+            t,
+            Stale(S::ForeignExpiredAndNotRunning),
+        ),
+        (
+            "foreign pid 0 fresh",
+            parsed(0, NOW - 10, None, None),
+            t,
+            Held(H::Fresh),
+        ),
+        (
+            "foreign pid -1, None",
+            parsed(-1, 0, None, None),
+            None,
+            Held(H::NeverStale),
         ),
         (
             "foreign ts 0 dead",

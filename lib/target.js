@@ -9,7 +9,7 @@ const { LockError, AcquireTimeoutError, toLockError, fromNativeThrow, invalidArg
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
-const { validate, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
+const { validate, checkBackend, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
 function parseTarget(target) {
@@ -60,6 +60,7 @@ function acquireOn(target, options, wait) {
   if (failed) return Promise.resolve(failed)
   try {
     options = validate(options, ACQUIRE)
+    checkBackend(options, parsed.backend)
   } catch (e) {
     return Promise.resolve(asFailure(e))
   }
@@ -95,12 +96,18 @@ async function release(target, options) {
   }
   const { parsed, failed } = resolve(target)
   if (failed) return failed
+  try {
+    checkBackend(options, parsed.backend)
+  } catch (e) {
+    return asFailure(e)
+  }
   return parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options)
 }
 
 async function status(target, options) {
   const parsed = parseTarget(target)
   options = validate(options, STATUS) // the snapshot: each option read once
+  checkBackend(options, parsed.backend)
   return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
 }
 

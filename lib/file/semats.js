@@ -85,7 +85,7 @@ class Semaphore {
   tryAcquireWithInfo(info) {
     let snapshot
     try {
-      snapshot = validate(info, SEMATS_INFO, 'info')
+      snapshot = validate(info, SEMATS_INFO, 'info', { strict: false })
     } catch (e) {
       return asFailure(e)
     }

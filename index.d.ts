@@ -34,6 +34,8 @@ export type SemaphoreErrorType =
   | 'INVALID_ARGUMENT'
   /** No binary is published for this platform (thrown by `require('sema-native')` itself). */
   | 'UNSUPPORTED_PLATFORM'
+  /** A binary is published for this platform, but its package is missing or would not load (thrown by `require('sema-native')`). */
+  | 'NATIVE_LOAD_FAILED'
 
 /** A failure as a value (semats' shape). */
 export interface SemaphoreError {

@@ -65,8 +65,9 @@ function failure(type, message, extra) {
 function toLockError(error, key) {
   const code = error.code ?? error.type
   if (code === 'TIMEOUT' && key !== undefined) return new AcquireTimeoutError(key)
-  // The fixed text, not the server's word: callers match 'authentication failed' (dflockd-client's message).
-  if (code === 'AUTH_FAILED') return new AuthError()
+  // The fixed text for a refused token: callers match 'authentication failed' (dflockd-client's message). A server
+  // with no token configured answers bare `error`: a different mistake, said in words (same class and code).
+  if (code === 'AUTH_FAILED') return error.reply === 'error' ? new AuthError(error.message) : new AuthError()
   return new LockError(error.message, code, error)
 }
 

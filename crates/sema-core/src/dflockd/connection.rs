@@ -104,7 +104,10 @@ pub use nonblocking::NonBlockingStream;
 use stream::Stream;
 
 fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
-    DflockdError::connection(format!("{what} {peer} failed: {e}"))
+    DflockdError::connection(format!(
+        "{what} {peer} failed: {}",
+        super::plain_words::io_text(&e)
+    ))
 }
 
 /// A connection to one dflockd server.

@@ -161,9 +161,12 @@ impl NonBlockingStream {
                         _ => return Err(io_error(peer, "read from", e)),
                     },
                 };
-                let state = tls
-                    .process_new_packets()
-                    .map_err(|e| DflockdError::connection(format!("TLS error from {peer}: {e}")))?;
+                let state = tls.process_new_packets().map_err(|e| {
+                    DflockdError::connection(format!(
+                        "TLS error from {peer}: {}",
+                        crate::dflockd::plain_words::tls_text(&e)
+                    ))
+                })?;
                 let mut clean_close = false;
                 if state.plaintext_bytes_to_read() > 0 {
                     let start = buf.len();

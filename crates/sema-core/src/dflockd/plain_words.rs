@@ -135,7 +135,7 @@ mod tests {
                 "peer closed connection without sending TLS close_notify: \
                  https://docs.rs/rustls/latest/rustls/manual/_03_howto/index.html#unexpected-eof",
             ),
-            io::Error::new(io::ErrorKind::Other, "boom: https://example.invalid/x"),
+            io::Error::other("boom: https://example.invalid/x"),
         ];
         for e in &cases {
             let t = io_text(e);

@@ -22,7 +22,10 @@ use std::io::{BufRead, BufReader, Error, Write};
 use std::process::{Command, Stdio};
 
 fn die(what: &str) -> ! {
-    eprintln!("file-contended-floor: {what} failed: {}", Error::last_os_error());
+    eprintln!(
+        "file-contended-floor: {what} failed: {}",
+        Error::last_os_error()
+    );
     std::process::exit(1)
 }
 
@@ -34,7 +37,10 @@ fn check(ret: libc::c_int, what: &str) -> libc::c_int {
 }
 
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -57,11 +63,21 @@ impl Contender {
         let counter_path = CString::new(format!("{dir}/{name}.counter")).expect("path has no NUL");
         // SAFETY: plain system calls on NUL-terminated paths we own.
         unsafe {
-            let dirfd = check(libc::open(dir_c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC), "open(dir)");
-            let counter = check(libc::open(counter_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC), "open(counter)");
+            let dirfd = check(
+                libc::open(dir_c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
+                "open(dir)",
+            );
+            let counter = check(
+                libc::open(counter_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC),
+                "open(counter)",
+            );
             let inotify = check(libc::inotify_init1(libc::IN_CLOEXEC), "inotify_init1");
             check(
-                libc::inotify_add_watch(inotify, dir_c.as_ptr(), libc::IN_DELETE | libc::IN_MOVED_FROM),
+                libc::inotify_add_watch(
+                    inotify,
+                    dir_c.as_ptr(),
+                    libc::IN_DELETE | libc::IN_MOVED_FROM,
+                ),
                 "inotify_add_watch",
             );
             let pid = libc::getpid();
@@ -70,7 +86,15 @@ impl Contender {
                 "pid={pid}\ntimestamp=2026-01-01T00:00:00.000Z\ntag=bench {pid}\nhost=floor\nstart=123456\ntoken=0123456789abcdef0123456789abcdef\n"
             )
             .into_bytes();
-            Contender { dir: dir_c, dirfd, name: name.as_bytes().to_vec(), path, counter, inotify, content }
+            Contender {
+                dir: dir_c,
+                dirfd,
+                name: name.as_bytes().to_vec(),
+                path,
+                counter,
+                inotify,
+                content,
+            }
         }
     }
 
@@ -87,7 +111,8 @@ impl Contender {
             let head = std::mem::size_of::<libc::inotify_event>();
             while off + head <= n as usize {
                 // SAFETY: the kernel wrote whole events; read_unaligned copes with the byte buffer's alignment.
-                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
                 let name = &buf[off + head..off + head + ev.len as usize];
                 let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
                 if name == self.name.as_slice() {
@@ -102,14 +127,28 @@ impl Contender {
     fn acquire(&self) -> libc::c_int {
         // SAFETY: plain system calls on descriptors and buffers we own.
         unsafe {
-            let fd = check(libc::openat(self.dirfd, c".".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_TMPFILE, 0o644), "openat(O_TMPFILE)");
+            let fd = check(
+                libc::openat(
+                    self.dirfd,
+                    c".".as_ptr(),
+                    libc::O_RDWR | libc::O_CLOEXEC | libc::O_TMPFILE,
+                    0o644,
+                ),
+                "openat(O_TMPFILE)",
+            );
             if libc::pwrite(fd, self.content.as_ptr().cast(), self.content.len(), 0) < 0 {
                 die("pwrite(lock)")
             }
             check(libc::fsync(fd), "fsync(lock)");
             let proc_path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
             loop {
-                let r = libc::linkat(libc::AT_FDCWD, proc_path.as_ptr(), libc::AT_FDCWD, self.path.as_ptr(), libc::AT_SYMLINK_FOLLOW);
+                let r = libc::linkat(
+                    libc::AT_FDCWD,
+                    proc_path.as_ptr(),
+                    libc::AT_FDCWD,
+                    self.path.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                );
                 if r == 0 {
                     check(libc::fsync(self.dirfd), "fsync(dir)");
                     return fd;
@@ -130,7 +169,10 @@ impl Contender {
             if n < 0 {
                 die("pread(counter)")
             }
-            let v: u64 = std::str::from_utf8(&buf[..n as usize]).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+            let v: u64 = std::str::from_utf8(&buf[..n as usize])
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
             let out = format!("{}\n", v + 1);
             if libc::pwrite(self.counter, out.as_ptr().cast(), out.len(), 0) < 0 {
                 die("pwrite(counter)")
@@ -199,7 +241,10 @@ fn main() {
                 .unwrap_or_else(|_| die("spawn"))
         })
         .collect();
-    let mut outs: Vec<_> = children.iter_mut().map(|c| BufReader::new(c.stdout.take().expect("piped"))).collect();
+    let mut outs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().expect("piped")))
+        .collect();
     for out in &mut outs {
         let mut line = String::new();
         if out.read_line(&mut line).is_err() || line.trim() != "ready" {
@@ -214,7 +259,11 @@ fn main() {
     for out in &mut outs {
         let mut line = String::new();
         let _ = out.read_line(&mut line);
-        let parts: Vec<u64> = line.split_whitespace().skip(1).filter_map(|s| s.parse().ok()).collect();
+        let parts: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|s| s.parse().ok())
+            .collect();
         if parts.len() != 2 {
             eprintln!("file-contended-floor: a child failed");
             std::process::exit(1)
@@ -225,7 +274,10 @@ fn main() {
     for c in &mut children {
         let _ = c.wait();
     }
-    let final_count: u64 = std::fs::read_to_string(&counter).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let final_count: u64 = std::fs::read_to_string(&counter)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
     let _ = std::fs::remove_file(&counter);
     let ops = procs as u64 * rounds;
     let seconds = (last - first) as f64 / 1e9;

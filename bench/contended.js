@@ -11,7 +11,7 @@ const { summarize } = require('./lib/stats')
  * @param {{kind: 'addon'|'proper-lockfile', procs: number, rounds: number, dir: string, timeoutMs?: number}} cfg
  */
 async function contend(cfg) {
-  if (cfg.kind === 'floor') return floorRun(cfg)
+  if (cfg.kind === 'floor' || cfg.kind === 'floor-after') return floorRun(cfg)
   const tag = `${cfg.kind}-${cfg.procs}-${process.pid}-${Date.now()}`
   const lockPath = path.join(cfg.dir, `contended-${tag}.lock`)
   const markerPath = path.join(cfg.dir, `contended-${tag}.marker`)
@@ -60,12 +60,14 @@ async function contend(cfg) {
   }
 }
 
-/** The Rust floor of the same protocol (bench/floor/src/bin/file-contended-floor.rs), `counter` work. */
+/** The Rust floor of the same protocol (bench/floor/src/bin/file-contended-floor.rs), `counter` work; `floor-after`
+ * syncs the lock content after the link instead of before the wait (the engine's order). */
 async function floorRun(cfg) {
   const { runJson } = require('./lib/proc')
   const bin = path.join(__dirname, 'floor', 'target', 'release', 'file-contended-floor')
-  const { result } = await runJson(bin, [cfg.dir, String(cfg.procs), String(cfg.rounds)], { timeoutMs: cfg.timeoutMs ?? 300_000 })
-  return { kind: 'floor', procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0 }
+  const order = cfg.kind === 'floor-after' ? 'after' : 'before'
+  const { result } = await runJson(bin, [cfg.dir, String(cfg.procs), String(cfg.rounds), order], { timeoutMs: cfg.timeoutMs ?? 300_000 })
+  return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0 }
 }
 
 function analyse(cfg, results) {

@@ -15,7 +15,8 @@
 //! CLOCK_MONOTONIC (one clock for the host); the parent prints one JSON object: ops, seconds (first call → last
 //! release), ops/s and the counter's final value, which must be procs × rounds (a lost update = two holders).
 //!
-//! Usage: `file-contended-floor <dir> <procs> <rounds>`
+//! Usage: `file-contended-floor <dir> <procs> <rounds> [before|after]`: `after` syncs the lock content after the
+//! link (with the directory), the engine's order today, instead of before the wait: what that order costs.
 
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Error, Write};
@@ -47,17 +48,18 @@ fn now_ns() -> u64 {
 }
 
 struct Contender {
-    dir: CString,
     dirfd: libc::c_int,
     name: Vec<u8>,
     path: CString,
     counter: libc::c_int,
     inotify: libc::c_int,
     content: Vec<u8>,
+    /// Sync the content after the link (the engine's order) rather than before the wait.
+    sync_after_link: bool,
 }
 
 impl Contender {
-    fn open(dir: &str, name: &str) -> Contender {
+    fn open(dir: &str, name: &str, sync_after_link: bool) -> Contender {
         let dir_c = CString::new(dir).expect("dir has no NUL");
         let path = CString::new(format!("{dir}/{name}")).expect("path has no NUL");
         let counter_path = CString::new(format!("{dir}/{name}.counter")).expect("path has no NUL");
@@ -87,13 +89,13 @@ impl Contender {
             )
             .into_bytes();
             Contender {
-                dir: dir_c,
                 dirfd,
                 name: name.as_bytes().to_vec(),
                 path,
                 counter,
                 inotify,
                 content,
+                sync_after_link,
             }
         }
     }
@@ -139,7 +141,9 @@ impl Contender {
             if libc::pwrite(fd, self.content.as_ptr().cast(), self.content.len(), 0) < 0 {
                 die("pwrite(lock)")
             }
-            check(libc::fsync(fd), "fsync(lock)");
+            if !self.sync_after_link {
+                check(libc::fsync(fd), "fsync(lock)");
+            }
             let proc_path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
             loop {
                 let r = libc::linkat(
@@ -150,6 +154,9 @@ impl Contender {
                     libc::AT_SYMLINK_FOLLOW,
                 );
                 if r == 0 {
+                    if self.sync_after_link {
+                        check(libc::fsync(fd), "fsync(lock)");
+                    }
                     check(libc::fsync(self.dirfd), "fsync(dir)");
                     return fd;
                 }
@@ -193,9 +200,8 @@ impl Contender {
     }
 }
 
-fn child(dir: &str, name: &str, rounds: u64) {
-    let c = Contender::open(dir, name);
-    let _ = &c.dir;
+fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
+    let c = Contender::open(dir, name, sync_after_link);
     println!("ready");
     let mut line = String::new();
     if std::io::stdin().read_line(&mut line).is_err() || line.trim() != "go" {
@@ -212,12 +218,13 @@ fn child(dir: &str, name: &str, rounds: u64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() == 5 && args[1] == "--child" {
+    if args.len() == 6 && args[1] == "--child" {
         let rounds = args[4].parse().unwrap_or_else(|_| std::process::exit(2));
-        return child(&args[2], &args[3], rounds);
+        return child(&args[2], &args[3], rounds, args[5] == "after");
     }
-    if args.len() != 4 {
-        eprintln!("usage: file-contended-floor <dir> <procs> <rounds>");
+    let order = args.get(4).map(String::as_str).unwrap_or("before");
+    if !(4..=5).contains(&args.len()) || !["before", "after"].contains(&order) {
+        eprintln!("usage: file-contended-floor <dir> <procs> <rounds> [before|after]");
         std::process::exit(2)
     }
     let (dir, procs, rounds): (&str, usize, u64) = (
@@ -234,7 +241,7 @@ fn main() {
     let mut children: Vec<_> = (0..procs)
         .map(|_| {
             Command::new(&exe)
-                .args(["--child", dir, &name, &rounds.to_string()])
+                .args(["--child", dir, &name, &rounds.to_string(), order])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()

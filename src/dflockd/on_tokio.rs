@@ -18,19 +18,13 @@ use napi::threadsafe_function::{ThreadsafeCallContext, ThreadsafeFunction};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::on_loop::{aborted_error, closed_error, peer_closed_error};
 use super::ops::{NativeCallResult, Op};
 use super::*;
 use crate::event_loop::JsCallback;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
 type Deliver = ThreadsafeFunction<(u64, NativeCallResult), (), (), napi::Status, false, true>;
-
-fn peer_closed_error(peer: &str) -> DflockdError {
-    DflockdError::new(
-        core::ErrorCode::ConnectionError,
-        format!("connection to {peer} is closed"),
-    )
-}
 
 /// How the connection ended.
 enum Ended {
@@ -227,10 +221,7 @@ impl TokioConn {
         if notify {
             for i in 0..pending {
                 let e = if i == 0 {
-                    DflockdError::new(
-                        core::ErrorCode::Aborted,
-                        "connection closed during the request",
-                    )
+                    aborted_error()
                 } else {
                     closed_error()
                 };
@@ -249,10 +240,6 @@ impl TokioConn {
     pub(super) fn collected(&self) {
         self.finish(false);
     }
-}
-
-fn closed_error() -> DflockdError {
-    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
 }
 
 /// One request on the core connection.

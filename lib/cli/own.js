@@ -20,7 +20,6 @@ const {
   isDflockd,
   shortLivedOwner,
   api,
-  waitFor,
 } = require('./common')
 
 const PROG = 'sema-native'
@@ -365,30 +364,26 @@ async function cmdClean(o, rep) {
   return 0
 }
 
-/** Resolves when `target` looks free: file-system events on the lock's directory wake it early; polls anyway. */
-async function waitFree(target, options, timeout, isFile) {
-  const watchDir = isFile ? path.dirname(/^file:/i.test(target) ? fileURLToPath(target) : target) : undefined
-  const r = await waitFor(
-    async () => {
-      const s = await api().status(target, options)
-      // isStale: the engine would break this lock now (its holder is gone), so it is as good as free.
-      return !s.locked || (s.backend === 'file' && s.isStale)
-    },
-    { timeoutMs: timeout, intervalMs: isFile ? 100 : 200, watchDir },
-  )
-  return { free: r.done, waitedMs: r.waitedMs }
-}
-
+/**
+ * The library's `wait()`: file targets wait in the engine on the lock directory's file events (the same judgement
+ * as acquire: a stale lock counts as free), dflockd targets poll the server's stats.
+ */
 async function cmdWait(o, rep) {
   const timeout = durationOption(o, 'timeout')
   const target = apiTarget(o.target)
-  const r = await waitFree(target, statusOptions(o), timeout, !isDflockd(target))
-  if (!r.free) {
+  const options = statusOptions(o)
+  if (timeout !== undefined) options.timeout = timeout
+  const r = await api().wait(target, options)
+  if (!r.ok) {
+    if (r.error.type !== 'TIMEOUT') {
+      rep.fail(r.error, describeFailure(r.error, rep.target))
+      return failureCode(r.error.type)
+    }
     const message = `Timeout waiting for lock to be released after ${formatDuration(timeout)}`
     rep.fail({ type: 'TIMEOUT', message }, `${rep.target}: ${message}`)
     return 1
   }
-  rep.ok({ free: true, waitedMs: r.waitedMs }, `free ${rep.target}`)
+  rep.ok({ free: true, waitedMs: r.value.waitedMs }, `free ${rep.target}`)
   return 0
 }
 

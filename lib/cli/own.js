@@ -1,6 +1,6 @@
 'use strict'
 // sema-native's own commands over any target (a path, file:// or dflockd:// URL): acquire, try-acquire, release,
-// status, clean, wait and run. docs/cli.md is the user-facing description; keep the two in step.
+// status, clean, wait, run and ls. docs/cli.md is the user-facing description; keep the two in step.
 //
 // Exit codes: 0 success (a query that answered, whatever the answer), 1 busy / timed out / refused / not held,
 // 2 usage error, 3 I/O, connection or other error. `run` exits with its command's status instead.
@@ -37,6 +37,7 @@ const ACCEPTS = {
   clean: ['stale'],
   wait: ['timeout', 'ca'],
   run: ['timeout', 'tag', 'stale', 'ca', 'verbose'],
+  ls: ['stale'],
 }
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
@@ -201,6 +202,7 @@ const NO_DFLOCKD = {
     'a dflockd lock is released by the connection that holds it (or when that connection closes); another ' +
     `process cannot release it. Use ${PROG} run <target> -- <command…>, which releases when the command ends`,
   clean: 'clean is for lock files; the dflockd server expires the leases of clients that went away by itself',
+  ls: 'ls lists the lock files of a directory; for a dflockd key use status <target>',
 }
 NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
 
@@ -387,6 +389,19 @@ async function cmdWait(o, rep) {
   return 0
 }
 
+/** `ls <dir>`: the directory's locks as the engine judges them (lib/cli/ls.js formats). */
+async function cmdLs(o, rep) {
+  const ls = require('./ls')
+  const r = await ls.listDir(o.target, durationOption(o, 'stale'))
+  if (r.error) {
+    rep.fail(r.error, `${rep.target}: ${r.error.message}`)
+    return 3
+  }
+  if (rep.json) rep.ok({ locks: r.locks })
+  else out(ls.table(r.locks) + '\n') // the listing is the answer: printed even with --quiet
+  return 0
+}
+
 // ─── entry ───
 
 function version() {
@@ -450,6 +465,9 @@ async function main(args) {
         break
       case 'clean':
         code = await cmdClean(o, rep)
+        break
+      case 'ls':
+        code = await cmdLs(o, rep)
         break
       default:
         code = await cmdWait(o, rep)

@@ -66,13 +66,27 @@ function commandText(words, max = 60) {
   return text.length > max ? `${text.slice(0, max - 1)}…` : text
 }
 
+/**
+ * The command a holder stands for: for `sema-native run <target> … -- <command…>` (the holder of its lock is the
+ * wrapper) the command it runs, else the words as they are.
+ */
+function holderCommand(words) {
+  if (!words) return null
+  const at = words.findIndex((w) => /(^|[\\/])sema-native(\.js)?$/.test(w))
+  if (at >= 0 && words[at + 1] === 'run') {
+    const dashdash = words.indexOf('--', at + 2)
+    if (dashdash >= 0 && dashdash + 1 < words.length) return words.slice(dashdash + 1)
+  }
+  return words
+}
+
 /** What the COMMAND column (and the waiting line's parenthesis) says about the holder. */
 function holderText(r) {
   if (r.format === 'symlink') return `symlink → ${r.linkTarget ?? '?'} (not followed)`
   if (r.format === 'unparseable') return '(unreadable or not a lock file: holder unknown)'
   if (r.thisHost === false) return `(on host ${r.host})`
   if (r.holderRunning === false) return '(not running)'
-  return commandText(r.commandLine) ?? ''
+  return commandText(holderCommand(r.commandLine)) ?? ''
 }
 
 /** Tags can hold any character but a newline: shown as JSON strings. */
@@ -99,4 +113,4 @@ function table(locks) {
   return rows.map((row) => row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n')
 }
 
-module.exports = { listDir, describe, record, table, shortAge, commandText, holderText, tagText, lookOptions }
+module.exports = { listDir, describe, record, table, shortAge, commandText, holderCommand, holderText, tagText, lookOptions }

@@ -25,6 +25,7 @@ const {
 const PROG = 'sema-native'
 
 const { OVERVIEW, COMMAND_HELP } = require('./own-help')
+const { startWaitingLine } = require('./waiting-line')
 
 // ─── argument parsing ───
 
@@ -208,16 +209,28 @@ NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
 
 /**
  * `acquire(target, options)`; with `verbose`, a first attempt without waiting, and when the lock is busy a line on
- * stderr saying who holds it before the wait starts.
+ * stderr saying who holds it before the wait starts. On a terminal (unless `quiet`), the waiting line while it waits.
  */
-async function acquireWithNotice(target, options, verbose, shown) {
+async function acquireWithNotice(target, options, verbose, shown, quiet) {
   if (verbose) {
     const first = await api().tryAcquire(target, options)
     if (first.ok || first.error.type !== 'ALREADY_LOCKED') return first
     const e = first.error
     err(`${PROG}: waiting for ${shown}${e.holderPid !== undefined ? ` (held by pid ${e.holderPid}${since(e.lockedSince)})` : ''}\n`)
   }
-  return api().acquire(target, options)
+  const stop = startWaitingLine(target, { quiet, staleTimeout: options.staleTimeout, statusOptions: lineStatusOptions(options) })
+  try {
+    return await api().acquire(target, options)
+  } finally {
+    stop()
+  }
+}
+
+/** The options of a status call for the waiting line, from acquire's (dflockd: TLS and auth). */
+function lineStatusOptions(options) {
+  const out = {}
+  for (const k of ['staleTimeout', 'tls', 'auth']) if (options[k] !== undefined) out[k] = options[k]
+  return out
 }
 
 /**
@@ -251,7 +264,7 @@ async function cmdAcquire(o, rep, wait) {
   if (!api().isProcessRunning(pid)) throw new UsageError(`--pid ${pid}: no such process`)
   const target = apiTarget(o.target)
   const r = wait
-    ? await acquireWithNotice(target, options, o.verbose, rep.target)
+    ? await acquireWithNotice(target, options, o.verbose, rep.target, o.quiet)
     : await api().tryAcquire(target, options)
   if (!r.ok) {
     let error = r.error
@@ -375,7 +388,13 @@ async function cmdWait(o, rep) {
   const target = apiTarget(o.target)
   const options = statusOptions(o)
   if (timeout !== undefined) options.timeout = timeout
-  const r = await api().wait(target, options)
+  const stop = startWaitingLine(target, { quiet: o.quiet, staleTimeout: options.staleTimeout, statusOptions: lineStatusOptions(options) })
+  let r
+  try {
+    r = await api().wait(target, options)
+  } finally {
+    stop()
+  }
   if (!r.ok) {
     if (r.error.type !== 'TIMEOUT') {
       rep.fail(r.error, describeFailure(r.error, rep.target))
@@ -447,7 +466,10 @@ async function main(args) {
   const rep = new Reporter(o)
   try {
     if (o.target === undefined || o.target === '') throw new UsageError(`${command} needs a <target>`)
-    if (command === 'run') return await require('./run').run(o, { durationOption, statusOptions, apiTarget, acquireWithNotice, rep })
+    if (command === 'run') {
+      const withLine = (target, options, verbose, shown) => acquireWithNotice(target, options, verbose, shown, o.quiet)
+      return await require('./run').run(o, { durationOption, statusOptions, apiTarget, acquireWithNotice: withLine, rep })
+    }
     if (isDflockd(o.target) && NO_DFLOCKD[command]) throw new UsageError(NO_DFLOCKD[command])
     let code
     switch (command) {

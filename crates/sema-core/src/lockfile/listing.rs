@@ -75,9 +75,8 @@ pub struct ListedLock {
     pub holder_running: Option<bool>,
     /// The holder's command line, where the system tells it (see [`process_args`]).
     pub command_line: Option<Vec<String>>,
-    /// When the lock was taken, in Unix seconds: the file's birth time where the file system
-    /// keeps one (our heartbeat rewrites the file in place, so its `timestamp=` is the last
-    /// refresh, not the start), else its `timestamp=`.
+    /// When the lock was taken, in Unix seconds: a foreign file's `timestamp=`; for ours (whose
+    /// `timestamp=` the heartbeat refreshes) see [`acquired_at`].
     pub since: Option<i64>,
     /// Processes of this machine standing in its line ([`waiting_processes`]); `None` where
     /// there is no queue to count.
@@ -198,12 +197,42 @@ fn fill_holder(listed: &mut ListedLock, info: &LockInfo, meta: Option<&std::fs::
             listed.command_line = process_args(info.pid);
         }
     }
-    // The birth time only for our own format: a foreign writer's file is written once, and a
-    // tool that rewrites through a temp file and rename has a fresh birth time each time.
-    listed.since = match (listed.format, meta.and_then(birth)) {
-        ("sema-native", Some(born)) => Some(born.min(info.timestamp)),
+    listed.since = match listed.format {
+        "sema-native" => meta.and_then(acquired_at).or(Some(info.timestamp)),
+        // A foreign writer writes its file once: its timestamp is when it took the lock.
         _ => Some(info.timestamp),
     };
+}
+
+/// When one of our lock files was linked into place (acquired), from its times. The heartbeat
+/// rewrites the file in place, so `timestamp=`, the mtime and the ctime are the last refresh
+/// (or the link, which comes right after the last write of the prepared file: same tick). The
+/// birth time is when the holder made the file, before linking it, possibly when it began to
+/// wait. So: a ctime within the default heartbeat period (10 s) of the birth cannot be a
+/// refresh under the default heartbeat: it is the link itself, exact. Otherwise the birth time
+/// (which may include the holder's own wait before it got the lock; a heartbeat shorter than
+/// the default makes a refresh look like the link). The last refresh when the system keeps no
+/// birth time.
+fn acquired_at(meta: &std::fs::Metadata) -> Option<i64> {
+    const DEFAULT_HEARTBEAT_SECS: i64 = 10;
+    let born = birth(meta)?;
+    let changed = changed_secs(meta).unwrap_or(born);
+    Some(if changed - born < DEFAULT_HEARTBEAT_SECS {
+        changed
+    } else {
+        born
+    })
+}
+
+#[cfg(unix)]
+fn changed_secs(meta: &std::fs::Metadata) -> Option<i64> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.ctime())
+}
+
+#[cfg(not(unix))]
+fn changed_secs(meta: &std::fs::Metadata) -> Option<i64> {
+    meta.modified().ok().and_then(unix_secs)
 }
 
 fn verdict(j: &StaleJudgement) -> (ListedState, &'static str) {

@@ -297,6 +297,27 @@ export declare function status(target: string, options?: StatusOptions): Promise
  */
 export declare function withLock<T>(target: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
 
+// ─────────────────────── observing locks without taking them ───────────────────────
+
+export interface WaitOptions extends StatusOptions {
+  /** ms to wait (>= 0; `Infinity`, `null` or undefined: forever). 0 = one look. Fails with `TIMEOUT`. */
+  timeout?: number | null | undefined
+  /** Aborting it ends the wait with `ABORTED`. */
+  signal?: AbortSignal | undefined
+  /** File: the fallback poll interval in ms when no file event comes (default 100). */
+  retryInterval?: number | undefined
+}
+
+/**
+ * Resolves when `target` is free, without taking it (async-mutex's `waitForUnlock`): `value.waitedMs` is how long
+ * it waited. A lock file is free when it is gone or stale (its holder died: the next `acquire` breaks it); the wait
+ * is woken by the file events of its directory and creates no file. dflockd has no command that waits without
+ * queueing for the lock, so a dflockd target is free when the server's `stats` show a free slot, asked every 200 ms.
+ * The lock may be taken again by someone else by the time you act: `wait` is for "tell me when", not exclusion.
+ * Fails (never throws) like `acquire`: `INVALID_ARGUMENT`/`INVALID_PATH`, `TIMEOUT`, `ABORTED`, `IO_ERROR`.
+ */
+export declare function wait(target: string, options?: WaitOptions): Promise<SemaphoreResult<{ waitedMs: number }>>
+
 // ─────────────────────── dflockd client (dflockd-client names) ───────────────────────
 
 /** Picks the server index for a key: an integer in [0, numServers). */

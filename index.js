@@ -5,6 +5,7 @@ const errors = require('./lib/errors')
 const semaphore = require('./lib/file/semats')
 const target = require('./lib/target')
 const dflockd = require('./lib/dflockd')
+const observe = require('./lib/observe')
 
 module.exports = {
   // errors
@@ -24,6 +25,8 @@ module.exports = {
   release: target.release,
   status: target.status,
   withLock: target.withLock,
+  // observing locks
+  wait: observe.wait,
   // dflockd client
   DistributedLock: dflockd.DistributedLock,
   DistributedSemaphore: dflockd.DistributedSemaphore,

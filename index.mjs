@@ -18,6 +18,7 @@ export const {
   release,
   status,
   withLock,
+  wait,
   DistributedLock,
   DistributedSemaphore,
   Connection,

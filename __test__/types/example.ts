@@ -6,6 +6,7 @@ import {
   release,
   status,
   withLock,
+  wait,
   Semaphore,
   createLockInfo,
   serializeLockInfo,
@@ -38,6 +39,7 @@ import type {
   SemaphoreResult,
   SemaphoreStatus,
   ShardingStrategy,
+  WaitOptions,
   Stats,
   StatsIdleLock,
   StatsIdleSemaphore,
@@ -93,6 +95,10 @@ async function fileTargets(): Promise<void> {
   const n: number = await withLock('/tmp/x.lock', async (lock) => lock.pid, { timeout: 100 })
   const str: string = await withLock('dflockd://token@127.0.0.1:6388/jobs?leaseTtl=30', () => 'sync ok')
   console.log(n, str)
+  const waitOptions: WaitOptions = { timeout: 1000, signal: AbortSignal.timeout(2000), staleTimeout: null }
+  const w = await wait('/tmp/x.lock', waitOptions)
+  if (w.ok) console.log(w.value.waitedMs.toFixed(0))
+  else console.log(w.error.type)
   // @ts-expect-error targets are strings
   await acquire(42)
 }

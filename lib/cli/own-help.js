@@ -21,6 +21,7 @@ Commands:
   clean <target>         Remove the lock if its holder is dead or it is stale
   wait <target>          Wait until the lock is free, without taking it
   run <target> -- <cmd>  Hold the lock while <cmd> runs; exit with its status
+  ls <dir>               List every lock file in <dir>: state, holder, age, waiters
 
 Options:
   --timeout <time>   How long acquire/wait/run wait (default: forever; 0 = one try)
@@ -106,6 +107,16 @@ Waits until nobody holds the lock (a lock whose holder is gone counts as free), 
 taking it.
 
 Exit: 0 free, 1 timed out, 2 usage, 3 error.
+`,
+  ls: `Usage: ${PROG} ls <dir> [--stale <time>] [--json]
+
+Lists every lock in <dir>, written by any tool (${PROG}, sema, semats): whether it is
+held, stale (its holder is gone: the next acquire breaks it) or free, the holder's pid
+and command line (where the system tells it), host, tag, how long it has been held and
+how many processes of this machine wait in its line. Reads only: symbolic links are
+shown, never followed; other users' locks as far as the permissions allow.
+
+Exit: 0 listed, 2 usage, 3 the directory cannot be read.
 `,
   run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [-v] -- <command> [args...]
 

@@ -1,6 +1,6 @@
 'use strict'
 // sema-native's own commands over any target (a path, file:// or dflockd:// URL): acquire, try-acquire, release,
-// status, clean, wait and run. docs/cli.md is the user-facing description; keep the two in step.
+// status, clean, wait, run and ls. docs/cli.md is the user-facing description; keep the two in step.
 //
 // Exit codes: 0 success (a query that answered, whatever the answer), 1 busy / timed out / refused / not held,
 // 2 usage error, 3 I/O, connection or other error. `run` exits with its command's status instead.
@@ -20,12 +20,12 @@ const {
   isDflockd,
   shortLivedOwner,
   api,
-  waitFor,
 } = require('./common')
 
 const PROG = 'sema-native'
 
 const { OVERVIEW, COMMAND_HELP } = require('./own-help')
+const { startWaitingLine } = require('./waiting-line')
 
 // ─── argument parsing ───
 
@@ -38,6 +38,7 @@ const ACCEPTS = {
   clean: ['stale'],
   wait: ['timeout', 'ca'],
   run: ['timeout', 'tag', 'stale', 'ca', 'verbose'],
+  ls: ['stale'],
 }
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
@@ -202,21 +203,34 @@ const NO_DFLOCKD = {
     'a dflockd lock is released by the connection that holds it (or when that connection closes); another ' +
     `process cannot release it. Use ${PROG} run <target> -- <command…>, which releases when the command ends`,
   clean: 'clean is for lock files; the dflockd server expires the leases of clients that went away by itself',
+  ls: 'ls lists the lock files of a directory; for a dflockd key use status <target>',
 }
 NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
 
 /**
  * `acquire(target, options)`; with `verbose`, a first attempt without waiting, and when the lock is busy a line on
- * stderr saying who holds it before the wait starts.
+ * stderr saying who holds it before the wait starts. On a terminal (unless `quiet`), the waiting line while it waits.
  */
-async function acquireWithNotice(target, options, verbose, shown) {
+async function acquireWithNotice(target, options, verbose, shown, quiet) {
   if (verbose) {
     const first = await api().tryAcquire(target, options)
     if (first.ok || first.error.type !== 'ALREADY_LOCKED') return first
     const e = first.error
     err(`${PROG}: waiting for ${shown}${e.holderPid !== undefined ? ` (held by pid ${e.holderPid}${since(e.lockedSince)})` : ''}\n`)
   }
-  return api().acquire(target, options)
+  const stop = startWaitingLine(target, { quiet, staleTimeout: options.staleTimeout, statusOptions: lineStatusOptions(options) })
+  try {
+    return await api().acquire(target, options)
+  } finally {
+    stop()
+  }
+}
+
+/** The options of a status call for the waiting line, from acquire's (dflockd: TLS and auth). */
+function lineStatusOptions(options) {
+  const out = {}
+  for (const k of ['staleTimeout', 'tls', 'auth']) if (options[k] !== undefined) out[k] = options[k]
+  return out
 }
 
 /**
@@ -250,7 +264,7 @@ async function cmdAcquire(o, rep, wait) {
   if (!api().isProcessRunning(pid)) throw new UsageError(`--pid ${pid}: no such process`)
   const target = apiTarget(o.target)
   const r = wait
-    ? await acquireWithNotice(target, options, o.verbose, rep.target)
+    ? await acquireWithNotice(target, options, o.verbose, rep.target, o.quiet)
     : await api().tryAcquire(target, options)
   if (!r.ok) {
     let error = r.error
@@ -366,30 +380,45 @@ async function cmdClean(o, rep) {
   return 0
 }
 
-/** Resolves when `target` looks free: file-system events on the lock's directory wake it early; polls anyway. */
-async function waitFree(target, options, timeout, isFile) {
-  const watchDir = isFile ? path.dirname(/^file:/i.test(target) ? fileURLToPath(target) : target) : undefined
-  const r = await waitFor(
-    async () => {
-      const s = await api().status(target, options)
-      // isStale: the engine would break this lock now (its holder is gone), so it is as good as free.
-      return !s.locked || (s.backend === 'file' && s.isStale)
-    },
-    { timeoutMs: timeout, intervalMs: isFile ? 100 : 200, watchDir },
-  )
-  return { free: r.done, waitedMs: r.waitedMs }
-}
-
+/**
+ * The library's `wait()`: file targets wait in the engine on the lock directory's file events (the same judgement
+ * as acquire: a stale lock counts as free), dflockd targets poll the server's stats.
+ */
 async function cmdWait(o, rep) {
   const timeout = durationOption(o, 'timeout')
   const target = apiTarget(o.target)
-  const r = await waitFree(target, statusOptions(o), timeout, !isDflockd(target))
-  if (!r.free) {
+  const options = statusOptions(o)
+  if (timeout !== undefined) options.timeout = timeout
+  const stop = startWaitingLine(target, { quiet: o.quiet, staleTimeout: options.staleTimeout, statusOptions: lineStatusOptions(options) })
+  let r
+  try {
+    r = await api().wait(target, options)
+  } finally {
+    stop()
+  }
+  if (!r.ok) {
+    if (r.error.type !== 'TIMEOUT') {
+      rep.fail(r.error, describeFailure(r.error, rep.target))
+      return failureCode(r.error.type)
+    }
     const message = `Timeout waiting for lock to be released after ${formatDuration(timeout)}`
     rep.fail({ type: 'TIMEOUT', message }, `${rep.target}: ${message}`)
     return 1
   }
-  rep.ok({ free: true, waitedMs: r.waitedMs }, `free ${rep.target}`)
+  rep.ok({ free: true, waitedMs: r.value.waitedMs }, `free ${rep.target}`)
+  return 0
+}
+
+/** `ls <dir>`: the directory's locks as the engine judges them (lib/cli/ls.js formats). */
+async function cmdLs(o, rep) {
+  const ls = require('./ls')
+  const r = await ls.listDir(o.target, durationOption(o, 'stale'))
+  if (r.error) {
+    rep.fail(r.error, `${rep.target}: ${r.error.message}`)
+    return 3
+  }
+  if (rep.json) rep.ok({ locks: r.locks })
+  else out(ls.table(r.locks) + '\n') // the listing is the answer: printed even with --quiet
   return 0
 }
 
@@ -438,7 +467,10 @@ async function main(args) {
   const rep = new Reporter(o)
   try {
     if (o.target === undefined || o.target === '') throw new UsageError(`${command} needs a <target>`)
-    if (command === 'run') return await require('./run').run(o, { durationOption, statusOptions, apiTarget, acquireWithNotice, rep })
+    if (command === 'run') {
+      const withLine = (target, options, verbose, shown) => acquireWithNotice(target, options, verbose, shown, o.quiet)
+      return await require('./run').run(o, { durationOption, statusOptions, apiTarget, acquireWithNotice: withLine, rep })
+    }
     if (isDflockd(o.target) && NO_DFLOCKD[command]) throw new UsageError(NO_DFLOCKD[command])
     let code
     switch (command) {
@@ -456,6 +488,9 @@ async function main(args) {
         break
       case 'clean':
         code = await cmdClean(o, rep)
+        break
+      case 'ls':
+        code = await cmdLs(o, rep)
         break
       default:
         code = await cmdWait(o, rep)

@@ -21,5 +21,6 @@
 mod cancel;
 mod held;
 mod lock_file;
+mod observe;
 mod pool;
 mod values;

@@ -13,7 +13,8 @@
 //! cross-process line of `queue/`, file events of `watch/`), one attempt at a time in
 //! `attempt.rs`, which breaks stale locks through `breaking.rs` (judged by `stale.rs`). A won
 //! attempt is a [`HeldLock`] (`held.rs`), kept in `registry.rs`, refreshed by `heartbeat.rs`,
-//! ended by `release.rs`. Every system call goes through `sys/` (and `process/` for process
+//! ended by `release.rs`. `listing.rs` only looks: the locks of a directory with their judgement
+//! and holder facts (for `ls`, `top` and the waiting line). Every system call goes through `sys/` (and `process/` for process
 //! facts): the only folders that know which system they run on.
 //!
 //! - [`stale`]: one pure judgement; a dead holder on this host is reclaimed at once, a live one
@@ -67,6 +68,7 @@ pub mod format;
 mod hand_over;
 mod heartbeat;
 mod held;
+pub mod listing;
 mod lock_file;
 mod options;
 pub mod owner;
@@ -87,12 +89,14 @@ pub use format::{
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
 };
 pub use held::HeldLock;
+pub use listing::{describe_lock, list_locks, ListedLock, ListedState};
 pub use lock_file::LockFile;
 pub use options::{AcquireRequest, LockOptions, LockStatus};
 pub use owner::{owns, Claimant};
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{
-    current_pid, host_identity, is_process_running, now_unix_secs, process_start_ticks, Liveness,
+    current_pid, host_identity, is_process_running, now_unix_secs, process_args,
+    process_start_ticks, Liveness,
 };
 pub use registry::{
     held_lock_by_id, held_locks, held_with_token, release_all_held, release_all_held_by,

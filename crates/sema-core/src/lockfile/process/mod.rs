@@ -56,6 +56,13 @@ pub fn process_command_line(pid: i64) -> Option<String> {
     os::process_command_line(pid)
 }
 
+/// The command line of process `pid` as words, where the system tells it: Linux reads
+/// `/proc/<pid>/cmdline`, Windows gives one string (one word here); `None` elsewhere, when the
+/// process is gone, or when it may not be queried.
+pub fn process_args(pid: i64) -> Option<Vec<String>> {
+    os::process_args(pid)
+}
+
 /// semats' `isProcessRunning` (`process.kill(pid, 0)`, any throw = dead) with one documented
 /// fix: `EPERM` (a live process of another user) counts as running. pids outside int32 are not
 /// running (Node throws a TypeError for them); pid 0 and negative pids address process groups

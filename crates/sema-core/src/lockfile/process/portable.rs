@@ -30,3 +30,7 @@ pub(crate) fn compute_host_identity() -> String {
 pub(crate) fn process_command_line(_pid: i64) -> Option<String> {
     None
 }
+
+pub(crate) fn process_args(_pid: i64) -> Option<Vec<String>> {
+    None
+}

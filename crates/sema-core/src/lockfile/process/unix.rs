@@ -169,3 +169,25 @@ pub(crate) fn compute_host_identity() -> String {
 pub(crate) fn process_command_line(_pid: i64) -> Option<String> {
     None
 }
+
+/// Linux: the words of `/proc/<pid>/cmdline` (NUL-separated; lossy UTF-8), `None` when it cannot
+/// be read (gone, or hidden by `hidepid`) or is empty (a kernel thread, a zombie).
+#[cfg(target_os = "linux")]
+pub(crate) fn process_args(pid: i64) -> Option<Vec<String>> {
+    if pid <= 0 {
+        return None;
+    }
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let words: Vec<String> = bytes
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    (!words.is_empty()).then_some(words)
+}
+
+/// Other Unix systems: no file to read it from (`ps` is a process to start, not a system call).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn process_args(_pid: i64) -> Option<Vec<String>> {
+    None
+}

@@ -115,6 +115,11 @@ pub(crate) fn process_command_line(pid: i64) -> Option<String> {
     command_line_query(pid).or_else(|| command_line_from_peb(pid))
 }
 
+/// The command line as one word: Windows keeps it as one string (split by each program's C runtime).
+pub(crate) fn process_args(pid: i64) -> Option<Vec<String>> {
+    process_command_line(pid).map(|line| vec![line])
+}
+
 /// `NtQueryInformationProcess(ProcessCommandLineInformation)`: needs only
 /// `PROCESS_QUERY_LIMITED_INFORMATION`, no reading of another process's memory. The answer is a
 /// `UNICODE_STRING` whose text follows it in the same buffer.

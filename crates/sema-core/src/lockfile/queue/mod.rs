@@ -45,7 +45,7 @@ pub(crate) fn create(key: &Path) -> Option<Arc<Queue>> {
     imp::get(key, true)
 }
 
-pub(crate) use imp::{lock_break, BreakLock, Place, Queue};
+pub(crate) use imp::{lock_break, waiting_processes, BreakLock, Place, Queue};
 
 /// How long a waiter lets others go first: until then, a process that finds the head's place
 /// free may take it (and the lock) ahead of the line, which lets a busy lock change hands

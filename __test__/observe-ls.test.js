@@ -1,0 +1,240 @@
+'use strict'
+// `sema-native ls <dir>`: every lock of a directory with the right facts, whoever wrote it: ours (held by a live
+// process with waiters in line, and left by a killed one), the real Rust `sema` (built from the vendored source),
+// semats' format written by a shell (held by a live process, and expired), a symlink planted by another user (shown,
+// never followed), another user's unreadable lock (listed as nobody). Listing changes nothing.
+
+const { describe, test, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const { spawnSync } = require('node:child_process')
+const u = require('./helpers/file-util')
+const { cli } = require('./fixtures/cli/helpers')
+
+const ROOT = path.resolve(__dirname, '..')
+const linux = process.platform === 'linux'
+const root = typeof process.getuid === 'function' && process.getuid() === 0
+const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+const SEMA_SRC = process.env.SEMA_SRC ?? '/work/shared/vendor/sema-0.1.0'
+
+/**
+ * The real `sema` 0.1.0: .tools/bin/sema, else built from its source (vendored; it has no dependencies) into
+ * .tools/sema-target. null when neither is possible.
+ */
+function semaBin() {
+  const installed = path.join(ROOT, '.tools', 'bin', 'sema')
+  if (fs.existsSync(installed)) return installed
+  const built = path.join(ROOT, '.tools', 'sema-target', 'release', 'sema')
+  if (!fs.existsSync(built) && fs.existsSync(path.join(SEMA_SRC, 'Cargo.toml'))) {
+    spawnSync('cargo', ['build', '--release', '--bin', 'sema', '--manifest-path', path.join(SEMA_SRC, 'Cargo.toml'), '--target-dir', path.join(ROOT, '.tools', 'sema-target')], { stdio: 'ignore', timeout: 300_000 })
+  }
+  return fs.existsSync(built) ? built : null
+}
+
+/** Every name in `dir` with its inode, size and mtime (what "changes nothing" compares). */
+function snapshot(dir) {
+  return fs.readdirSync(dir).sort().map((n) => {
+    const st = fs.lstatSync(path.join(dir, n))
+    return [n, st.ino, st.size, st.mtimeMs, st.mode]
+  })
+}
+
+/** Polls `fn` until it returns a truthy value (the queue's marks have no event to wait for); bounded. */
+async function eventually(fn, ms, what) {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await fn()
+    if (v) return v
+    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+async function lsJson(dir, ...extra) {
+  const r = await cli(['ls', dir, '--json', ...extra])
+  assert.equal(r.code, 0, r.stderr + r.stdout)
+  const v = JSON.parse(r.stdout)
+  assert.equal(v.ok, true)
+  return Object.fromEntries(v.locks.map((l) => [l.name, l]))
+}
+
+async function holder(file, opts = {}) {
+  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(opts)])
+  const out = u.lines(child)
+  const held = JSON.parse((await out.next(/^held /)).slice(5))
+  return { child, out, held }
+}
+
+describe('ls: a directory of locks written by every tool', () => {
+  let dir
+  let h
+  const waiters = []
+  let sleeper
+  before(() => {
+    dir = fs.realpathSync(u.mkTmp('ls-'))
+  })
+  after(() => {
+    for (const c of [...waiters, h?.child, sleeper?.child]) c?.kill('SIGKILL')
+    u.rmTmp(dir)
+  })
+
+  test('ours, held by a live process: pid, command line, tag, this host; waiters in line counted', async () => {
+    const file = path.join(dir, 'build.lock')
+    h = await holder(file, { tag: 'nightly' })
+    let locks = await lsJson(dir)
+    const l = locks['build.lock']
+    assert.equal(l.state, 'held')
+    assert.equal(l.reason, 'own-host-holder-alive')
+    assert.equal(l.format, 'sema-native')
+    assert.equal(l.pid, h.child.pid)
+    assert.equal(l.holderRunning, true)
+    assert.equal(l.tag, 'nightly')
+    assert.equal(l.thisHost, true)
+    assert.ok(l.commandLine.some((w) => w.endsWith('file-holder.js')), JSON.stringify(l.commandLine))
+    assert.ok(Math.abs(l.since - u.nowS()) <= 5 && l.ageS >= 0 && l.ageS <= 5, JSON.stringify(l))
+    assert.equal(l.waiters, linux ? 0 : null)
+    assert.ok(!JSON.stringify(locks).includes(h.held.token), 'the ownership token is never shown')
+    // Two other processes wait for it: each has one place in the line.
+    for (let i = 0; i < 2; i++) waiters.push(u.spawnNode('file-holder.js', [file, '{}']))
+    if (linux) {
+      locks = await eventually(async () => {
+        const all = await lsJson(dir)
+        return all['build.lock'].waiters === 2 && all
+      }, 15000, 'two waiters counted')
+      assert.equal(locks['build.lock'].state, 'held')
+    }
+  })
+
+  test("ours, left by a killed holder: stale, its pid not running", async () => {
+    const file = path.join(dir, 'crashed.lock')
+    const k = await holder(file)
+    k.child.kill('SIGKILL')
+    await k.child.closed
+    const l = (await lsJson(dir))['crashed.lock']
+    assert.equal(l.state, 'stale')
+    assert.equal(l.reason, 'own-host-holder-dead')
+    assert.equal(l.pid, k.child.pid)
+    assert.equal(l.holderRunning, false)
+    assert.equal(l.commandLine, null)
+  })
+
+  test('the real sema: its lock (its pid gone when the command exits) is held until it expires', { skip: semaBin() ? false : `sema not built (no ${SEMA_SRC})` }, async () => {
+    const file = path.join(dir, 'rust.lock')
+    const r = spawnSync(semaBin(), ['try', file, '--tag', 'from sema'], { encoding: 'utf8' })
+    assert.equal(r.status, 0, r.stderr)
+    const l = (await lsJson(dir))['rust.lock']
+    assert.equal(l.format, 'sema/semats')
+    assert.equal(l.state, 'held')
+    assert.equal(l.reason, 'fresh')
+    assert.equal(l.tag, 'from sema')
+    assert.equal(l.holderRunning, false)
+    assert.equal(l.host, null)
+    assert.equal(l.thisHost, null)
+    // With a stale rule of 0 s… sema's lock is judged by semats' rule (age and a dead pid): not yet older than 1 s.
+    const expired = (await lsJson(dir, '--stale', '1ms'))['rust.lock']
+    assert.ok(['held', 'stale'].includes(expired.state))
+  })
+
+  test("semats' format from a shell: held while its pid runs (command line shown), stale once old and dead", { skip: !linux && 'POSIX shell' }, async () => {
+    sleeper = await u.shellWriteLock(path.join(dir, 'shell.lock'), { tag: 'sh', keep: true })
+    const dead = await u.deadPid()
+    fs.writeFileSync(path.join(dir, 'old.lock'), `pid=${dead}\ntimestamp=${u.nowS() - 7200}\ntag=old\n`)
+    const locks = await lsJson(dir)
+    const s = locks['shell.lock']
+    assert.equal(s.state, 'held')
+    assert.equal(s.reason, 'fresh') // younger than the stale timeout: held whatever its pid
+    assert.equal(s.holderRunning, true)
+    assert.ok(s.commandLine && s.commandLine[0].endsWith('sleep'), JSON.stringify(s.commandLine))
+    const o = locks['old.lock']
+    assert.equal(o.state, 'stale')
+    assert.equal(o.reason, 'foreign-expired-and-not-running')
+    assert.ok(o.ageS >= 7200)
+    sleeper.child.kill('SIGKILL')
+  })
+
+  test('which entries are locks: *.lock, and other files whose content is a lock; not temp files or other files', async () => {
+    fs.writeFileSync(path.join(dir, 'notes.txt'), 'hello\n')
+    fs.writeFileSync(path.join(dir, 'job.pid'), `pid=1\ntimestamp=${u.nowS()}\n`)
+    fs.writeFileSync(path.join(dir, 'x.lock.123.abcdef.tmp'), `pid=1\ntimestamp=${u.nowS()}\n`)
+    fs.writeFileSync(path.join(dir, 'garbage.lock'), '\u0000\u0001binary')
+    fs.mkdirSync(path.join(dir, 'sub.lock'))
+    const locks = await lsJson(dir)
+    assert.ok(locks['job.pid'])
+    assert.equal(locks['notes.txt'], undefined)
+    assert.equal(locks['x.lock.123.abcdef.tmp'], undefined)
+    assert.equal(locks['sub.lock'], undefined)
+    assert.equal(locks['garbage.lock'].format, 'unparseable')
+    assert.equal(locks['garbage.lock'].state, 'held')
+    assert.equal(locks['garbage.lock'].pid, null)
+  })
+
+  test('the text table names each lock, its state, holder, tag and waiters; listing changed nothing', async () => {
+    const before = snapshot(dir)
+    const r = await cli(['ls', dir])
+    assert.equal(r.code, 0, r.stderr)
+    const lines = r.stdout.trimEnd().split('\n')
+    assert.match(lines[0], /^LOCK\s+STATE\s+PID\s+HELD FOR\s+WAITING\s+TAG\s+HOLDER$/)
+    const build = lines.find((l) => l.startsWith('build.lock '))
+    assert.match(build, new RegExp(`^build\\.lock\\s+held\\s+${h.child.pid}\\s+\\d+s\\s+${linux ? 2 : '-'}\\s+"nightly"\\s+\\S*node `))
+    assert.match(lines.find((l) => l.startsWith('crashed.lock ')), /\sstale\s.*\(not running\)$/)
+    assert.deepEqual(snapshot(dir), before)
+  })
+
+  test('errors: a missing directory exits 3 (JSON failure), a dflockd target is a usage error', async () => {
+    const r = await cli(['ls', path.join(dir, 'nope'), '--json'])
+    assert.equal(r.code, 3)
+    const v = JSON.parse(r.stdout)
+    assert.equal(v.ok, false)
+    assert.equal(v.error.type, 'IO_ERROR')
+    const d = await cli(['ls', 'dflockd://127.0.0.1:1/x'])
+    assert.equal(d.code, 2)
+  })
+})
+
+describe('ls: other users', { skip: !linux ? 'Linux only' : !root ? 'needs root, to act as another user (setpriv)' : false }, () => {
+  let shared
+  let decoy
+  before(() => {
+    shared = fs.realpathSync(u.mkTmp('ls-shared-'))
+    fs.chmodSync(shared, 0o1777)
+    // A valid lock file elsewhere: a followed link would show its pid 1 and tag.
+    decoy = path.join(fs.realpathSync(u.mkTmp('ls-decoy-')), 'target.lock')
+    fs.writeFileSync(decoy, `pid=1\ntimestamp=${u.nowS()}\ntag=followed\n`)
+    const ln = spawnSync('setpriv', [...NOBODY, 'ln', '-s', decoy, path.join(shared, 'planted.lock')], { encoding: 'utf8' })
+    assert.equal(ln.status, 0, ln.stderr)
+    // root's lock, readable by root only.
+    fs.writeFileSync(path.join(shared, 'private.lock'), `pid=${process.pid}\ntimestamp=${u.nowS()}\ntag=secret\n`, { mode: 0o600 })
+  })
+  after(() => {
+    u.rmTmp(shared)
+    u.rmTmp(path.dirname(decoy))
+  })
+
+  test("a symlink planted by another user: listed as a symlink with its target, never followed", async () => {
+    const before = fs.statSync(decoy)
+    const l = (await lsJson(shared))['planted.lock']
+    assert.equal(l.format, 'symlink')
+    assert.equal(l.state, 'held')
+    assert.equal(l.linkTarget, decoy)
+    assert.equal(l.ownerUid, 65534)
+    assert.equal(l.pid, null)
+    assert.equal(l.tag, null)
+    const after = fs.statSync(decoy)
+    assert.deepEqual([after.ino, after.mtimeMs, after.size], [before.ino, before.mtimeMs, before.size])
+    assert.ok(fs.lstatSync(path.join(shared, 'planted.lock')).isSymbolicLink())
+  })
+
+  test("as nobody: root's unreadable lock is listed as held by an unknown holder; nothing changes", async () => {
+    const before = snapshot(shared)
+    const r = spawnSync('setpriv', [...NOBODY, process.execPath, path.join(ROOT, 'bin', 'sema-native.js'), 'ls', shared, '--json'], { encoding: 'utf8', cwd: ROOT, timeout: 20000 })
+    assert.equal(r.status, 0, r.stderr)
+    const locks = Object.fromEntries(JSON.parse(r.stdout).locks.map((l) => [l.name, l]))
+    assert.equal(locks['private.lock'].format, 'unparseable')
+    assert.equal(locks['private.lock'].state, 'held')
+    assert.equal(locks['private.lock'].tag, null)
+    assert.equal(locks['private.lock'].ownerUid, 0)
+    assert.equal(locks['planted.lock'].format, 'symlink')
+    assert.deepEqual(snapshot(shared), before)
+  })
+})

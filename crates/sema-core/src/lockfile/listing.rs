@@ -1,0 +1,293 @@
+//! Listing the locks of a directory (`sema-native ls`/`top`): every File-Based Semaphore lock
+//! file in it, written by any tool (ours, `sema`, `semats`, a shell), with the engine's own
+//! judgement of each (held, stale, free) and the facts about its holder.
+//!
+//! Only looks, never changes anything: entries are read without following symbolic links (a
+//! symlink is reported as one, with its target as `readlink` tells it, never opened), nothing is
+//! created, broken or locked, and queues are counted from `/proc/locks` (see
+//! [`waiting_processes`](super::queue::waiting_processes)). Files of other users are read as far
+//! as the permissions allow; an unreadable one is listed as held by an unknown holder, as the
+//! engine would treat it.
+//!
+//! Which entries are locks: every name ending in `.lock` (files and symlinks alike), and any
+//! other regular file whose content parses as a lock (`pid=` and `timestamp=`), except the
+//! `*.tmp` files semats writes before renaming.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::error::LockError;
+use super::format::LockInfo;
+use super::lock_file::LockFile;
+use super::options::LockOptions;
+use super::process::{host_identity, now_unix_secs, probe_liveness, process_args, Liveness};
+use super::queue::waiting_processes;
+use super::stale::{HeldBecause, Observation, StaleBecause, StaleJudgement};
+
+/// What a listed lock is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedState {
+    /// Somebody holds it (including an unknown holder: unparseable, unreadable, a symlink).
+    Held,
+    /// Its holder is gone (or it expired): the next acquire breaks it.
+    Stale,
+    /// Free: the file went away between the listing and the look (waiters may be queued).
+    Free,
+}
+
+impl ListedState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListedState::Held => "held",
+            ListedState::Stale => "stale",
+            ListedState::Free => "free",
+        }
+    }
+}
+
+/// One lock of a directory.
+#[derive(Debug, Clone)]
+pub struct ListedLock {
+    /// The entry's name in the directory, and its full path.
+    pub name: String,
+    pub path: PathBuf,
+    pub state: ListedState,
+    /// Why, in a word: the engine's judgement (`own-host-holder-alive`, `foreign-expired-and-not-running`, …).
+    pub reason: &'static str,
+    /// `sema-native` (our keys `host=`/`token=`), `sema/semats` (the base format), `unparseable`,
+    /// `symlink`, or `missing`.
+    pub format: &'static str,
+    /// A symlink's target as `readlink` tells it (never followed).
+    pub link_target: Option<String>,
+    /// The file's owner (Unix uid), when known.
+    pub owner_uid: Option<u32>,
+    /// The lock file's fields, without its ownership token.
+    pub pid: Option<i64>,
+    pub timestamp: Option<i64>,
+    pub tag: Option<String>,
+    /// The hostname part of `host=` (ours only), and whether it is this machine (same boot and
+    /// pid namespace too).
+    pub host: Option<String>,
+    pub this_host: Option<bool>,
+    /// `kill(pid, 0)` on this host: `Some(true)` running (also another user's), `Some(false)`
+    /// gone, `None` when the pid means nothing here (another host) or cannot be probed.
+    pub holder_running: Option<bool>,
+    /// The holder's command line, where the system tells it (see [`process_args`]).
+    pub command_line: Option<Vec<String>>,
+    /// When the lock was taken, in Unix seconds: a foreign file's `timestamp=`; for ours (whose
+    /// `timestamp=` the heartbeat refreshes) see [`acquired_at`].
+    pub since: Option<i64>,
+    /// Processes of this machine standing in its line ([`waiting_processes`]); `None` where
+    /// there is no queue to count.
+    pub waiters: Option<u32>,
+}
+
+/// The locks of `dir`, sorted by name, judged with `options` (its `stale_timeout` decides what
+/// counts as stale). Fails (`IO_ERROR`) only when the directory itself cannot be read.
+pub fn list_locks(dir: &Path, options: &LockOptions) -> Result<Vec<ListedLock>, LockError> {
+    let cannot = |e: io::Error| LockError::io(&format!("Cannot list {}", dir.display()), e);
+    // The queue names locks by their canonical path: resolve the directory once.
+    let canonical = std::fs::canonicalize(dir).map_err(cannot)?;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&canonical).map_err(cannot)? {
+        let Ok(entry) = entry else { continue };
+        let Ok(name) = entry.file_name().into_string() else {
+            continue; // not UTF-8: not a name any of the tools makes
+        };
+        // `DirEntry::file_type` does not follow symlinks.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let named_lock = name.ends_with(".lock");
+        if !(kind.is_symlink() && named_lock || kind.is_file() && !name.ends_with(".tmp")) {
+            continue;
+        }
+        if let Some(listed) = look(&canonical, &name, named_lock, options) {
+            out.push(listed);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// One lock path, whatever its name (the waiting line's facts about the lock it waits for).
+/// The path's directory is resolved as the engine resolves it (the queue is named by it).
+pub fn describe_lock(path: &Path, options: &LockOptions) -> Option<ListedLock> {
+    let name = path.file_name()?.to_str()?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    look(&dir, name, true, options)
+}
+
+/// One lock path, or `None` when it is not a lock (another file whose content does not parse).
+fn look(dir: &Path, name: &str, named_lock: bool, options: &LockOptions) -> Option<ListedLock> {
+    let path = dir.join(name);
+    let file = LockFile::new_canonical(path.clone(), options.clone());
+    let observation = file.observe();
+    if !named_lock && !matches!(observation, Observation::Parsed { .. }) {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(&path).ok();
+    let judgement = file.judge_with_presence(&observation);
+    let (state, reason) = verdict(&judgement);
+    let mut listed = ListedLock {
+        name: name.to_owned(),
+        state,
+        reason,
+        format: "missing",
+        link_target: None,
+        owner_uid: meta.as_ref().and_then(owner_uid),
+        pid: None,
+        timestamp: None,
+        tag: None,
+        host: None,
+        this_host: None,
+        holder_running: None,
+        command_line: None,
+        since: None,
+        waiters: waiting_processes(&path),
+        path,
+    };
+    match observation {
+        Observation::Missing => {}
+        Observation::Symlink => {
+            listed.format = "symlink";
+            listed.link_target = std::fs::read_link(&listed.path)
+                .ok()
+                .map(|t| t.to_string_lossy().into_owned());
+        }
+        Observation::Unparseable { .. } => {
+            listed.format = "unparseable";
+            listed.since = meta.as_ref().and_then(birth_or_mtime);
+        }
+        Observation::Parsed { info, .. } => {
+            fill_holder(&mut listed, &info, meta.as_ref());
+        }
+    }
+    Some(listed)
+}
+
+fn fill_holder(listed: &mut ListedLock, info: &LockInfo, meta: Option<&std::fs::Metadata>) {
+    listed.format = if info.host.is_some() || info.token.is_some() {
+        "sema-native"
+    } else {
+        "sema/semats"
+    };
+    listed.pid = Some(info.pid);
+    listed.timestamp = Some(info.timestamp);
+    listed.tag = info.tag.clone();
+    listed.host = info
+        .host
+        .as_deref()
+        .map(|h| h.split(':').next().unwrap_or(h).to_owned());
+    listed.this_host = info.host.as_deref().map(|h| h == host_identity());
+    // A pid of another host means nothing here; a foreign file's pid is taken as ours (as
+    // semats does).
+    if listed.this_host != Some(false) {
+        listed.holder_running = match probe_liveness(info.pid) {
+            Liveness::Alive => Some(true),
+            Liveness::Dead => Some(false),
+            Liveness::Unknown => None,
+        };
+        if listed.holder_running == Some(true) && info.pid > 0 {
+            listed.command_line = process_args(info.pid);
+        }
+    }
+    listed.since = match listed.format {
+        "sema-native" => meta.and_then(acquired_at).or(Some(info.timestamp)),
+        // A foreign writer writes its file once: its timestamp is when it took the lock.
+        _ => Some(info.timestamp),
+    };
+}
+
+/// When one of our lock files was linked into place (acquired), from its times. The heartbeat
+/// rewrites the file in place, so `timestamp=`, the mtime and the ctime are the last refresh
+/// (or the link, which comes right after the last write of the prepared file: same tick). The
+/// birth time is when the holder made the file, before linking it, possibly when it began to
+/// wait. So: a ctime within the default heartbeat period (10 s) of the birth cannot be a
+/// refresh under the default heartbeat: it is the link itself, exact. Otherwise the birth time
+/// (which may include the holder's own wait before it got the lock; a heartbeat shorter than
+/// the default makes a refresh look like the link). The last refresh when the system keeps no
+/// birth time.
+fn acquired_at(meta: &std::fs::Metadata) -> Option<i64> {
+    const DEFAULT_HEARTBEAT_SECS: i64 = 10;
+    let born = birth(meta)?;
+    let changed = changed_secs(meta).unwrap_or(born);
+    Some(if changed - born < DEFAULT_HEARTBEAT_SECS {
+        changed
+    } else {
+        born
+    })
+}
+
+#[cfg(unix)]
+fn changed_secs(meta: &std::fs::Metadata) -> Option<i64> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.ctime())
+}
+
+#[cfg(not(unix))]
+fn changed_secs(meta: &std::fs::Metadata) -> Option<i64> {
+    meta.modified().ok().and_then(unix_secs)
+}
+
+fn verdict(j: &StaleJudgement) -> (ListedState, &'static str) {
+    match j {
+        StaleJudgement::Free => (ListedState::Free, "no-file"),
+        StaleJudgement::Held(why) => (
+            ListedState::Held,
+            match why {
+                HeldBecause::NeverStale => "never-stale",
+                HeldBecause::YoungUnparseable => "young-unparseable",
+                HeldBecause::OwnHostHolderAlive => "own-host-holder-alive",
+                HeldBecause::Fresh => "fresh",
+                HeldBecause::ForeignHolderRunning => "foreign-holder-running",
+                HeldBecause::Symlink => "symlink",
+                HeldBecause::HolderPresent => "holder-present",
+            },
+        ),
+        StaleJudgement::Stale(why) => (
+            ListedState::Stale,
+            match why {
+                StaleBecause::OldUnparseable => "old-unparseable",
+                StaleBecause::OwnHostHolderDead => "own-host-holder-dead",
+                StaleBecause::OwnHostPidReused => "own-host-pid-reused",
+                StaleBecause::OtherHostExpired => "other-host-expired",
+                StaleBecause::ForeignExpiredAndNotRunning => "foreign-expired-and-not-running",
+            },
+        ),
+    }
+}
+
+fn unix_secs(t: SystemTime) -> Option<i64> {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    i64::try_from(d.as_secs()).ok()
+}
+
+fn birth(meta: &std::fs::Metadata) -> Option<i64> {
+    meta.created().ok().and_then(unix_secs)
+}
+
+fn birth_or_mtime(meta: &std::fs::Metadata) -> Option<i64> {
+    birth(meta).or_else(|| meta.modified().ok().and_then(unix_secs))
+}
+
+#[cfg(unix)]
+fn owner_uid(meta: &std::fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.uid())
+}
+
+#[cfg(not(unix))]
+fn owner_uid(_meta: &std::fs::Metadata) -> Option<u32> {
+    None
+}
+
+/// Seconds from `since` to now (0 for a future time).
+pub fn age_secs(since: i64) -> i64 {
+    (now_unix_secs() - since).max(0)
+}

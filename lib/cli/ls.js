@@ -1,0 +1,116 @@
+'use strict'
+// `sema-native ls <dir>`: every lock of a directory, as the engine judges it (crates/sema-core/src/lockfile/listing.rs
+// finds, reads and judges; this module only formats). Also the facts the waiting line and `top` show about a lock.
+
+const path = require('node:path')
+const native = require('../native')
+const { engineOptions, DEFAULT_CONFIG } = require('../file/engine')
+
+/** Engine options for looking only: the stale rule is the one thing that changes a judgement. */
+function lookOptions(staleTimeout) {
+  const config = { ...DEFAULT_CONFIG }
+  if (staleTimeout !== undefined) config.staleTimeout = staleTimeout
+  return engineOptions(config)
+}
+
+/** One lock in this CLI's documented JSON shape (every key always present; null when unknown). */
+function record(n, nowS = Math.floor(Date.now() / 1000)) {
+  return {
+    name: n.name,
+    path: n.path,
+    state: n.state,
+    reason: n.reason,
+    format: n.format,
+    pid: n.pid ?? null,
+    holderRunning: n.holderRunning ?? null,
+    commandLine: n.commandLine ?? null,
+    host: n.host ?? null,
+    thisHost: n.thisHost ?? null,
+    tag: n.tag ?? null,
+    timestamp: n.timestamp ?? null,
+    since: n.since ?? null,
+    ageS: n.since == null ? null : Math.max(0, nowS - n.since),
+    waiters: n.waiters ?? null,
+    ownerUid: n.ownerUid ?? null,
+    linkTarget: n.linkTarget ?? null,
+  }
+}
+
+/** `{locks}` or `{error}` (a SemaphoreError-shaped `{type, message}`) for the directory `dir`. */
+async function listDir(dir, staleTimeout) {
+  const r = await native.listLocks(path.resolve(dir), lookOptions(staleTimeout))
+  if (!r.ok) return { error: { type: r.error.code, message: r.error.message } }
+  const now = Math.floor(Date.now() / 1000)
+  return { locks: r.value.map((n) => record(n, now)) }
+}
+
+/** The facts about one lock path, or null (for the waiting line). */
+async function describe(file, staleTimeout) {
+  const n = await native.describeLock(file, lookOptions(staleTimeout))
+  return n ? record(n) : null
+}
+
+/** 2m13s, 3h02m, 4d07h: two units at most, as a person reads a wait. */
+function shortAge(s) {
+  if (s == null) return '-'
+  if (s < 60) return `${s}s`
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`
+  if (s < 86400) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`
+  return `${Math.floor(s / 86400)}d${String(Math.floor((s % 86400) / 3600)).padStart(2, '0')}h`
+}
+
+/** A command line for one line of a terminal: words joined, control characters shown as spaces, cut at `max`. */
+function commandText(words, max = 60) {
+  if (!words || !words.length) return null
+  const text = words.join(' ').replace(/[\u0000-\u001f\u007f]/g, ' ')
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text
+}
+
+/**
+ * The command a holder stands for: for `sema-native run <target> … -- <command…>` (the holder of its lock is the
+ * wrapper) the command it runs, else the words as they are.
+ */
+function holderCommand(words) {
+  if (!words) return null
+  const at = words.findIndex((w) => /(^|[\\/])sema-native(\.js)?$/.test(w))
+  if (at >= 0 && words[at + 1] === 'run') {
+    const dashdash = words.indexOf('--', at + 2)
+    if (dashdash >= 0 && dashdash + 1 < words.length) return words.slice(dashdash + 1)
+  }
+  return words
+}
+
+/** What the COMMAND column (and the waiting line's parenthesis) says about the holder. */
+function holderText(r) {
+  if (r.format === 'symlink') return `symlink → ${r.linkTarget ?? '?'} (not followed)`
+  if (r.format === 'unparseable') return '(unreadable or not a lock file: holder unknown)'
+  if (r.thisHost === false) return `(on host ${r.host})`
+  if (r.holderRunning === false) return '(not running)'
+  return commandText(holderCommand(r.commandLine)) ?? ''
+}
+
+/** Tags can hold any character but a newline: shown as JSON strings. */
+function tagText(tag) {
+  return tag == null ? '' : JSON.stringify(tag)
+}
+
+/** The text table of `ls` (and each screen of `top`). */
+function table(locks) {
+  if (!locks.length) return 'no locks'
+  const rows = [['LOCK', 'STATE', 'PID', 'HELD FOR', 'WAITING', 'TAG', 'HOLDER']]
+  for (const r of locks) {
+    rows.push([
+      r.name,
+      r.state,
+      r.pid === null ? '-' : String(r.pid),
+      shortAge(r.ageS),
+      r.waiters === null ? '-' : String(r.waiters),
+      tagText(r.tag),
+      holderText(r),
+    ])
+  }
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)))
+  return rows.map((row) => row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n')
+}
+
+module.exports = { listDir, describe, record, table, shortAge, commandText, holderCommand, holderText, tagText, lookOptions }

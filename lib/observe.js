@@ -1,0 +1,88 @@
+'use strict'
+// Observing locks without taking them: wait(target) until a lock is free. File targets wait in the engine, woken by
+// the file events of the lock's directory (nothing is created: no lock file, no queue place); dflockd has no
+// command that waits without enqueueing (`l`/`e`/`w` all take the lock), so a dflockd wait asks the server's
+// `stats` every poll interval until the key has a free slot, bounded by the timeout and the signal.
+
+const { setTimeout: sleep } = require('node:timers/promises')
+const native = require('./native')
+const { parseTarget } = require('./target')
+const { validate, asFailure, ACQUIRE, STATUS } = require('./validate')
+const { fileError } = require('./errors')
+const { withAbort, abortedResult } = require('./abort')
+const { engineOptions, acquireTimeoutMs, DEFAULT_CONFIG } = require('./file/engine')
+const dflockd = require('./dflockd')
+
+const WAIT = { ...STATUS, timeout: ACQUIRE.timeout, signal: ACQUIRE.signal, retryInterval: ACQUIRE.retryInterval }
+
+/** dflockd: ms between two `stats` (one connection each): a hand-off is seen within it. */
+const DFLOCKD_POLL_MS = 200
+
+function timeoutFailure(timeout) {
+  return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock to be released after ${timeout}ms` } }
+}
+
+/**
+ * Resolves `{ok: true, value: {waitedMs}}` when `target` is free (no holder, or a stale holder the engine would break),
+ * without taking it. Failures as `acquire`'s: INVALID_ARGUMENT / INVALID_PATH, TIMEOUT, ABORTED, IO_ERROR.
+ */
+async function wait(target, options) {
+  const start = Date.now()
+  let parsed
+  try {
+    parsed = parseTarget(target)
+    options = validate(options, WAIT)
+  } catch (e) {
+    return asFailure(e)
+  }
+  const r = parsed.backend === 'file' ? await waitFile(parsed.path, options) : await waitDflockd(target, options)
+  if (!r.ok) return r
+  return { ok: true, value: { waitedMs: Date.now() - start } }
+}
+
+async function waitFile(path, options) {
+  const checked = native.checkLockPath(path, false)
+  if (!checked.ok) return { ok: false, error: fileError(checked.error, path) }
+  const config = { ...DEFAULT_CONFIG }
+  if (options.staleTimeout !== undefined) config.staleTimeout = options.staleTimeout
+  if (options.retryInterval != null) config.retryInterval = options.retryInterval
+  const timeoutMs = acquireTimeoutMs(options.timeout) ?? undefined
+  const r = await withAbort(options.signal, (cancelId) =>
+    native.waitLockFree(checked.path, engineOptions(config), timeoutMs, cancelId ?? undefined),
+  )
+  if (r.ok) return r
+  if (r.error.code === 'TIMEOUT') return timeoutFailure(options.timeout)
+  return { ok: false, error: fileError(r.error, checked.path) }
+}
+
+async function waitDflockd(target, options) {
+  const { signal } = options
+  if (signal?.aborted) return failureOf(abortedResult(signal))
+  const timeoutMs = acquireTimeoutMs(options.timeout)
+  const deadline = timeoutMs === null ? Infinity : Date.now() + timeoutMs
+  const statusOptions = {}
+  for (const k of Object.keys(STATUS)) if (options[k] != null) statusOptions[k] = options[k]
+  for (;;) {
+    let s
+    try {
+      s = await dflockd.statusTarget(target, statusOptions)
+    } catch (e) {
+      return { ok: false, error: { type: e.code ?? 'IO_ERROR', message: e.message } }
+    }
+    if ((s.holders ?? 0) < (s.limit ?? 1)) return { ok: true }
+    const left = deadline - Date.now()
+    if (left <= 0) return timeoutFailure(options.timeout)
+    try {
+      await sleep(Math.min(DFLOCKD_POLL_MS, left), undefined, signal ? { signal } : undefined)
+    } catch {
+      return failureOf(abortedResult(signal))
+    }
+  }
+}
+
+/** abortedResult's `{code}` as a SemaphoreResult's `{type}`. */
+function failureOf(r) {
+  return { ok: false, error: { type: r.error.code, message: r.error.message } }
+}
+
+module.exports = { wait }

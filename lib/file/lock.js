@@ -9,7 +9,7 @@ const native = require('../native')
 const { LockHandle } = require('../lock-handle')
 const { fileError, toLockError } = require('../errors')
 const { withAbort } = require('../abort')
-const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG } = require('./engine')
+const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
@@ -84,6 +84,7 @@ function configOf(options) {
     const v = options[k]
     if (v !== undefined && (v !== null || NULL_MEANS.has(k))) config[k] = v
   }
+  if (options[PLAIN_FORMAT] === true) config.plainFormat = true
   return config
 }
 
@@ -94,7 +95,7 @@ function cacheKey(path, config) {
     const v = config[k]
     key += `\0${typeof v}:${String(v)}`
   }
-  return key
+  return config.plainFormat ? `${key}\0plain` : key
 }
 
 /** Validated engine handle for a path, or a SemaphoreError. `fresh` skips the cache. */

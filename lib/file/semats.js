@@ -53,6 +53,8 @@ class Semaphore {
     this.#path = checked.path
     // The snapshot: each config getter read once (a plain object from here on).
     this.#config = { ...DEFAULT_CONFIG, ...validate(config, CONFIG, 'config') }
+    // The CLI front end's subclass (module-private: nothing in a user's config can ask for it).
+    if (new.target === PlainSemaphore) this.#config.plainFormat = true
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
   }
 
@@ -159,6 +161,12 @@ class Semaphore {
   }
 }
 
+/**
+ * A Semaphore writing sema's and semats' file layout exactly (no host identity): the `semats` CLI front end's,
+ * whose lock must outlive the CLI process (see NativeFileOptions.plainFormat). Not exported from the package.
+ */
+class PlainSemaphore extends Semaphore {}
+
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */
 function heldInfo(lock) {
   installExitHook()
@@ -173,4 +181,5 @@ module.exports = {
   isLockStale,
   isProcessRunning,
   CLEAN_STALE_RESULT,
+  PlainSemaphore,
 }

@@ -120,6 +120,11 @@ pub struct NativeFileOptions {
     /// JS keeps a handle per lock (the target API's `Lock`): report releases by path to it, and
     /// keep how each lock ended for `takeHeldEnd`.
     pub keep_for_handle: Option<bool>,
+    /// Write only `pid=`, `timestamp=` and `tag=` (sema's and semats' layout, no host identity):
+    /// every reader, ours included, then judges the lock by semats' rule (stale only once older
+    /// than the stale timeout with its pid not running). For the `sema`/`semats` front ends, whose
+    /// lock must outlive the short-lived process that recorded it.
+    pub plain_format: Option<bool>,
 }
 
 pub fn to_usize(v: f64) -> usize {

@@ -113,7 +113,11 @@ export interface SemaphoreConfig {
   maxTagLength?: number | undefined
   /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. */
   fsync?: boolean | undefined
-  /** ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(10 s, staleTimeout/4). */
+  /**
+   * ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(1 s,
+   * staleTimeout/4), run just after each wall-clock second, so that `sema --stale 1` and semats' `staleTimeout:
+   * 1000` never take a live holder's lock. Other tools sharing the lock must use a stale timeout above this period.
+   */
   heartbeat?: number | null | false | undefined
 }
 

@@ -30,7 +30,7 @@ const PLAIN_FORMAT = Symbol('plainFormat')
 function engineOptions(config) {
   const staleTimeoutMs = finiteOrNull(config.staleTimeout)
   const heartbeatOff = config.heartbeat === null || config.heartbeat === false || config.heartbeat === 0
-  // undefined leaves the engine's default: min(10 s, staleTimeout / 4)
+  // undefined leaves the engine's default: min(1 s, staleTimeout / 4)
   // (validated: a positive number here)
   const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : config.heartbeat
   // napi maps `undefined` (not `null`) to None in object fields.

@@ -111,7 +111,7 @@ pub struct NativeFileOptions {
     pub stale_timeout_ms: Option<f64>,
     pub retry_interval_ms: f64,
     pub fsync: bool,
-    /// Heartbeat interval; absent = the engine's default (min(10 s, staleTimeout / 4)).
+    /// Heartbeat interval; absent = the engine's default (min(1 s, staleTimeout / 4)).
     pub heartbeat_ms: Option<f64>,
     /// No heartbeat at all.
     pub heartbeat_off: Option<bool>,

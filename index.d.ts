@@ -39,10 +39,24 @@ export type SemaphoreErrorType =
 export interface SemaphoreError {
   type: SemaphoreErrorType
   message: string
-  /** pid recorded in the lock file that blocked us, when it could be read. */
+  /**
+   * pid recorded in the lock file that blocked us, when it could be read. Lock files, `ALREADY_LOCKED` and
+   * `TIMEOUT` (and semats' `PERMISSION_DENIED`): read by the engine when it refused, from the file it judged held.
+   */
   holderPid?: number | undefined
-  /** `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. */
+  /**
+   * `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. A live holder of this
+   * package refreshes it every second, so it is "last seen alive" rather than "acquired at".
+   */
   lockedSince?: number | undefined
+  /** Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the `tag=` of the lock file that blocked us, if it has one. */
+  holderTag?: string | undefined
+  /**
+   * Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the lock that blocked us is this process's own (another `Lock`,
+   * thread or waiter of this process holds it: a forgotten release, or a nested acquire), by the package's one
+   * ownership rule (token and host identity; the pid alone for files of other tools).
+   */
+  isOwnedByCurrentProcess?: boolean | undefined
   cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
   reply?: string | undefined
@@ -67,12 +81,16 @@ export declare class LockError extends Error {
   readonly type: SemaphoreErrorType
   readonly holderPid?: number | undefined
   readonly lockedSince?: number | undefined
+  /** See {@link SemaphoreError.holderTag}. */
+  readonly holderTag?: string | undefined
+  /** See {@link SemaphoreError.isOwnedByCurrentProcess}. */
+  readonly isOwnedByCurrentProcess?: boolean | undefined
   readonly reply?: string | undefined
 }
 /** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
 export declare class AcquireTimeoutError extends LockError {
   /** Message defaults to `timeout acquiring '<key>'` (the dflockd client's). */
-  constructor(key: string, message?: string)
+  constructor(key: string, message?: string, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
 }
 /** The dflockd server refused the auth token. `code === 'AUTH_FAILED'`. */
 export declare class AuthError extends LockError {

@@ -252,6 +252,34 @@ function shortLivedOwner(pid) {
   return null
 }
 
+/** ` since <ISO time> (<n>s ago)` for a lock file's `timestamp=`, or '' when unknown. */
+function since(ts) {
+  if (typeof ts !== 'number') return ''
+  const age = Math.max(0, Math.floor(Date.now() / 1000) - ts)
+  return ` since ${new Date(ts * 1000).toISOString()} (${age}s ago)`
+}
+
+/**
+ * The holder facts of a failure for `--json` (the engine's read when it refused: ALREADY_LOCKED, TIMEOUT of a lock
+ * file; PERMISSION_DENIED's holderPid): every key always present, null where unknown.
+ */
+function holderFields(error) {
+  return {
+    holderPid: error.holderPid ?? null,
+    lockedSince: error.lockedSince ?? null,
+    holderTag: error.holderTag ?? null,
+    isOwnedByCurrentProcess: error.isOwnedByCurrentProcess ?? null,
+  }
+}
+
+/** ` (held by pid N tagged "t" since …; by this process)` after a TIMEOUT message, or '' when the holder is unknown. */
+function heldBy(error) {
+  if (typeof error.holderPid !== 'number') return ''
+  const tag = typeof error.holderTag === 'string' ? ` tagged ${JSON.stringify(error.holderTag)}` : ''
+  const mine = error.isOwnedByCurrentProcess === true ? '; by this process' : ''
+  return ` (held by pid ${error.holderPid}${tag}${since(error.lockedSince)}${mine})`
+}
+
 function isDflockd(target) {
   return /^dflockd:\/\//i.test(target)
 }
@@ -343,6 +371,9 @@ module.exports = {
   errnoCode,
   displayTarget,
   isDflockd,
+  since,
+  holderFields,
+  heldBy,
   shortLivedOwner,
   oneCommandShell,
   splitWindowsCommandLine,

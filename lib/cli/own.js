@@ -18,6 +18,9 @@ const {
   formatDuration,
   displayTarget,
   isDflockd,
+  since,
+  holderFields,
+  heldBy,
   shortLivedOwner,
   api,
   waitFor,
@@ -155,23 +158,12 @@ class Reporter {
   /** A failure: JSON on stdout, or `sema-native: text` on stderr. */
   fail(error, text) {
     if (this.json) {
-      const e = {
-        type: error.type,
-        message: error.message,
-        holderPid: error.holderPid ?? null,
-        lockedSince: error.lockedSince ?? null,
-      }
+      const e = { type: error.type, message: error.message, ...holderFields(error) }
       out(JSON.stringify({ ok: false, command: this.command, target: this.target, error: e }) + '\n')
     } else {
       err(`${PROG}: ${text ?? error.message}\n`)
     }
   }
-}
-
-function since(ts) {
-  if (typeof ts !== 'number') return ''
-  const age = Math.max(0, Math.floor(Date.now() / 1000) - ts)
-  return ` since ${new Date(ts * 1000).toISOString()} (${age}s ago)`
 }
 
 /** Exit code for a failed SemaphoreResult: 1 for the lock's state, 2 for bad arguments, 3 for everything else. */
@@ -255,9 +247,9 @@ async function cmdAcquire(o, rep, wait) {
   if (!r.ok) {
     let error = r.error
     if (error.type === 'TIMEOUT') {
-      error = { type: 'TIMEOUT', message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
+      error = { ...error, message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
     }
-    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}` : describeFailure(error, rep.target))
+    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}${heldBy(error)}` : describeFailure(error, rep.target))
     return failureCode(error.type)
   }
   const lock = r.value // recorded for `pid`: the package's exit hook leaves it in place

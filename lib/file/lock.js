@@ -7,7 +7,7 @@
 const nodePath = require('node:path')
 const native = require('../native')
 const { LockHandle } = require('../lock-handle')
-const { fileError, toLockError } = require('../errors')
+const { fileError, toLockError, holderFacts } = require('../errors')
 const { withAbort } = require('../abort')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
 
@@ -135,7 +135,8 @@ async function acquireFile(target, path, options = {}, { wait }) {
   if (r.failed) return r.failed
   if (!r.ok) {
     if (r.error.code === 'TIMEOUT') {
-      return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${options.timeout}ms` } }
+      const message = `Timeout waiting for lock after ${options.timeout}ms`
+      return { ok: false, error: { type: 'TIMEOUT', message, ...holderFacts(r.error) } }
     }
     return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }

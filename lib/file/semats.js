@@ -4,7 +4,7 @@
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
 const native = require('../native')
-const { semaphoreError, fileError, failure, toLockError } = require('../errors')
+const { semaphoreError, fileError, failure, toLockError, holderFacts } = require('../errors')
 const { withAbort } = require('../abort')
 const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
@@ -119,7 +119,8 @@ class Semaphore {
     )
     if (!r.ok) {
       if (r.error.code === 'TIMEOUT') {
-        return failure('TIMEOUT', `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`)
+        const message = `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`
+        return failure('TIMEOUT', message, holderFacts(r.error))
       }
       return { ok: false, error: fileError(r.error, this.#path) }
     }

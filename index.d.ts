@@ -277,6 +277,24 @@ export interface LockStatus extends SemaphoreStatus {
   limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
+  /**
+   * File: unix seconds from which the lock is reclaimable by {@link LockStatus.reclaimRule}'s age condition (for
+   * `'age-and-pid-not-running'` its pid must also not be running then), or now when `isStale`. `null` when no
+   * time decides it (`'holder-dead'` with the holder running: whenever it ends; `'never'`) or there is no file.
+   */
+  reclaimableAt?: number | null | undefined
+  /**
+   * File: how this lock becomes reclaimable (`null` without a file):
+   * - `'holder-dead'`: a lock of this package on this host, reclaimed at once when its holder process dies;
+   * - `'age-and-pid-not-running'`: a file without this package's host identity (sema, semats, a shell, the
+   *   `sema-native sema|semats` front ends): semats' rule, older than `staleTimeout` and its pid not running
+   *   (a crashed sema holder waits out `staleTimeout`, 1 h by default);
+   * - `'age'`: a lock of this package from another host: older than `staleTimeout` (its live holder's heartbeat
+   *   keeps it young);
+   * - `'unparseable-age'`: a file that cannot be parsed: its modification time older than `staleTimeout`;
+   * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
+   */
+  reclaimRule?: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null | undefined
 }
 
 export interface StatusOptions {

@@ -287,6 +287,8 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
       waiters: null,
       limit: null,
       leaseExpiresInS: null,
+      reclaimableAt: null,
+      reclaimRule: null,
     })
     assert.deepEqual(await cli(['status', p]), { code: 0, signal: null, stdout: `${p}: free\n`, stderr: '' })
 
@@ -295,18 +297,21 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
     assert.equal(held.code, 0)
     assert.equal(
       held.stdout,
-      `${p}: locked\n  pid: ${ME} (running)\n  since: ${new Date(ts * 1000).toISOString()} (timestamp ${ts})\n  tag: nightly\n  stale: no\n`,
+      `${p}: locked\n  pid: ${ME} (running)\n  since: ${new Date(ts * 1000).toISOString()} (timestamp ${ts})\n  tag: nightly\n  stale: no\n` +
+        `  reclaimable: from ${new Date((ts + 2) * 1000).toISOString()} (already past) if pid ${ME} is not running then ` +
+        "(a lock of another tool: semats' rule, older than the stale timeout and its pid not running)\n",
     )
     const h = json(await cli(['status', p, '--json', '--stale', '1s']))
     assert.deepEqual(h.info, { pid: ME, timestamp: ts, tag: 'nightly' })
     assert.equal(h.locked, true)
     assert.equal(h.holderRunning, true)
     assert.equal(h.isStale, false, 'a live holder is never stale, however old')
+    assert.deepEqual([h.reclaimRule, h.reclaimableAt], ['age-and-pid-not-running', ts + 2])
     // a dead holder's old lock is
     const dead = await deadPid()
     writeLock(p, { pid: dead, timestamp: Math.floor(Date.now() / 1000) - 120 })
     assert.equal(json(await cli(['status', p, '--json', '--stale', '1m'])).isStale, true)
-    assert.match((await cli(['status', p, '--stale', '1m'])).stdout, new RegExp(`pid: ${dead} \\(not running\\)[^]*stale: yes\n$`))
+    assert.match((await cli(['status', p, '--stale', '1m'])).stdout, new RegExp(`pid: ${dead} \\(not running\\)[^]*stale: yes\n  reclaimable: now \\(stale[^\n]*\n$`))
 
     fs.writeFileSync(p, 'garbage')
     const g = await cli(['status', p, '--json'])

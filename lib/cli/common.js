@@ -280,6 +280,32 @@ function heldBy(error) {
   return ` (held by pid ${error.holderPid}${tag}${since(error.lockedSince)}${mine})`
 }
 
+/**
+ * The `reclaimable:` line of a file lock's status (without its indent): when and by which rule the lock becomes
+ * reclaimable (`reclaimRule`, `reclaimableAt` of the target API's status; `pid` the recorded holder).
+ */
+function reclaimText({ reclaimRule: rule, reclaimableAt: at, isStale, pid }) {
+  if (isStale) return 'now (stale: the next acquire takes it)'
+  const when = () => {
+    const left = at - Math.floor(Date.now() / 1000)
+    return `${new Date(at * 1000).toISOString()} (${left > 0 ? `in ${left}s` : 'already past'})`
+  }
+  switch (rule) {
+    case 'holder-dead':
+      return `at once when pid ${pid} exits (a lock of this host: never while it runs)`
+    case 'age-and-pid-not-running':
+      return `from ${when()} if pid ${pid} is not running then (a lock of another tool: semats' rule, older than the stale timeout and its pid not running)`
+    case 'age':
+      return `from ${when()} (a lock from another host: older than the stale timeout; a live holder keeps it younger)`
+    case 'unparseable-age':
+      return `from ${when()} (the file cannot be parsed: by its modification time)`
+    case 'never':
+      return 'never by age (no stale timeout, or a symbolic link): release it by hand'
+    default:
+      return null
+  }
+}
+
 function isDflockd(target) {
   return /^dflockd:\/\//i.test(target)
 }
@@ -374,6 +400,7 @@ module.exports = {
   since,
   holderFields,
   heldBy,
+  reclaimText,
   shortLivedOwner,
   oneCommandShell,
   splitWindowsCommandLine,

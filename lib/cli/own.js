@@ -21,6 +21,7 @@ const {
   since,
   holderFields,
   heldBy,
+  reclaimText,
   shortLivedOwner,
   api,
   waitFor,
@@ -311,6 +312,8 @@ function statusFields(s) {
     waiters: s.waiters ?? null,
     limit: s.limit ?? null,
     leaseExpiresInS: s.leaseExpiresInS ?? null,
+    reclaimableAt: s.reclaimableAt ?? null,
+    reclaimRule: s.reclaimRule ?? null,
   }
 }
 
@@ -324,6 +327,8 @@ function statusText(target, f) {
     lines.push('  owner: unknown (the lock file cannot be parsed)')
   }
   if (f.locked && f.backend === 'file') lines.push(`  stale: ${f.isStale ? 'yes' : 'no'}`)
+  const reclaim = f.locked && f.backend === 'file' ? reclaimText({ ...f, pid: f.info?.pid }) : null
+  if (reclaim) lines.push(`  reclaimable: ${reclaim}`)
   if (f.backend === 'dflockd') {
     if (f.holders !== null) lines.push(`  holders: ${f.holders}${f.limit !== null ? `/${f.limit}` : ''}`)
     if (f.waiters !== null) lines.push(`  waiters: ${f.waiters}`)

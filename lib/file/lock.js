@@ -191,6 +191,8 @@ async function statusFile(target, path, options = {}) {
     info: s.info ? lockInfo(s.info) : null,
     isStale: s.isStale,
     isOwnedByCurrentProcess: s.isOwnedByCurrentProcess,
+    reclaimableAt: s.reclaimableAt ?? null,
+    reclaimRule: s.reclaimRule ?? null,
     target,
     backend: 'file',
   }

@@ -173,6 +173,10 @@ pub struct NativeStatus {
     pub info: Option<NativeLockInfo>,
     pub is_stale: bool,
     pub is_owned_by_current_process: bool,
+    /// Unix seconds from which the lock is reclaimable by `reclaim_rule` (see `lockfile::Reclaim`).
+    pub reclaimable_at: Option<i64>,
+    /// `holder-dead`, `age-and-pid-not-running`, `age`, `unparseable-age` or `never`; absent without a file.
+    pub reclaim_rule: Option<String>,
 }
 
 impl From<lockfile::LockStatus> for NativeStatus {
@@ -182,6 +186,8 @@ impl From<lockfile::LockStatus> for NativeStatus {
             info: s.info.map(Into::into),
             is_stale: s.is_stale,
             is_owned_by_current_process: s.is_owned_by_current_process,
+            reclaimable_at: s.reclaim.and_then(|r| r.at_unix_secs),
+            reclaim_rule: s.reclaim.map(|r| r.rule.as_str().to_string()),
         }
     }
 }

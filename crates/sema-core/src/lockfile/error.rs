@@ -12,7 +12,10 @@ pub enum LockError {
     AlreadyLocked { holder: Box<Holder> },
     /// The wait ran out. `TIMEOUT`. `holder`: who held the lock when it did.
     #[error("Timeout waiting for lock after {timeout_ms}ms")]
-    Timeout { timeout_ms: u64, holder: Box<Holder> },
+    Timeout {
+        timeout_ms: u64,
+        holder: Box<Holder>,
+    },
     /// The acquisition was cancelled. `ABORTED`.
     #[error("Lock acquisition was aborted")]
     Aborted,

@@ -18,7 +18,9 @@ use super::owner::{owns, Claimant};
 use super::paths::canonical_key;
 use super::process::{current_pid, host_identity, now_unix_secs};
 use super::registry::holds;
-use super::stale::{judge, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement};
+use super::stale::{
+    judge, reclaim, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement,
+};
 use super::sys::{self, CreationStrategy, FileId, FsKind};
 
 /// One lock path with its options. Cheap to clone (one shared allocation).
@@ -208,6 +210,7 @@ impl LockFile {
             info,
             is_stale: judgement.is_stale(),
             is_owned_by_current_process,
+            reclaim: reclaim(&observation, judgement, &self.stale_context()),
         }
     }
 
@@ -264,7 +267,11 @@ impl LockFile {
     }
 
     /// `Timeout` with the holder the last refusal was judged on.
-    pub(super) fn timed_out_with(&self, timeout: Option<Duration>, holder: Box<Holder>) -> LockError {
+    pub(super) fn timed_out_with(
+        &self,
+        timeout: Option<Duration>,
+        holder: Box<Holder>,
+    ) -> LockError {
         LockError::Timeout {
             timeout_ms: timeout
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))

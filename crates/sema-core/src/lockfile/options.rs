@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::format::LockInfo;
+use super::stale::Reclaim;
 
 /// Options of one lock path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,4 +97,6 @@ pub struct LockStatus {
     /// token of a lock this process holds, or this host identity with this process's pid, or (a
     /// file without identity, from sema or semats) this process's pid.
     pub is_owned_by_current_process: bool,
+    /// When and by which rule the lock becomes reclaimable (`None`: no file).
+    pub reclaim: Option<Reclaim>,
 }

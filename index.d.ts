@@ -41,10 +41,24 @@ export type SemaphoreErrorType =
 export interface SemaphoreError {
   type: SemaphoreErrorType
   message: string
-  /** pid recorded in the lock file that blocked us, when it could be read. */
+  /**
+   * pid recorded in the lock file that blocked us, when it could be read. Lock files, `ALREADY_LOCKED` and
+   * `TIMEOUT` (and semats' `PERMISSION_DENIED`): read by the engine when it refused, from the file it judged held.
+   */
   holderPid?: number | undefined
-  /** `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. */
+  /**
+   * `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. A live holder of this
+   * package refreshes it every second, so it is "last seen alive" rather than "acquired at".
+   */
   lockedSince?: number | undefined
+  /** Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the `tag=` of the lock file that blocked us, if it has one. */
+  holderTag?: string | undefined
+  /**
+   * Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the lock that blocked us is this process's own (another `Lock`,
+   * thread or waiter of this process holds it: a forgotten release, or a nested acquire), by the package's one
+   * ownership rule (token and host identity; the pid alone for files of other tools).
+   */
+  isOwnedByCurrentProcess?: boolean | undefined
   cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
   reply?: string | undefined
@@ -69,12 +83,16 @@ export declare class LockError extends Error {
   readonly type: SemaphoreErrorType
   readonly holderPid?: number | undefined
   readonly lockedSince?: number | undefined
+  /** See {@link SemaphoreError.holderTag}. */
+  readonly holderTag?: string | undefined
+  /** See {@link SemaphoreError.isOwnedByCurrentProcess}. */
+  readonly isOwnedByCurrentProcess?: boolean | undefined
   readonly reply?: string | undefined
 }
 /** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
 export declare class AcquireTimeoutError extends LockError {
   /** Message defaults to `timeout acquiring '<key>'` (the dflockd client's). */
-  constructor(key: string, message?: string)
+  constructor(key: string, message?: string, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
 }
 /** The dflockd server refused the auth token. `code === 'AUTH_FAILED'`. */
 export declare class AuthError extends LockError {
@@ -115,7 +133,11 @@ export interface SemaphoreConfig {
   maxTagLength?: number | undefined
   /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. */
   fsync?: boolean | undefined
-  /** ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(10 s, staleTimeout/4). */
+  /**
+   * ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(1 s,
+   * staleTimeout/4), run just after each wall-clock second, so that `sema --stale 1` and semats' `staleTimeout:
+   * 1000` never take a live holder's lock. Other tools sharing the lock must use a stale timeout above this period.
+   */
   heartbeat?: number | null | false | undefined
 }
 
@@ -257,6 +279,24 @@ export interface LockStatus extends SemaphoreStatus {
   limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
+  /**
+   * File: unix seconds from which the lock is reclaimable by {@link LockStatus.reclaimRule}'s age condition (for
+   * `'age-and-pid-not-running'` its pid must also not be running then), or now when `isStale`. `null` when no
+   * time decides it (`'holder-dead'` with the holder running: whenever it ends; `'never'`) or there is no file.
+   */
+  reclaimableAt?: number | null | undefined
+  /**
+   * File: how this lock becomes reclaimable (`null` without a file):
+   * - `'holder-dead'`: a lock of this package on this host, reclaimed at once when its holder process dies;
+   * - `'age-and-pid-not-running'`: a file without this package's host identity (sema, semats, a shell, the
+   *   `sema-native sema|semats` front ends): semats' rule, older than `staleTimeout` and its pid not running
+   *   (a crashed sema holder waits out `staleTimeout`, 1 h by default);
+   * - `'age'`: a lock of this package from another host: older than `staleTimeout` (its live holder's heartbeat
+   *   keeps it young);
+   * - `'unparseable-age'`: a file that cannot be parsed: its modification time older than `staleTimeout`;
+   * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
+   */
+  reclaimRule?: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null | undefined
 }
 
 export interface StatusOptions {

@@ -145,7 +145,7 @@ async function withLock(target, fn, options) {
   }
   const r = await acquire(target, options)
   if (!r.ok) {
-    if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message)
+    if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message, r.error)
     throw toLockError(r.error)
   }
   const lock = r.value

@@ -3,13 +3,15 @@
 // Makes a fresh clone ready, so that `npm run demo` and `npm test` work as the first command typed:
 // - installs the npm dev dependencies when node_modules is missing or older than package.json,
 // - builds the native addon (cargo decides what is stale, a no-op build takes about a second),
-// - with --with-server, installs a dflockd server into .tools/ (reused when present).
+// - with --with-server, installs a dflockd server and builds the real Rust `sema` CLI (for the interop tests)
+//   into .tools/ (both reused when present).
 // Uses Node built-ins only, because it runs before anything is installed.
 
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
 const { installDflockd } = require('./dflockd-server')
+const { installSema } = require('./sema-tool')
 
 const root = path.resolve(__dirname, '..')
 const args = new Set(process.argv.slice(2))
@@ -52,6 +54,8 @@ function main() {
   if (args.has('--with-server')) {
     const server = installDflockd(root)
     console.error(`[setup] dflockd server: ${server.kind === 'none' ? `none (${server.reason})` : `${server.kind} ${server.version} at ${server.bin}`}`)
+    const sema = installSema(root)
+    console.error(`[setup] real sema CLI: ${sema.bin ?? `none (${sema.reason})`}`)
   }
 }
 

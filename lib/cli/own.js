@@ -18,6 +18,10 @@ const {
   formatDuration,
   displayTarget,
   isDflockd,
+  since,
+  holderFields,
+  heldBy,
+  reclaimText,
   shortLivedOwner,
   api,
 } = require('./common')
@@ -156,23 +160,12 @@ class Reporter {
   /** A failure: JSON on stdout, or `sema-native: text` on stderr. */
   fail(error, text) {
     if (this.json) {
-      const e = {
-        type: error.type,
-        message: error.message,
-        holderPid: error.holderPid ?? null,
-        lockedSince: error.lockedSince ?? null,
-      }
+      const e = { type: error.type, message: error.message, ...holderFields(error) }
       out(JSON.stringify({ ok: false, command: this.command, target: this.target, error: e }) + '\n')
     } else {
       err(`${PROG}: ${text ?? error.message}\n`)
     }
   }
-}
-
-function since(ts) {
-  if (typeof ts !== 'number') return ''
-  const age = Math.max(0, Math.floor(Date.now() / 1000) - ts)
-  return ` since ${new Date(ts * 1000).toISOString()} (${age}s ago)`
 }
 
 /** Exit code for a failed SemaphoreResult: 1 for the lock's state, 2 for bad arguments, 3 for everything else. */
@@ -269,9 +262,9 @@ async function cmdAcquire(o, rep, wait) {
   if (!r.ok) {
     let error = r.error
     if (error.type === 'TIMEOUT') {
-      error = { type: 'TIMEOUT', message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
+      error = { ...error, message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
     }
-    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}` : describeFailure(error, rep.target))
+    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}${heldBy(error)}` : describeFailure(error, rep.target))
     return failureCode(error.type)
   }
   const lock = r.value // recorded for `pid`: the package's exit hook leaves it in place
@@ -333,6 +326,8 @@ function statusFields(s) {
     waiters: s.waiters ?? null,
     limit: s.limit ?? null,
     leaseExpiresInS: s.leaseExpiresInS ?? null,
+    reclaimableAt: s.reclaimableAt ?? null,
+    reclaimRule: s.reclaimRule ?? null,
   }
 }
 
@@ -346,6 +341,8 @@ function statusText(target, f) {
     lines.push('  owner: unknown (the lock file cannot be parsed)')
   }
   if (f.locked && f.backend === 'file') lines.push(`  stale: ${f.isStale ? 'yes' : 'no'}`)
+  const reclaim = f.locked && f.backend === 'file' ? reclaimText({ ...f, pid: f.info?.pid }) : null
+  if (reclaim) lines.push(`  reclaimable: ${reclaim}`)
   if (f.backend === 'dflockd') {
     if (f.holders !== null) lines.push(`  holders: ${f.holders}${f.limit !== null ? `/${f.limit}` : ''}`)
     if (f.waiters !== null) lines.push(`  waiters: ${f.waiters}`)

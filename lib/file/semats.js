@@ -4,7 +4,7 @@
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
 const native = require('../native')
-const { semaphoreError, fileError, failure, toLockError } = require('../errors')
+const { semaphoreError, fileError, failure, toLockError, holderFacts } = require('../errors')
 const { withAbort } = require('../abort')
 const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
@@ -53,6 +53,8 @@ class Semaphore {
     this.#path = checked.path
     // The snapshot: each config getter read once (a plain object from here on).
     this.#config = { ...DEFAULT_CONFIG, ...validate(config, CONFIG, 'config') }
+    // The CLI front end's subclass (module-private: nothing in a user's config can ask for it).
+    if (new.target === PlainSemaphore) this.#config.plainFormat = true
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
   }
 
@@ -117,7 +119,8 @@ class Semaphore {
     )
     if (!r.ok) {
       if (r.error.code === 'TIMEOUT') {
-        return failure('TIMEOUT', `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`)
+        const message = `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`
+        return failure('TIMEOUT', message, holderFacts(r.error))
       }
       return { ok: false, error: fileError(r.error, this.#path) }
     }
@@ -159,6 +162,12 @@ class Semaphore {
   }
 }
 
+/**
+ * A Semaphore writing sema's and semats' file layout exactly (no host identity): the `semats` CLI front end's,
+ * whose lock must outlive the CLI process (see NativeFileOptions.plainFormat). Not exported from the package.
+ */
+class PlainSemaphore extends Semaphore {}
+
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */
 function heldInfo(lock) {
   installExitHook()
@@ -173,4 +182,5 @@ module.exports = {
   isLockStale,
   isProcessRunning,
   CLEAN_STALE_RESULT,
+  PlainSemaphore,
 }

@@ -83,7 +83,7 @@ mod sys;
 mod watch;
 
 pub use acquire::{AcquireNow, Tried};
-pub use error::LockError;
+pub use error::{Holder, LockError};
 pub use format::{
     is_js_whitespace, js_trim, parse_js_int, parse_lock_info, read_lock_bytes_lossy, sanitize_tag,
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
@@ -103,8 +103,8 @@ pub use registry::{
     set_loss_hook, take_held_end, HeldEnd, LossCallback, NO_OWNER,
 };
 pub use stale::{
-    is_lock_stale_by_age, judge, HeldBecause, Observation, OsProbe, ProcessProbe, StaleBecause,
-    StaleContext, StaleJudgement,
+    is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,
+    ReclaimRule, StaleBecause, StaleContext, StaleJudgement,
 };
 #[doc(hidden)]
 pub use sys::CreationStrategy;

@@ -374,3 +374,71 @@ fn semats_is_lock_stale() {
     ));
     assert!(is_lock_stale_by_age(i64::MIN, Some(HOUR), i64::MAX));
 }
+
+/// `reclaim`: the rule and the first second at which the judgement's age condition holds, which
+/// must agree with `judge` itself at that second and the one before.
+#[test]
+fn reclaim_time_agrees_with_the_judgement() {
+    let dead = FakeProbe::default();
+    for timeout in [Duration::from_secs(1), Duration::from_millis(1500), HOUR] {
+        let c = ctx(Some(timeout));
+        let ts = NOW - 10;
+        let obs = parsed(77, ts, None, None);
+        let r = reclaim(&obs, judge(&obs, &c, &dead), &c).expect("a file");
+        assert_eq!(r.rule, ReclaimRule::AgeAndPidNotRunning);
+        let at = r.at_unix_secs.expect("an age rule has a time");
+        for (now, stale) in [(at - 1, false), (at, true)] {
+            let then = StaleContext {
+                now_unix_secs: now,
+                ..c
+            };
+            assert_eq!(
+                judge(&obs, &then, &dead).is_stale(),
+                stale,
+                "{timeout:?} at {now}"
+            );
+        }
+    }
+    let c = ctx(Some(HOUR));
+    let other = parsed(77, NOW, Some("them:boot:1"), None);
+    let r = reclaim(&other, judge(&other, &c, &dead), &c);
+    assert_eq!(
+        r,
+        Some(Reclaim {
+            rule: ReclaimRule::Age,
+            at_unix_secs: Some(NOW + 3601)
+        })
+    );
+    // Ours, holder alive: no time decides it; dead: stale, reclaimable now.
+    let ours = parsed(5, NOW - 100_000, Some("me:boot:1"), None);
+    let alive = FakeProbe::default().with(5, Liveness::Alive, None, None);
+    assert_eq!(
+        reclaim(&ours, judge(&ours, &c, &alive), &c),
+        Some(Reclaim {
+            rule: ReclaimRule::HolderDead,
+            at_unix_secs: None
+        })
+    );
+    assert_eq!(
+        reclaim(&ours, judge(&ours, &c, &dead), &c),
+        Some(Reclaim {
+            rule: ReclaimRule::HolderDead,
+            at_unix_secs: Some(NOW)
+        })
+    );
+    let u = unparseable(10);
+    let r = reclaim(&u, judge(&u, &c, &dead), &c).expect("a file");
+    assert_eq!(
+        (r.rule, r.at_unix_secs),
+        (ReclaimRule::UnparseableAge, Some(NOW + 3590))
+    );
+    let never = ctx(None);
+    assert_eq!(
+        reclaim(&ours, judge(&ours, &never, &dead), &never).map(|r| r.rule),
+        Some(ReclaimRule::Never)
+    );
+    assert_eq!(
+        reclaim(&Observation::Missing, StaleJudgement::Free, &c),
+        None
+    );
+}

@@ -27,7 +27,8 @@ impl Primitive {
             .await;
         match res {
             Ok((conn, EnqueueReply::Acquired(g))) => {
-                self.commit_held(op, &cancel, conn, g).map(|armed| {
+                let sent = conn.last_sent().unwrap_or_else(Instant::now);
+                self.commit_held(op, &cancel, conn, g, sent).map(|armed| {
                     armed.spawn();
                     EnqueueOutcome::Acquired
                 })
@@ -118,25 +119,10 @@ impl Primitive {
                 AcquireReply::TimedOut => return Ok(None),
                 AcquireReply::Granted(g) => g,
             };
-            let verify = if o.limit == 1 {
-                conn.renew(&o.key, &grant.token, o.lease_ttl_s).await
-            } else {
-                conn.sem_renew(&o.key, &grant.token, o.lease_ttl_s).await
-            };
-            match verify {
-                Ok(_) => Ok(Some(grant)),
-                Err(e) if e.code() == ErrorCode::ServerError => {
-                    let mut lost = DflockdError::new(
-                        ErrorCode::LockLost,
-                        "wait: the granted lease had already expired (renew right after the grant was rejected)",
-                    );
-                    if let Some(r) = e.reply() {
-                        lost = lost.with_reply(r);
-                    }
-                    Err(lost)
-                }
-                Err(e) => Err(e),
-            }
+            let sent = conn.last_sent().unwrap_or_else(Instant::now);
+            self.confirm_grant(&mut conn, grant, sent, true)
+                .await
+                .map(Some)
         };
         // Past the deadline the connection is dropped below, the wait future with it.
         let cut = async {
@@ -152,7 +138,7 @@ impl Primitive {
             _ = cut => Ok(None),
         };
         match res {
-            Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|armed| {
+            Ok(Some((g, sent))) => self.commit_held(op, &cancel, conn, g, sent).map(|armed| {
                 armed.spawn();
                 true
             }),

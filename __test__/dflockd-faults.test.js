@@ -250,11 +250,11 @@ describe('a server that accepts and never answers (real proxy, no server behind 
 })
 
 describe('server restart (real server)', { skip, concurrency: false }, () => {
-  test('SIGKILL + start: the holder is told at once; waiters (DistributedLock, target acquire, DistributedSemaphore) are served by the restarted server', async (t) => {
+  test('SIGKILL + start: the holder is told at once; waiters (DistributedLock, target acquire, DistributedSemaphore, enqueue + wait) are served by the restarted server', async (t) => {
     const r = await d.startServer()
     const lost = []
     let killedAt
-    const holders = ['rs-a', 'rs-b'].map((key) => new DistributedLock({ key, servers: [[r.host, r.port]], leaseTtlS: 10, onLockLost: () => lost.push(performance.now()) }))
+    const holders = ['rs-a', 'rs-b', 'rs-c'].map((key) => new DistributedLock({ key, servers: [[r.host, r.port]], leaseTtlS: 10, onLockLost: () => lost.push(performance.now()) }))
     for (const h of holders) assert.equal(await h.acquire(), true)
     const semHolders = [0, 1].map(() => new DistributedSemaphore({ key: 'rs-sem', limit: 2, servers: [[r.host, r.port]], leaseTtlS: 10 }))
     for (const h of semHolders) assert.equal(await h.acquire(), true)
@@ -265,25 +265,36 @@ describe('server restart (real server)', { skip, concurrency: false }, () => {
     const w2 = acquire(r.url('rs-b'), { timeout: 10000 }).finally(stamp('acquire()'))
     const semWaiter = new DistributedSemaphore({ key: 'rs-sem', limit: 2, servers: [[r.host, r.port]], acquireTimeoutS: 10 })
     const w3 = semWaiter.acquire().finally(stamp('DistributedSemaphore'))
+    const twoPhase = new DistributedLock({ key: 'rs-c', servers: [[r.host, r.port]] })
+    assert.equal(await twoPhase.enqueue(), 'queued')
+    const w4 = twoPhase.wait(10).finally(stamp('enqueue() + wait()'))
     // Every waiter is queued on the server before the kill.
-    await waitersQueued(r, ['rs-a', 'rs-b', 'rs-sem'])
+    await waitersQueued(r, ['rs-a', 'rs-b', 'rs-c', 'rs-sem'])
     killedAt = performance.now()
     await r.kill('SIGKILL')
     await r.restart()
     const restartedAt = performance.now()
-    assert.equal(await w1, true, 'DistributedLock waiter')
-    const w2r = await w2
-    assert.equal(w2r.ok, true, JSON.stringify(w2r.error))
-    assert.equal(await w3, true, 'DistributedSemaphore waiter')
-    assert.equal(lost.length, 2, 'each holder was told once')
+    const results = await Promise.allSettled([w1, w2, w3, w4])
+    const ms = (at) => (at - killedAt).toFixed(1)
+    const facts = () =>
+      `results ${JSON.stringify(results.map((x) => x.status === 'fulfilled' ? x.value : String(x.reason)))}; ` +
+      `told at ${lost.map(ms)} ms, server back at ${ms(restartedAt)} ms, served at ${JSON.stringify(Object.fromEntries(Object.entries(got).map(([n, at]) => [n, ms(at)])))}`
+    const [r1, r2, r3, r4] = results.map((x) => x.value)
+    assert.equal(r1, true, `DistributedLock waiter: ${facts()}`)
+    assert.equal(r2 && r2.ok, true, `acquire() waiter: ${facts()}`)
+    assert.equal(r3, true, `DistributedSemaphore waiter: ${facts()}`)
+    assert.equal(r4, true, `two-phase waiter: ${facts()}`)
+    const w2r = r2
+    assert.equal(lost.length, 3, `each holder was told once: ${facts()}`)
     const told = Math.max(...lost)
-    assert.ok(told < restartedAt, 'the holders were told before the server was back')
-    for (const [name, at] of Object.entries(got)) assert.ok(told < at, `holders told before ${name} got the key`)
+    assert.ok(told < restartedAt, `the holders were told before the server was back: ${facts()}`)
+    for (const [name, at] of Object.entries(got)) assert.ok(told < at, `holders told before ${name} got the key: ${facts()}`)
     t.diagnostic(`restart: holders told ${(told - killedAt).toFixed(1)} ms after the kill; server back after ${(restartedAt - killedAt).toFixed(0)} ms; ` +
       Object.entries(got).map(([n, at]) => `${n} served ${(at - killedAt).toFixed(0)} ms after the kill`).join(', '))
     await waiter.release()
     await w2r.value.release()
     await semWaiter.release()
+    await twoPhase.release()
     for (const h of holders) h.close()
     for (const h of semHolders) h.close()
     await r.stop()

@@ -404,10 +404,16 @@ impl Connection {
                     // A plain dflockd answering settles it the other way at once: the server
                     // was restarted, as a reconnecting waiter finds it.
                     let (host, port) = (self.host.as_str(), self.port);
+                    // Asked again until the limit: a restarting server refuses the first asks.
+                    let plain = async {
+                        while !mismatch::plain_dflockd_answers(host, port).await {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    };
                     let probe = async {
                         tokio::select! {
                             tls = mismatch::speaks_tls(host, port) => tls,
-                            true = mismatch::plain_dflockd_answers(host, port) => false,
+                            _ = plain => false,
                         }
                     };
                     let limit = self.socket_timeout.min(mismatch::TLS_PROBE_LIMIT);

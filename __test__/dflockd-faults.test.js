@@ -6,10 +6,13 @@
 // ALREADY_LOCKED; waiters ride out a server restart and a holder learns of it at once.
 //
 // Each run records, from the holder's acquire: when its holder was told (onLockLost / lock.onLost) and when a
-// competitor connected straight to the server got the key. The timings go to the test's diagnostics.
+// competitor (another process, helpers/dflockd-competitor.js) connected straight to the server got the key. The
+// timings go to the test's diagnostics.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
 const { once } = require('node:events')
+const path = require('node:path')
 const { performance } = require('node:perf_hooks')
 const d = require('./helpers/dflockd')
 const { startFaultProxy, closeAllProxies } = require('./helpers/fault-proxy')
@@ -45,52 +48,78 @@ function spread(xs) {
   return `min ${r(v[0])} / median ${r(v[v.length >> 1])} / max ${r(v[v.length - 1])} ms`
 }
 
-/**
- * One run: a holder (DistributedLock through `proxy`, lease LEASE_S) and a competitor (straight to the server,
- * waiting from right after the grant). Resolves {told, got} in ms from the holder's acquire.
- */
-async function holderVsCompetitor(proxy, key) {
-  let told
+/** Now, in ms since the epoch with sub-ms resolution: comparable across processes (the competitor prints the same). */
+const epochNow = () => performance.timeOrigin + performance.now()
+
+/** A holder: DistributedLock through `proxy` (lease LEASE_S). Resolves {holder, t0, lost} once held (lost: a promise of
+ * the epoch time onLockLost ran). */
+async function holdThrough(proxy, key) {
+  let toldAt
   let holder
-  const lostSeen = new Promise((resolve) => {
+  const lost = new Promise((resolve) => {
     holder = new DistributedLock({
       key,
       servers: [[proxy.host, proxy.port]],
       leaseTtlS: LEASE_S,
-      onLockLost: () => {
-        told = performance.now() - t0
-        resolve()
-      },
+      onLockLost: () => resolve((toldAt = epochNow())),
     })
   })
-  const t0 = performance.now()
+  const t0 = epochNow()
   assert.equal(await holder.acquire(), true)
   assert.ok(holder.remaining() > 0 && holder.remaining() <= LEASE_S * 1000, `remaining ${holder.remaining()}`)
   assert.ok(Math.abs(holder.validUntil - (Date.now() + holder.remaining())) < 50, 'validUntil = now + remaining()')
-  const competitor = new DistributedLock({ key, servers: [[s.host, s.port]], acquireTimeoutS: 10, leaseTtlS: LEASE_S })
-  assert.equal(await competitor.acquire(), true)
-  const got = performance.now() - t0
-  await lostSeen
-  assert.equal(holder.signal.aborted, true)
-  assert.equal(holder.signal.reason.code, 'LOCK_LOST')
-  assert.equal(holder.token, null)
-  assert.equal(holder.remaining(), 0)
-  await competitor.release()
-  return { told, got }
+  return { holder, t0, lost, told: () => toldAt }
 }
 
-/** RUNS runs of holderVsCompetitor in parallel through a proxy with `fault`; asserts the holder was told first. */
+/** The competitor: another process waiting for each key straight at the server. Resolves {key: epoch ms got}. */
+function competeFrom(keys) {
+  const child = spawn(process.execPath, [path.join(__dirname, 'helpers', 'dflockd-competitor.js'), s.host, String(s.port), String(LEASE_S), ...keys], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  let err = ''
+  child.stdout.on('data', (d) => (out += d))
+  child.stderr.on('data', (d) => (err += d))
+  return new Promise((resolve, reject) => {
+    child.on('error', reject)
+    child.on('exit', (code) => {
+      if (code !== 0) return reject(new Error(`competitor exited ${code}: ${err}`))
+      const got = {}
+      for (const line of out.trim().split('\n')) {
+        const r = JSON.parse(line)
+        assert.equal(r.got, true, `the competitor did not get '${r.key}' within 10 s`)
+        got[r.key] = r.at
+      }
+      resolve(got)
+    })
+  })
+}
+
+/**
+ * RUNS holders in parallel through a proxy with `fault`, and one competitor process waiting for all their keys
+ * straight at the server (from right after the grants): asserts each holder was told before the competitor got its
+ * key, and reports the timings from each holder's acquire.
+ */
 async function raceUnder(t, fault, name, { withinLease = true } = {}) {
   const proxy = await startFaultProxy(s, fault)
   try {
-    const runs = await Promise.all(Array.from({ length: RUNS }, (_, i) => holderVsCompetitor(proxy, `${name}-${i}`)))
-    for (const [i, r] of runs.entries()) {
+    const keys = Array.from({ length: RUNS }, (_, i) => `${name}-${i}`)
+    const held = await Promise.all(keys.map((k) => holdThrough(proxy, k)))
+    const got = await competeFrom(keys)
+    await Promise.all(held.map((h) => h.lost))
+    const runs = held.map((h, i) => ({ told: h.told() - h.t0, got: got[keys[i]] - h.t0 }))
+    for (const [i, h] of held.entries()) {
+      const r = runs[i]
       assert.ok(r.told < r.got, `run ${i}: holder told at ${r.told.toFixed(1)} ms, competitor got the key at ${r.got.toFixed(1)} ms`)
       // The lease clock runs from the acquire's send: the loss comes before the lease could end on the server. (With a
       // slow link the grant is confirmed by a renew at once, and the clock runs from that renew.)
       if (withinLease) assert.ok(r.told < LEASE_S * 1000, `run ${i}: told at ${r.told.toFixed(1)} ms, after the ${LEASE_S} s lease`)
+      assert.equal(h.holder.signal.aborted, true)
+      assert.equal(h.holder.signal.reason.code, 'LOCK_LOST')
+      assert.equal(h.holder.token, null)
+      assert.equal(h.holder.remaining(), 0)
     }
-    t.diagnostic(`${name}: holder told ${spread(runs.map((r) => r.told))}; competitor got the key ${spread(runs.map((r) => r.got))}; ` +
+    t.diagnostic(`${name}: holder told ${spread(runs.map((r) => r.told))}; competitor (another process) got the key ${spread(runs.map((r) => r.got))}; ` +
       `margin ${spread(runs.map((r) => r.got - r.told))}`)
   } finally {
     await proxy.close()

@@ -206,7 +206,10 @@ export interface AcquireOptions {
   auth?: string | undefined
   /** dflockd: TCP+TLS connect timeout in ms. */
   connectTimeoutMs?: number | undefined
-  /** dflockd: timeout in ms for replies to non-blocking commands. */
+  /**
+   * dflockd: timeout in ms for replies to non-blocking commands, and for the margin after a blocking one's own
+   * timeout: a try (`tryAcquire`) against a server that never answers gives `TIMEOUT` after it. Default 30000.
+   */
   socketTimeoutMs?: number | undefined
   /** dflockd: renew when this fraction of the lease has passed (0 < r < 1). Default 0.5. */
   renewRatio?: number | undefined
@@ -321,7 +324,11 @@ export interface DistributedLockOptions {
   onLockLost?: ((key: string, token: string) => void) | undefined
   /** TCP + TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number | undefined
-  /** Timeout in ms for replies to non-blocking commands (release, renew, enqueue, stats). Default 30000. */
+  /**
+   * Timeout in ms for replies to non-blocking commands (release, enqueue, stats), and for the margin after a blocking
+   * command's own timeout (an `acquireTimeoutS: 0` try against a silent server throws `TIMEOUT` after it). Renewals are
+   * bounded by the lease instead (see `validUntil`). Default 30000.
+   */
   socketTimeoutMs?: number | undefined
   /** Longest gap between renewals in ms. Default 15000 (below the server's 23 s idle timeout). */
   renewMaxIntervalMs?: number | undefined

@@ -242,7 +242,10 @@ export interface AcquireOptions {
   auth?: string | undefined
   /** dflockd: TCP+TLS connect timeout in ms. */
   connectTimeoutMs?: number | undefined
-  /** dflockd: timeout in ms for replies to non-blocking commands. */
+  /**
+   * dflockd: timeout in ms for replies to non-blocking commands, and for the margin after a blocking one's own
+   * timeout: a try (`tryAcquire`) against a server that never answers gives `TIMEOUT` after it. Default 30000.
+   */
   socketTimeoutMs?: number | undefined
   /** dflockd: renew when this fraction of the lease has passed (0 < r < 1). Default 0.5. */
   renewRatio?: number | undefined
@@ -260,6 +263,19 @@ export interface Lock extends LockInfo {
   readonly token?: string | undefined
   /** dflockd: the lease in seconds last granted or renewed. */
   readonly lease?: number | undefined
+  /**
+   * dflockd: until when (ms since the epoch) the lease is proven valid by the client's own lease clock, which starts
+   * when the acquire or renew is SENT (the server counts from receipt, later) and ends a guard (a tenth of the
+   * lease, 250 ms to 1 s) before the lease; 0 once released or lost. With no renewal confirmed by then, the lock is
+   * lost at that instant (`signal` aborts, `onLost` runs), before the server could grant it to anyone else. Bound:
+   * see the README (clock drift, pauses). Absent on file locks.
+   */
+  readonly validUntil?: number | undefined
+  /**
+   * dflockd: milliseconds the lease is still proven valid (`validUntil − now` on the monotonic clock; 0 once released,
+   * lost or past it). Check it before a write that must be exclusive. Absent on file locks.
+   */
+  remaining?(): number
   /** Aborted (with a LockError, code LOCK_LOST) when the lock is lost. */
   readonly signal: AbortSignal
   /** True once released or lost. */
@@ -387,7 +403,11 @@ export interface DistributedLockOptions {
   onLockLost?: ((key: string, token: string) => void) | undefined
   /** TCP + TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number | undefined
-  /** Timeout in ms for replies to non-blocking commands (release, renew, enqueue, stats). Default 30000. */
+  /**
+   * Timeout in ms for replies to non-blocking commands (release, enqueue, stats), and for the margin after a blocking
+   * command's own timeout (an `acquireTimeoutS: 0` try against a silent server throws `TIMEOUT` after it). Renewals are
+   * bounded by the lease instead (see `validUntil`). Default 30000.
+   */
   socketTimeoutMs?: number | undefined
   /** Longest gap between renewals in ms. Default 15000 (below the server's 23 s idle timeout). */
   renewMaxIntervalMs?: number | undefined
@@ -414,6 +434,15 @@ export declare class DistributedLock {
   readonly token: string | null
   /** Lease in seconds of the held lock, 0 when none. */
   readonly lease: number
+  /**
+   * Until when (ms since the epoch) the held lock's lease is proven valid, 0 when none: the client's own lease clock,
+   * started when the acquire or renew was SENT and ending a guard (a tenth of the lease, 250 ms to 1 s) before the
+   * lease. With no renewal confirmed by then the lock is lost at that instant (`signal` aborts, `onLockLost` runs,
+   * `withLock` rejects with `LOCK_LOST`), before the server could grant it to anyone else.
+   */
+  readonly validUntil: number
+  /** Milliseconds the held lock is still proven valid (monotonic clock; 0 when none, lost or past `validUntil`). */
+  remaining(): number
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   readonly signal: AbortSignal
   /** true = acquired; false = timed out. `force` closes a live connection first. */

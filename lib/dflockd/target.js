@@ -96,14 +96,25 @@ class DflockdLock extends LockHandle {
     return this.#lease
   }
 
+  /** End of the proven validity of the lease (ms since the epoch; 0 once released or lost): the client's own lease
+   * clock, counted from when the last acquire or renew was sent, minus a guard. */
+  get validUntil() {
+    return this.released ? 0 : this.#prim.validUntil
+  }
+
+  /** Milliseconds the lease is still proven valid (monotonic; 0 once released, lost, or past its validity). */
+  remaining() {
+    return this.released ? 0 : this.#prim.remainingMs
+  }
+
   _unregister() {
     const set = held.get(this.#id)
     if (set && set.delete(this) && set.size === 0) held.delete(this.#id)
   }
 
+  /** The native side reported the loss (it ends the connection itself, once the server could have freed the key). */
   _lost(message) {
     this._unregister()
-    this.#prim.close()
     this._markLost(message)
   }
 
@@ -111,6 +122,12 @@ class DflockdLock extends LockHandle {
   async _release() {
     this._unregister()
     const prim = this.#prim
+    if (prim.remainingMs === 0) {
+      // Its validity ended before this release (the native loss report may not have run yet): a loss, reported as one.
+      prim.close()
+      this._markLost(`dflockd lock '${this.target}' lost: no renewal was confirmed within the lease`)
+      return false
+    }
     let r
     try {
       r = await prim.release()
@@ -119,6 +136,11 @@ class DflockdLock extends LockHandle {
     }
     if (r.ok) return true
     const code = r.error.code
+    if (code === 'LOCK_LOST') {
+      // Lost before the release got through (e.g. a renewal unconfirmed within the lease): reported as a loss.
+      this._markLost(`dflockd lock '${this.target}' lost: ${r.error.message}`)
+      return false
+    }
     if (code === 'NOT_LOCKED' || code === 'LOCK_LOST' || (code === 'SERVER_ERROR' && r.error.reply === 'error')) return false
     throw toLockError(r.error)
   }
@@ -188,7 +210,8 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   if (!r.ok) {
     prim.close()
     if (r.error.code === 'ABORTED') return failure('ABORTED', 'acquire aborted')
-    if (r.error.code === 'TIMEOUT') return timeoutResult(cfg, wait)
+    // A try (timeout 0) that got no answer is a TIMEOUT, never ALREADY_LOCKED: nobody said the key was held.
+    if (r.error.code === 'TIMEOUT' && wait) return timeoutResult(cfg, wait)
     return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {

@@ -9,6 +9,7 @@ const { LockError, AcquireTimeoutError, toLockError, fromNativeThrow, invalidArg
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
+const { redactTarget, parseDflockdUrl, targetId } = require('./dflockd/url')
 const { validate, checkBackend, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
@@ -119,8 +120,7 @@ function lockKey(target) {
   try {
     const parsed = parseTarget(target)
     if (parsed.backend === 'file') return `file:${nodePath.resolve(parsed.path)}`
-    const u = dflockd.parseDflockdUrl(target)
-    return `dflockd:${u.host.toLowerCase()}:${u.port}/${u.key}`
+    return `dflockd:${targetId(parseDflockdUrl(target))}`
   } catch {
     return null // acquire reports it
   }
@@ -138,7 +138,7 @@ async function withLock(target, fn, options) {
   const outer = heldByChain.getStore()
   if (key !== null && outer !== undefined && outer.has(key)) {
     throw new LockError(
-      `withLock('${displayTarget(target)}'): this async call chain already holds ` +
+      `withLock('${redactTarget(target)}'): this async call chain already holds ` +
         'this lock (a nested withLock on the same target would wait for itself forever)',
       'ALREADY_LOCKED',
     )
@@ -168,9 +168,5 @@ async function withLock(target, fn, options) {
   return result
 }
 
-/** A target for messages: a dflockd URL without its token. */
-function displayTarget(target) {
-  return target.replace(/^(dflockd:\/\/)[^@/]*@/i, '$1')
-}
 
 module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme }

@@ -101,7 +101,7 @@ const check = {
     if (v > MAX_LEASE_TTL_S) {
       throw invalidArgument(
         `${name} is in seconds: ${v} s is ${humanSeconds(v)}; the most is ${MAX_LEASE_TTL_S} (1 hour). ` +
-          `For ${v} ms, write ${name}: ${Math.max(1, Math.ceil(v / 1000))}`,
+          `For ${v} ms, write ${name}${name.startsWith('?') ? '=' : ': '}${Math.max(1, Math.ceil(v / 1000))}`,
       )
     }
   },

@@ -123,9 +123,7 @@ function errnoCode(error) {
 }
 
 /** `dflockd://` targets shown without their auth token (it would otherwise end up in logs and JSON). */
-function displayTarget(target) {
-  return String(target).replace(/^(dflockd:\/\/)[^@/]*@/i, '$1***@')
-}
+const { redactTarget: displayTarget } = require('../dflockd/url')
 
 /**
  * The words of a Windows command line, split as the C runtime and CommandLineToArgvW do: blanks separate words

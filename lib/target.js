@@ -43,6 +43,26 @@ function unsupportedScheme(target) {
   )
 }
 
+/**
+ * Why the `Semaphore` class (semats' API: lock file paths only) refuses `lockPath`, or null. The rule is
+ * unsupportedScheme's, for every scheme: a `dflockd://` or `file:` target, which the one-string API serves, is
+ * not a path either (semats would lock `./dflockd:/host:6388/key`, or fail on its missing directory).
+ */
+function notAFilePath(lockPath) {
+  const m = /^([a-z][a-z0-9+.-]*):/i.exec(lockPath)
+  if (!m || m[1].length < 2) return null
+  if (/^dflockd$/i.test(m[1])) {
+    return (
+      `Semaphore locks files, and '${displayTarget(lockPath)}' is a dflockd target: use acquire(), tryAcquire(), ` +
+      'withLock() or DistributedLock for it'
+    )
+  }
+  if (/^file$/i.test(m[1])) {
+    return `Semaphore takes a path, and '${lockPath}' is a file URL: pass url.fileURLToPath() of it (or use acquire())`
+  }
+  return unsupportedScheme(lockPath)
+}
+
 /** Like parseTarget, but a bad target becomes a failed SemaphoreResult instead of a throw. */
 function resolve(target) {
   try {
@@ -169,4 +189,4 @@ async function withLock(target, fn, options) {
 }
 
 
-module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme }
+module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme, notAFilePath }

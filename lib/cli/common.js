@@ -304,6 +304,35 @@ function reclaimText({ reclaimRule: rule, reclaimableAt: at, isStale, pid }) {
   }
 }
 
+/**
+ * The own CLI's one exit-code table, for every command (docs/cli.md "Exit codes" and `--help` say the same):
+ * - 1: the lock's state: busy (`ALREADY_LOCKED`), a wait ran out (`TIMEOUT`), `release` refused because another
+ *   owner holds the lock (`PERMISSION_DENIED` "Lock held by different process …"), nothing to release
+ *   (`NOT_LOCKED`);
+ * - 2: a usage error (`INVALID_ARGUMENT`);
+ * - 3: anything else: I/O, connection, protocol, a path that cannot be used, and the OS refusing us
+ *   (`PERMISSION_DENIED` "… Permission denied (os error 13)", e.g. a directory we may not write).
+ * (`run` passes its command's status through once the command has started.)
+ */
+const EXIT_CODES = Object.freeze({ OK: 0, LOCK_STATE: 1, USAGE: 2, ERROR: 3 })
+
+/** The exit code of a failed SemaphoreResult's error, by the table above. */
+function exitCodeFor(error) {
+  switch (error.type) {
+    case 'ALREADY_LOCKED':
+    case 'TIMEOUT':
+    case 'NOT_LOCKED':
+      return EXIT_CODES.LOCK_STATE
+    case 'PERMISSION_DENIED':
+      // The lock's owner (semats' message, the engine's LockError::PermissionDenied), not the OS.
+      return /^Lock held by different process/.test(error.message ?? '') ? EXIT_CODES.LOCK_STATE : EXIT_CODES.ERROR
+    case 'INVALID_ARGUMENT':
+      return EXIT_CODES.USAGE
+    default:
+      return EXIT_CODES.ERROR
+  }
+}
+
 function isDflockd(target) {
   return /^dflockd:\/\//i.test(target)
 }
@@ -399,6 +428,8 @@ module.exports = {
   holderFields,
   heldBy,
   reclaimText,
+  EXIT_CODES,
+  exitCodeFor,
   shortLivedOwner,
   oneCommandShell,
   splitWindowsCommandLine,

@@ -22,6 +22,7 @@ const {
   holderFields,
   heldBy,
   reclaimText,
+  exitCodeFor,
   shortLivedOwner,
   api,
 } = require('./common')
@@ -168,12 +169,8 @@ class Reporter {
   }
 }
 
-/** Exit code for a failed SemaphoreResult: 1 for the lock's state, 2 for bad arguments, 3 for everything else. */
-function failureCode(type) {
-  if (['ALREADY_LOCKED', 'TIMEOUT', 'NOT_LOCKED', 'PERMISSION_DENIED'].includes(type)) return 1
-  if (['INVALID_ARGUMENT'].includes(type)) return 2
-  return 3
-}
+/** Exit code for a failed SemaphoreResult: the one table (common.js exitCodeFor). */
+const failureCode = exitCodeFor
 
 function describeFailure(error, target) {
   switch (error.type) {
@@ -265,7 +262,7 @@ async function cmdAcquire(o, rep, wait) {
       error = { ...error, message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
     }
     rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}${heldBy(error)}` : describeFailure(error, rep.target))
-    return failureCode(error.type)
+    return failureCode(error)
   }
   const lock = r.value // recorded for `pid`: the package's exit hook leaves it in place
   rep.ok(
@@ -282,7 +279,7 @@ async function cmdRelease(o, rep) {
     const r = await api().release(target, { force: true })
     if (!r.ok) {
       rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
-      return failureCode(r.error.type)
+      return failureCode(r.error)
     }
     rep.ok({ released: true }, `released ${rep.target}`)
     return 0
@@ -297,7 +294,7 @@ async function cmdRelease(o, rep) {
       text = `${rep.target} is held by pid ${e.holderPid}, not by pid ${pid} (pass --pid ${e.holderPid}, or --force)`
     } else text = describeFailure(e, rep.target)
     rep.fail(e, text)
-    return failureCode(e.type)
+    return failureCode(e)
   }
   rep.ok({ released: true }, `released ${rep.target}`)
   return 0
@@ -370,7 +367,7 @@ async function cmdClean(o, rep) {
   const r = new Semaphore(file, config)[CLEAN_STALE_RESULT]()
   if (!r.ok) {
     rep.fail(r.error, describeFailure(r.error, rep.target))
-    return failureCode(r.error.type)
+    return failureCode(r.error)
   }
   const cleaned = r.value
   rep.ok({ cleaned }, cleaned ? `removed stale lock ${rep.target}` : `nothing to clean at ${rep.target}`)
@@ -498,14 +495,14 @@ async function main(args) {
     // Thrown by the API: a bad target (INVALID_ARGUMENT → 2) or anything else that went wrong (3).
     const error = { type: e && e.code ? e.code : 'IO_ERROR', message: e && e.message ? e.message : String(e) }
     rep.fail(error, `${rep.target ?? command}: ${error.message}`)
-    return exit(error.type === 'INVALID_ARGUMENT' ? 2 : 3)
+    return exit(exitCodeFor(error))
   }
 }
 
 function usageFailure(o, message) {
   if (o.json) {
     const target = o.target === undefined || o.target === null ? null : shownTarget(o.target)
-    const error = { type: 'INVALID_ARGUMENT', message, holderPid: null, lockedSince: null }
+    const error = { type: 'INVALID_ARGUMENT', message, ...holderFields({}) }
     out(JSON.stringify({ ok: false, command: o.command ?? null, target, error }) + '\n')
   } else {
     const hint = o.command && COMMAND_HELP[o.command] ? `${o.command} --help` : '--help'

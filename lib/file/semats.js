@@ -4,7 +4,7 @@
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
 const native = require('../native')
-const { semaphoreError, fileError, failure, toLockError, holderFacts } = require('../errors')
+const { semaphoreError, fileError, failure, toLockError, holderFacts, invalidArgument } = require('../errors')
 const { withAbort } = require('../abort')
 const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
@@ -44,6 +44,9 @@ class Semaphore {
 
   constructor(lockPath, config = {}) {
     if (typeof lockPath !== 'string') throw new TypeError('lockPath must be a string')
+    // A target string of the one-string API is not a path: refused as that API refuses what it cannot serve.
+    const notAPath = require('../target').notAFilePath(lockPath)
+    if (notAPath) throw invalidArgument(notAPath)
     const checked = native.checkLockPath(lockPath, true)
     if (!checked.ok) {
       // semats throws a plain Error for a bad path; a platform without file locks gets its stable code.

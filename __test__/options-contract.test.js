@@ -142,6 +142,33 @@ describe('every entry point refuses a misspelt name, a wrong type and a wrong un
   })
 })
 
+describe('the dflockd classes and functions refuse the same mistakes (thrown, dflockd-client style)', () => {
+  const bad = (fn, message) => assert.throws(fn, (e) => e instanceof sema.LockError && e.code === 'INVALID_ARGUMENT' && message.test(e.message))
+  test('DistributedLock and DistributedSemaphore: a misspelt name, a wrong type, a wrong unit', () => {
+    bad(() => new sema.DistributedLock({ key: 'k', acquireTimeoutMs: 5 }), /unknown option 'acquireTimeoutMs' \(did you mean 'acquireTimeoutS'\?\)/)
+    bad(() => new sema.DistributedLock({ key: 'k', renewRatio: '0.5' }), /renewRatio must be a number between 0 and 1/)
+    bad(() => new sema.DistributedLock({ key: 'k', leaseTtlS: 30000 }), /leaseTtlS is in seconds: 30000 s is over 8 hours/)
+    bad(() => new sema.DistributedSemaphore({ key: 'k', limit: 2, lmit: 3 }), /unknown option 'lmit' \(did you mean 'limit'\?\)/)
+    bad(() => new sema.DistributedSemaphore({ key: 'k', limit: 2, leaseTtlS: 7200 }), /leaseTtlS is in seconds/)
+  })
+  test('Connection.connect and stats: a misspelt name and a wrong type, before any connection', async () => {
+    const port = await closedPort()
+    await assert.rejects(sema.Connection.connect({ port, socketTimeout: 5 }), (e) => e.code === 'INVALID_ARGUMENT' && /did you mean 'socketTimeoutMs'/.test(e.message))
+    await assert.rejects(sema.stats({ port, connectTimeoutMs: '5' }), (e) => e.code === 'INVALID_ARGUMENT' && /connectTimeoutMs must be a positive number of milliseconds/.test(e.message))
+  })
+  test('a dflockd URL: an unknown parameter and ?leaseTtl= in milliseconds', async () => {
+    const port = await closedPort()
+    for (const [query, message] of [
+      ['leaseTTL=5', /unknown parameter 'leaseTTL'/],
+      ['leaseTtl=30000', /\?leaseTtl is in seconds: 30000 s is over 8 hours.*\?leaseTtl=30/],
+    ]) {
+      const r = await sema.tryAcquire(`dflockd://127.0.0.1:${port}/k?${query}`)
+      assert.equal(r.error.type, 'INVALID_ARGUMENT')
+      assert.match(r.error.message, message)
+    }
+  })
+})
+
 test('the README sentence on option checking names what is checked', () => {
   const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8')
   assert.match(readme, /unknown option/i)

@@ -202,6 +202,41 @@ function checkBackend(snapshot, backend) {
   }
 }
 
+/** Checked where it is used (the native layer, or the dflockd modules): listed so that its name is known. */
+const checkedLater = () => {}
+
+/** `Connection.connect(options)` and `stats(options)`: the server and how to reach it. */
+const SERVER = {
+  host: checkedLater,
+  port: checkedLater,
+  tls: check.tls,
+  auth: checkedLater,
+  connectTimeoutMs: check.positiveMs,
+  socketTimeoutMs: check.positiveMs,
+}
+
+/** `new DistributedLock(options)`: dflockd-client's names, seconds as it has them. */
+const DISTRIBUTED_LOCK = {
+  key: checkedLater,
+  acquireTimeoutS: checkedLater,
+  leaseTtlS: check.leaseTtl,
+  servers: checkedLater,
+  host: checkedLater,
+  port: checkedLater,
+  shardingStrategy: checkedLater,
+  renewRatio: check.ratio,
+  tls: check.tls,
+  auth: checkedLater,
+  onLockLost: checkedLater,
+  connectTimeoutMs: check.positiveMs,
+  socketTimeoutMs: check.positiveMs,
+  // Not in the public typings: caps the renew interval (tests against a server with a short --read-timeout).
+  renewMaxIntervalMs: check.positiveMs,
+}
+
+/** `new DistributedSemaphore(options)`: DistributedLock's and its `limit`. */
+const DISTRIBUTED_SEMAPHORE = { ...DISTRIBUTED_LOCK, limit: checkedLater }
+
 /** The LockInfo of `Semaphore#tryAcquireWithInfo(info)` (its timestamp is not used: the time of acquisition is). */
 const SEMATS_INFO = { pid: check.pid, tag: check.tag }
 
@@ -322,4 +357,4 @@ function asFailure(e) {
   return { ok: false, error: { type, message: e && typeof e.message === 'string' ? e.message : errorText(e) } }
 }
 
-module.exports = { validate, checkBackend, nearest, MAX_LEASE_TTL_S, one, asFailure, describe, errorText, ACQUIRE, RELEASE, STATUS, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO }
+module.exports = { validate, checkBackend, nearest, MAX_LEASE_TTL_S, one, asFailure, describe, errorText, ACQUIRE, RELEASE, STATUS, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO, SERVER, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE }

@@ -3,7 +3,8 @@
 // stats(). Replies are parsed natively; this module maps them to the client's values and errors.
 
 const native = require('../native')
-const { LockError, AcquireTimeoutError, AuthError, toLockError, invalidArgument } = require('../errors')
+const { validate, SERVER } = require('../validate')
+const { LockError, AcquireTimeoutError, AuthError, toLockError } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
 const { DEFAULT_HOST, DEFAULT_PORT, connectOptions, hostOption, nativeSync, opt } = require('./common')
 
@@ -22,8 +23,7 @@ function parseStatsJson(json) {
 }
 
 function serverOptions(options) {
-  const o = options ?? {}
-  if (typeof o !== 'object') throw invalidArgument('options must be an object')
+  const o = validate(options ?? {}, SERVER)
   return { server: { host: hostOption(o.host ?? DEFAULT_HOST), port: o.port ?? DEFAULT_PORT }, ...connectOptions(o) }
 }
 

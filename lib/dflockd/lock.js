@@ -12,6 +12,7 @@
 // CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
 
 const native = require('../native')
+const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
 const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
@@ -91,6 +92,8 @@ class DistributedLock {
   constructor(options, ...internal) {
     if (options === null || typeof options !== 'object') throw invalidArgument('options must be an object with a key')
     const limit = internal[0] === kLimit ? internal[1] : 1
+    // The snapshot: every option read once, unknown names refused with the nearest valid one.
+    options = validate(options, internal[0] === kLimit ? DISTRIBUTED_SEMAPHORE : DISTRIBUTED_LOCK)
     this.#key = options.key
     this.#limit = limit
     this.#acquireTimeoutS = options.acquireTimeoutS ?? DEFAULT_ACQUIRE_TIMEOUT_S
@@ -474,6 +477,7 @@ class DistributedSemaphore extends DistributedLock {
   #limit
   constructor(options) {
     if (options === null || typeof options !== 'object') throw invalidArgument('options must be an object with a key and a limit')
+    options = validate(options, DISTRIBUTED_SEMAPHORE)
     const limit = options.limit
     if (typeof limit !== 'number') throw invalidArgument(`limit must be an integer >= 1, got ${describe(limit)}`)
     super(options, kLimit, limit)

@@ -53,7 +53,7 @@ function notAFilePath(lockPath) {
   if (!m || m[1].length < 2) return null
   if (/^dflockd$/i.test(m[1])) {
     return (
-      `Semaphore locks files, and '${displayTarget(lockPath)}' is a dflockd target: use acquire(), tryAcquire(), ` +
+      `Semaphore locks files, and '${redactTarget(lockPath)}' is a dflockd target: use acquire(), tryAcquire(), ` +
       'withLock() or DistributedLock for it'
     )
   }

@@ -10,6 +10,7 @@ const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
 const { validate, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
+const { traceAcquire, released } = require('./diagnostics')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
 function parseTarget(target) {
@@ -59,9 +60,11 @@ function acquireOn(target, options, wait) {
   } catch (e) {
     return Promise.resolve(asFailure(e))
   }
-  return parsed.backend === 'file'
-    ? acquireFile(target, parsed.path, options, { wait })
-    : dflockd.acquireTarget(target, options, { wait })
+  return traceAcquire(target, parsed.backend, options.mode ?? 'exclusive', wait, () =>
+    parsed.backend === 'file'
+      ? acquireFile(target, parsed.path, options, { wait })
+      : dflockd.acquireTarget(target, options, { wait }),
+  )
 }
 
 function acquire(target, options) {
@@ -89,7 +92,9 @@ async function release(target, options) {
   }
   const { parsed, failed } = resolve(target)
   if (failed) return failed
-  return parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options)
+  const r = await (parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options))
+  if (r.ok) released(null, target, parsed.backend)
+  return r
 }
 
 async function status(target, options) {

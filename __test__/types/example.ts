@@ -24,6 +24,9 @@ import {
 } from '../..'
 import type {
   AcquireOptions,
+  AcquireTraceContext,
+  LostMessage,
+  ReleaseMessage,
   Backend,
   DflockdTlsOptions,
   DistributedLockOptions,
@@ -99,6 +102,9 @@ async function fileTargets(): Promise<void> {
   const w = await wait('/tmp/x.lock', waitOptions)
   if (w.ok) console.log(w.value.waitedMs.toFixed(0))
   else console.log(w.error.type)
+  const traced = (c: AcquireTraceContext, r: ReleaseMessage, l: LostMessage): string =>
+    `${c.target} ${c.waitedMs ?? 0} ${c.lock?.pid ?? c.holderPid} ${r.byPath} ${l.error.code}`
+  console.log(traced)
   // @ts-expect-error targets are strings
   await acquire(42)
 }

@@ -300,6 +300,31 @@ export interface WaitOptions extends StatusOptions {
  */
 export declare function wait(target: string, options?: WaitOptions): Promise<SemaphoreResult<{ waitedMs: number }>>
 
+/** A lock in {@link query}'s answer (the Web Locks `LockManagerSnapshot` entry's `name` and `mode`, plus facts). */
+export interface QueriedLock {
+  /** File: the absolute lock path (held) or the target as given (pending). dflockd: the URL, token shown as `***`. */
+  name: string
+  backend: Backend
+  /** `'exclusive'`. */
+  mode: string
+  /** Held: the owner recorded in the lock (this process, or `pid` given to acquire). */
+  pid?: number
+  /** Held: when it was acquired (Unix seconds). */
+  timestamp?: number
+  /** Held (file): the tag written. */
+  tag?: string
+  /** Pending: when the acquisition began (ms since the epoch). */
+  since?: number
+}
+
+/**
+ * The locks this process holds and waits for (as Web Locks' `navigator.locks.query()`): `held` lists every lock file
+ * held by any thread through any API (`acquire`, `withLock`, `Semaphore`) and the dflockd locks of the one-string
+ * API; `pending` lists this thread's `acquire`/`withLock` calls still waiting. (`DistributedLock` and `Connection`
+ * objects keep their own state: not listed.)
+ */
+export declare function query(): Promise<{ held: QueriedLock[]; pending: QueriedLock[] }>
+
 /**
  * node:diagnostics_channel (what APM agents and OpenTelemetry instrumentations subscribe to; nothing is published and
  * nothing allocated while nobody subscribes):

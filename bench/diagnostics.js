@@ -3,6 +3,7 @@
 // The cost of the diagnostics_channel hooks (lib/diagnostics.js) per acquire:
 // - `hook, nobody subscribed`: traceAcquire() around a function that returns at once, against calling that function
 //   directly, in ns per call (the hook is then one `hasSubscribers` read);
+// - `acquire's listing for query()`: the same for an acquire that waits (listed in `pending` until it settles);
 // - `hook, one no-op subscriber`: the same with a subscriber on all five events (the context object, five publishes
 //   and the promise reaction);
 // - real tryAcquire + release cycles on a memory file system, unsubscribed and subscribed, in µs per cycle.
@@ -41,12 +42,17 @@ async function measure({ smoke = false } = {}) {
   const done = { ok: true, value: { target: 'x', backend: 'file', pid: 1, timestamp: 0 } }
   const run = () => done
   const direct = () => run()
-  const hooked = () => traceAcquire('/tmp/x.lock', 'file', 'exclusive', true, run)
+  // tryAcquire's path (wait false): the channel check alone. acquire's (wait true) also lists the call for query()
+  // while it waits: one Set entry and one promise reaction.
+  const hooked = () => traceAcquire('/tmp/x.lock', 'file', 'exclusive', false, run)
+  const done$ = Promise.resolve(done)
+  const directWaiting = () => done$
+  const hookedWaiting = () => traceAcquire('/tmp/x.lock', 'file', 'exclusive', true, directWaiting)
   const noop = { start() {}, end() {}, asyncStart() {}, asyncEnd() {}, error() {} }
   const channel = dc.tracingChannel('sema-native:acquire')
   const dir = fs.existsSync('/dev/shm') ? fs.mkdtempSync('/dev/shm/sema-native-bench-diag-') : fs.mkdtempSync(path.join(os.tmpdir(), 'sema-native-bench-diag-'))
   const file = path.join(dir, 'diag.lock')
-  const samples = { direct: [], unsubscribed: [], subscribed: [], cycleOff: [], cycleOn: [] }
+  const samples = { direct: [], unsubscribed: [], subscribed: [], directWaiting: [], waiting: [], cycleOff: [], cycleOn: [] }
   try {
     nsPerCall(direct, calls / 10) // warm-up of both paths
     nsPerCall(hooked, calls / 10)
@@ -54,6 +60,9 @@ async function measure({ smoke = false } = {}) {
     for (let rep = 0; rep < reps; rep++) {
       samples.direct.push(nsPerCall(direct, calls))
       samples.unsubscribed.push(nsPerCall(hooked, calls))
+      samples.directWaiting.push(nsPerCall(directWaiting, calls / 10))
+      samples.waiting.push(nsPerCall(hookedWaiting, calls / 10))
+      await new Promise((resolve) => setImmediate(resolve))
       samples.cycleOff.push(await usPerCycle(sema, file, cycles))
       channel.subscribe(noop)
       try {
@@ -77,6 +86,7 @@ async function measure({ smoke = false } = {}) {
     unsubscribedNs: m.unsubscribed,
     unsubscribedCostNs: m.unsubscribed - m.direct,
     subscribedCostNs: m.subscribed - m.direct,
+    waitingListCostNs: m.waiting - m.directWaiting,
     cycleUsUnsubscribed: m.cycleOff,
     cycleUsSubscribed: m.cycleOn,
   }

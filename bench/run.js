@@ -417,6 +417,7 @@ function diagnosticsTable(d) {
     [
       ['acquire hook, nobody subscribed (ns per acquire, against no hook)', num(d.unsubscribedCostNs, 2)],
       ['acquire hook, one no-op subscriber on all five events (ns per acquire)', num(d.subscribedCostNs, 0)],
+      ["an acquire's listing for query() while it waits (ns per acquire)", num(d.waitingListCostNs, 0)],
       ['tryAcquire + release cycle, tmpfs, fsync and heartbeat off: nobody subscribed (µs)', num(d.cycleUsUnsubscribed, 1)],
       ['the same cycle with the no-op subscriber (µs)', num(d.cycleUsSubscribed, 1)],
     ],

@@ -6,7 +6,8 @@
 // - channel `sema-native:release`: a held lock released by its handle or by path;
 // - channel `sema-native:lost`: a held lock lost (file changed or gone, renewal refused, server gone).
 // Every message carries the target with a dflockd URL's token redacted, never a lock's ownership token.
-// Nobody subscribed costs one property read per call (`hasSubscribers`; measured in bench/diagnostics.js).
+// Nobody subscribed costs one property read per call (`hasSubscribers`; measured in bench/diagnostics.js). The
+// acquires that wait are also listed while they wait, for query() (lib/observe.js).
 
 const dc = require('node:diagnostics_channel')
 const { LockError } = require('./errors')
@@ -47,13 +48,13 @@ function lockFacts(lock) {
  * `error` (a LockError) with `holderPid` / `lockedSince` when known on failure.
  */
 function traceAcquire(target, backend, mode, wait, run) {
-  if (!acquireSubscribed()) return run()
+  if (!acquireSubscribed()) return wait ? waiting(target, backend, mode, run) : run()
   const ctx = { target: redactTarget(target), backend, mode, wait }
   const t0 = performance.now()
   acquireChannel.start.publish(ctx)
   let pending
   try {
-    pending = run()
+    pending = wait ? waiting(target, backend, mode, run) : run()
   } catch (e) {
     ctx.error = e
     acquireChannel.error.publish(ctx)
@@ -84,6 +85,32 @@ function traceAcquire(target, backend, mode, wait, run) {
   )
 }
 
+/** The acquires (with waiting) in progress in this thread, for query(): `{target, backend, mode, since}`. */
+const pending = new Set()
+
+/**
+ * `run()` listed in `pending` until it settles (one Set entry and one promise reaction per acquire; a tryAcquire
+ * does not wait and is not listed).
+ */
+function waiting(target, backend, mode, run) {
+  const entry = { target, backend, mode, since: Date.now() }
+  pending.add(entry)
+  const forget = () => pending.delete(entry)
+  let p
+  try {
+    p = run()
+  } catch (e) {
+    forget()
+    throw e
+  }
+  Promise.resolve(p).then(forget, forget)
+  return p
+}
+
+function pendingAcquires() {
+  return [...pending]
+}
+
 function finish(ctx) {
   acquireChannel.asyncStart.publish(ctx)
   acquireChannel.asyncEnd.publish(ctx)
@@ -101,4 +128,4 @@ function lost(lock, error) {
   lostChannel.publish({ ...lockFacts(lock), error })
 }
 
-module.exports = { traceAcquire, released, lost, acquireChannel, releaseChannel, lostChannel }
+module.exports = { traceAcquire, released, lost, pendingAcquires, redactTarget, acquireChannel, releaseChannel, lostChannel }

@@ -7,6 +7,7 @@ import {
   status,
   withLock,
   wait,
+  query,
   Semaphore,
   createLockInfo,
   serializeLockInfo,
@@ -26,6 +27,7 @@ import type {
   AcquireOptions,
   AcquireTraceContext,
   LostMessage,
+  QueriedLock,
   ReleaseMessage,
   Backend,
   DflockdTlsOptions,
@@ -105,6 +107,8 @@ async function fileTargets(): Promise<void> {
   const traced = (c: AcquireTraceContext, r: ReleaseMessage, l: LostMessage): string =>
     `${c.target} ${c.waitedMs ?? 0} ${c.lock?.pid ?? c.holderPid} ${r.byPath} ${l.error.code}`
   console.log(traced)
+  const snapshot: { held: QueriedLock[]; pending: QueriedLock[] } = await query()
+  console.log(snapshot.held[0]?.name, snapshot.pending[0]?.since)
   // @ts-expect-error targets are strings
   await acquire(42)
 }

@@ -16,7 +16,8 @@ const ROOT = path.resolve(__dirname, '..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
-const SEMA_SRC = process.env.SEMA_SRC ?? '/work/shared/vendor/sema-0.1.0'
+// The vendored source beside the clone (as scripts/setup.js finds dflockd's), or $SEMA_SRC.
+const SEMA_SRC = process.env.SEMA_SRC ?? path.join(ROOT, '..', 'shared', 'vendor', 'sema-0.1.0')
 
 /**
  * The real `sema` 0.1.0: .tools/bin/sema, else built from its source (vendored; it has no dependencies) into

@@ -4,8 +4,8 @@
 // - `hook, nobody subscribed`: traceAcquire() around a function that returns at once, against calling that function
 //   directly, in ns per call (the hook is then one `hasSubscribers` read);
 // - `acquire's listing for query()`: the same for an acquire that waits (listed in `pending` until it settles);
-// - `hook, one no-op subscriber`: the same with a subscriber on all five events (the context object, five publishes
-//   and the promise reaction);
+// - `hook, one no-op subscriber`: what a subscriber on all five events adds to an awaited acquire (the context
+//   object, the publishes, the facts of the lock);
 // - real tryAcquire + release cycles on a memory file system, unsubscribed and subscribed, in µs per cycle.
 //   node bench/diagnostics.js [--smoke]     prints JSON; bench/run.js --only=diagnostics renders it as rows.
 
@@ -20,6 +20,13 @@ const root = path.resolve(__dirname, '..')
 function nsPerCall(fn, n) {
   const t0 = process.hrtime.bigint()
   for (let i = 0; i < n; i++) fn()
+  return Number(process.hrtime.bigint() - t0) / n
+}
+
+/** ns per call of `await fn()`, one call at a time (as acquires are awaited). */
+async function nsPerAwait(fn, n) {
+  const t0 = process.hrtime.bigint()
+  for (let i = 0; i < n; i++) await fn()
   return Number(process.hrtime.bigint() - t0) / n
 }
 
@@ -60,15 +67,13 @@ async function measure({ smoke = false } = {}) {
     for (let rep = 0; rep < reps; rep++) {
       samples.direct.push(nsPerCall(direct, calls))
       samples.unsubscribed.push(nsPerCall(hooked, calls))
-      samples.directWaiting.push(nsPerCall(directWaiting, calls / 10))
-      samples.waiting.push(nsPerCall(hookedWaiting, calls / 10))
-      await new Promise((resolve) => setImmediate(resolve))
+      samples.directWaiting.push(await nsPerAwait(directWaiting, calls / 10))
+      samples.waiting.push(await nsPerAwait(hookedWaiting, calls / 10))
       samples.cycleOff.push(await usPerCycle(sema, file, cycles))
       channel.subscribe(noop)
       try {
-        // The subscribed path allocates a promise reaction per call: fewer calls, then let them settle.
-        samples.subscribed.push(nsPerCall(hooked, calls / 10))
-        await new Promise((resolve) => setImmediate(resolve))
+        // What a subscriber adds to an awaited acquire: against the same awaited call unsubscribed.
+        samples.subscribed.push((await nsPerAwait(hookedWaiting, calls / 10)) - samples.waiting.at(-1))
         samples.cycleOn.push(await usPerCycle(sema, file, cycles))
       } finally {
         channel.unsubscribe(noop)
@@ -85,7 +90,7 @@ async function measure({ smoke = false } = {}) {
     directNs: m.direct,
     unsubscribedNs: m.unsubscribed,
     unsubscribedCostNs: m.unsubscribed - m.direct,
-    subscribedCostNs: m.subscribed - m.direct,
+    subscribedCostNs: m.subscribed,
     waitingListCostNs: m.waiting - m.directWaiting,
     cycleUsUnsubscribed: m.cycleOff,
     cycleUsSubscribed: m.cycleOn,

@@ -416,7 +416,7 @@ function diagnosticsTable(d) {
     ['what', 'cost'],
     [
       ['acquire hook, nobody subscribed (ns per acquire, against no hook)', num(d.unsubscribedCostNs, 2)],
-      ['acquire hook, one no-op subscriber on all five events (ns per acquire)', num(d.subscribedCostNs, 0)],
+      ['what one no-op subscriber on all five events adds (ns per awaited acquire)', num(d.subscribedCostNs, 0)],
       ["an acquire's listing for query() while it waits (ns per acquire)", num(d.waitingListCostNs, 0)],
       ['tryAcquire + release cycle, tmpfs, fsync and heartbeat off: nobody subscribed (µs)', num(d.cycleUsUnsubscribed, 1)],
       ['the same cycle with the no-op subscriber (µs)', num(d.cycleUsSubscribed, 1)],

@@ -31,8 +31,10 @@ const acquireSubscribed =
  * A target with a dflockd URL's token replaced by `***` (lib/dflockd/target.js's rule). Required when first used:
  * this module is loaded by the Lock handle, which the dflockd modules load.
  */
+let redact = null
 function redactTarget(target) {
-  return require('./dflockd/target').redactTarget(target)
+  redact ??= require('./dflockd/target').redactTarget
+  return redact(target)
 }
 
 /** What a message says about a lock: where, which backend, its holder's facts (no token). */

@@ -182,6 +182,15 @@ describe('ls: a directory of locks written by every tool', () => {
     assert.deepEqual(snapshot(dir), before)
   })
 
+  test("the STATE column: a lock free to take while processes stand in its line is 'queued'", () => {
+    const { stateText } = require('../lib/cli/ls')
+    assert.equal(stateText({ state: 'held', waiters: 3 }), 'held')
+    assert.equal(stateText({ state: 'stale', waiters: 2 }), 'stale, queued')
+    assert.equal(stateText({ state: 'free', waiters: 1 }), 'free, queued')
+    assert.equal(stateText({ state: 'stale', waiters: 0 }), 'stale')
+    assert.equal(stateText({ state: 'stale', waiters: null }), 'stale')
+  })
+
   test('errors: a missing directory exits 3 (JSON failure), a dflockd target is a usage error', async () => {
     const r = await cli(['ls', path.join(dir, 'nope'), '--json'])
     assert.equal(r.code, 3)

@@ -9,6 +9,7 @@
 const fs = require('node:fs')
 const path = require('node:path')
 const ls = require('./ls')
+const { stateText } = ls
 
 /** Redraws coalesce the events that come in bursts (a hand-off is an unlink and a link). */
 const EVENT_DELAY_MS = 20
@@ -55,7 +56,7 @@ function topTable(locks) {
   for (const r of locks) {
     rows.push([
       r.name,
-      r.state,
+      stateText(r),
       r.pid === null ? '-' : String(r.pid),
       ls.shortAge(r.ageS),
       r.waiters === null ? '-' : String(r.waiters),

@@ -34,15 +34,31 @@ export type SemaphoreErrorType =
   | 'INVALID_ARGUMENT'
   /** No binary is published for this platform (thrown by `require('sema-native')` itself). */
   | 'UNSUPPORTED_PLATFORM'
+  /** A binary is published for this platform, but its package is missing or would not load (thrown by `require('sema-native')`). */
+  | 'NATIVE_LOAD_FAILED'
 
 /** A failure as a value (semats' shape). */
 export interface SemaphoreError {
   type: SemaphoreErrorType
   message: string
-  /** pid recorded in the lock file that blocked us, when it could be read. */
+  /**
+   * pid recorded in the lock file that blocked us, when it could be read. Lock files, `ALREADY_LOCKED` and
+   * `TIMEOUT` (and semats' `PERMISSION_DENIED`): read by the engine when it refused, from the file it judged held.
+   */
   holderPid?: number | undefined
-  /** `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. */
+  /**
+   * `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. A live holder of this
+   * package refreshes it every second, so it is "last seen alive" rather than "acquired at".
+   */
   lockedSince?: number | undefined
+  /** Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the `tag=` of the lock file that blocked us, if it has one. */
+  holderTag?: string | undefined
+  /**
+   * Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the lock that blocked us is this process's own (another `Lock`,
+   * thread or waiter of this process holds it: a forgotten release, or a nested acquire), by the package's one
+   * ownership rule (token and host identity; the pid alone for files of other tools).
+   */
+  isOwnedByCurrentProcess?: boolean | undefined
   cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
   reply?: string | undefined
@@ -67,12 +83,16 @@ export declare class LockError extends Error {
   readonly type: SemaphoreErrorType
   readonly holderPid?: number | undefined
   readonly lockedSince?: number | undefined
+  /** See {@link SemaphoreError.holderTag}. */
+  readonly holderTag?: string | undefined
+  /** See {@link SemaphoreError.isOwnedByCurrentProcess}. */
+  readonly isOwnedByCurrentProcess?: boolean | undefined
   readonly reply?: string | undefined
 }
 /** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
 export declare class AcquireTimeoutError extends LockError {
   /** Message defaults to `timeout acquiring '<key>'` (the dflockd client's). */
-  constructor(key: string, message?: string)
+  constructor(key: string, message?: string, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
 }
 /** The dflockd server refused the auth token. `code === 'AUTH_FAILED'`. */
 export declare class AuthError extends LockError {
@@ -113,7 +133,11 @@ export interface SemaphoreConfig {
   maxTagLength?: number | undefined
   /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. */
   fsync?: boolean | undefined
-  /** ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(10 s, staleTimeout/4). */
+  /**
+   * ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(1 s,
+   * staleTimeout/4), run just after each wall-clock second, so that `sema --stale 1` and semats' `staleTimeout:
+   * 1000` never take a live holder's lock. Other tools sharing the lock must use a stale timeout above this period.
+   */
   heartbeat?: number | null | false | undefined
 }
 
@@ -122,6 +146,11 @@ export interface SemaphoreStatus {
   locked: boolean
   info: LockInfo | null
   isStale: boolean
+  /**
+   * The lock is this process's: it carries the token of a lock this process holds, or this host identity (hostname,
+   * boot id, pid namespace) with this process's pid. Only a file without that identity (written by sema or semats)
+   * is judged by its pid alone. The same pid in another container sharing the directory does not own it.
+   */
   isOwnedByCurrentProcess: boolean
 }
 
@@ -142,7 +171,10 @@ export declare class Semaphore {
   tryAcquireWithInfo(info: LockInfo): SemaphoreResult<LockInfo>
   acquire(options?: { timeout?: number | undefined; tag?: string | undefined; signal?: AbortSignal | undefined }): Promise<SemaphoreResult<LockInfo>>
   acquireTimeout(timeoutMs: number, tag?: string): Promise<SemaphoreResult<LockInfo>>
-  /** Releases a lock held by this process; `force` removes anyone's. */
+  /**
+   * Releases a lock held by this process ("this process" as in `status().isOwnedByCurrentProcess`: token and host
+   * identity, the pid alone only for files written by sema or semats); `force` removes anyone's.
+   */
   release(force?: boolean): SemaphoreResult<void>
   forceRelease(): SemaphoreResult<void>
   status(): SemaphoreStatus
@@ -178,7 +210,11 @@ export interface AcquireOptions {
    * stops at the ms.
    */
   timeout?: number | null | undefined
-  /** Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects). */
+  /**
+   * Aborting it cancels the wait; the promise resolves `{ok:false, error:{type:'ABORTED'}}` (withLock rejects).
+   * An object that is not an AbortSignal (or lacks `aborted`, `addEventListener` or `removeEventListener`) is refused
+   * with INVALID_ARGUMENT before anything is taken. Every option is read once, when the call starts.
+   */
   signal?: AbortSignal | undefined
   /** Tag written into the lock file (file targets). */
   tag?: string | undefined
@@ -206,7 +242,10 @@ export interface AcquireOptions {
   auth?: string | undefined
   /** dflockd: TCP+TLS connect timeout in ms. */
   connectTimeoutMs?: number | undefined
-  /** dflockd: timeout in ms for replies to non-blocking commands. */
+  /**
+   * dflockd: timeout in ms for replies to non-blocking commands, and for the margin after a blocking one's own
+   * timeout: a try (`tryAcquire`) against a server that never answers gives `TIMEOUT` after it. Default 30000.
+   */
   socketTimeoutMs?: number | undefined
   /** dflockd: renew when this fraction of the lease has passed (0 < r < 1). Default 0.5. */
   renewRatio?: number | undefined
@@ -224,6 +263,19 @@ export interface Lock extends LockInfo {
   readonly token?: string | undefined
   /** dflockd: the lease in seconds last granted or renewed. */
   readonly lease?: number | undefined
+  /**
+   * dflockd: until when (ms since the epoch) the lease is proven valid by the client's own lease clock, which starts
+   * when the acquire or renew is SENT (the server counts from receipt, later) and ends a guard (a tenth of the
+   * lease, 250 ms to 1 s) before the lease; 0 once released or lost. With no renewal confirmed by then, the lock is
+   * lost at that instant (`signal` aborts, `onLost` runs), before the server could grant it to anyone else. Bound:
+   * see the README (clock drift, pauses). Absent on file locks.
+   */
+  readonly validUntil?: number | undefined
+  /**
+   * dflockd: milliseconds the lease is still proven valid (`validUntil − now` on the monotonic clock; 0 once released,
+   * lost or past it). Check it before a write that must be exclusive. Absent on file locks.
+   */
+  remaining?(): number
   /** Aborted (with a LockError, code LOCK_LOST) when the lock is lost. */
   readonly signal: AbortSignal
   /** True once released or lost. */
@@ -243,6 +295,24 @@ export interface LockStatus extends SemaphoreStatus {
   limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
+  /**
+   * File: unix seconds from which the lock is reclaimable by {@link LockStatus.reclaimRule}'s age condition (for
+   * `'age-and-pid-not-running'` its pid must also not be running then), or now when `isStale`. `null` when no
+   * time decides it (`'holder-dead'` with the holder running: whenever it ends; `'never'`) or there is no file.
+   */
+  reclaimableAt?: number | null | undefined
+  /**
+   * File: how this lock becomes reclaimable (`null` without a file):
+   * - `'holder-dead'`: a lock of this package on this host, reclaimed at once when its holder process dies;
+   * - `'age-and-pid-not-running'`: a file without this package's host identity (sema, semats, a shell, the
+   *   `sema-native sema|semats` front ends): semats' rule, older than `staleTimeout` and its pid not running
+   *   (a crashed sema holder waits out `staleTimeout`, 1 h by default);
+   * - `'age'`: a lock of this package from another host: older than `staleTimeout` (its live holder's heartbeat
+   *   keeps it young);
+   * - `'unparseable-age'`: a file that cannot be parsed: its modification time older than `staleTimeout`;
+   * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
+   */
+  reclaimRule?: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null | undefined
 }
 
 export interface StatusOptions {
@@ -257,7 +327,11 @@ export interface StatusOptions {
 export interface ReleaseOptions {
   /** File: remove the lock whoever holds it. */
   force?: boolean | undefined
-  /** File: release on behalf of this owner pid (the `pid` given to `acquire`, e.g. a shell's `$$`) instead of `process.pid`. */
+  /**
+   * File: release on behalf of this owner pid (the `pid` given to `acquire`, e.g. a shell's `$$`) instead of
+   * `process.pid`. A lock written by this package must also name this host identity (same pid namespace): the
+   * same pid in another container is another process.
+   */
   pid?: number | undefined
 }
 
@@ -405,7 +479,11 @@ export interface DistributedLockOptions {
   onLockLost?: ((key: string, token: string) => void) | undefined
   /** TCP + TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number | undefined
-  /** Timeout in ms for replies to non-blocking commands (release, renew, enqueue, stats). Default 30000. */
+  /**
+   * Timeout in ms for replies to non-blocking commands (release, enqueue, stats), and for the margin after a blocking
+   * command's own timeout (an `acquireTimeoutS: 0` try against a silent server throws `TIMEOUT` after it). Renewals are
+   * bounded by the lease instead (see `validUntil`). Default 30000.
+   */
   socketTimeoutMs?: number | undefined
   /** Longest gap between renewals in ms. Default 15000 (below the server's 23 s idle timeout). */
   renewMaxIntervalMs?: number | undefined
@@ -432,6 +510,15 @@ export declare class DistributedLock {
   readonly token: string | null
   /** Lease in seconds of the held lock, 0 when none. */
   readonly lease: number
+  /**
+   * Until when (ms since the epoch) the held lock's lease is proven valid, 0 when none: the client's own lease clock,
+   * started when the acquire or renew was SENT and ending a guard (a tenth of the lease, 250 ms to 1 s) before the
+   * lease. With no renewal confirmed by then the lock is lost at that instant (`signal` aborts, `onLockLost` runs,
+   * `withLock` rejects with `LOCK_LOST`), before the server could grant it to anyone else.
+   */
+  readonly validUntil: number
+  /** Milliseconds the held lock is still proven valid (monotonic clock; 0 when none, lost or past `validUntil`). */
+  remaining(): number
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   readonly signal: AbortSignal
   /** true = acquired; false = timed out. `force` closes a live connection first. */

@@ -159,7 +159,14 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
       ok: false,
       command: 'try-acquire',
       target: p,
-      error: { type: 'ALREADY_LOCKED', message: 'Lock already held', holderPid: ME, lockedSince: a.timestamp },
+      error: {
+        type: 'ALREADY_LOCKED',
+        message: 'Lock already held',
+        holderPid: ME,
+        lockedSince: a.timestamp,
+        holderTag: 'x',
+        isOwnedByCurrentProcess: false,
+      },
     })
 
     const refused = await cli(['release', p, '--pid', '1', '--json'])
@@ -168,7 +175,14 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
       ok: false,
       command: 'release',
       target: p,
-      error: { type: 'PERMISSION_DENIED', message: `Lock held by different process (PID ${ME})`, holderPid: ME, lockedSince: null },
+      error: {
+        type: 'PERMISSION_DENIED',
+        message: `Lock held by different process (PID ${ME})`,
+        holderPid: ME,
+        lockedSince: null,
+        holderTag: null,
+        isOwnedByCurrentProcess: null,
+      },
     })
     assert.ok(fs.existsSync(p))
 
@@ -178,7 +192,14 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
 
     const none = await cli(['release', p, '--json'])
     assert.equal(none.code, 1)
-    assert.deepEqual(json(none).error, { type: 'NOT_LOCKED', message: 'Lock not held', holderPid: null, lockedSince: null })
+    assert.deepEqual(json(none).error, {
+      type: 'NOT_LOCKED',
+      message: 'Lock not held',
+      holderPid: null,
+      lockedSince: null,
+      holderTag: null,
+      isOwnedByCurrentProcess: null,
+    })
   })
 
   it('-q silences success; --quiet failures still explain on stderr', async () => {
@@ -197,10 +218,19 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
     const r = await cli(['acquire', p, '--timeout', '300ms'])
     assert.ok(Date.now() - t0 >= 280)
     assert.equal(r.code, 1)
-    assert.equal(r.stderr, `sema-native: ${p}: Timeout waiting for lock after 300ms\n`)
+    // The holder as the engine read it when the wait ran out (issue 23 point 4).
+    assert.match(r.stderr, new RegExp(`^sema-native: .*: Timeout waiting for lock after 300ms \\(held by pid ${ME} since .*\\)\\n$`))
     const j = await cli(['acquire', p, '--timeout=0.2s', '--json'])
     assert.equal(j.code, 1)
-    assert.deepEqual(json(j).error, { type: 'TIMEOUT', message: 'Timeout waiting for lock after 200ms', holderPid: null, lockedSince: null })
+    const e = json(j).error
+    assert.deepEqual({ ...e, lockedSince: typeof e.lockedSince }, {
+      type: 'TIMEOUT',
+      message: 'Timeout waiting for lock after 200ms',
+      holderPid: ME,
+      lockedSince: 'number',
+      holderTag: null,
+      isOwnedByCurrentProcess: false,
+    })
   })
 
   it('acquire waits and wins when the holder releases', async () => {
@@ -225,7 +255,7 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
       r.stderr,
       new RegExp(
         `^sema-native: waiting for ${q} \\(held by pid ${ME} since ${iso} \\(\\d+s ago\\)\\)\\n` +
-          `sema-native: ${q}: Timeout waiting for lock after 100ms\\n$`,
+          `sema-native: ${q}: Timeout waiting for lock after 100ms \\(held by pid ${ME} since ${iso} \\(\\d+s ago\\)\\)\\n$`,
       ),
     )
   })
@@ -257,6 +287,8 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
       waiters: null,
       limit: null,
       leaseExpiresInS: null,
+      reclaimableAt: null,
+      reclaimRule: null,
     })
     assert.deepEqual(await cli(['status', p]), { code: 0, signal: null, stdout: `${p}: free\n`, stderr: '' })
 
@@ -265,18 +297,21 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
     assert.equal(held.code, 0)
     assert.equal(
       held.stdout,
-      `${p}: locked\n  pid: ${ME} (running)\n  since: ${new Date(ts * 1000).toISOString()} (timestamp ${ts})\n  tag: nightly\n  stale: no\n`,
+      `${p}: locked\n  pid: ${ME} (running)\n  since: ${new Date(ts * 1000).toISOString()} (timestamp ${ts})\n  tag: nightly\n  stale: no\n` +
+        `  reclaimable: from ${new Date((ts + 2) * 1000).toISOString()} (already past) if pid ${ME} is not running then ` +
+        "(a lock of another tool: semats' rule, older than the stale timeout and its pid not running)\n",
     )
     const h = json(await cli(['status', p, '--json', '--stale', '1s']))
     assert.deepEqual(h.info, { pid: ME, timestamp: ts, tag: 'nightly' })
     assert.equal(h.locked, true)
     assert.equal(h.holderRunning, true)
     assert.equal(h.isStale, false, 'a live holder is never stale, however old')
+    assert.deepEqual([h.reclaimRule, h.reclaimableAt], ['age-and-pid-not-running', ts + 2])
     // a dead holder's old lock is
     const dead = await deadPid()
     writeLock(p, { pid: dead, timestamp: Math.floor(Date.now() / 1000) - 120 })
     assert.equal(json(await cli(['status', p, '--json', '--stale', '1m'])).isStale, true)
-    assert.match((await cli(['status', p, '--stale', '1m'])).stdout, new RegExp(`pid: ${dead} \\(not running\\)[^]*stale: yes\n$`))
+    assert.match((await cli(['status', p, '--stale', '1m'])).stdout, new RegExp(`pid: ${dead} \\(not running\\)[^]*stale: yes\n  reclaimable: now \\(stale[^\n]*\n$`))
 
     fs.writeFileSync(p, 'garbage')
     const g = await cli(['status', p, '--json'])

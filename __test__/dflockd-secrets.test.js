@@ -1,21 +1,19 @@
 'use strict'
 // The auth token never leaves the process in text: not in error messages (bad URLs, failed acquisitions, auth
 // refused), not in lock.target or status().target, not in the CLI's output (text or JSON), not in the loss reason.
-// Every path below is grepped for the token; the server is the real Go server started with that token.
+// Every path below is grepped for the token and for every fragment of it (a token with '@', '/', ':' and '%' is
+// written percent-encoded in the URL; a redaction that stopped at its first '@' would leave its tail visible), also in
+// util.inspect of locks and errors; the server is the real Go server started with that token.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
+const util = require('node:util')
 const d = require('./helpers/dflockd')
 const api = require('..')
 const { parseDflockdUrl } = require('../lib/dflockd')
 const { LockError } = require('../lib/errors')
 const { cli } = require('./fixtures/cli/helpers')
 
-const TOKEN = 's3cretTOKEN'
 const skip = d.skipReason()
-let s
-before(async () => {
-  if (!skip) s = await d.startServer({ args: ['--auth-token', TOKEN] })
-})
 after(() => d.stopAll())
 
 /** Every string reachable from `v` (own enumerable properties, messages, nested objects), joined. */
@@ -28,28 +26,40 @@ function allText(v, seen = new Set()) {
   if (v instanceof Error) parts.push(v.message, String(v.stack))
   for (const k of Object.keys(v)) parts.push(allText(v[k], seen))
   if (typeof v.toJSON === 'function') parts.push(JSON.stringify(v))
+  parts.push(util.inspect(v, { depth: 4, showHidden: false }))
   return parts.join('\n')
 }
 
-function noToken(v, where) {
-  const text = allText(v)
-  assert.ok(!text.includes(TOKEN), `${where} shows the token: ${text}`)
-  assert.ok(!text.includes(encodeURIComponent(TOKEN)) || encodeURIComponent(TOKEN) === TOKEN)
-}
+// A plain token, and one with every character that needs percent-encoding in the user info.
+for (const TOKEN of ['s3cretTOKEN', 'Al1ce@Wonder/Land:Sec%Ret99']) {
+  /** The token as written in a URL's user info. */
+  const ENC = encodeURIComponent(TOKEN)
+  /** The token, its encoded form, and each piece between its special characters. */
+  const fragments = [...new Set([TOKEN, ENC, ...TOKEN.split(/[@/:%]/).filter((f) => f.length >= 3)])]
 
-describe('the auth token is never shown', { skip }, () => {
+  function noToken(v, where) {
+    const text = typeof v === 'string' ? v : allText(v)
+    for (const f of fragments) assert.ok(!text.includes(f), `${where} shows ${JSON.stringify(f)} of the token: ${text}`)
+  }
+
+describe(`the auth token is never shown (${TOKEN === ENC ? 'plain' : "with '@', '/', ':' and '%'"})`, { skip }, () => {
+  let s
+  before(async () => {
+    if (!skip) s = await d.startServer({ args: ['--auth-token', TOKEN] })
+  })
+
   test('bad URLs: every parse error masks the user info', () => {
     const bad = [
-      `dflockd://${TOKEN}@127.0.0.1:99999/k`,
-      `dflockd://${TOKEN}@127.0.0.1:1/`,
-      `dflockd://${TOKEN}@127.0.0.1:1/k#frag`,
-      `dflockd://${TOKEN}@127.0.0.1:1/k?limit=x`,
-      `dflockd://${TOKEN}@127.0.0.1:1/k?leaseTtl=0`,
-      `dflockd://${TOKEN}@127.0.0.1:1/k?tls=maybe`,
-      `dflockd://${TOKEN}@127.0.0.1:1/k?colour=red`,
-      `dflockd://${TOKEN}@127.0.0.1:1/%E0%A4%A`,
-      `dflockd://${TOKEN}:pass@[::1/k`,
-      `dflockd://a@${TOKEN}@127.0.0.1:1/k?x=1`,
+      `dflockd://${ENC}@127.0.0.1:99999/k`,
+      `dflockd://${ENC}@127.0.0.1:1/`,
+      `dflockd://${ENC}@127.0.0.1:1/k#frag`,
+      `dflockd://${ENC}@127.0.0.1:1/k?limit=x`,
+      `dflockd://${ENC}@127.0.0.1:1/k?leaseTtl=0`,
+      `dflockd://${ENC}@127.0.0.1:1/k?tls=maybe`,
+      `dflockd://${ENC}@127.0.0.1:1/k?colour=red`,
+      `dflockd://${ENC}@127.0.0.1:1/%E0%A4%A`,
+      `dflockd://${ENC}:pass@[::1/k`,
+      `dflockd://a@${ENC}@127.0.0.1:1/k?x=1`,
     ]
     for (const url of bad) {
       const e = (() => {
@@ -67,7 +77,7 @@ describe('the auth token is never shown', { skip }, () => {
   })
 
   test('target API: acquire / lock.target / status().target / a refused acquisition / withLock', async () => {
-    const url = `dflockd://${TOKEN}@127.0.0.1:${s.port}/sec-key`
+    const url = `dflockd://${ENC}@127.0.0.1:${s.port}/sec-key`
     const r = await api.acquire(url)
     assert.equal(r.ok, true, JSON.stringify(r.error))
     const lock = r.value
@@ -82,22 +92,22 @@ describe('the auth token is never shown', { skip }, () => {
     noToken(busy, 'a failed tryAcquire')
     assert.equal(await lock.release(), true)
 
-    const wrong = await api.acquire(`dflockd://wrong-${TOKEN}@127.0.0.1:${s.port}/sec-key`)
+    const wrong = await api.acquire(`dflockd://wrong-${ENC}@127.0.0.1:${s.port}/sec-key`)
     assert.equal(wrong.ok, false)
     assert.equal(wrong.error.type, 'AUTH_FAILED')
     noToken(wrong, 'an AUTH_FAILED result')
-    await assert.rejects(api.withLock(`dflockd://wrong-${TOKEN}@127.0.0.1:${s.port}/sec-key`, () => 1), (e) => {
+    await assert.rejects(api.withLock(`dflockd://wrong-${ENC}@127.0.0.1:${s.port}/sec-key`, () => 1), (e) => {
       noToken(e, 'withLock rejection')
       return e instanceof LockError && e.code === 'AUTH_FAILED'
     })
-    await assert.rejects(api.withLock(`dflockd://${TOKEN}@127.0.0.1:${s.port}/sec-key?tls=maybe`, () => 1), (e) => {
+    await assert.rejects(api.withLock(`dflockd://${ENC}@127.0.0.1:${s.port}/sec-key?tls=maybe`, () => 1), (e) => {
       noToken(e, 'withLock rejection of a bad URL')
       return e instanceof LockError && e.code === 'INVALID_ARGUMENT'
     })
   })
 
   test('the loss reason and the lost handle do not show it', async () => {
-    const r = await api.acquire(`dflockd://${TOKEN}@127.0.0.1:${s.port}/sec-loss`)
+    const r = await api.acquire(`dflockd://${ENC}@127.0.0.1:${s.port}/sec-loss`)
     assert.equal(r.ok, true)
     // A held lock never keeps Node alive (its loss arrives from native code without a handle): a bounded timer does,
     // or the runner would see an empty event loop and cancel the test while the loss is on its way.
@@ -114,15 +124,19 @@ describe('the auth token is never shown', { skip }, () => {
   })
 
   test('CLI: status --json, status, wait and run with a token URL', async () => {
-    const url = `dflockd://${TOKEN}@127.0.0.1:${s.port}/sec-cli`
+    const url = `dflockd://${ENC}@127.0.0.1:${s.port}/sec-cli`
+    // A raw '@' before the token's own: URL parsing ends the user info at the last '@' (the whole of it is redacted).
+    const twoAt = `dflockd://x@${ENC}@127.0.0.1:${s.port}/sec-cli`
     for (const args of [['status', url, '--json'], ['status', url], ['wait', url, '--json'], ['status', `${url}?tls=maybe`, '--json'],
+      ['status', twoAt, '--json'], ['status', `${twoAt}?tls=maybe`],
       ['run', `dflockd://wrong@127.0.0.1:${s.port}/sec-cli`, '--', process.execPath, '-e', '0'],
       ['run', url, '--', process.execPath, '-e', 'process.stdout.write(process.env.SEMA_NATIVE_TARGET ?? "")']]) {
       const r = await cli(args)
-      assert.ok(!r.stdout.includes(TOKEN) && !r.stderr.includes(TOKEN), `sema-native ${args.join(' ')} shows the token:\n${r.stdout}\n${r.stderr}`)
+      noToken(`${r.stdout}\n${r.stderr}`, `sema-native ${args.join(' ')}`)
     }
     const st = await cli(['status', url, '--json'])
     assert.equal(st.code, 0, st.stderr)
     assert.equal(JSON.parse(st.stdout).target, `dflockd://***@127.0.0.1:${s.port}/sec-cli`)
   })
 })
+}

@@ -34,7 +34,8 @@ function checkLock(lock, { target, tag }) {
 describe('acquire / release over a plain path', () => {
   test('Lock fields; the file says the same; release() resolves true then false', async () => {
     const file = fresh()
-    const r = await sema.acquire(file, { tag: 'api' })
+    // heartbeat off: the file must still say what was written (the default rewrites timestamp= every second)
+    const r = await sema.acquire(file, { tag: 'api', heartbeat: false })
     assert.equal(r.ok, true, JSON.stringify(r.error))
     const lock = r.value
     checkLock(lock, { target: file, tag: 'api' })
@@ -71,7 +72,7 @@ describe('acquire / release over a plain path', () => {
 
   test('tryAcquire: granted when free; ALREADY_LOCKED (holderPid, lockedSince) when held, even by this process', async () => {
     const file = fresh()
-    const r = await sema.tryAcquire(file, { tag: 'try' })
+    const r = await sema.tryAcquire(file, { tag: 'try', heartbeat: false }) // lockedSince stays the acquisition time
     assert.equal(r.ok, true)
     checkLock(r.value, { target: file, tag: 'try' })
     const again = await sema.tryAcquire(file)

@@ -130,7 +130,8 @@ describe('the spec readers read what the addon writes', () => {
   test('Python parses pid/timestamp/tag of a lock we hold (async acquire)', async (t) => {
     if (!u.python()) return t.skip('python3 not installed')
     const file = fresh('ours-py')
-    const r = await sema.acquire(file, { tag: 'python-check', timeout: 5000 })
+    // heartbeat off: the file keeps the acquisition timestamp while Python starts (the default rewrites it every second)
+    const r = await sema.acquire(file, { tag: 'python-check', timeout: 5000, heartbeat: false })
     assert.equal(r.ok, true, JSON.stringify(r.error))
     const lock = r.value
     try {
@@ -194,7 +195,7 @@ describe('the spec readers read what the addon writes', () => {
   test('Python reads a lock taken with the semats-compatible Semaphore#tryAcquire', async (t) => {
     if (!u.python()) return t.skip('python3 not installed')
     const file = fresh('ours-semats')
-    const s = new sema.Semaphore(file)
+    const s = new sema.Semaphore(file, { heartbeat: false }) // the file keeps the acquisition timestamp
     const r = s.tryAcquire('semats tag = with equals')
     assert.equal(r.ok, true, JSON.stringify(r.error))
     try {

@@ -241,7 +241,9 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
   let shared
   let mine
   const kids = []
+  let pkg
   before(() => {
+    pkg = u.packageForOtherUsers('file-user-cmd.js')
     ;({ shared, mine } = dirs())
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
   })
@@ -250,12 +252,17 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
     u.rmTmp(shared)
     u.rmTmp(mine)
+    u.rmTmp(pkg && pkg.dir)
   })
 
   /** `file-user-cmd.js` as `uid`, once it is ready; `.run(line, pred)` sends a command and resolves its answer. */
   async function userProcess(uid) {
-    const child = u.spawnTracked('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', process.execPath, path.join(__dirname, 'helpers', 'file-user-cmd.js')], {
-      cwd: path.join(__dirname, '..'),
+    // From a copy the other user can read: the clone may sit in a directory that user cannot enter (/root).
+    const env = { ...process.env }
+    delete env.NAPI_RS_NATIVE_LIBRARY_PATH
+    const child = u.spawnTracked('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', process.execPath, pkg.paths[0]], {
+      cwd: pkg.dir,
+      env,
     })
     kids.push(child)
     const out = u.lines(child)

@@ -71,7 +71,7 @@ describe('constructor: plain Errors with semats’ messages', () => {
 describe('lock lifecycle: shapes, types and messages', () => {
   test('tryAcquire → {ok:true, value:{pid,timestamp,tag}}; second → ALREADY_LOCKED with holderPid === process.pid', () => {
     const file = fresh()
-    const s = new Semaphore(file)
+    const s = new Semaphore(file, { heartbeat: false }) // lockedSince stays the acquisition time
     const t0 = u.nowS()
     const r = s.tryAcquire('first')
     assert.equal(r.ok, true)
@@ -196,7 +196,7 @@ describe('lock lifecycle: shapes, types and messages', () => {
 describe('status()', () => {
   test('keys and values: free, owned, foreign, stale', async () => {
     const file = fresh()
-    const s = new Semaphore(file)
+    const s = new Semaphore(file, { heartbeat: false }) // info.timestamp stays the acquisition time
     const free = s.status()
     assert.deepEqual(Object.keys(free), ['locked', 'info', 'isStale', 'isOwnedByCurrentProcess'])
     assert.deepEqual(free, { locked: false, info: null, isStale: false, isOwnedByCurrentProcess: false })

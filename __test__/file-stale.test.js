@@ -194,6 +194,34 @@ describe('foreign-format file (shell-written), pid of a dead process: semats’ 
   })
 })
 
+describe('a lock file naming pid 0 or a negative pid: no process holds it, the age decides', () => {
+  for (const pid of [0, -1]) {
+    test(`pid=${pid}: taken once older than staleTimeout (1970), kept while fresh, nobody's`, async () => {
+      const file = fresh(`pid${pid}`)
+      // kill(0, 0) and kill(-1, 0) answer for a process group: semats would keep such a file forever.
+      fs.writeFileSync(file, `pid=${pid}\ntimestamp=1\n`)
+      const s = await sema.status(file)
+      assert.equal(s.isStale, true)
+      assert.equal(s.isOwnedByCurrentProcess, false)
+      const sem = new sema.Semaphore(file)
+      assert.equal(sem.status().isOwnedByCurrentProcess, false)
+      assert.equal(sem.release().error?.type, 'PERMISSION_DENIED', 'not ours by pid')
+      const r = await sema.tryAcquire(file, { staleTimeout: HOUR })
+      assert.equal(r.ok, true, JSON.stringify(r.error))
+      assert.equal(r.value.pid, process.pid)
+      assert.equal(await r.value.release(), true)
+
+      fs.writeFileSync(file, `pid=${pid}\ntimestamp=${u.nowS()}\n`)
+      const young = await sema.tryAcquire(file, { staleTimeout: HOUR })
+      assert.equal(young.ok, false)
+      assert.equal(young.error.type, 'ALREADY_LOCKED')
+      fs.writeFileSync(file, `pid=${pid}\ntimestamp=1\n`)
+      assert.equal(sem.cleanStale(), true, 'cleanStale() removes the old one')
+      assert.equal(fs.existsSync(file), false)
+    })
+  }
+})
+
 describe('a live holder’s old lock is never taken', () => {
   const holders = {
     'this process': () => ({ pid: process.pid, stop() {} }),

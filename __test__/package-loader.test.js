@@ -1,6 +1,6 @@
 'use strict'
 // The distribution layout and the native loader (lib/native.js): npm/<platform>/ packages that match the main
-// package's optionalDependencies, and a copy of the package as npm installs it (outside the repository, no local
+// package's napi.targets, and a copy of the package as npm installs it (outside the repository, no local
 // build) that loads its binary from the platform package, or fails with a stable code and a message naming the
 // platform, the package and what to do, never a contributor's command.
 
@@ -13,18 +13,21 @@ const { spawnSync } = require('node:child_process')
 
 const root = path.resolve(__dirname, '..')
 const pkg = require('../package.json')
+const { PUBLISHED } = require('../lib/platform')
 const key = `linux-${process.arch}-gnu` // the host of these tests (the musl decision is proven under emulation)
 const platformPkg = `${pkg.name}-${key}`
 
-test('npm/<platform>/package.json: one per optional dependency, same version, os/cpu/libc, main and files', () => {
+test('npm/<platform>/package.json: one per napi target, same version, os/cpu/libc, main and files', () => {
   const dirs = fs.readdirSync(path.join(root, 'npm')).sort()
-  assert.deepEqual(dirs.map((d) => `${pkg.name}-${d}`), Object.keys(pkg.optionalDependencies).sort())
+  assert.deepEqual(dirs, [...PUBLISHED].sort())
+  // The repository's package.json lists no platform package (scripts/package.js adds them when packing), so that
+  // `npm ci` accepts the lock file in a clone.
+  assert.equal(pkg.optionalDependencies, undefined)
   for (const d of dirs) {
     const sub = require(path.join(root, 'npm', d, 'package.json'))
     const [os_, cpu, abi] = d.split('-')
     assert.equal(sub.name, `${pkg.name}-${d}`)
     assert.equal(sub.version, pkg.version)
-    assert.equal(pkg.optionalDependencies[sub.name], pkg.version)
     assert.deepEqual(sub.os, [os_])
     assert.deepEqual(sub.cpu, [cpu])
     if (os_ === 'linux') assert.deepEqual(sub.libc, [abi === 'musl' ? 'musl' : 'glibc'])

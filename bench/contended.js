@@ -11,11 +11,14 @@ const { summarize } = require('./lib/stats')
  * @param {{kind: 'addon'|'proper-lockfile', procs: number, rounds: number, dir: string, timeoutMs?: number}} cfg
  */
 async function contend(cfg) {
+  if (cfg.kind === 'floor' || cfg.kind === 'floor-after') return floorRun(cfg)
   const tag = `${cfg.kind}-${cfg.procs}-${process.pid}-${Date.now()}`
   const lockPath = path.join(cfg.dir, `contended-${tag}.lock`)
   const markerPath = path.join(cfg.dir, `contended-${tag}.marker`)
+  const counterPath = `${lockPath}.counter`
   if (cfg.kind === 'proper-lockfile') fs.writeFileSync(lockPath, '') // it locks `${file}.lock` and needs `file`
-  const childCfg = JSON.stringify({ ...cfg, lockPath, markerPath })
+  if (cfg.work === 'counter') fs.writeFileSync(counterPath, '0\n')
+  const childCfg = JSON.stringify({ ...cfg, lockPath, markerPath, counterPath })
   const children = []
   const ready = []
   const done = []
@@ -41,14 +44,30 @@ async function contend(cfg) {
     const base = process.hrtime.bigint()
     for (const c of children) c.send({ type: 'go', base: String(base) })
     const results = await Promise.all(done)
-    return analyse(cfg, results)
+    const r = analyse(cfg, results)
+    if (cfg.work === 'counter') {
+      // Every hold added one: a smaller final value is an update lost to two holders at once.
+      const counter = Number(fs.readFileSync(counterPath, 'utf8').trim())
+      r.overlaps += r.ops - counter
+    }
+    return r
   } catch (e) {
     killAll()
     throw e
   } finally {
     clearTimeout(timer)
-    for (const p of [lockPath, markerPath, `${lockPath}.lock`]) fs.rmSync(p, { force: true, recursive: true })
+    for (const p of [lockPath, markerPath, counterPath, `${lockPath}.lock`]) fs.rmSync(p, { force: true, recursive: true })
   }
+}
+
+/** The Rust floor of the same protocol (bench/floor/src/bin/file-contended-floor.rs), `counter` work; `floor-after`
+ * syncs the lock content after the link instead of before the wait (the engine's order). */
+async function floorRun(cfg) {
+  const { runJson } = require('./lib/proc')
+  const bin = path.join(__dirname, 'floor', 'target', 'release', 'file-contended-floor')
+  const order = cfg.kind === 'floor-after' ? 'after' : 'before'
+  const { result } = await runJson(bin, [cfg.dir, String(cfg.procs), String(cfg.rounds), order], { timeoutMs: cfg.timeoutMs ?? 300_000 })
+  return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0 }
 }
 
 function analyse(cfg, results) {

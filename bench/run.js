@@ -39,6 +39,7 @@ const P = smoke
   ? {
       file: { reps: 1, seconds: 0.05, warmup: 10 },
       contended: [{ procs: 8, rounds: 5, dirs: ['tmpfs'] }],
+      floorCompare: [{ procs: 1, rounds: 5 }, { procs: 8, rounds: 5 }],
       contendedReps: 1,
       dflockd: { workers: [1, 10, 100], seconds: 0.2, reps: 1, goTimeoutMs: 20_000 },
       memory: { fileCycles: 2_000, dflockdPairs: 500, dflockdSeconds: 3, warmup: 100 },
@@ -50,6 +51,8 @@ const P = smoke
         { procs: 8, rounds: 300, dirs: ['tmpfs', 'disk'], references: ['tmpfs'], noFsync: ['disk'] },
         { procs: 32, rounds: 100, dirs: ['tmpfs'] },
       ],
+      // Against the floor of the same protocol and durability, on the disk (issue 24): 1 and 8 processes.
+      floorCompare: [{ procs: 1, rounds: 600 }, { procs: 8, rounds: 300 }],
       contendedReps: 3,
       dflockd: { workers: [1, 10, 100], seconds: 1.5, reps: 3, goTimeoutMs: 180_000 },
       memory: { fileCycles: 1_000_000, dflockdPairs: 500_000, dflockdSeconds: 180, warmup: 2_000 },
@@ -201,6 +204,77 @@ async function runContended(dirs) {
     }
   }
   return out
+}
+
+/** Median-of-reps row for each of `runs` (interleaved repetitions), as runContended's main loop. */
+function medianRows(runs, done, extra) {
+  return runs.map(({ kind, fsync }, i) => {
+    const ok = done[i].filter((r) => !r.error)
+    if (!ok.length) return { kind, fsync, ...extra, error: done[i][0].error }
+    const median = [...ok].sort((a, b) => a.opsPerSec - b.opsPerSec)[Math.floor((ok.length - 1) / 2)]
+    return {
+      ...median,
+      ...extra,
+      runs: ok.length,
+      overlaps: ok.reduce((n, r) => n + r.overlaps, 0),
+      intervalOverlaps: ok.reduce((n, r) => n + (r.intervalOverlaps || 0), 0),
+      opsPerSecAll: ok.map((r) => r.opsPerSec),
+    }
+  })
+}
+
+/**
+ * The file API against the floor of its own protocol and durability (bench/floor/src/bin/file-contended-floor.rs):
+ * each process acquires, reads a counter file, writes it + 1, releases; fsync on; on the disk. A lost update counts
+ * as an overlap.
+ */
+async function runFloorCompare(dirs) {
+  const out = []
+  if (!dirs.disk || !P.floorCompare) return out
+  buildFloor()
+  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'addon' }, { kind: 'semaphore' }]
+  for (const c of P.floorCompare) {
+    const done = runs.map(() => [])
+    for (let rep = 0; rep < P.contendedReps; rep++) {
+      for (const [i, { kind }] of runs.entries()) {
+        try {
+          const r = await contend({ kind, work: 'counter', procs: c.procs, rounds: c.rounds, dir: dirs.disk, timeoutMs: smoke ? 20_000 : 300_000 })
+          done[i].push(r)
+          log(`floor compare ${kind} ${c.procs}×${c.rounds} disk: ${num(r.opsPerSec)} ops/s, lost updates ${r.overlaps}`)
+        } catch (e) {
+          done[i].push({ error: fail(`floor-compare/${kind}/${c.procs}`, e).error })
+        }
+      }
+    }
+    out.push(...medianRows(runs, done, { procs: c.procs, rounds: c.rounds, dir: 'disk', work: 'counter' }))
+  }
+  return out
+}
+
+function floorCompareTable(rows) {
+  const label = {
+    floor: 'floor: the same protocol in Rust (O_TMPFILE + fsync, linkat, fsync(dir), inotify wake-up; no queue)',
+    'floor-after': "the floor with the engine's fsync order (the content synced after the link, with the directory)",
+    addon: 'addon `acquire(p)` + `lock.release()`',
+    semaphore: 'addon `Semaphore`: `await sem.acquire()` + `sem.release()`',
+  }
+  const floor = (r) => rows.find((x) => x.kind === 'floor' && x.procs === r.procs && !x.error)
+  return table(
+    ['lock', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'lost updates'],
+    rows.map((r) => {
+      if (r.error) return [label[r.kind], `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '']
+      const fl = floor(r)
+      return [
+        label[r.kind],
+        `${r.procs} × ${r.rounds}`,
+        num(r.opsPerSec),
+        num(1000 / r.opsPerSec, 3),
+        r.kind === 'floor' ? '1.00×' : fl ? ratio(r.opsPerSec, fl.opsPerSec) : '–',
+        r.handoffP50Ms === undefined ? '' : num(r.handoffP50Ms, 3),
+        String(r.overlaps + (r.intervalOverlaps || 0)),
+      ]
+    }),
+  )
 }
 
 function contendedTable(rows) {
@@ -449,7 +523,11 @@ function targets(res) {
     const all = res.contended.filter((r) => !r.error)
     const overlaps = all.reduce((s, r) => s + r.overlaps + r.intervalOverlaps, 0)
     add('contended: 0 overlapping holders (every run)', `${overlaps} overlaps in ${all.reduce((n, r) => n + (r.runs || 1), 0)} runs`, overlaps === 0 && all.length > 0)
-    for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8 && x.fsync !== false)) {
+    for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor'))) {
+      const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs)
+      if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, disk: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ≥ 0.8× floor ops/s`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, r.opsPerSec >= 0.8 * fl.opsPerSec)
+    }
+    for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8 && x.fsync !== false && x.work !== 'counter')) {
       const pl = all.find((x) => x.kind === 'proper-lockfile' && x.procs === 8 && x.dir === r.dir)
       if (pl) add(`contended, 8 processes, ${r.dir}: ≥ 5× proper-lockfile ops/s`, `${ratio(r.opsPerSec, pl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(pl.opsPerSec)})`, r.opsPerSec >= 5 * pl.opsPerSec)
       add(`contended, 8 processes, ${r.dir}: hand-off p50 ≤ 2 ms`, `${num(r.handoffP50Ms, 3)} ms`, r.handoffP50Ms <= 2)
@@ -526,7 +604,7 @@ async function main() {
         fail('file', e)
       }
     }
-    if (only.includes('contended')) res.contended = await runContended(dirs)
+    if (only.includes('contended')) res.contended = [...(await runContended(dirs)), ...(await runFloorCompare(dirs))]
     if (only.includes('dflockd')) {
       try {
         res.dflockd = await runDflockd()
@@ -580,7 +658,11 @@ function render(res) {
       parts.push(`### File lock, one process, no contention — ${dirName} (${m.dirs[dirName].fs})`, '', fileTable(rows), '')
     }
   }
-  if (res.contended) parts.push('### File lock, contended (real processes, one lock)', '', contendedTable(res.contended), '')
+  if (res.contended) {
+    parts.push('### File lock, contended (real processes, one lock)', '', contendedTable(res.contended.filter((r) => r.work !== 'counter')), '')
+    const vsFloor = res.contended.filter((r) => r.work === 'counter')
+    if (vsFloor.length) parts.push('### File lock against its floor (same protocol and durability, disk, counter work)', '', floorCompareTable(vsFloor), '')
+  }
   if (res.dflockd) {
     if (res.dflockd.error) parts.push('### dflockd', '', `error: ${res.dflockd.error}`, '')
     else {

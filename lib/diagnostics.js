@@ -11,6 +11,7 @@
 
 const dc = require('node:diagnostics_channel')
 const { LockError } = require('./errors')
+const { redactTarget } = require('./dflockd/url')
 
 const acquireChannel = dc.tracingChannel('sema-native:acquire')
 const releaseChannel = dc.channel('sema-native:release')
@@ -26,16 +27,6 @@ const acquireSubscribed =
         acquireChannel.asyncStart.hasSubscribers ||
         acquireChannel.asyncEnd.hasSubscribers ||
         acquireChannel.error.hasSubscribers
-
-/**
- * A target with a dflockd URL's token replaced by `***` (lib/dflockd/target.js's rule). Required when first used:
- * this module is loaded by the Lock handle, which the dflockd modules load.
- */
-let redact = null
-function redactTarget(target) {
-  redact ??= require('./dflockd/target').redactTarget
-  return redact(target)
-}
 
 /** What a message says about a lock: where, which backend, its holder's facts (no token). */
 function lockFacts(lock) {

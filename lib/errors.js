@@ -1,6 +1,8 @@
 'use strict'
 // Error classes and the conversions between the three ways a failure travels:
-// - SemaphoreError values inside SemaphoreResult (semats' shape: {type, message, holderPid?, lockedSince?, cause?}),
+// - SemaphoreError values inside SemaphoreResult (semats' shape: {type, message, holderPid?, lockedSince?, cause?}; a
+//   lock file's ALREADY_LOCKED and TIMEOUT add holderTag? and isOwnedByCurrentProcess?: the holder as the engine read
+//   it when it refused),
 // - LockError instances thrown by withLock, status and the dflockd classes (same fields plus a stable `code`),
 // - native result objects from the binding ({code, message, reply?, holderPid?, lockedSince?}).
 
@@ -11,6 +13,8 @@ class LockError extends Error {
     this.code = code
     if (details.holderPid !== undefined) this.holderPid = details.holderPid
     if (details.lockedSince !== undefined) this.lockedSince = details.lockedSince
+    if (details.holderTag !== undefined) this.holderTag = details.holderTag
+    if (details.isOwnedByCurrentProcess !== undefined) this.isOwnedByCurrentProcess = details.isOwnedByCurrentProcess
     if (details.reply !== undefined) this.reply = details.reply
     if (details.cause !== undefined) this.cause = details.cause
   }
@@ -22,8 +26,8 @@ class LockError extends Error {
 }
 
 class AcquireTimeoutError extends LockError {
-  constructor(key, message = `timeout acquiring '${key}'`) {
-    super(message, 'TIMEOUT')
+  constructor(key, message = `timeout acquiring '${key}'`, details = {}) {
+    super(message, 'TIMEOUT', details)
     this.name = 'AcquireTimeoutError'
   }
 }
@@ -35,11 +39,22 @@ class AuthError extends LockError {
   }
 }
 
+/** The holder facts of a failure (holderPid, lockedSince, holderTag, isOwnedByCurrentProcess), as present. */
+function holderFacts(error) {
+  const facts = {}
+  for (const k of ['holderPid', 'lockedSince', 'holderTag', 'isOwnedByCurrentProcess']) {
+    if (error[k] != null) facts[k] = error[k]
+  }
+  return facts
+}
+
 /** A SemaphoreError value (plain object, semats' key order) from a native error object. */
 function semaphoreError(nativeError) {
   const e = { type: nativeError.code ?? nativeError.type, message: nativeError.message }
   if (nativeError.holderPid != null) e.holderPid = nativeError.holderPid
   if (nativeError.lockedSince != null) e.lockedSince = nativeError.lockedSince
+  if (nativeError.holderTag != null) e.holderTag = nativeError.holderTag
+  if (nativeError.isOwnedByCurrentProcess != null) e.isOwnedByCurrentProcess = nativeError.isOwnedByCurrentProcess
   if (nativeError.reply != null) e.reply = nativeError.reply
   if (nativeError.cause != null) e.cause = nativeError.cause
   return e
@@ -65,8 +80,9 @@ function failure(type, message, extra) {
 function toLockError(error, key) {
   const code = error.code ?? error.type
   if (code === 'TIMEOUT' && key !== undefined) return new AcquireTimeoutError(key)
-  // The fixed text, not the server's word: callers match 'authentication failed' (dflockd-client's message).
-  if (code === 'AUTH_FAILED') return new AuthError()
+  // The fixed text for a refused token: callers match 'authentication failed' (dflockd-client's message). A server
+  // with no token configured answers bare `error`: a different mistake, said in words (same class and code).
+  if (code === 'AUTH_FAILED') return error.reply === 'error' ? new AuthError(error.message) : new AuthError()
   return new LockError(error.message, code, error)
 }
 
@@ -88,4 +104,4 @@ function invalidArgument(message) {
   return new LockError(message, 'INVALID_ARGUMENT')
 }
 
-module.exports = { LockError, AcquireTimeoutError, AuthError, semaphoreError, fileError, failure, toLockError, fromNativeThrow, invalidArgument }
+module.exports = { LockError, AcquireTimeoutError, AuthError, holderFacts, semaphoreError, fileError, failure, toLockError, fromNativeThrow, invalidArgument }

@@ -14,11 +14,8 @@ const fs = require('node:fs')
 const path = require('node:path')
 
 const root = path.join(__dirname, '..')
-const { name, version, optionalDependencies } = require('../package.json')
-
-/** The platforms a binary is published for, in napi-rs' naming: the platform packages `<name>-<key>` the package
- * depends on. */
-const PUBLISHED = Object.keys(optionalDependencies).map((dep) => dep.slice(name.length + 1))
+const { name, version } = require('../package.json')
+const { PUBLISHED } = require('./platform')
 
 /**
  * Whether this Node is linked against musl rather than glibc. Asks the running process (its diagnostic report

@@ -98,7 +98,8 @@ function queryEntry(name, backend, mode, extra) {
  * `acquire`/`withLock` calls of this thread still waiting, by target as given.
  */
 async function query() {
-  const { heldHandles, redactTarget } = require('./dflockd/target')
+  const { heldHandles } = require('./dflockd/target')
+  const { redactTarget } = require('./dflockd/url')
   const held = native.heldLockFacts().map((f) =>
     queryEntry(f.path, 'file', 'exclusive', { pid: f.pid, timestamp: f.timestamp, ...(f.tag != null ? { tag: f.tag } : {}) }),
   )

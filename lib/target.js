@@ -5,11 +5,12 @@
 const { AsyncLocalStorage } = require('node:async_hooks')
 const nodePath = require('node:path')
 const { fileURLToPath } = require('node:url')
-const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('./errors')
+const { LockError, AcquireTimeoutError, toLockError, fromNativeThrow, invalidArgument } = require('./errors')
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
-const { validate, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
+const { redactTarget, parseDflockdUrl, targetId } = require('./dflockd/url')
+const { validate, checkBackend, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 const { traceAcquire, released } = require('./diagnostics')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
@@ -43,6 +44,26 @@ function unsupportedScheme(target) {
   )
 }
 
+/**
+ * Why the `Semaphore` class (semats' API: lock file paths only) refuses `lockPath`, or null. The rule is
+ * unsupportedScheme's, for every scheme: a `dflockd://` or `file:` target, which the one-string API serves, is
+ * not a path either (semats would lock `./dflockd:/host:6388/key`, or fail on its missing directory).
+ */
+function notAFilePath(lockPath) {
+  const m = /^([a-z][a-z0-9+.-]*):/i.exec(lockPath)
+  if (!m || m[1].length < 2) return null
+  if (/^dflockd$/i.test(m[1])) {
+    return (
+      `Semaphore locks files, and '${displayTarget(lockPath)}' is a dflockd target: use acquire(), tryAcquire(), ` +
+      'withLock() or DistributedLock for it'
+    )
+  }
+  if (/^file$/i.test(m[1])) {
+    return `Semaphore takes a path, and '${lockPath}' is a file URL: pass url.fileURLToPath() of it (or use acquire())`
+  }
+  return unsupportedScheme(lockPath)
+}
+
 /** Like parseTarget, but a bad target becomes a failed SemaphoreResult instead of a throw. */
 function resolve(target) {
   try {
@@ -52,19 +73,26 @@ function resolve(target) {
   }
 }
 
+/**
+ * acquire / tryAcquire: always a SemaphoreResult, never a rejection. The options are read once, here (the
+ * snapshot `validate` returns), before either backend sees them.
+ */
 function acquireOn(target, options, wait) {
   const { parsed, failed } = resolve(target)
   if (failed) return Promise.resolve(failed)
   try {
     options = validate(options, ACQUIRE)
+    checkBackend(options, parsed.backend)
   } catch (e) {
     return Promise.resolve(asFailure(e))
   }
-  return traceAcquire(target, parsed.backend, options.mode ?? 'exclusive', wait, () =>
-    parsed.backend === 'file'
-      ? acquireFile(target, parsed.path, options, { wait })
-      : dflockd.acquireTarget(target, options, { wait }),
-  )
+  return traceAcquire(target, parsed.backend, options.mode ?? 'exclusive', wait, () => {
+    const acquiring =
+      parsed.backend === 'file'
+        ? acquireFile(target, parsed.path, options, { wait })
+        : dflockd.acquireTarget(target, options, { wait })
+    return acquiring.catch((e) => asFailure(fromNativeThrow(e)))
+  })
 }
 
 function acquire(target, options) {
@@ -77,7 +105,7 @@ function tryAcquire(target, options) {
 
 async function release(target, options) {
   try {
-    options = validate(options, RELEASE)
+    options = validate(options, RELEASE) // the snapshot: each option read once
   } catch (e) {
     return asFailure(e)
   }
@@ -92,6 +120,11 @@ async function release(target, options) {
   }
   const { parsed, failed } = resolve(target)
   if (failed) return failed
+  try {
+    checkBackend(options, parsed.backend)
+  } catch (e) {
+    return asFailure(e)
+  }
   const r = await (parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options))
   if (r.ok) released(null, target, parsed.backend)
   return r
@@ -99,7 +132,8 @@ async function release(target, options) {
 
 async function status(target, options) {
   const parsed = parseTarget(target)
-  options = validate(options, STATUS)
+  options = validate(options, STATUS) // the snapshot: each option read once
+  checkBackend(options, parsed.backend)
   return parsed.backend === 'file' ? statusFile(target, parsed.path, options) : dflockd.statusTarget(target, options)
 }
 
@@ -111,8 +145,7 @@ function lockKey(target) {
   try {
     const parsed = parseTarget(target)
     if (parsed.backend === 'file') return `file:${nodePath.resolve(parsed.path)}`
-    const u = dflockd.parseDflockdUrl(target)
-    return `dflockd:${u.host.toLowerCase()}:${u.port}/${u.key}`
+    return `dflockd:${targetId(parseDflockdUrl(target))}`
   } catch {
     return null // acquire reports it
   }
@@ -130,14 +163,14 @@ async function withLock(target, fn, options) {
   const outer = heldByChain.getStore()
   if (key !== null && outer !== undefined && outer.has(key)) {
     throw new LockError(
-      `withLock('${displayTarget(target)}'): this async call chain already holds ` +
+      `withLock('${redactTarget(target)}'): this async call chain already holds ` +
         'this lock (a nested withLock on the same target would wait for itself forever)',
       'ALREADY_LOCKED',
     )
   }
   const r = await acquire(target, options)
   if (!r.ok) {
-    if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message)
+    if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message, r.error)
     throw toLockError(r.error)
   }
   const lock = r.value
@@ -160,9 +193,5 @@ async function withLock(target, fn, options) {
   return result
 }
 
-/** A target for messages: a dflockd URL without its token. */
-function displayTarget(target) {
-  return target.replace(/^(dflockd:\/\/)[^@/]*@/i, '$1')
-}
 
-module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme }
+module.exports = { acquire, tryAcquire, release, status, withLock, parseTarget, unsupportedScheme, notAFilePath }

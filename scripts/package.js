@@ -7,7 +7,7 @@
 // Linux and macOS build with cargo-zigbuild (zig as the C compiler and linker: the `.2.17` suffix links against
 // glibc 2.17 symbols, so the gnu binaries load on any glibc >= 2.17); Windows with mingw-w64 (x86_64-pc-windows-gnu,
 // shipped under the -msvc name the loader uses on official Windows Node). scripts/toolchains.sh installs all of
-// it (run first; CI does). Each target has its own cargo target directory under target/, so rebuilds are cached.
+// it; this script runs its `build` part first (idempotent). Each target has its own cargo target directory under target/, so rebuilds are cached.
 // Prints each tarball's size and the newest GLIBC symbol version each gnu binary needs (fails above 2.28).
 
 const { spawnSync } = require('node:child_process')
@@ -116,20 +116,50 @@ function pack(dir, dist) {
   return path.join(dist, JSON.parse(r.stdout)[0].filename)
 }
 
+/**
+ * Packs the main package from a staged copy whose package.json lists every platform package as an optional
+ * dependency at this version. The repository's own package.json lists none (package.json's `napi.targets` is the
+ * one list): they are not on the registry before a release, and `npm ci` in a clone refuses a lock file that
+ * cannot hold them.
+ */
+function packMain(dist) {
+  const stage = path.join(dist, 'stage', pkg.name)
+  fs.rmSync(stage, { recursive: true, force: true })
+  fs.mkdirSync(stage, { recursive: true })
+  for (const f of [...pkg.files, 'README.md']) fs.cpSync(path.join(root, f), path.join(stage, f), { recursive: true })
+  const optionalDependencies = Object.fromEntries(TARGETS.map((t) => [`${pkg.name}-${t.key}`, pkg.version]))
+  fs.writeFileSync(path.join(stage, 'package.json'), `${JSON.stringify({ ...pkg, optionalDependencies }, null, 2)}\n`)
+  try {
+    return pack(stage, dist)
+  } finally {
+    fs.rmSync(path.join(dist, 'stage'), { recursive: true, force: true })
+  }
+}
+
+/** package.json's napi.targets and the build table above name the same platforms. */
+function checkTargets() {
+  const { tripleKey } = require('../lib/platform')
+  const listed = pkg.napi.targets.map(tripleKey).sort().join(',')
+  const built = TARGETS.map((t) => t.key).sort().join(',')
+  if (listed !== built) throw new Error(`package.json napi.targets (${listed}) and scripts/package.js TARGETS (${built}) differ`)
+}
+
 function main() {
+  checkTargets()
   const argv = process.argv.slice(2)
   const only = argv.find((a) => a.startsWith('--only='))?.slice(7).split(',')
   const targets = only ? TARGETS.filter((t) => only.includes(t.key)) : TARGETS
   if (only && targets.length !== only.length) throw new Error(`unknown platform in --only; known: ${TARGETS.map((t) => t.key).join(', ')}`)
   const dist = path.join(root, 'dist')
   fs.mkdirSync(dist, { recursive: true })
+  // The cross toolchains (zig, cargo-zigbuild, mingw-w64, rustup targets, macOS stubs): installed when missing, a
+  // few seconds' check when present, so that `npm run package` works as the first command on a clone.
+  if (!argv.includes('--no-build')) run('bash', [path.join(root, 'scripts', 'toolchains.sh'), 'build'])
   const rows = []
   let tooNew = []
   for (const t of targets) {
     const sub = require(path.join(root, 'npm', t.key, 'package.json'))
-    if (sub.version !== pkg.version || pkg.optionalDependencies?.[sub.name] !== pkg.version) {
-      throw new Error(`npm/${t.key}: ${sub.name}@${sub.version} must be in optionalDependencies at ${pkg.version}`)
-    }
+    if (sub.version !== pkg.version) throw new Error(`npm/${t.key}: ${sub.name}@${sub.version} must be at ${pkg.version}`)
     let seconds = null
     if (!argv.includes('--no-build')) {
       console.error(`[package] building ${t.key} (${t.triple}${t.zig ?? ''})`)
@@ -140,11 +170,12 @@ function main() {
     const glibc = t.key.endsWith('-gnu') ? newestGlibc(node) : null
     if (t.key.startsWith('darwin')) console.error(`[package] ${t.key} links ${checkMachoImports(node).join(', ')}`)
     if (glibc && compareVersions(glibc, GLIBC_CEILING) > 0) tooNew.push(`${t.key} needs GLIBC_${glibc}`)
+    fs.copyFileSync(path.join(root, 'LICENSE'), path.join(root, 'npm', t.key, 'LICENSE'))
     const tgz = pack(`./npm/${t.key}`, dist)
     rows.push({ file: path.basename(tgz), bytes: fs.statSync(tgz).size, glibc, seconds })
   }
   if (!only) {
-    const tgz = pack('./', dist)
+    const tgz = packMain(dist)
     rows.push({ file: path.basename(tgz), bytes: fs.statSync(tgz).size, glibc: null, seconds: null })
   }
   console.log('\n| tarball | size | newest GLIBC symbol | build time |\n|---|---|---|---|')

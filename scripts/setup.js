@@ -3,13 +3,15 @@
 // Makes a fresh clone ready, so that `npm run demo` and `npm test` work as the first command typed:
 // - installs the npm dev dependencies when node_modules is missing or older than package.json,
 // - builds the native addon (cargo decides what is stale, a no-op build takes about a second),
-// - with --with-server, installs a dflockd server into .tools/ (reused when present).
+// - with --with-server, installs a dflockd server and builds the real Rust `sema` CLI (for the interop tests)
+//   into .tools/ (both reused when present).
 // Uses Node built-ins only, because it runs before anything is installed.
 
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
 const { installDflockd } = require('./dflockd-server')
+const { installSema } = require('./sema-tool')
 
 const root = path.resolve(__dirname, '..')
 const args = new Set(process.argv.slice(2))
@@ -33,9 +35,8 @@ function ensureNodeModules() {
   const wanted = Math.max(mtime(path.join(root, 'package.json')), mtime(path.join(root, 'package-lock.json')))
   if (mtime(stamp) >= wanted && fs.existsSync(path.join(root, 'node_modules', '@napi-rs', 'cli'))) return
   console.error('[setup] installing npm dev dependencies')
-  // `npm install`, not `npm ci`: npm 11 leaves @napi-rs/cli's nested optional platform packages out of the lock
-  // file and `npm ci` then refuses it as out of sync. `install` still follows the lock for everything listed.
-  run('npm', ['install', '--no-audit', '--no-fund', '--ignore-scripts'])
+  // `npm ci`: exactly the lock file (package.json lists no unpublished platform package, so the two agree).
+  run('npm', ['ci', '--no-audit', '--no-fund', '--ignore-scripts'])
 }
 
 function buildAddon() {
@@ -53,6 +54,8 @@ function main() {
   if (args.has('--with-server')) {
     const server = installDflockd(root)
     console.error(`[setup] dflockd server: ${server.kind === 'none' ? `none (${server.reason})` : `${server.kind} ${server.version} at ${server.bin}`}`)
+    const sema = installSema(root)
+    console.error(`[setup] real sema CLI: ${sema.bin ?? `none (${sema.reason})`}`)
   }
 }
 

@@ -3,7 +3,8 @@
 // The packaging test: installs the tarballs `npm run package` wrote into dist/ into a new consumer project in the
 // system temp directory (outside the repository), with no cargo on PATH and the source tree out of reach (the
 // tarballs are copied there first; NAPI_RS_NATIVE_LIBRARY_PATH is cleared), and runs as a user would:
-// - an ESM script with named imports of every export and a CJS script, each taking and releasing a file lock;
+// - an ESM script with named imports of every export and a CJS script, each taking and releasing a file lock, under
+//   Node, then under Bun and Deno (scripts/runtimes.js);
 // - `tsc --noEmit` over strict files with module node16 (ESM .mts and CJS .cts), with moduleResolution bundler,
 //   with exactOptionalPropertyTypes, and with TypeScript 5.0 and skipLibCheck false (no `await using` there);
 //   every file also holds `@ts-expect-error` lines, so typings that failed to resolve (any) fail the check;
@@ -15,6 +16,8 @@ const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
+
+const runtimes = require('./runtimes')
 
 const root = path.resolve(__dirname, '..')
 const dist = path.join(root, 'dist')
@@ -224,6 +227,20 @@ function main() {
     const r = run(process.execPath, [file])
     const loadedFrom = r.out.match(/^ok \w+ (.*)$/m)?.[1] ?? ''
     check(`${label} run`, r.status === 0 && loadedFrom.includes(path.join('node_modules', `${name}-${key}`)), r.status === 0 ? `binary ${path.relative(app, loadedFrom)}` : r.out)
+  }
+
+  // The same two scripts under Bun and Deno (installed by scripts/test-runtimes.js into .tools/runtimes; CI runs
+  // that step first, so a missing runtime fails there). They load the binary their own way: no require.cache check.
+  for (const rt of Object.keys(runtimes.RUNTIMES).map(runtimes.find)) {
+    if (rt.skip && !process.env.CI) {
+      console.log(`skip ${rt.name}: ${rt.skip}`)
+      continue
+    }
+    for (const [label, file] of [['ESM named imports', 'esm.mjs'], ['CommonJS require', 'cjs.cjs']]) {
+      const args = rt.name === 'deno' ? ['run', '-A', file] : [file]
+      const r = rt.bin ? sh(rt.bin, args, { cwd: app, env: { ...env, DENO_NO_UPDATE_CHECK: '1', NO_COLOR: '1' } }) : { status: -1, out: rt.skip }
+      check(`${label} run under ${rt.name} ${rt.version}`, r.status === 0 && /^ok \w+/m.test(r.out), r.status ? r.out : '')
+    }
   }
 
   const tsc = path.join('node_modules', 'typescript', 'bin', 'tsc')

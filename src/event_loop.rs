@@ -61,6 +61,75 @@ struct Uv {
     unref: unsafe extern "C" fn(*mut UvHandle),
 }
 
+/// Set to `off` to keep the addon off the host's libuv (the dflockd `Connection` then runs on
+/// tokio threads, as on Bun and Deno): for tests, and for a host not recognised below.
+pub const LIBUV_ENV: &str = "SEMA_NATIVE_LIBUV";
+
+/// Why the JS thread's libuv loop cannot serve the addon in this process, decided before any
+/// libuv function is called; `None` when it can (Node, Electron).
+///
+/// Finding the functions proves nothing: Bun exports every `uv_*` symbol as a stub that aborts
+/// the process (`panic: unsupported uv function: uv_poll_init_socket`), and Deno emulates
+/// `uv_poll` partly (the first reply of a connection is read, the second never is). So the host
+/// is named first, from what it tells JS (`process.versions.bun`/`.deno`, or its `Bun`/`Deno`
+/// global): a false "unusable" only costs speed, a false "usable" costs an abort or a hang.
+/// Then the functions must exist and the env must hand out its loop. Decided once per process.
+pub fn loop_unusable(env: &Env) -> Option<String> {
+    static VERDICT: OnceLock<Option<String>> = OnceLock::new();
+    VERDICT
+        .get_or_init(|| {
+            if std::env::var_os(LIBUV_ENV).is_some_and(|v| v == "off") {
+                return Some(format!("{LIBUV_ENV}=off"));
+            }
+            if let Some(host) = host_without_libuv(env) {
+                return Some(host.to_string());
+            }
+            if let Err(e) = uv() {
+                return Some(e.reason.clone());
+            }
+            match env.get_uv_event_loop() {
+                Ok(l) if !l.is_null() => None,
+                Ok(_) => {
+                    Some("the host has no libuv loop (napi_get_uv_event_loop gave null)".into())
+                }
+                Err(e) => Some(format!("napi_get_uv_event_loop failed: {}", e.reason)),
+            }
+        })
+        .clone()
+}
+
+/// The JS runtime whose libuv functions must not be called, from what it tells JS.
+fn host_without_libuv(env: &Env) -> Option<&'static str> {
+    use napi::bindgen_prelude::{JsObjectValue, Object, Unknown};
+    use napi::ValueType;
+    fn get<'a>(o: &impl JsObjectValue<'a>, name: &str) -> Option<Unknown<'a>> {
+        let v: Unknown = o.get_named_property(name).ok()?;
+        (!matches!(v.get_type(), Ok(ValueType::Undefined | ValueType::Null))).then_some(v)
+    }
+    fn object(v: Unknown<'_>) -> Option<Object<'_>> {
+        matches!(v.get_type(), Ok(ValueType::Object))
+            // SAFETY: its type was just checked to be an object.
+            .then(|| unsafe { v.cast::<Object>() }.ok())
+            .flatten()
+    }
+    let global = env.get_global().ok()?;
+    let versions = get(&global, "process")
+        .and_then(object)
+        .and_then(|p| get(&p, "versions"))
+        .and_then(object);
+    let named = |runtime: &str, global_name: &str| {
+        versions.as_ref().is_some_and(|v| get(v, runtime).is_some())
+            || get(&global, global_name).is_some()
+    };
+    if named("bun", "Bun") {
+        return Some("Bun: its libuv functions are stubs that abort the process");
+    }
+    if named("deno", "Deno") {
+        return Some("Deno: its libuv emulation answers a socket's first poll and not the next");
+    }
+    None
+}
+
 fn uv() -> napi::Result<&'static Uv> {
     static UV: OnceLock<Result<Uv, String>> = OnceLock::new();
     UV.get_or_init(load)

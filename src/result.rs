@@ -19,6 +19,10 @@ pub struct NativeError {
     pub holder_pid: Option<i64>,
     /// Lock files: the `timestamp=` of the file that blocked us.
     pub locked_since: Option<i64>,
+    /// Lock files: the `tag=` of the file that blocked us.
+    pub holder_tag: Option<String>,
+    /// Lock files: the lock that blocked us is this process's own.
+    pub is_owned_by_current_process: Option<bool>,
 }
 
 impl NativeError {
@@ -29,6 +33,8 @@ impl NativeError {
             reply: None,
             holder_pid: None,
             locked_since: None,
+            holder_tag: None,
+            is_owned_by_current_process: None,
         }
     }
 }
@@ -44,6 +50,8 @@ impl From<&LockError> for NativeError {
         NativeError {
             holder_pid: e.holder_pid(),
             locked_since: e.locked_since(),
+            holder_tag: e.holder().and_then(|h| h.tag.clone()),
+            is_owned_by_current_process: e.holder().and_then(|h| h.is_current_process),
             ..NativeError::of(e.code(), e.to_string())
         }
     }

@@ -34,6 +34,42 @@ function rmTmp(dir) {
 }
 
 /**
+ * A copy of the package that any user can read, for a child run as another user: the clone may sit where that user
+ * cannot go (a 0700 home such as /root). Holds package.json, index.js, lib/, the native binary this process loaded
+ * (as the local build the loader looks for first) and the named helpers under __test__/helpers/; returns the path of
+ * each helper in it, and `dir` (remove it with rmTmp).
+ */
+function packageForOtherUsers(...helpers) {
+  const dir = mkTmp('pkg-')
+  fs.chmodSync(dir, 0o755)
+  for (const f of ['package.json', 'index.js', 'lib']) fs.cpSync(path.join(ROOT, f), path.join(dir, f), { recursive: true })
+  require(ROOT) // loads the binary, so that require.cache names it
+  const binary = Object.keys(require.cache).find((f) => f.endsWith('.node'))
+  if (!binary) throw new Error('no native binary loaded')
+  // The name of a local build, which the loader tries first (its platform key taken from the loaded file's name).
+  const key = path.basename(binary).match(/^sema-native\.(.+)\.node$/)?.[1] ?? `${process.platform}-${process.arch}-gnu`
+  fs.copyFileSync(binary, path.join(dir, `sema-native.${key}.node`))
+  fs.mkdirSync(path.join(dir, '__test__', 'helpers'), { recursive: true })
+  const paths = helpers.map((h) => {
+    const to = path.join(dir, '__test__', 'helpers', h)
+    fs.copyFileSync(path.join(HELPERS, h), to)
+    return to
+  })
+  for (const f of walk(dir)) fs.chmodSync(f, fs.statSync(f).isDirectory() ? 0o755 : 0o644)
+  return { dir, paths }
+}
+
+function walk(dir) {
+  const out = [dir]
+  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name)
+    if (e.isDirectory()) out.push(...walk(p))
+    else out.push(p)
+  }
+  return out
+}
+
+/**
  * The temp directory of one test file: made before its tests, removed after them (with every child process
  * spawned here killed). `fresh(name)` is a new lock path in it, numbered; with `own: true` the path stands alone in
  * a new directory, so that `left(file)` lists every file a call leaves behind. `realpath: true` resolves the
@@ -434,6 +470,7 @@ module.exports = {
   mkTmp,
   rmTmp,
   testDir,
+  packageForOtherUsers,
   ls,
   spawnTracked,
   spawnNode,

@@ -80,7 +80,8 @@ async function fileTargets(): Promise<void> {
       lock.token,
       lock.released,
     ]
-    lock.signal.addEventListener('abort', () => console.error(backend, fields))
+    const validity: [number | undefined, number | undefined] = [lock.validUntil, lock.remaining?.()]
+    lock.signal.addEventListener('abort', () => console.error(backend, fields, validity))
     const released: boolean = await lock.release()
     await lock[Symbol.asyncDispose]()
     console.log(released)
@@ -158,6 +159,8 @@ async function distributed(): Promise<void> {
   const got: boolean = await lock.acquire({ force: true, signal: AbortSignal.timeout(1_000) })
   const token: string | null = lock.token
   const lease: number = lock.lease
+  const provenUntil: number = lock.validUntil
+  const provenFor: number = lock.remaining()
   lock.signal.addEventListener('abort', () => undefined)
   await lock.release()
   const phase: 'acquired' | 'queued' = await lock.enqueue()
@@ -168,7 +171,7 @@ async function distributed(): Promise<void> {
   const semOptions: DistributedSemaphoreOptions = { ...lockOptions, limit: 3 }
   const sem = new DistributedSemaphore(semOptions)
   const limit: number = sem.limit
-  console.log(got, token, lease, phase, waited, v, limit, lock.key, lock.acquireTimeoutS, lock.leaseTtlS, lock.servers, lock.renewRatio)
+  console.log(got, token, lease, provenUntil, provenFor, phase, waited, v, limit, lock.key, lock.acquireTimeoutS, lock.leaseTtlS, lock.servers, lock.renewRatio)
   console.log(lock.shardingStrategy, lock.tls, lock.auth, lock.onLockLost, lock.connectTimeoutMs, lock.socketTimeoutMs)
   await lock.enqueue({ signal: AbortSignal.timeout(100) })
   const viaTarget = await acquire('dflockd://127.0.0.1/k', { tls: true, renewMaxIntervalMs: 5_000, leaseTtl: 10, limit: 1 })

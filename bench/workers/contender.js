@@ -26,6 +26,21 @@ function makeLocker() {
         }
       }
     }
+    case 'semaphore': {
+      // The semats-compatible class: one Semaphore per process, `await sem.acquire()` (waiting) + `sem.release()`.
+      const { Semaphore } = require(root)
+      const options = { fsync: cfg.fsync, heartbeat: cfg.heartbeat }
+      for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k]
+      const sem = new Semaphore(cfg.lockPath, options)
+      return async () => {
+        const r = await sem.acquire({ tag: `bench ${process.pid}` })
+        if (!r.ok) throw new Error(`Semaphore.acquire failed: ${r.error.type} ${r.error.message}`)
+        return async () => {
+          const rel = sem.release()
+          if (!rel.ok) throw new Error(`Semaphore.release failed: ${rel.error.message}`)
+        }
+      }
+    }
     case 'js-watch': {
       // Reference rows, not a product: the cheapest wake-up a Node process can have. The wake (fs.watch: libuv's
       // inotify on the JS thread's own event loop) and the attempt (the addon's synchronous Semaphore#tryAcquire)
@@ -76,8 +91,20 @@ function makeLocker() {
   }
 }
 
+/** The `counter` critical section (as the floor program's): read the number in the counter file, write it + 1, on
+ * a descriptor opened once (pread + pwrite). A lost update shows in the file's final value. */
+function counterWork() {
+  const fd = fs.openSync(cfg.counterPath, 'r+')
+  const buf = Buffer.alloc(32)
+  return () => {
+    const n = fs.readSync(fd, buf, 0, buf.length, 0)
+    fs.writeSync(fd, `${Number(buf.toString('latin1', 0, n).trim()) + 1}\n`, 0)
+  }
+}
+
 async function run(base) {
   const lock = makeLocker()
+  const work = cfg.work === 'counter' ? counterWork() : null
   const times = new Float64Array(cfg.rounds * 4)
   let overlaps = 0
   const now = () => Number(process.hrtime.bigint() - base)
@@ -85,6 +112,13 @@ async function run(base) {
     times[i * 4] = now()
     const release = await lock()
     times[i * 4 + 1] = now()
+    if (work) {
+      work()
+      times[i * 4 + 2] = now()
+      await release()
+      times[i * 4 + 3] = now()
+      continue
+    }
     // critical section: nobody else may hold the marker now
     let fd = -1
     try {

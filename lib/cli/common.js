@@ -123,9 +123,7 @@ function errnoCode(error) {
 }
 
 /** `dflockd://` targets shown without their auth token (it would otherwise end up in logs and JSON). */
-function displayTarget(target) {
-  return String(target).replace(/^(dflockd:\/\/)[^@/]*@/i, '$1***@')
-}
+const { redactTarget: displayTarget } = require('../dflockd/url')
 
 /**
  * The words of a Windows command line, split as the C runtime and CommandLineToArgvW do: blanks separate words
@@ -252,6 +250,89 @@ function shortLivedOwner(pid) {
   return null
 }
 
+/** ` since <ISO time> (<n>s ago)` for a lock file's `timestamp=`, or '' when unknown. */
+function since(ts) {
+  if (typeof ts !== 'number') return ''
+  const age = Math.max(0, Math.floor(Date.now() / 1000) - ts)
+  return ` since ${new Date(ts * 1000).toISOString()} (${age}s ago)`
+}
+
+/**
+ * The holder facts of a failure for `--json` (the engine's read when it refused: ALREADY_LOCKED, TIMEOUT of a lock
+ * file; PERMISSION_DENIED's holderPid): every key always present, null where unknown.
+ */
+function holderFields(error) {
+  return {
+    holderPid: error.holderPid ?? null,
+    lockedSince: error.lockedSince ?? null,
+    holderTag: error.holderTag ?? null,
+    isOwnedByCurrentProcess: error.isOwnedByCurrentProcess ?? null,
+  }
+}
+
+/** ` (held by pid N tagged "t" since …; by this process)` after a TIMEOUT message, or '' when the holder is unknown. */
+function heldBy(error) {
+  if (typeof error.holderPid !== 'number') return ''
+  const tag = typeof error.holderTag === 'string' ? ` tagged ${JSON.stringify(error.holderTag)}` : ''
+  const mine = error.isOwnedByCurrentProcess === true ? '; by this process' : ''
+  return ` (held by pid ${error.holderPid}${tag}${since(error.lockedSince)}${mine})`
+}
+
+/**
+ * The `reclaimable:` line of a file lock's status (without its indent): when and by which rule the lock becomes
+ * reclaimable (`reclaimRule`, `reclaimableAt` of the target API's status; `pid` the recorded holder).
+ */
+function reclaimText({ reclaimRule: rule, reclaimableAt: at, isStale, pid }) {
+  if (isStale) return 'now (stale: the next acquire takes it)'
+  const when = () => {
+    const left = at - Math.floor(Date.now() / 1000)
+    return `${new Date(at * 1000).toISOString()} (${left > 0 ? `in ${left}s` : 'already past'})`
+  }
+  switch (rule) {
+    case 'holder-dead':
+      return `at once when pid ${pid} exits (a lock of this host: never while it runs)`
+    case 'age-and-pid-not-running':
+      return `from ${when()} if pid ${pid} is not running then (a lock of another tool: semats' rule, older than the stale timeout and its pid not running)`
+    case 'age':
+      return `from ${when()} (a lock from another host: older than the stale timeout; a live holder keeps it younger)`
+    case 'unparseable-age':
+      return `from ${when()} (the file cannot be parsed: by its modification time)`
+    case 'never':
+      return 'never by age (no stale timeout, or a symbolic link): release it by hand'
+    default:
+      return null
+  }
+}
+
+/**
+ * The own CLI's one exit-code table, for every command (docs/cli.md "Exit codes" and `--help` say the same):
+ * - 1: the lock's state: busy (`ALREADY_LOCKED`), a wait ran out (`TIMEOUT`), `release` refused because another
+ *   owner holds the lock (`PERMISSION_DENIED` "Lock held by different process …"), nothing to release
+ *   (`NOT_LOCKED`);
+ * - 2: a usage error (`INVALID_ARGUMENT`);
+ * - 3: anything else: I/O, connection, protocol, a path that cannot be used, and the OS refusing us
+ *   (`PERMISSION_DENIED` "… Permission denied (os error 13)", e.g. a directory we may not write).
+ * (`run` passes its command's status through once the command has started.)
+ */
+const EXIT_CODES = Object.freeze({ OK: 0, LOCK_STATE: 1, USAGE: 2, ERROR: 3 })
+
+/** The exit code of a failed SemaphoreResult's error, by the table above. */
+function exitCodeFor(error) {
+  switch (error.type) {
+    case 'ALREADY_LOCKED':
+    case 'TIMEOUT':
+    case 'NOT_LOCKED':
+      return EXIT_CODES.LOCK_STATE
+    case 'PERMISSION_DENIED':
+      // The lock's owner (semats' message, the engine's LockError::PermissionDenied), not the OS.
+      return /^Lock held by different process/.test(error.message ?? '') ? EXIT_CODES.LOCK_STATE : EXIT_CODES.ERROR
+    case 'INVALID_ARGUMENT':
+      return EXIT_CODES.USAGE
+    default:
+      return EXIT_CODES.ERROR
+  }
+}
+
 function isDflockd(target) {
   return /^dflockd:\/\//i.test(target)
 }
@@ -343,6 +424,12 @@ module.exports = {
   errnoCode,
   displayTarget,
   isDflockd,
+  since,
+  holderFields,
+  heldBy,
+  reclaimText,
+  EXIT_CODES,
+  exitCodeFor,
   shortLivedOwner,
   oneCommandShell,
   splitWindowsCommandLine,

@@ -46,7 +46,7 @@ Exit codes:
   0  success (status and clean: the query answered)
   1  lock busy, timed out, release refused or nothing to release
   2  usage error
-  3  I/O, connection or other error
+  3  I/O, connection or other error (the OS refusing access too)
   run: the command's own exit status, 128+N if it died of signal N,
        126/127 if it could not be started, 1/2/3 as above before it started
 

@@ -18,6 +18,11 @@ const {
   formatDuration,
   displayTarget,
   isDflockd,
+  since,
+  holderFields,
+  heldBy,
+  reclaimText,
+  exitCodeFor,
   shortLivedOwner,
   api,
 } = require('./common')
@@ -157,12 +162,7 @@ class Reporter {
   /** A failure: JSON on stdout, or `sema-native: text` on stderr. */
   fail(error, text) {
     if (this.json) {
-      const e = {
-        type: error.type,
-        message: error.message,
-        holderPid: error.holderPid ?? null,
-        lockedSince: error.lockedSince ?? null,
-      }
+      const e = { type: error.type, message: error.message, ...holderFields(error) }
       out(JSON.stringify({ ok: false, command: this.command, target: this.target, error: e }) + '\n')
     } else {
       err(`${PROG}: ${text ?? error.message}\n`)
@@ -170,18 +170,8 @@ class Reporter {
   }
 }
 
-function since(ts) {
-  if (typeof ts !== 'number') return ''
-  const age = Math.max(0, Math.floor(Date.now() / 1000) - ts)
-  return ` since ${new Date(ts * 1000).toISOString()} (${age}s ago)`
-}
-
-/** Exit code for a failed SemaphoreResult: 1 for the lock's state, 2 for bad arguments, 3 for everything else. */
-function failureCode(type) {
-  if (['ALREADY_LOCKED', 'TIMEOUT', 'NOT_LOCKED', 'PERMISSION_DENIED'].includes(type)) return 1
-  if (['INVALID_ARGUMENT'].includes(type)) return 2
-  return 3
-}
+/** Exit code for a failed SemaphoreResult: the one table (common.js exitCodeFor). */
+const failureCode = exitCodeFor
 
 function describeFailure(error, target) {
   switch (error.type) {
@@ -271,10 +261,10 @@ async function cmdAcquire(o, rep, wait) {
   if (!r.ok) {
     let error = r.error
     if (error.type === 'TIMEOUT') {
-      error = { type: 'TIMEOUT', message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
+      error = { ...error, message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
     }
-    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}` : describeFailure(error, rep.target))
-    return failureCode(error.type)
+    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}${heldBy(error)}` : describeFailure(error, rep.target))
+    return failureCode(error)
   }
   const lock = r.value // recorded for `pid`: the package's exit hook leaves it in place
   rep.ok(
@@ -291,7 +281,7 @@ async function cmdRelease(o, rep) {
     const r = await api().release(target, { force: true })
     if (!r.ok) {
       rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
-      return failureCode(r.error.type)
+      return failureCode(r.error)
     }
     rep.ok({ released: true }, `released ${rep.target}`)
     return 0
@@ -306,7 +296,7 @@ async function cmdRelease(o, rep) {
       text = `${rep.target} is held by pid ${e.holderPid}, not by pid ${pid} (pass --pid ${e.holderPid}, or --force)`
     } else text = describeFailure(e, rep.target)
     rep.fail(e, text)
-    return failureCode(e.type)
+    return failureCode(e)
   }
   rep.ok({ released: true }, `released ${rep.target}`)
   return 0
@@ -329,11 +319,14 @@ function statusFields(s) {
     locked: Boolean(s.locked),
     info,
     isStale: Boolean(s.isStale),
-    holderRunning: info && s.backend === 'file' ? api().isProcessRunning(info.pid) : null,
+    // A pid <= 0 names a process group to kill(), never a live holder.
+    holderRunning: info && s.backend === 'file' ? info.pid > 0 && api().isProcessRunning(info.pid) : null,
     holders: s.holders ?? null,
     waiters: s.waiters ?? null,
     limit: s.limit ?? null,
     leaseExpiresInS: s.leaseExpiresInS ?? null,
+    reclaimableAt: s.reclaimableAt ?? null,
+    reclaimRule: s.reclaimRule ?? null,
   }
 }
 
@@ -347,6 +340,8 @@ function statusText(target, f) {
     lines.push('  owner: unknown (the lock file cannot be parsed)')
   }
   if (f.locked && f.backend === 'file') lines.push(`  stale: ${f.isStale ? 'yes' : 'no'}`)
+  const reclaim = f.locked && f.backend === 'file' ? reclaimText({ ...f, pid: f.info?.pid }) : null
+  if (reclaim) lines.push(`  reclaimable: ${reclaim}`)
   if (f.backend === 'dflockd') {
     if (f.holders !== null) lines.push(`  holders: ${f.holders}${f.limit !== null ? `/${f.limit}` : ''}`)
     if (f.waiters !== null) lines.push(`  waiters: ${f.waiters}`)
@@ -374,7 +369,7 @@ async function cmdClean(o, rep) {
   const r = new Semaphore(file, config)[CLEAN_STALE_RESULT]()
   if (!r.ok) {
     rep.fail(r.error, describeFailure(r.error, rep.target))
-    return failureCode(r.error.type)
+    return failureCode(r.error)
   }
   const cleaned = r.value
   rep.ok({ cleaned }, cleaned ? `removed stale lock ${rep.target}` : `nothing to clean at ${rep.target}`)
@@ -505,14 +500,14 @@ async function main(args) {
     // Thrown by the API: a bad target (INVALID_ARGUMENT → 2) or anything else that went wrong (3).
     const error = { type: e && e.code ? e.code : 'IO_ERROR', message: e && e.message ? e.message : String(e) }
     rep.fail(error, `${rep.target ?? command}: ${error.message}`)
-    return exit(error.type === 'INVALID_ARGUMENT' ? 2 : 3)
+    return exit(exitCodeFor(error))
   }
 }
 
 function usageFailure(o, message) {
   if (o.json) {
     const target = o.target === undefined || o.target === null ? null : shownTarget(o.target)
-    const error = { type: 'INVALID_ARGUMENT', message, holderPid: null, lockedSince: null }
+    const error = { type: 'INVALID_ARGUMENT', message, ...holderFields({}) }
     out(JSON.stringify({ ok: false, command: o.command ?? null, target, error }) + '\n')
   } else {
     const hint = o.command && COMMAND_HELP[o.command] ? `${o.command} --help` : '--help'

@@ -25,7 +25,7 @@
 
 const { spawn } = require('node:child_process')
 const native = require('../native')
-const { UsageError, err, exit, signalExitCode, formatDuration } = require('./common')
+const { UsageError, err, exit, signalExitCode, formatDuration, heldBy, EXIT_CODES, exitCodeFor } = require('./common')
 
 const WINDOWS = process.platform === 'win32'
 /** Signals heard while waiting (cancel the wait) and while the command runs (passed on, except on Windows). */
@@ -75,8 +75,9 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
     const message = timedOut
       ? `Timeout waiting for lock after ${formatDuration(options.timeout ?? 0)}`
       : e.message
-    rep.fail({ ...e, message }, `${rep.target}: ${message}`)
-    return exit(timedOut ? 1 : e.type === 'INVALID_ARGUMENT' ? 2 : 3)
+    rep.fail({ ...e, message }, `${rep.target}: ${message}${timedOut ? heldBy(e) : ''}`)
+    // The one table (a busy lock at the deadline is the wait running out, as TIMEOUT).
+    return exit(timedOut ? EXIT_CODES.LOCK_STATE : exitCodeFor(e))
   }
   const lock = r.value
 

@@ -6,8 +6,9 @@
 // - `--stale` keeps its meaning for locks of other tools, but a lock whose holder is alive is never evicted by
 //   age (sema removes it), and one whose holder on this host is dead is reclaimed at once (our engine's rule).
 // - `status --json` escapes the tag, so its output is always valid JSON (sema prints it raw).
-// Like the semats front end, `try` and `acquire` record this CLI's parent (the calling shell) as the owner, so
-// that the lock lives as long as that shell instead of ending with this short-lived process.
+// Like the semats front end, `try` and `acquire` write sema's own file layout (no host identity of ours), recorded
+// for this CLI's parent (the calling shell): the lock stays held after this process and its parent exit, judged
+// by age as sema judges it (see takeLock), so no way of running this command hands the lock to the next caller.
 
 const fs = require('node:fs')
 const path = require('node:path')
@@ -191,13 +192,28 @@ function fileTarget(lockPath) {
   return path.resolve(lockPath)
 }
 
-function acquireOptions(o) {
-  return {
+/**
+ * `try` (wait false) / `acquire`: the lock in sema's own file layout (pid, timestamp, tag: no host identity of
+ * ours), recorded for this CLI's parent. Every reader, ours included, then judges it as sema and semats do (by
+ * age; semats' rule adds "and its pid is not running"), so it stays held after this process and its parent exit,
+ * as the real sema's does: whatever runs this command (an npm script, `sh -c`, `$( )`, xargs, make), the next
+ * caller is refused. Our own format would make the lock of a gone parent reclaimable at once.
+ */
+async function takeLock(o, wait) {
+  api() // loads the addon first (and with it the exit hook's module)
+  const { acquireFile } = require('../file/lock')
+  const { PLAIN_FORMAT } = require('../file/engine')
+  const timeout = o.timeout === null ? null : secondsToMs(o.timeout)
+  const options = {
     pid: process.ppid,
     tag: o.tag,
     staleTimeout: o.stale === null ? null : secondsToMs(o.stale),
     retryInterval: POLL_MS,
+    timeout: timeout === Number.POSITIVE_INFINITY ? null : timeout,
+    [PLAIN_FORMAT]: true,
   }
+  const target = fileTarget(o.lockPath)
+  return acquireFile(target, target, options, { wait })
 }
 
 /** What sema does when the lock file cannot be created at all (a missing directory gives ENOENT, exit 3). */
@@ -214,7 +230,7 @@ async function cmdTry(o) {
     err(`Error: IO error: ${rustIoText(problem)}\n`)
     return 3
   }
-  const r = await api().tryAcquire(fileTarget(o.lockPath), acquireOptions(o))
+  const r = await takeLock(o, false)
   if (r.ok) {
     if (!o.quiet) out(`Lock acquired: ${o.lockPath}\n`)
     return 0
@@ -239,11 +255,7 @@ async function cmdAcquire(o) {
     err(`Error: IO error: ${rustIoText(problem)}\n`)
     return 3
   }
-  const timeout = o.timeout === null ? null : secondsToMs(o.timeout)
-  const r = await api().acquire(fileTarget(o.lockPath), {
-    ...acquireOptions(o),
-    timeout: timeout === Number.POSITIVE_INFINITY ? null : timeout,
-  })
+  const r = await takeLock(o, true)
   if (r.ok) {
     if (!o.quiet) out(`Lock acquired: ${o.lockPath}\n`)
     return 0
@@ -293,7 +305,8 @@ function cmdStatus(o) {
       text += `  PID: ${info.pid}\n  Timestamp: ${info.timestamp}\n`
       if (info.tag !== null) text += `  Tag: ${info.tag}\n`
       if (process.platform !== 'win32') {
-        text += `  Process running: ${api().isProcessRunning(info.pid) ? 'yes' : 'no'}\n`
+        // sema checks /proc/<pid>: pid 0 is no process there (kill(0, 0) would answer for a process group).
+        text += `  Process running: ${info.pid > 0 && api().isProcessRunning(info.pid) ? 'yes' : 'no'}\n`
       }
     }
     out(text)

@@ -2,10 +2,11 @@
 // `sema-native semats <args>`: the semats CLI (tuulbelt/file-based-semaphore-ts) reproduced on our engine.
 // Same command line quirks, the same text on the same streams, the same JSON layout and exit codes 0/1.
 //
+// The lock file is semats' layout exactly (PlainSemaphore: no host identity of ours), so every reader judges it
+// by semats' rule (stale once older than 1 h with its pid not running) and it outlives this CLI and its parent
+// however the command is run; our own format would make a gone holder's lock reclaimable at once.
 // One deliberate difference: the pid recorded in the lock file is this CLI's parent (the calling shell), not
-// the short-lived CLI process. Our engine reclaims at once a lock whose holder on this host is dead, so a lock
-// recorded for the CLI's own pid would be free the moment the CLI exits. Everything the user sees keeps
-// semats' meaning: `release` without --force is still refused (the lock is not the CLI process's own) and
+// the short-lived CLI process. Everything the user sees keeps semats' meaning: `release` without --force is still refused (the lock is not the CLI process's own) and
 // `isOwnedByCurrentProcess` is still false.
 
 const { out, err, exit, api, sleep } = require('./common')
@@ -137,7 +138,10 @@ async function main(args) {
     return exit(1)
   }
   const json = options.json ?? false
-  const { Semaphore, isLockStale } = api()
+  const { isLockStale } = api()
+  // semats' file layout exactly (no host identity of ours): the lock outlives this CLI and its parent as
+  // semats' does, judged by its rule by every reader (see PlainSemaphore).
+  const { PlainSemaphore: Semaphore } = require('../file/semats')
   let code = 0
   try {
     const sem = new Semaphore(options.path)
@@ -178,15 +182,17 @@ async function main(args) {
         break
       }
       case 'status': {
-        // semats: `locked` means "the file parses", and staleness is the age rule alone.
-        const found = sem.getLockInfo()
-        const info = found ? { pid: found.pid, timestamp: found.timestamp, tag: found.tag } : null
+        // semats: `locked` means "the file parses", and staleness is the age rule alone. Ownership is the
+        // engine's rule (token and host identity; the pid alone only for a file without identity), from the
+        // same read of the file.
+        const s = sem.status()
+        const info = s.info ? { pid: s.info.pid, timestamp: s.info.timestamp, tag: s.info.tag } : null
         const locked = info !== null
         const status = {
           locked,
           info,
           isStale: locked ? isLockStale(info, STALE_MS) : false,
-          isOwnedByCurrentProcess: locked && info.pid === process.pid,
+          isOwnedByCurrentProcess: locked && s.isOwnedByCurrentProcess,
         }
         out(format(status, json) + '\n')
         break

@@ -7,7 +7,7 @@ const native = require('../native')
 const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
 const DEFAULT_HOST = '127.0.0.1'
-const DEFAULT_PORT = 6388
+const { DEFAULT_PORT } = require('./url')
 const DEFAULT_ACQUIRE_TIMEOUT_S = 10
 const DEFAULT_RENEW_RATIO = 0.5
 /** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */

@@ -17,12 +17,14 @@
 //   common.js      constants, native result → LockError, JS-only option checks, cancellation, sharding
 //   lock.js        DistributedLock, DistributedSemaphore
 //   connection.js  the low-level Connection, stats()
-//   target.js      dflockd:// URLs: parse (token masked), acquire, release, status
+//   url.js         the dflockd:// URL: parse, redaction of its token, the identity of the lock it names
+//   target.js      dflockd:// URLs: acquire, release, status
 
 const { stableHashShard } = require('./common')
 const { DistributedLock, DistributedSemaphore } = require('./lock')
 const { Connection, stats } = require('./connection')
-const { parseDflockdUrl, acquireTarget, releaseTarget, statusTarget } = require('./target')
+const { acquireTarget, releaseTarget, statusTarget } = require('./target')
+const { parseDflockdUrl } = require('./url')
 
 module.exports = {
   DistributedLock,

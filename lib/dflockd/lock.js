@@ -197,6 +197,15 @@ class DistributedLock {
   get lease() {
     return this.#held && this.#prim ? this.#prim.lease : 0
   }
+  /** End of the held lock's proven validity, in ms since the epoch (0 when none): the client's own lease clock,
+   * counted from when the last acquire or renew was sent, minus a guard. */
+  get validUntil() {
+    return this.#held && this.#prim ? this.#prim.validUntil : 0
+  }
+  /** Milliseconds the held lock is still proven valid (monotonic clock; 0 when none or lost). */
+  remaining() {
+    return this.#held && this.#prim ? this.#prim.remainingMs : 0
+  }
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   get signal() {
     if (this.#controller === null) this.#controller = new AbortController()
@@ -261,9 +270,12 @@ class DistributedLock {
     if (current !== null && current !== token) return
     const controller = this.#controller ?? (this.#controller = new AbortController())
     this.#end()
-    this.#prim.close()
     controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, 'LOCK_LOST'))
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
+    // Told first, then stopped: a lock the native side still counts as held (its validity ran out before its own
+    // report) is closed now; one it reported lost keeps its connection until the server's earliest expiry, so the
+    // server does not free the key before this holder has been told.
+    if (current !== null) this.#prim.close()
   }
 
   /** Marks the acquisition held; replays a loss that arrived before this point (#lost drops an earlier one's). */
@@ -421,6 +433,11 @@ class DistributedLock {
       threw = true
       throw e
     } finally {
+      // The lease's validity ended before fn did, and the native loss report has not run yet: lost now, so the
+      // signal, onLockLost and this rejection agree.
+      if (!signal.aborted && this.#held && this.#prim && this.#prim.remainingMs === 0) {
+        this.#lost(this.#prim.token, 'the lease was no longer proven valid when fn finished (no renewal confirmed in time)')
+      }
       if (signal.aborted) {
         // Lost mid-work: nothing is left to release, and fn's work was not exclusive.
         if (!threw) throw signal.reason

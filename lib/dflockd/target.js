@@ -4,77 +4,17 @@
 // shown: messages and `target` fields carry it masked.
 
 const native = require('../native')
-const { LockError, toLockError, semaphoreError, failure, invalidArgument } = require('../errors')
+const { LockError, toLockError, semaphoreError, failure } = require('../errors')
 const { LockHandle } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_PORT, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, describe, hostOption, nativeSync, opt } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, nativeSync, opt } = require('./common')
+const { redactTarget, parseDflockdUrl, targetId } = require('./url')
+const { validate, checkBackend, ACQUIRE } = require('../validate')
 const { parseStatsJson, stats } = require('./connection')
 
 // ───────────────────────────── target API (dflockd:// URLs) ─────────────────────────────
 
-/**
- * `url` with its auth token (the URL's user info) replaced by `***`, as every message, `lock.target` and
- * `status().target` show it: a token must never reach a log. The user info ends at the last `@` before the path.
- */
-function redactTarget(url) {
-  return String(url).replace(/^(dflockd:\/\/)[^/?#]*@/i, '$1***@')
-}
-
-/**
- * `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]` → `{host, port, key, auth?, limit?, leaseTtl?, tls}`.
- * The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown query parameters are rejected.
- */
-function parseDflockdUrl(url) {
-  if (typeof url !== 'string') throw invalidArgument('dflockd target must be a string')
-  const shown = redactTarget(url)
-  let u
-  try {
-    u = new URL(url)
-  } catch {
-    throw invalidArgument(`invalid dflockd URL: ${shown}`)
-  }
-  if (u.protocol !== 'dflockd:') throw invalidArgument(`not a dflockd:// URL: ${shown}`)
-  if (!u.hostname) throw invalidArgument(`dflockd URL has no host: ${shown}`)
-  if (u.hash) throw invalidArgument(`dflockd URL must not have a fragment (encode '#' in the key as %23): ${shown}`)
-  const host = hostOption(u.hostname)
-  const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument(`invalid port in dflockd URL: ${shown}`)
-  let key
-  let auth
-  try {
-    key = decodeURIComponent(u.pathname.replace(/^\//, ''))
-    if (u.username) auth = decodeURIComponent(u.username) + (u.password ? ':' + decodeURIComponent(u.password) : '')
-  } catch {
-    throw invalidArgument(`invalid percent-encoding in dflockd URL: ${shown}`)
-  }
-  if (key === '') throw invalidArgument(`dflockd URL has no key: ${shown}`)
-  nativeSync(() => native.dflockdValidateKey(key))
-  const out = { host, port, key, tls: false }
-  if (auth !== undefined && auth !== '') out.auth = auth
-  for (const [name, value] of u.searchParams) {
-    if (name === 'limit') out.limit = urlInt(shown, name, value)
-    else if (name === 'leaseTtl') out.leaseTtl = urlInt(shown, name, value)
-    else if (name === 'tls') {
-      if (value === '1' || value === 'true' || value === '') out.tls = true
-      else if (value === '0' || value === 'false') out.tls = false
-      else throw invalidArgument(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
-    } else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${shown}`)
-  }
-  return out
-}
-
-function urlInt(shown, name, value) {
-  if (!/^\d+$/.test(value)) throw invalidArgument(`invalid ${name}=${value} in dflockd URL: ${shown}`)
-  const n = Number(value)
-  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TIMEOUT_S) throw invalidArgument(`invalid ${name}=${value} in dflockd URL: ${shown}`)
-  return n
-}
-
 /** Locks this process holds through acquireTarget, by `host:port/key`. */
 const held = new Map()
-
-function targetId(cfg) {
-  return `${cfg.host.toLowerCase()}|${cfg.port}|${cfg.key}`
-}
 
 class DflockdLock extends LockHandle {
   #prim
@@ -96,14 +36,25 @@ class DflockdLock extends LockHandle {
     return this.#lease
   }
 
+  /** End of the proven validity of the lease (ms since the epoch; 0 once released or lost): the client's own lease
+   * clock, counted from when the last acquire or renew was sent, minus a guard. */
+  get validUntil() {
+    return this.released ? 0 : this.#prim.validUntil
+  }
+
+  /** Milliseconds the lease is still proven valid (monotonic; 0 once released, lost, or past its validity). */
+  remaining() {
+    return this.released ? 0 : this.#prim.remainingMs
+  }
+
   _unregister() {
     const set = held.get(this.#id)
     if (set && set.delete(this) && set.size === 0) held.delete(this.#id)
   }
 
+  /** The native side reported the loss (it ends the connection itself, once the server could have freed the key). */
   _lost(message) {
     this._unregister()
-    this.#prim.close()
     this._markLost(message)
   }
 
@@ -111,6 +62,12 @@ class DflockdLock extends LockHandle {
   async _release() {
     this._unregister()
     const prim = this.#prim
+    if (prim.remainingMs === 0) {
+      // Its validity ended before this release (the native loss report may not have run yet): a loss, reported as one.
+      prim.close()
+      this._markLost(`dflockd lock '${this.target}' lost: no renewal was confirmed within the lease`)
+      return false
+    }
     let r
     try {
       r = await prim.release()
@@ -119,6 +76,11 @@ class DflockdLock extends LockHandle {
     }
     if (r.ok) return true
     const code = r.error.code
+    if (code === 'LOCK_LOST') {
+      // Lost before the release got through (e.g. a renewal unconfirmed within the lease): reported as a loss.
+      this._markLost(`dflockd lock '${this.target}' lost: ${r.error.message}`)
+      return false
+    }
     if (code === 'NOT_LOCKED' || code === 'LOCK_LOST' || (code === 'SERVER_ERROR' && r.error.reply === 'error')) return false
     throw toLockError(r.error)
   }
@@ -126,23 +88,14 @@ class DflockdLock extends LockHandle {
 
 /** Normalised settings for one acquisition on a target. Throws LockError INVALID_ARGUMENT. */
 function targetConfig(url, options, wait) {
-  const o = options ?? {}
-  if (typeof o !== 'object') throw invalidArgument('options must be an object')
+  // The one check of every option (lib/validate.js); a no-op re-read of the snapshot when lib/target.js made it.
+  const o = validate(options, ACQUIRE)
+  checkBackend(o, 'dflockd')
   const u = parseDflockdUrl(url)
   // The server takes whole seconds; the native side sends the ceiling and stops waiting at the exact ms.
   let acquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_S * 1000
   if (!wait) acquireTimeoutMs = 0
-  else if (o.timeout !== undefined && o.timeout !== null) {
-    if (typeof o.timeout !== 'number' || Number.isNaN(o.timeout) || o.timeout < 0) {
-      throw invalidArgument(`timeout must be a number of milliseconds >= 0, got ${describe(o.timeout)}`)
-    }
-    acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
-  }
-  if (o.leaseTtl !== undefined && o.leaseTtl !== null) {
-    if (!Number.isInteger(o.leaseTtl) || o.leaseTtl < 1 || o.leaseTtl > MAX_TIMEOUT_S) {
-      throw invalidArgument(`leaseTtl must be a whole number of seconds between 1 and ${MAX_TIMEOUT_S} (the protocol's unit, as ?leaseTtl= in a URL), got ${describe(o.leaseTtl)}`)
-    }
-  }
+  else if (o.timeout !== undefined && o.timeout !== null) acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
   const limit = opt(o.limit) ?? u.limit ?? 1
   const useTls = o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined
   const prim = {
@@ -156,7 +109,6 @@ function targetConfig(url, options, wait) {
     renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
-  if (o.onLost !== undefined && o.onLost !== null && typeof o.onLost !== 'function') throw invalidArgument('onLost must be a function')
   return { ...u, url, limit, prim }
 }
 
@@ -188,7 +140,8 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   if (!r.ok) {
     prim.close()
     if (r.error.code === 'ABORTED') return failure('ABORTED', 'acquire aborted')
-    if (r.error.code === 'TIMEOUT') return timeoutResult(cfg, wait)
+    // A try (timeout 0) that got no answer is a TIMEOUT, never ALREADY_LOCKED: nobody said the key was held.
+    if (r.error.code === 'TIMEOUT' && wait) return timeoutResult(cfg, wait)
     return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {
@@ -299,4 +252,4 @@ function heldHandles() {
   return [...held.values()].flatMap((set) => [...set]).filter((h) => !h.released)
 }
 
-module.exports = { redactTarget, parseDflockdUrl, acquireTarget, releaseTarget, statusTarget, heldHandles }
+module.exports = { acquireTarget, releaseTarget, statusTarget, heldHandles }

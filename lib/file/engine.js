@@ -16,6 +16,13 @@ const DEFAULT_CONFIG = Object.freeze({
 })
 
 /**
+ * Internal config key (never read from user options): write sema's and semats' file layout (pid, timestamp, tag;
+ * no host identity), for the CLI front ends whose lock must outlive the process that took it (see
+ * NativeFileOptions.plainFormat).
+ */
+const PLAIN_FORMAT = Symbol('plainFormat')
+
+/**
  * Native engine options from semats-style config (ms). semats merges `{...DEFAULT_CONFIG, ...config}`, so an
  * explicit `undefined` replaces a default: undefined/null/NaN staleTimeout never expires, undefined
  * retryInterval polls every millisecond, undefined maxTagLength does not cut. We keep that meaning.
@@ -23,7 +30,7 @@ const DEFAULT_CONFIG = Object.freeze({
 function engineOptions(config) {
   const staleTimeoutMs = finiteOrNull(config.staleTimeout)
   const heartbeatOff = config.heartbeat === null || config.heartbeat === false || config.heartbeat === 0
-  // undefined leaves the engine's default: min(10 s, staleTimeout / 4)
+  // undefined leaves the engine's default: min(1 s, staleTimeout / 4)
   // (validated: a positive number here)
   const heartbeatMs = heartbeatOff || config.heartbeat === undefined ? undefined : config.heartbeat
   // napi maps `undefined` (not `null`) to None in object fields.
@@ -34,6 +41,7 @@ function engineOptions(config) {
     heartbeatMs,
     heartbeatOff,
     maxTagLength: finiteOrNull(config.maxTagLength) ?? undefined,
+    plainFormat: config.plainFormat === true ? true : undefined,
   }
 }
 
@@ -86,4 +94,4 @@ function releaseAndReraise(signal) {
   process.kill(process.pid, signal)
 }
 
-module.exports = { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook }
+module.exports = { PLAIN_FORMAT, DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook }

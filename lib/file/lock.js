@@ -7,9 +7,9 @@
 const nodePath = require('node:path')
 const native = require('../native')
 const { LockHandle } = require('../lock-handle')
-const { fileError, toLockError } = require('../errors')
+const { fileError, toLockError, holderFacts } = require('../errors')
 const { withAbort } = require('../abort')
-const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG } = require('./engine')
+const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
@@ -84,6 +84,7 @@ function configOf(options) {
     const v = options[k]
     if (v !== undefined && (v !== null || NULL_MEANS.has(k))) config[k] = v
   }
+  if (options[PLAIN_FORMAT] === true) config.plainFormat = true
   return config
 }
 
@@ -94,7 +95,7 @@ function cacheKey(path, config) {
     const v = config[k]
     key += `\0${typeof v}:${String(v)}`
   }
-  return key
+  return config.plainFormat ? `${key}\0plain` : key
 }
 
 /** Validated engine handle for a path, or a SemaphoreError. `fresh` skips the cache. */
@@ -134,7 +135,8 @@ async function acquireFile(target, path, options = {}, { wait }) {
   if (r.failed) return r.failed
   if (!r.ok) {
     if (r.error.code === 'TIMEOUT') {
-      return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${options.timeout}ms` } }
+      const message = `Timeout waiting for lock after ${options.timeout}ms`
+      return { ok: false, error: { type: 'TIMEOUT', message, ...holderFacts(r.error) } }
     }
     return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }
@@ -189,6 +191,8 @@ async function statusFile(target, path, options = {}) {
     info: s.info ? lockInfo(s.info) : null,
     isStale: s.isStale,
     isOwnedByCurrentProcess: s.isOwnedByCurrentProcess,
+    reclaimableAt: s.reclaimableAt ?? null,
+    reclaimRule: s.reclaimRule ?? null,
     target,
     backend: 'file',
   }

@@ -4,9 +4,9 @@
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
 const native = require('../native')
-const { semaphoreError, fileError, failure, toLockError } = require('../errors')
+const { semaphoreError, fileError, failure, toLockError, holderFacts, invalidArgument } = require('../errors')
 const { withAbort } = require('../abort')
-const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE } = require('../validate')
+const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
 
 // ─── format helpers ───
@@ -44,6 +44,9 @@ class Semaphore {
 
   constructor(lockPath, config = {}) {
     if (typeof lockPath !== 'string') throw new TypeError('lockPath must be a string')
+    // A target string of the one-string API is not a path: refused as that API refuses what it cannot serve.
+    const notAPath = require('../target').notAFilePath(lockPath)
+    if (notAPath) throw invalidArgument(notAPath)
     const checked = native.checkLockPath(lockPath, true)
     if (!checked.ok) {
       // semats throws a plain Error for a bad path; a platform without file locks gets its stable code.
@@ -51,8 +54,10 @@ class Semaphore {
       throw new Error(checked.error.message)
     }
     this.#path = checked.path
-    validate(config, CONFIG, 'config')
-    this.#config = { ...DEFAULT_CONFIG, ...config }
+    // The snapshot: each config getter read once (a plain object from here on).
+    this.#config = { ...DEFAULT_CONFIG, ...validate(config, CONFIG, 'config') }
+    // The CLI front end's subclass (module-private: nothing in a user's config can ask for it).
+    if (new.target === PlainSemaphore) this.#config.plainFormat = true
     this.#file = new native.NativeLockFile(this.#path, engineOptions(this.#config))
   }
 
@@ -83,15 +88,14 @@ class Semaphore {
   }
 
   tryAcquireWithInfo(info) {
+    let snapshot
     try {
-      if (info !== undefined && (info === null || typeof info !== 'object')) validate(info, {}, 'info')
-      one('pid', info?.pid, 'info.pid')
-      one('tag', info?.tag, 'info.tag')
+      snapshot = validate(info, SEMATS_INFO, 'info', { strict: false })
     } catch (e) {
       return asFailure(e)
     }
-    const ownerPid = info && info.pid != null && info.pid !== process.pid ? info.pid : undefined
-    return this.#tryAcquire(info ? (info.tag ?? undefined) : undefined, ownerPid)
+    const ownerPid = snapshot.pid != null && snapshot.pid !== process.pid ? snapshot.pid : undefined
+    return this.#tryAcquire(snapshot.tag ?? undefined, ownerPid)
   }
 
   #tryAcquire(tag, ownerPid) {
@@ -118,7 +122,8 @@ class Semaphore {
     )
     if (!r.ok) {
       if (r.error.code === 'TIMEOUT') {
-        return failure('TIMEOUT', `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`)
+        const message = `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`
+        return failure('TIMEOUT', message, holderFacts(r.error))
       }
       return { ok: false, error: fileError(r.error, this.#path) }
     }
@@ -160,6 +165,12 @@ class Semaphore {
   }
 }
 
+/**
+ * A Semaphore writing sema's and semats' file layout exactly (no host identity): the `semats` CLI front end's,
+ * whose lock must outlive the CLI process (see NativeFileOptions.plainFormat). Not exported from the package.
+ */
+class PlainSemaphore extends Semaphore {}
+
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */
 function heldInfo(lock) {
   installExitHook()
@@ -174,4 +185,5 @@ module.exports = {
   isLockStale,
   isProcessRunning,
   CLEAN_STALE_RESULT,
+  PlainSemaphore,
 }

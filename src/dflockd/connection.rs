@@ -1,20 +1,31 @@
 //! `NativeDflockdConnection`: the low-level connection (the dflockd TypeScript client's
-//! functions), run on the JS thread's own event loop.
+//! functions), run on the JS thread's own event loop where the host's libuv can serve it.
 //!
 //! Connect (TCP, TLS handshake, auth) runs on tokio; then the socket is handed to the JS
 //! thread (`on_loop`): a request is written by the call that makes it, the loop polls the
 //! socket, and the reply is parsed and settled in the poll callback. One wake of the JS thread
 //! per round trip and no other thread (the tokio path it replaces cost ~6 context switches per
-//! lock + release pair, 3 threads per round trip). This file only converts the class's values.
+//! lock + release pair, 3 threads per round trip). On a host whose libuv cannot serve (Bun,
+//! Deno: `event_loop::loop_unusable`, decided before any libuv call) the connection stays on
+//! tokio (`on_tokio`). This file only converts the class's values and picks the driver.
 
 use std::rc::Rc;
 
 use napi::JsValue as _;
 
 use super::on_loop::Conn;
+use super::on_tokio::TokioConn;
 use super::ops::{NativeCallResult, Op};
 use super::*;
-use crate::event_loop::JsCallback;
+use crate::event_loop::{loop_unusable, JsCallback};
+
+/// The driver of one connection.
+enum Driver {
+    /// The JS thread's libuv loop.
+    Loop(Rc<Conn>),
+    /// A tokio task (hosts without a usable libuv).
+    Tokio(Rc<TokioConn>),
+}
 
 /// Low level: one connection, one method per protocol command. Requests run one at a time in
 /// call order; each is written when the one before it is answered, and answered through
@@ -25,7 +36,16 @@ use crate::event_loop::JsCallback;
 /// An idle connection never keeps Node alive; one with a request pending does.
 #[napi]
 pub struct NativeDflockdConnection {
-    conn: Rc<Conn>,
+    conn: Driver,
+}
+
+impl NativeDflockdConnection {
+    fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
+        match &self.conn {
+            Driver::Loop(c) => c.submit(op),
+            Driver::Tokio(c) => c.submit(op),
+        }
+    }
 }
 
 #[napi]
@@ -49,44 +69,51 @@ impl NativeDflockdConnection {
             options.connect_timeout_ms,
             options.socket_timeout_ms,
         );
+        // Before the first libuv call: on a host whose libuv cannot serve, tokio all along.
+        let on_tokio = loop_unusable(env).is_some();
         let fut = async move {
-            let r = match opts {
+            Ok(match opts {
                 Ok(o) => Connection::connect(&o).await,
                 Err(e) => Err(e),
-            };
-            Ok(r.and_then(|c| {
-                c.into_nonblocking().ok_or_else(|| {
-                    DflockdError::new(
-                        core::ErrorCode::ConnectionError,
-                        "connection closed during setup",
-                    )
-                })
-            }))
+            })
         };
         env.spawn_future_with_callback(fut, move |env, r| {
-            Ok(match r {
-                Ok(stream) => match Conn::open(env, stream, reply) {
-                    Ok(conn) => NativeConnectionResult {
-                        ok: true,
-                        value: Some(NativeDflockdConnection { conn }),
-                        error: None,
-                    },
-                    Err(e) => NativeConnectionResult {
-                        ok: false,
-                        value: None,
-                        error: Some(e.into()),
-                    },
-                },
-                Err(e) => {
-                    reply.release();
-                    NativeConnectionResult {
-                        ok: false,
-                        value: None,
-                        error: Some(e.into()),
-                    }
+            let opened = r.and_then(|c| {
+                if on_tokio {
+                    return TokioConn::open(env, c, reply).map(Driver::Tokio);
                 }
+                let Some(stream) = c.into_nonblocking() else {
+                    reply.release();
+                    return Err(DflockdError::new(
+                        core::ErrorCode::ConnectionError,
+                        "connection closed during setup",
+                    ));
+                };
+                Conn::open(env, stream, reply).map(Driver::Loop)
+            });
+            Ok(match opened {
+                Ok(conn) => NativeConnectionResult {
+                    ok: true,
+                    value: Some(NativeDflockdConnection { conn }),
+                    error: None,
+                },
+                Err(e) => NativeConnectionResult {
+                    ok: false,
+                    value: None,
+                    error: Some(e.into()),
+                },
             })
         })
+    }
+
+    /// Which driver runs this connection: `'event-loop'` (the JS thread's libuv loop) or
+    /// `'tokio'` (a host whose libuv cannot serve, e.g. Bun or Deno, or `SEMA_NATIVE_LIBUV=off`).
+    #[napi(getter, ts_return_type = "'event-loop' | 'tokio'")]
+    pub fn driver(&self) -> &'static str {
+        match self.conn {
+            Driver::Loop(_) => "event-loop",
+            Driver::Tokio(_) => "tokio",
+        }
     }
 
     /// `l key timeout [ttl]` (or `sl key timeout limit [ttl]` when `limit` is given): resolves
@@ -109,13 +136,13 @@ impl NativeDflockdConnection {
                 key,
             })
         })();
-        self.conn.submit(op)
+        self.submit(op)
     }
 
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
     #[napi]
     pub fn release(&self, key: String, token: String, sem: bool) -> Either<f64, NativeCallResult> {
-        self.conn.submit(Ok(Op::Release { key, token, sem }))
+        self.submit(Ok(Op::Release { key, token, sem }))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
@@ -136,7 +163,7 @@ impl NativeDflockdConnection {
                     sem,
                 }
             });
-        self.conn.submit(op)
+        self.submit(op)
     }
 
     /// `e key [ttl]` (or `se key limit [ttl]` when `limit` is given): resolves
@@ -156,7 +183,7 @@ impl NativeDflockdConnection {
                 key,
             })
         })();
-        self.conn.submit(op)
+        self.submit(op)
     }
 
     /// `w key timeout` (`sw` when `sem`): like `lock`.
@@ -170,13 +197,13 @@ impl NativeDflockdConnection {
                     sem,
                 }
             });
-        self.conn.submit(op)
+        self.submit(op)
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
     #[napi]
     pub fn stats(&self) -> Either<f64, NativeCallResult> {
-        self.conn.submit(Ok(Op::Stats))
+        self.submit(Ok(Op::Stats))
     }
 
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
@@ -184,7 +211,7 @@ impl NativeDflockdConnection {
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
     #[napi]
     pub fn request(&self, cmd: String, key: String, arg: String) -> Either<f64, NativeCallResult> {
-        self.conn.submit(Ok(Op::Raw { cmd, key, arg }))
+        self.submit(Ok(Op::Raw { cmd, key, arg }))
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves
@@ -192,12 +219,18 @@ impl NativeDflockdConnection {
     /// auto-releases what this connection held.
     #[napi]
     pub fn close(&self) {
-        self.conn.close();
+        match &self.conn {
+            Driver::Loop(c) => c.close(),
+            Driver::Tokio(c) => c.close(),
+        }
     }
 }
 
 impl Drop for NativeDflockdConnection {
     fn drop(&mut self) {
-        self.conn.collected();
+        match &self.conn {
+            Driver::Loop(c) => c.collected(),
+            Driver::Tokio(c) => c.collected(),
+        }
     }
 }

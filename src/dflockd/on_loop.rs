@@ -13,21 +13,21 @@ use super::ops::{NativeCallResult, Op};
 use super::*;
 use crate::event_loop::{JsCallback, SocketWatch, WatchHandler};
 
-fn peer_closed_error(peer: &str) -> DflockdError {
+pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
     DflockdError::new(
         core::ErrorCode::ConnectionError,
         format!("connection to {peer} is closed"),
     )
 }
 
-fn aborted_error() -> DflockdError {
+pub(super) fn aborted_error() -> DflockdError {
     DflockdError::new(
         core::ErrorCode::Aborted,
         "connection closed during the request",
     )
 }
 
-fn closed_error() -> DflockdError {
+pub(super) fn closed_error() -> DflockdError {
     DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
 }
 

@@ -102,7 +102,7 @@ pub(super) enum Op {
 
 impl Op {
     /// The core request this is (borrowing its strings); `None` for a raw request.
-    fn request(&self) -> Option<sema_core::dflockd::Request<'_>> {
+    pub(super) fn request(&self) -> Option<sema_core::dflockd::Request<'_>> {
         use sema_core::dflockd::Request as R;
         Some(match self {
             Op::Lock {

@@ -188,6 +188,20 @@ impl NativeDflockdPrimitive {
         self.inner.lease_s() as f64
     }
 
+    /// End of the held lease's proven validity (see `remainingMs`) as wall-clock ms since the
+    /// epoch; 0 when nothing is held or it was lost.
+    #[napi(getter)]
+    pub fn valid_until(&self) -> f64 {
+        self.inner.valid_until_unix_ms().unwrap_or(0) as f64
+    }
+
+    /// Milliseconds the held lease is still proven by the client's own lease clock (counted
+    /// from when the last acquire/renew was sent, minus a guard); 0 when not held or lost.
+    #[napi(getter)]
+    pub fn remaining_ms(&self) -> f64 {
+        self.inner.valid_for().as_secs_f64() * 1000.0
+    }
+
     /// Register the loss callback `(key, token, reason) => void`, called at most once per held
     /// lock when renewal fails or the server drops the idle connection (closed, reset, or an
     /// unsolicited `error` before its read-timeout close; the server then releases the lock),

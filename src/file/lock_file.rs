@@ -36,10 +36,10 @@ impl NativeLockFile {
             owner: owner::of(&env)?,
             handles: options.keep_for_handle.unwrap_or(false),
         };
-        let inner = std::sync::Arc::new(LockFile::new_canonical(
-            PathBuf::from(path),
-            engine_options(&options),
-        ));
+        let inner = std::sync::Arc::new(
+            LockFile::new_canonical(PathBuf::from(path), engine_options(&options))
+                .with_extra_keys(!options.plain_format.unwrap_or(false)),
+        );
         Ok(NativeLockFile { inner, claim })
     }
 

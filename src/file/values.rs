@@ -111,7 +111,7 @@ pub struct NativeFileOptions {
     pub stale_timeout_ms: Option<f64>,
     pub retry_interval_ms: f64,
     pub fsync: bool,
-    /// Heartbeat interval; absent = the engine's default (min(10 s, staleTimeout / 4)).
+    /// Heartbeat interval; absent = the engine's default (min(1 s, staleTimeout / 4)).
     pub heartbeat_ms: Option<f64>,
     /// No heartbeat at all.
     pub heartbeat_off: Option<bool>,
@@ -120,6 +120,11 @@ pub struct NativeFileOptions {
     /// JS keeps a handle per lock (the target API's `Lock`): report releases by path to it, and
     /// keep how each lock ended for `takeHeldEnd`.
     pub keep_for_handle: Option<bool>,
+    /// Write only `pid=`, `timestamp=` and `tag=` (sema's and semats' layout, no host identity):
+    /// every reader, ours included, then judges the lock by semats' rule (stale only once older
+    /// than the stale timeout with its pid not running). For the `sema`/`semats` front ends, whose
+    /// lock must outlive the short-lived process that recorded it.
+    pub plain_format: Option<bool>,
 }
 
 pub fn to_usize(v: f64) -> usize {
@@ -168,6 +173,10 @@ pub struct NativeStatus {
     pub info: Option<NativeLockInfo>,
     pub is_stale: bool,
     pub is_owned_by_current_process: bool,
+    /// Unix seconds from which the lock is reclaimable by `reclaim_rule` (see `lockfile::Reclaim`).
+    pub reclaimable_at: Option<i64>,
+    /// `holder-dead`, `age-and-pid-not-running`, `age`, `unparseable-age` or `never`; absent without a file.
+    pub reclaim_rule: Option<String>,
 }
 
 impl From<lockfile::LockStatus> for NativeStatus {
@@ -177,6 +186,8 @@ impl From<lockfile::LockStatus> for NativeStatus {
             info: s.info.map(Into::into),
             is_stale: s.is_stale,
             is_owned_by_current_process: s.is_owned_by_current_process,
+            reclaimable_at: s.reclaim.and_then(|r| r.at_unix_secs),
+            reclaim_rule: s.reclaim.map(|r| r.rule.as_str().to_string()),
         }
     }
 }

@@ -43,11 +43,15 @@ pub enum ErrorCode {
     InvalidArgument,
     /// No engine (or no binary) for this platform.
     UnsupportedPlatform,
+    /// A binary is published for this platform but its package is missing or would not load
+    /// (raised by the JavaScript loader, which runs before any binary does; listed here so that
+    /// the one list holds every code the package produces).
+    NativeLoadFailed,
 }
 
 impl ErrorCode {
     /// Every code, semats' eight first, in the order of the TypeScript union.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::AlreadyLocked,
         ErrorCode::InvalidPath,
         ErrorCode::IoError,
@@ -65,6 +69,7 @@ impl ErrorCode {
         ErrorCode::ServerError,
         ErrorCode::InvalidArgument,
         ErrorCode::UnsupportedPlatform,
+        ErrorCode::NativeLoadFailed,
     ];
 
     /// The code as JavaScript sees it.
@@ -87,6 +92,7 @@ impl ErrorCode {
             ErrorCode::ServerError => "SERVER_ERROR",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::UnsupportedPlatform => "UNSUPPORTED_PLATFORM",
+            ErrorCode::NativeLoadFailed => "NATIVE_LOAD_FAILED",
         }
     }
 }

@@ -74,7 +74,7 @@ mod dflockd {
     }
 
     #[tokio::test]
-    async fn silent_renew_is_bounded_by_the_socket_timeout() {
+    async fn silent_renew_is_a_loss_before_the_lease_ends() {
         let s = scripted(1, |_| Some(("ok 1\n", Duration::from_secs(30)))).await;
         let mut o = PrimitiveOptions::new("k", s.fake.connect_options()); // socket timeout 500 ms
         o.lease_ttl_s = Some(1);
@@ -83,9 +83,11 @@ mod dflockd {
         assert!(p.acquire().await.expect("acquire"));
         let t0 = Instant::now();
         while lost.load(Ordering::SeqCst) == 0 {
+            // The acquire was sent before t0: the server could end its 1 s lease at t0 + 1 s
+            // at the earliest, and the client must have declared the loss by then.
             assert!(
-                t0.elapsed() < Duration::from_secs(3),
-                "loss within 0.5 s + 0.5 s"
+                t0.elapsed() < Duration::from_secs(1),
+                "loss declared before the server's earliest expiry"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -94,16 +96,17 @@ mod dflockd {
 
     #[tokio::test]
     async fn release_waits_for_an_in_flight_renew() {
-        let s = scripted(1, |_| Some(("ok 1\n", Duration::from_millis(800)))).await;
+        let s = scripted(3, |_| Some(("ok 3\n", Duration::from_millis(800)))).await;
         let mut opts = s.fake.connect_options();
         opts.socket_timeout = Duration::from_secs(3);
         let mut o = PrimitiveOptions::new("k", opts);
-        o.lease_ttl_s = Some(1);
+        o.lease_ttl_s = Some(3);
         let p = Primitive::new(o).expect("opts");
         let lost = loss_counter(&p, Some(("k", TOKEN)));
         assert!(p.acquire().await.expect("acquire"));
-        // The first renew starts at ~500 ms and is answered at ~1300 ms.
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // The first renew starts at ~1500 ms and is answered at ~2300 ms, inside the lease's
+        // validity (3 s − 0.3 s guard).
+        tokio::time::sleep(Duration::from_millis(1700)).await;
         let t0 = Instant::now();
         p.release().await.expect("release after the renew");
         let took = t0.elapsed();
@@ -299,5 +302,72 @@ mod dflockd {
                 "renews {gap:?} apart, cap 400 ms"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn the_lease_clock_starts_at_the_send_and_is_exposed() {
+        let s = scripted(2, |_| Some(("ok 2\n", Duration::ZERO))).await;
+        let mut o = PrimitiveOptions::new("k", s.fake.connect_options());
+        o.lease_ttl_s = Some(2);
+        let p = Primitive::new(o).expect("opts");
+        assert_eq!(p.valid_for(), Duration::ZERO, "nothing held");
+        assert_eq!(p.valid_until_unix_ms(), None);
+        let before = Instant::now();
+        assert!(p.acquire().await.expect("acquire"));
+        // Proven until send + 2 s − 250 ms guard, the send being after `before`.
+        let v = p.valid_for();
+        let since = before.elapsed();
+        assert!(
+            v <= Duration::from_millis(1750) && v >= Duration::from_millis(1750) - since,
+            "{v:?} ({since:?} since before the acquire)"
+        );
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i128;
+        let until = p.valid_until_unix_ms().expect("held") as i128;
+        assert!(
+            (until - now_ms - v.as_millis() as i128).abs() < 50,
+            "{until} vs now {now_ms} + {v:?}"
+        );
+        p.release().await.expect("release");
+        assert_eq!(p.valid_for(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_grant_after_a_long_wait_is_confirmed_by_a_renew_before_it_is_reported() {
+        // The grant comes 1.5 s after the `l` was sent: by the client's clock (started at the
+        // send) a 2 s lease is already due for renewal, so it renews before returning and counts
+        // the lease from that renew.
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            while let Some(req) = c.read_request().await {
+                match req[0].as_str() {
+                    "l" => {
+                        tokio::time::sleep(Duration::from_millis(1500)).await;
+                        c.write(format!("ok {TOKEN} 2\n").as_bytes()).await;
+                    }
+                    "n" => c.write(b"ok 2\n").await,
+                    "r" => c.write(b"ok\n").await,
+                    _ => c.write(b"error\n").await,
+                }
+            }
+        })
+        .await;
+        let mut o = PrimitiveOptions::new("k", fake.connect_options());
+        o.lease_ttl_s = Some(2);
+        let p = Primitive::new(o).expect("opts");
+        assert!(p.acquire().await.expect("acquire"));
+        assert!(
+            fake.received_text()
+                .starts_with(&format!("l\nk\n10 2\nn\nk\n{TOKEN} 2\n")),
+            "{:?}",
+            fake.received_text()
+        );
+        assert!(
+            p.valid_for() > Duration::from_millis(1000),
+            "counted from the renew: {:?}",
+            p.valid_for()
+        );
+        p.release().await.expect("release");
     }
 }

@@ -251,16 +251,44 @@ mod dflockd {
             c.wait_eof(Duration::from_secs(30)).await;
         })
         .await;
-        let opts = fake.connect_options(); // socket timeout 500 ms must NOT apply to `l`
-        let mut conn = Connection::connect(&opts).await.expect("connect");
-        let t0 = Instant::now();
-        let e = conn.lock("k", 1, None).await.expect_err("silent server");
-        let took = t0.elapsed();
-        assert_eq!(e.code(), ErrorCode::Timeout);
+        // The socket timeout (500 ms) does not cut the wait the command asked for (1 s); it
+        // bounds the margin after it (at most 5 s) for a server that never answers.
+        let silent_lock = |opts: ConnectOptions| async move {
+            let mut conn = Connection::connect(&opts).await.expect("connect");
+            let t0 = Instant::now();
+            let e = conn.lock("k", 1, None).await.expect_err("silent server");
+            assert_eq!(e.code(), ErrorCode::Timeout);
+            t0.elapsed()
+        };
+        let mut opts = fake.connect_options();
+        let took = silent_lock(opts.clone()).await;
+        assert!(
+            took >= Duration::from_millis(1500) && took < Duration::from_secs(3),
+            "1 s timeout + 0.5 s socket timeout, took {took:?}"
+        );
+        // With a socket timeout above it, the margin is 5 s.
+        opts.socket_timeout = Duration::from_secs(30);
+        let took = silent_lock(opts).await;
         assert!(
             took >= Duration::from_millis(5900) && took < Duration::from_secs(8),
             "1 s timeout + 5 s margin, took {took:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_try_against_a_silent_server_ends_at_the_socket_timeout() {
+        let fake = Fake::start(|mut c: FakeConn| async move {
+            let _ = c.read_request().await;
+            c.wait_eof(Duration::from_secs(30)).await;
+        })
+        .await;
+        let mut o = PrimitiveOptions::new("k", fake.connect_options()); // socket timeout 500 ms
+        o.acquire_timeout_s = 0;
+        let p = prim(o);
+        let t0 = Instant::now();
+        let e = p.acquire().await.expect_err("no answer is not \"held\"");
+        assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     }
 
     #[tokio::test]

@@ -226,4 +226,46 @@ mod dflockd {
         a.release().await.expect("release");
         assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).len(), 1);
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_rides_out_a_server_restart_and_the_holder_is_told_at_once() {
+        let mut server = TestServer::start(&[]);
+        let k = key("restart-waiter");
+        let mut o = server.lock_options(&k);
+        o.lease_ttl_s = Some(10);
+        let holder = prim(o.clone());
+        let mut rx = loss_channel(&holder);
+        assert!(holder.acquire().await.expect("holder"));
+        o.acquire_timeout_s = 8;
+        let waiter = Arc::new(prim(o));
+        let w = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.acquire().await })
+        };
+        // Queued on the server before the kill.
+        loop {
+            let mut c = Connection::connect(&server.connect_options())
+                .await
+                .expect("stats connection");
+            let st = c.stats().await.expect("stats");
+            if st.locks.iter().any(|l| l.key == k && l.waiters == 1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server.kill();
+        assert!(
+            next_loss(&mut rx, Duration::from_secs(2)).await.is_some(),
+            "the holder is told at once"
+        );
+        assert_eq!(holder.token(), None);
+        server.restart();
+        let got = w
+            .await
+            .expect("join")
+            .expect("the waiter re-enqueued on the restarted server");
+        assert!(got, "served by the restarted server, not timed out");
+        assert!(waiter.token().is_some());
+        waiter.release().await.expect("release");
+    }
 }

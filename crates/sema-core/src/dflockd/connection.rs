@@ -103,8 +103,24 @@ mod stream;
 pub use nonblocking::NonBlockingStream;
 use stream::Stream;
 
+/// How long the reply to a request may take: `socket_timeout` for a non-blocking command;
+/// for a blocking one (`blocking_s` = the seconds it sent) that timeout plus a margin for the
+/// reply to travel, the margin at most `socket_timeout`: `l key 0` (a try) to a server that
+/// never answers ends at `socket_timeout` with `TIMEOUT`.
+pub(crate) fn reply_limit(socket_timeout: Duration, blocking_s: Option<u64>) -> Duration {
+    match blocking_s {
+        Some(s) => {
+            Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN.min(socket_timeout)
+        }
+        None => socket_timeout,
+    }
+}
+
 fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
-    DflockdError::connection(format!("{what} {peer} failed: {e}"))
+    DflockdError::connection(format!(
+        "{what} {peer} failed: {}",
+        super::plain_words::io_text(&e)
+    ))
 }
 
 /// A connection to one dflockd server.
@@ -123,6 +139,9 @@ pub struct Connection {
     plain: bool,
     /// Whether any reply line arrived on this connection.
     answered: bool,
+    /// When the last request started to be written: a lease the server grants or renews in
+    /// reply runs from the server's receipt of it, so no earlier than this.
+    last_sent: Option<Instant>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -199,6 +218,7 @@ impl Connection {
             port: opts.port,
             plain: opts.tls.is_none(),
             answered: false,
+            last_sent: None,
         };
         if let Some(token) = &opts.auth {
             conn.auth(token).await?;
@@ -209,6 +229,13 @@ impl Connection {
     /// The `host:port` this connection goes to.
     pub fn peer(&self) -> &str {
         &self.peer
+    }
+
+    /// When the last request started to be written (`None` before the first). The lease of a
+    /// grant or renew in its reply started no earlier: this is where a client's own lease clock
+    /// starts.
+    pub fn last_sent(&self) -> Option<Instant> {
+        self.last_sent
     }
 
     /// Whether the connection was closed (explicitly or after an error).
@@ -315,6 +342,15 @@ impl Connection {
     /// Write the request in `wbuf`, then read one reply line; returns the index of its `\n` in
     /// the read buffer (consume it with [`Connection::consume`]).
     async fn exchange(&mut self, blocking_s: Option<u64>) -> Result<usize> {
+        self.exchange_within(self.reply_limit(blocking_s)).await
+    }
+
+    fn reply_limit(&self, blocking_s: Option<u64>) -> Duration {
+        reply_limit(self.socket_timeout, blocking_s)
+    }
+
+    /// [`Connection::exchange`] with the reply awaited for `limit`.
+    async fn exchange_within(&mut self, limit: Duration) -> Result<usize> {
         if self.io.is_none() {
             return Err(DflockdError::connection(format!(
                 "connection to {} is closed",
@@ -329,7 +365,11 @@ impl Connection {
             ))));
         }
         self.busy = true;
-        let write_deadline = Instant::now() + self.socket_timeout;
+        let now = Instant::now();
+        self.last_sent = Some(now);
+        // The renewer may give a renew's reply longer than socket_timeout (the lease decides).
+        let write_limit = self.socket_timeout.max(limit);
+        let write_deadline = now + write_limit;
         let written = {
             let Connection { io, wbuf, peer, .. } = self;
             let write = async {
@@ -350,14 +390,10 @@ impl Connection {
                 return Err(self.fail(DflockdError::timeout(format!(
                     "write to {} timed out after {}ms",
                     self.peer,
-                    self.socket_timeout.as_millis()
+                    write_limit.as_millis()
                 ))))
             }
         }
-        let limit = match blocking_s {
-            Some(s) => Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN,
-            None => self.socket_timeout,
-        };
         match self.read_line(limit).await {
             Ok(end) => {
                 self.busy = false;
@@ -368,8 +404,23 @@ impl Connection {
                 let e = self.fail(e);
                 // Closed before any reply on a fresh plain connection: a TLS server does that.
                 if self.plain && !self.answered && e.code() == ErrorCode::ConnectionError {
-                    let probe = mismatch::speaks_tls(&self.host, self.port);
-                    if let Ok(true) = tokio::time::timeout(self.socket_timeout, probe).await {
+                    // A plain dflockd answering settles it the other way at once: the server
+                    // was restarted, as a reconnecting waiter finds it.
+                    let (host, port) = (self.host.as_str(), self.port);
+                    // Asked again until the limit: a restarting server refuses the first asks.
+                    let plain = async {
+                        while !mismatch::plain_dflockd_answers(host, port).await {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    };
+                    let probe = async {
+                        tokio::select! {
+                            tls = mismatch::speaks_tls(host, port) => tls,
+                            _ = plain => false,
+                        }
+                    };
+                    let limit = self.socket_timeout.min(mismatch::TLS_PROBE_LIMIT);
+                    if let Ok(true) = tokio::time::timeout(limit, probe).await {
                         return Err(mismatch::tls_server(&self.peer));
                     }
                 }

@@ -65,6 +65,16 @@ impl DflockdError {
         Self::new(ErrorCode::Timeout, message)
     }
 
+    /// `LOCK_LOST` with `message`, carrying the raw reply of `cause` (e.g. the `error` that
+    /// refused a renew).
+    pub(crate) fn lost_because(message: impl Into<String>, cause: &DflockdError) -> Self {
+        let lost = Self::new(ErrorCode::LockLost, message);
+        match cause.reply() {
+            Some(r) => lost.with_reply(r),
+            None => lost,
+        }
+    }
+
     pub(crate) fn aborted() -> Self {
         Self::new(ErrorCode::Aborted, "operation aborted")
     }

@@ -26,6 +26,15 @@ use super::tls;
 /// still comes long before a connect timeout (10 s default).
 pub(crate) const PLAIN_PROBE_AFTER: Duration = Duration::from_millis(250);
 
+/// How long the TLS probe of a plain connection closed unanswered may take. A TLS server answers
+/// a ClientHello within a round trip (~1 ms on loopback); a plain dflockd (e.g. one restarted
+/// since the connection was closed, which a reconnecting waiter meets) reads it as request lines
+/// and stays silent until its read timeout, so the probe must not wait for that: with the
+/// socket timeout as its limit (30 s by default) a waiter's reconnection after a restart waited
+/// behind it (measured: served 1053 ms after the kill with a 1 s limit, the server back at 55 ms;
+/// the caller also asks in plain text, which such a server answers at once).
+pub(crate) const TLS_PROBE_LIMIT: Duration = Duration::from_millis(500);
+
 /// Whether a plain-text dflockd answers at `host:port`: three empty lines (an invalid request)
 /// get `error` from the Go and Python servers (`error_auth` when auth is on) at once, while a
 /// TLS server waits for the rest of a 5-byte record header. Never returns `true` otherwise.

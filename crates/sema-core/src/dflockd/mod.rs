@@ -19,6 +19,7 @@
 pub mod connection;
 pub mod error;
 mod mismatch;
+mod plain_words;
 pub mod pool;
 pub mod primitive;
 pub mod protocol;

@@ -4,36 +4,50 @@
 //! Each held lock/slot owns one connection; after a clean release it goes to the process-wide
 //! idle [`pool`](super::pool) (bounded, closed after a short idle time; the server may end it
 //! meanwhile, which is harmless as nothing is held), from which the next acquire/enqueue with the
-//! same settings takes it when it still looks usable. While held, a renewal task owns that connection: it
-//! starts a renew every `max(100 ms, lease × renew_ratio)` and never more than
-//! `renew_max_interval` after the previous one started (the server drops connections idle for
-//! its read timeout, 23 s by default, and auto-releases their locks), always resending the TTL
-//! used at acquire. Between requests it also watches the idle connection: the server never
+//! same settings takes it when it still looks usable. While held, a renewal task owns that connection and
+//! keeps the client's own lease clock (`renewer::Schedule`): every grant or renew proves the
+//! lease until `sent + lease − guard`, where `sent` is when its request was SENT (the server
+//! counts from receipt, later) and `guard` a tenth of the lease (250 ms .. 1 s). It starts a
+//! renew `lease × renew_ratio` after the last proof (at least 100 ms, at most
+//! `renew_max_interval` — the server drops connections idle for its read timeout, 23 s by
+//! default, and auto-releases their locks — and at most two thirds of the validity, so a lost
+//! reply still has a third of it to arrive), always resending the TTL used at acquire. When no
+//! renew is confirmed by the end of the validity the lock is lost at that instant, before the
+//! server could grant the key to anyone else; the connection is then kept open until the
+//! server's earliest expiry (closing it would free the key at once) unless `close()` comes
+//! first. A grant that came after a long wait (its clock, started at the send, is already due
+//! for a renew) is renewed before it is reported, and `wait()` always does so.
+//! Between requests it also watches the idle connection: the server never
 //! sends anything unprompted, so EOF, a read error or an unsolicited line (the `error` a server
 //! writes before closing an idle connection) means the server has dropped the connection and
 //! released the lock, and the loss is reported at once instead of at the next renew.
-//! Renewal and release are serialized on that task; a release waits at most 5 s for a renew in
-//! flight. A failed renew or a dropped connection marks the lock lost, closes the connection
-//! and fires the loss callback exactly once; `release()` and `close()` never fire it.
-
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+//! Renewal and release are serialized on that task; a release waits for a renew in flight at
+//! most 5 s (less when the validity ends sooner). A failed or unconfirmed renew or a dropped
+//! connection marks the lock lost and fires the loss callback exactly once (before the
+//! connection is closed); `release()` and `close()` never fire it.
+//!
+//! A waiting `acquire` whose connection the server drops (a restart) reconnects with backoff
+//! and enqueues again while its timeout lasts (see `Primitive::acquire_until`).
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
 use super::error::{DflockdError, ErrorCode, Result};
 use super::pool;
 use super::protocol::{AcquireReply, EnqueueReply, Grant};
-use super::renewer::{HeldCmd, HeldShared, ReleaseReply, Renewer};
+use super::renewer::{renewed_lease, HeldCmd, HeldShared, ReleaseReply, Renewer, Schedule};
 
 mod options;
 mod two_phase;
 
 pub use options::{
-    PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, MIN_RENEW_INTERVAL, RELEASE_RENEW_WAIT,
+    PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, LOSS_GUARD_MAX, LOSS_GUARD_MIN,
+    MIN_RENEW_INTERVAL, RELEASE_RENEW_WAIT,
 };
 
 /// Outcome of [`Primitive::enqueue`].
@@ -88,6 +102,22 @@ struct State {
     phase: Phase,
     next_op: u64,
     stopped: Vec<Finished>,
+}
+
+/// First pause before a waiter whose server dropped it connects again (doubled each time).
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// Longest pause between a waiter's reconnection attempts.
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a waiter that got `e` after reaching the server may connect again and re-enqueue:
+/// the connection was dropped or refused (a restart), timed out connecting, or a stopping
+/// server answered the blocked wait with a bare `error`.
+fn rejoinable(e: &DflockdError) -> bool {
+    match e.code() {
+        ErrorCode::ConnectionError | ErrorCode::Timeout => true,
+        ErrorCode::ServerError => e.reply() == Some("error"),
+        _ => false,
+    }
 }
 
 /// Refusal of a second acquire/enqueue/wait while one runs.
@@ -233,6 +263,22 @@ impl Primitive {
         self.held_shared().is_some()
     }
 
+    /// How much longer the held lease is proven valid by the client's own lease clock (see
+    /// the module comment): zero when nothing is held, once lost, or once a renew failed to
+    /// be confirmed in time. Work that must be exclusive should finish within it.
+    pub fn valid_for(&self) -> Duration {
+        self.held_shared()
+            .map(|s| s.valid_for())
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// The end of that validity as wall-clock milliseconds since the Unix epoch (`None` when
+    /// nothing is held or it was lost). Computed once per grant or renew from the monotonic
+    /// clock; [`Primitive::valid_for`] is immune to wall-clock steps, this is not.
+    pub fn valid_until_unix_ms(&self) -> Option<u64> {
+        self.held_shared().map(|s| s.valid_until_unix_ms())
+    }
+
     fn begin(&self, ticket: Ticket) -> Result<Begun> {
         let mut st = lock(&self.state);
         if self.ticket_cancelled(ticket) {
@@ -273,16 +319,6 @@ impl Primitive {
             }
         }
         Ok((Connection::connect(&self.opts.connect).await?, false))
-    }
-
-    async fn send_acquire(&self, conn: &mut Connection) -> Result<AcquireReply> {
-        let o = &self.opts;
-        if o.limit == 1 {
-            conn.lock(&o.key, o.acquire_timeout_s, o.lease_ttl_s).await
-        } else {
-            conn.sem_lock(&o.key, o.acquire_timeout_s, o.limit, o.lease_ttl_s)
-                .await
-        }
     }
 
     async fn send_enqueue(&self, conn: &mut Connection) -> Result<EnqueueReply> {
@@ -355,6 +391,7 @@ impl Primitive {
         cancel: &CancellationToken,
         conn: Connection,
         grant: Grant,
+        sent: Instant,
     ) -> Result<Armed> {
         let mut st = lock(&self.state);
         let ours = matches!(&st.phase, Phase::Busy { op: o, .. } if *o == op);
@@ -365,12 +402,8 @@ impl Primitive {
             drop(conn); // the server auto-releases on disconnect
             return Err(DflockdError::aborted());
         }
-        let shared = Arc::new(HeldShared {
-            token: grant.token,
-            lease_s: AtomicU64::new(grant.lease_s),
-            lost: AtomicBool::new(false),
-            loss_reason: Mutex::new(None),
-        });
+        let loss_at = Schedule::new(&self.opts, grant.lease_s).loss_at(sent);
+        let shared = Arc::new(HeldShared::new(grant.token, grant.lease_s, loss_at));
         let (cmd_tx, rx) = mpsc::unbounded_channel();
         let (finished, join) = oneshot::channel();
         let task_cancel = CancellationToken::new();
@@ -380,6 +413,7 @@ impl Primitive {
             on_lost: self.on_lost.clone(),
             cancel: task_cancel.clone(),
             grant_lease_s: grant.lease_s,
+            sent,
             _finished: finished,
         };
         st.phase = Phase::Held(Held {
@@ -436,31 +470,145 @@ impl Primitive {
     /// The acquisition: `Some` = held (its renewal armed, not started), `None` = timed out.
     async fn acquire_armed(&self, ticket: Ticket) -> Result<Option<Armed>> {
         let (op, cancel, old, kept) = self.begin(ticket)?;
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         join_stopped(old).await;
-        let send = self.open_and_send(kept, &cancel, |p, c| Box::pin(p.send_acquire(c)));
+        let o = &self.opts;
+        let end = match o.acquire_deadline {
+            Some(d) => started.checked_add(d),
+            None if o.acquire_timeout_s > 0 => {
+                started.checked_add(Duration::from_secs(o.acquire_timeout_s))
+            }
+            None => None,
+        };
+        let work = async {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(DflockdError::aborted()),
+                r = self.acquire_until(kept, end) => r,
+            }
+        };
         let res = match self.opts.acquire_deadline {
-            None => send.await.map(Some),
+            None => work.await,
             // Past the deadline the connection is dropped with the future: the server cancels
             // the wait, or auto-releases a grant that crossed the cut.
-            Some(d) => match tokio::time::timeout_at(started + d, send).await {
-                Ok(r) => r.map(Some),
+            Some(d) => match tokio::time::timeout_at(started + d, work).await {
+                Ok(r) => r,
                 Err(_) => Ok(None),
             },
         };
         match res {
-            Ok(Some((conn, AcquireReply::Granted(g)))) => {
-                self.commit_held(op, &cancel, conn, g).map(Some)
-            }
-            Ok(Some((conn, AcquireReply::TimedOut))) => {
-                drop(conn);
-                self.end_op(op, &cancel).map(|_| None)
-            }
+            Ok(Some((conn, g, sent))) => self.commit_held(op, &cancel, conn, g, sent).map(Some),
             Ok(None) => self.end_op(op, &cancel).map(|_| None),
             Err(e) => {
                 self.end_op(op, &cancel)?;
                 Err(e)
             }
+        }
+    }
+
+    /// Sends `l`/`sl` until granted, timed out or failed. A waiter whose connection the server
+    /// drops (restarted or stopping: EOF, a reset, a refused reconnect, or the bare `error` a
+    /// stopping server answers blocked waits with) connects again with backoff (50 ms doubling
+    /// to 1 s) and enqueues again with what is left of its timeout, until `end`; it then
+    /// reports the last failure. A first connect that fails is reported at once (a wrong
+    /// address is likelier than a restart), and so is any failure of a try (timeout 0).
+    async fn acquire_until(
+        &self,
+        mut kept: Option<Connection>,
+        end: Option<Instant>,
+    ) -> Result<Option<(Connection, Grant, Instant)>> {
+        let mut reached = false;
+        let mut backoff = RECONNECT_BACKOFF_MIN;
+        let mut timeout_s = self.opts.acquire_timeout_s;
+        loop {
+            let e = match self
+                .acquire_once(kept.take(), timeout_s, &mut reached)
+                .await
+            {
+                Err(e) if reached && rejoinable(&e) => e,
+                r => return r,
+            };
+            let Some(end) = end else { return Err(e) };
+            if Instant::now() + backoff >= end {
+                return Err(e);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+            let left = end.saturating_duration_since(Instant::now());
+            timeout_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        }
+    }
+
+    /// One connection's attempt of [`Primitive::acquire_until`]. `reached` turns true once a
+    /// connection to the server was open.
+    async fn acquire_once(
+        &self,
+        kept: Option<Connection>,
+        timeout_s: u64,
+        reached: &mut bool,
+    ) -> Result<Option<(Connection, Grant, Instant)>> {
+        let o = &self.opts;
+        let (mut conn, reused) = self.open(kept).await?;
+        *reached = true;
+        let mut reply = conn
+            .acquire_any(&o.key, timeout_s, o.limit, o.lease_ttl_s)
+            .await;
+        // A kept connection that turns out dead (the server dropped it while idle; nothing was
+        // held on it) is replaced by a fresh one and the request sent once more.
+        if reused && matches!(&reply, Err(e) if e.code() == ErrorCode::ConnectionError) {
+            conn = Connection::connect(&o.connect).await?;
+            reply = conn
+                .acquire_any(&o.key, timeout_s, o.limit, o.lease_ttl_s)
+                .await;
+        }
+        let sent = conn.last_sent().unwrap_or_else(Instant::now);
+        match reply? {
+            AcquireReply::TimedOut => Ok(None),
+            AcquireReply::Granted(g) => {
+                let (g, sent) = self.confirm_grant(&mut conn, g, sent, false).await?;
+                Ok(Some((conn, g, sent)))
+            }
+        }
+    }
+
+    /// The client's lease clock of a grant starts when its request was sent; after a blocking
+    /// acquire or wait that waited, that start may lie so far back that the first renew is
+    /// already due (or the lease already past, though the server granted it just now). Then
+    /// (or always, with `force`) the grant is renewed at once and its lease counted from that
+    /// renew, so the caller never starts with a lease it cannot prove. `LOCK_LOST` when the
+    /// server refuses (the grant's lease had already ended).
+    pub(super) async fn confirm_grant(
+        &self,
+        conn: &mut Connection,
+        grant: Grant,
+        sent: Instant,
+        force: bool,
+    ) -> Result<(Grant, Instant)> {
+        let sched = Schedule::new(&self.opts, grant.lease_s);
+        let now = Instant::now();
+        if !force && now < sched.renew_at(sent) {
+            return Ok((grant, sent));
+        }
+        let o = &self.opts;
+        let limit = o
+            .connect
+            .socket_timeout
+            .min(sched.loss_at(now) - now)
+            .max(Duration::from_millis(1));
+        match conn
+            .renew_within(&o.key, &grant.token, o.lease_ttl_s, o.limit > 1, limit)
+            .await
+        {
+            Ok(lease) => {
+                let sent = conn.last_sent().unwrap_or(now);
+                let lease_s = renewed_lease(o.lease_ttl_s, lease, grant.lease_s);
+                Ok((Grant { lease_s, ..grant }, sent))
+            }
+            Err(e) if e.code() == ErrorCode::ServerError => Err(DflockdError::lost_because(
+                "the granted lease had already expired (renew right after the grant was rejected)",
+                &e,
+            )),
+            Err(e) => Err(e),
         }
     }
 

@@ -525,6 +525,13 @@ pub fn parse_auth_reply(line: &str) -> Result<()> {
             "authentication failed (error_auth)",
         )
         .with_reply(line)),
+        // The server answers bare `error` to `auth` when it has no token configured.
+        "error" => Err(DflockdError::new(
+            ErrorCode::AuthFailed,
+            "the server has no auth token set (it answered 'error' to auth): connect without a \
+             token, or start the server with --auth-token",
+        )
+        .with_reply(line)),
         other => {
             let shown: String = other.chars().take(200).collect();
             Err(DflockdError::new(

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -15,8 +15,10 @@ use super::connection::Connection;
 use super::error::{DflockdError, ErrorCode, Result};
 use super::pool;
 use super::primitive::{
-    lock, LossCallback, PrimitiveOptions, MIN_RENEW_INTERVAL, RELEASE_RENEW_WAIT,
+    lock, LossCallback, PrimitiveOptions, LOSS_GUARD_MAX, LOSS_GUARD_MIN, MIN_RENEW_INTERVAL,
+    RELEASE_RENEW_WAIT,
 };
+use super::protocol::MAX_SECONDS;
 
 pub(super) struct HeldShared {
     pub(super) token: String,
@@ -24,6 +26,110 @@ pub(super) struct HeldShared {
     pub(super) lost: AtomicBool,
     /// Why it was lost (set before `lost`).
     pub(super) loss_reason: Mutex<Option<String>>,
+    /// Until when the lease is proven (see [`Schedule::loss_at`]), on the monotonic clock and
+    /// as wall-clock time (computed once, so `validUntil` reads the same every time).
+    pub(super) valid_until: Mutex<(Instant, SystemTime)>,
+}
+
+impl HeldShared {
+    pub(super) fn new(token: String, lease_s: u64, valid_until: Instant) -> Self {
+        let shared = HeldShared {
+            token,
+            lease_s: AtomicU64::new(lease_s),
+            lost: AtomicBool::new(false),
+            loss_reason: Mutex::new(None),
+            valid_until: Mutex::new((valid_until, SystemTime::now())),
+        };
+        shared.set_valid_until(valid_until);
+        shared
+    }
+
+    fn set_valid_until(&self, until: Instant) {
+        let now = Instant::now();
+        let wall = if until >= now {
+            SystemTime::now().checked_add(until - now)
+        } else {
+            SystemTime::now().checked_sub(now - until)
+        };
+        *lock(&self.valid_until) = (until, wall.unwrap_or(UNIX_EPOCH));
+    }
+
+    /// How long the lease is still proven (zero once lost or past its validity).
+    pub(super) fn valid_for(&self) -> Duration {
+        if self.lost.load(Ordering::SeqCst) {
+            return Duration::ZERO;
+        }
+        lock(&self.valid_until)
+            .0
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// The end of the proven lease as wall-clock milliseconds since the Unix epoch.
+    pub(super) fn valid_until_unix_ms(&self) -> u64 {
+        let wall = lock(&self.valid_until).1;
+        wall.duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// The lease clock of one grant or renew, started when its request was SENT (`sent`): the
+/// server starts the lease when it receives the request, later, so the server cannot end the
+/// lease before `sent + lease`. The client:
+/// - renews `interval` after `sent`: `lease × renew_ratio`, at most `renew_max_interval` (the
+///   server's idle limit) and at most two thirds of the validity, so a renew whose reply is
+///   lost still has a third of the lease in which the reply could arrive;
+/// - holds the lease as valid until `loss_at = sent + lease − guard`, and if no renew is
+///   confirmed by then declares the lock lost at that instant, `guard` (a tenth of the lease,
+///   250 ms .. 1 s) before the server could hand the key to anyone else.
+///
+/// With the default ratio 0.5 that is one renew round trip per `lease / 2` (at most every
+/// 15 s): 1 per second for a 2 s lease, 1 per 15 s for the server's default 33 s.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Schedule {
+    lease: Duration,
+    valid: Duration,
+    interval: Duration,
+}
+
+/// `t + d`, or a year later when that does not fit.
+fn after(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365))
+}
+
+impl Schedule {
+    pub(super) fn new(opts: &PrimitiveOptions, lease_s: u64) -> Self {
+        let lease = Duration::from_secs(lease_s.min(MAX_SECONDS));
+        let guard = (lease / 10).clamp(LOSS_GUARD_MIN, LOSS_GUARD_MAX);
+        let valid = lease.saturating_sub(guard);
+        let by_ratio = Duration::try_from_secs_f64(lease.as_secs_f64() * opts.renew_ratio)
+            .unwrap_or(opts.renew_max_interval);
+        let interval = by_ratio
+            .min(valid * 2 / 3)
+            .min(opts.renew_max_interval)
+            .max(MIN_RENEW_INTERVAL);
+        Schedule {
+            lease,
+            valid,
+            interval,
+        }
+    }
+
+    /// Until when a lease whose request was sent at `sent` is proven.
+    pub(super) fn loss_at(&self, sent: Instant) -> Instant {
+        after(sent, self.valid)
+    }
+
+    /// The earliest instant the server could end that lease.
+    pub(super) fn expiry(&self, sent: Instant) -> Instant {
+        after(sent, self.lease)
+    }
+
+    /// When to start the next renew.
+    pub(super) fn renew_at(&self, sent: Instant) -> Instant {
+        after(sent, self.interval)
+    }
 }
 
 /// Where the renewal task answers a release: called once, on the task, after a clean `ok` has
@@ -67,57 +173,83 @@ pub(super) struct Renewer {
     pub(super) on_lost: Arc<Mutex<Option<LossCallback>>>,
     pub(super) cancel: CancellationToken,
     pub(super) grant_lease_s: u64,
+    /// When the request that got the grant (or confirmed it) was sent: the lease clock's start.
+    pub(super) sent: Instant,
     /// Dropped when the task ends: a new acquisition waits for that (the old connection is
     /// then closed or pooled) without a `JoinHandle`, so the task can also run inline.
     pub(super) _finished: oneshot::Sender<()>,
 }
 
+/// Why the lock is lost when no renew was confirmed within the lease's validity.
+fn unconfirmed(lease_s: u64) -> String {
+    format!(
+        "no renewal was confirmed within the {lease_s} s lease (the server or the network did not answer in time); \
+         the lock counts as lost before the server could grant it to anyone else"
+    )
+}
+
+/// The lease a renew proved, in seconds: the TTL sent when the reply says it or one second less
+/// (the Go server answers the TTL it applied; Python dflockd answers the remaining time rounded
+/// down, TTL − 1, having applied the TTL sent), else the smaller value the server reported;
+/// without a TTL sent, the reply (or, for a bare `ok`, the grant's lease).
+pub(super) fn renewed_lease(sent_ttl: Option<u64>, reply: Option<u64>, grant: u64) -> u64 {
+    match (sent_ttl, reply) {
+        (Some(t), Some(r)) if r.saturating_add(1) >= t => t,
+        (_, Some(r)) => r,
+        (Some(t), None) => t,
+        (None, None) => grant,
+    }
+}
+
 impl Renewer {
-    fn base_interval(&self) -> Duration {
-        let secs = (self.grant_lease_s as f64 * self.opts.renew_ratio).max(0.1);
-        Duration::try_from_secs_f64(secs)
-            .unwrap_or(self.opts.renew_max_interval)
-            .max(MIN_RENEW_INTERVAL)
+    async fn renew(&self, conn: &mut Connection, limit: Duration) -> Result<Option<u64>> {
+        let o = &self.opts;
+        conn.renew_within(
+            &o.key,
+            &self.shared.token,
+            o.lease_ttl_s,
+            o.limit > 1,
+            limit,
+        )
+        .await
     }
 
-    async fn renew(&self, conn: &mut Connection) -> Result<Option<u64>> {
+    /// Sends the release, its reply awaited until `loss_at` at most (after which the lease is
+    /// no longer proven, whatever the answer), within the socket timeout.
+    async fn release(&self, conn: &mut Connection, loss_at: Instant) -> Result<()> {
         let o = &self.opts;
-        if o.limit == 1 {
-            conn.renew(&o.key, &self.shared.token, o.lease_ttl_s).await
-        } else {
-            conn.sem_renew(&o.key, &self.shared.token, o.lease_ttl_s)
-                .await
-        }
-    }
-
-    async fn release(&self, conn: &mut Connection) -> Result<()> {
-        let o = &self.opts;
-        let r = if o.limit == 1 {
-            conn.release(&o.key, &self.shared.token).await
-        } else {
-            conn.sem_release(&o.key, &self.shared.token).await
-        };
+        let limit = o
+            .connect
+            .socket_timeout
+            .min(loss_at.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1));
+        let r = conn
+            .release_within(&o.key, &self.shared.token, o.limit > 1, limit)
+            .await;
         if r.is_err() {
             conn.close();
         }
         match r {
-            Err(e) if e.code() == ErrorCode::ServerError => {
-                let mut lost = DflockdError::new(
-                    ErrorCode::LockLost,
-                    "release: the server no longer held this token (lease expired)",
-                );
-                if let Some(reply) = e.reply() {
-                    lost = lost.with_reply(reply);
-                }
-                Err(lost)
-            }
+            Err(e) if e.code() == ErrorCode::ServerError => Err(DflockdError::lost_because(
+                "release: the server no longer held this token (lease expired)",
+                &e,
+            )),
+            // No answer: the connection is closed (the server releases on disconnect) and the
+            // lease ends by itself at the latest: the lock is gone either way.
+            Err(e) if e.code() == ErrorCode::Timeout => Err(DflockdError::new(
+                ErrorCode::LockLost,
+                format!(
+                    "release got no reply ({}); the connection was closed, so the server releases the lock, or its lease ends",
+                    e.message()
+                ),
+            )),
             r => r,
         }
     }
 
     /// Release, and pool the connection when the server answered a clean `ok`.
-    async fn release_keep(&self, mut conn: Connection) -> Result<()> {
-        let result = self.release(&mut conn).await;
+    async fn release_keep(&self, mut conn: Connection, loss_at: Instant) -> Result<()> {
+        let result = self.release(&mut conn, loss_at).await;
         if result.is_ok() && !conn.is_closed() {
             pool::put(&self.opts.connect, conn);
         }
@@ -145,22 +277,57 @@ impl Renewer {
         }
     }
 
-    pub(super) async fn run(self, mut conn: Connection, mut rx: mpsc::UnboundedReceiver<HeldCmd>) {
-        // Renews start `interval` apart (start to start), so the connection is never idle
-        // longer than the cap, however long a renew takes.
-        let interval = self.base_interval().min(self.opts.renew_max_interval);
-        let after = |t: Instant| {
-            t.checked_add(interval)
-                .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365))
-        };
-        let mut next_renew = after(Instant::now());
+    fn lost_error(&self, reason: &str) -> DflockdError {
+        DflockdError::new(
+            ErrorCode::LockLost,
+            format!("the lock was lost before release: {reason}"),
+        )
+    }
+
+    /// After a loss declared by the client's own lease clock: keep the connection open (it may
+    /// be stalled, not dead) until the server could end the lease by itself, `expiry`, so
+    /// closing it does not free the key on the server before the holder has been told; a
+    /// `close()` (the JS layer reacting to the loss) ends this at once. Releases asked for
+    /// meanwhile answer `LOCK_LOST`.
+    async fn linger(
+        &self,
+        conn: Connection,
+        expiry: Instant,
+        rx: &mut mpsc::UnboundedReceiver<HeldCmd>,
+        reason: &str,
+    ) {
+        let sleep = tokio::time::sleep_until(expiry);
+        tokio::pin!(sleep);
         loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => break,
+                _ = &mut sleep => break,
+                cmd = rx.recv() => match cmd {
+                    Some(HeldCmd::Release(reply)) => reply.send(Err(self.lost_error(reason))),
+                    None => break,
+                },
+            }
+        }
+        drop(conn);
+    }
+
+    pub(super) async fn run(self, mut conn: Connection, mut rx: mpsc::UnboundedReceiver<HeldCmd>) {
+        let mut lease_s = self.grant_lease_s;
+        let mut sent = self.sent;
+        loop {
+            let sched = Schedule::new(&self.opts, lease_s);
+            let loss_at = sched.loss_at(sent);
+            self.shared.set_valid_until(loss_at);
+            // Renews start `interval` after the request that proved the lease was sent (start
+            // to start), so the connection is never idle longer than the cap.
+            let next_renew = sched.renew_at(sent);
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return,
                 cmd = rx.recv() => match cmd {
                     Some(HeldCmd::Release(reply)) => {
-                        reply.send(self.release_keep(conn).await);
+                        reply.send(self.release_keep(conn, loss_at).await);
                         return;
                     }
                     None => return,
@@ -175,62 +342,88 @@ impl Renewer {
                 _ = tokio::time::sleep_until(next_renew) => {}
             }
             let start = Instant::now();
+            if start >= loss_at {
+                // The task was not scheduled before the validity ended (a stalled runtime).
+                let reason = unconfirmed(lease_s);
+                self.mark_lost(true, &reason);
+                self.linger(conn, sched.expiry(sent), &mut rx, &reason)
+                    .await;
+                return;
+            }
             let mut pending: Option<ReleaseReply> = None;
-            let mut give_up_at: Option<Instant> = None;
+            let mut give_up_at = loss_at;
             let result = {
-                let fut = self.renew(&mut conn);
+                // The reply is awaited past `loss_at`: the select below decides at `loss_at`,
+                // leaving the connection open (see `linger`).
+                let fut = self.renew(&mut conn, sched.expiry(start) - start);
                 tokio::pin!(fut);
                 loop {
-                    let far = Instant::now() + Duration::from_secs(86_400);
                     tokio::select! {
                         biased;
                         _ = self.cancel.cancelled() => return,
-                        r = &mut fut => break r,
+                        r = &mut fut => break Some(r),
                         cmd = rx.recv(), if pending.is_none() => match cmd {
                             Some(HeldCmd::Release(reply)) => {
                                 pending = Some(reply);
-                                give_up_at = Some(Instant::now() + RELEASE_RENEW_WAIT);
+                                give_up_at = give_up_at.min(Instant::now() + RELEASE_RENEW_WAIT);
                             }
                             None => return,
                         },
-                        _ = tokio::time::sleep_until(give_up_at.unwrap_or(far)), if give_up_at.is_some() => {
-                            if let Some(reply) = pending.take() {
-                                reply.send(Err(DflockdError::timeout(
-                                    "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)",
-                                )));
-                            }
-                            return;
-                        }
+                        _ = tokio::time::sleep_until(give_up_at) => break None,
                     }
                 }
             };
             match result {
-                Ok(lease) => {
-                    next_renew = after(start);
-                    self.shared
-                        .lease_s
-                        .store(lease.unwrap_or(self.grant_lease_s), Ordering::SeqCst);
+                None => {
+                    let reason = match pending.take() {
+                        Some(reply) if Instant::now() < loss_at => {
+                            // The holder is releasing: closing the connection releases on the
+                            // server (or the lease ends by itself).
+                            let reason = "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)";
+                            self.mark_lost(false, reason);
+                            reply.send(Err(self.lost_error(reason)));
+                            return;
+                        }
+                        Some(reply) => {
+                            let reason = unconfirmed(lease_s);
+                            self.mark_lost(false, &reason);
+                            reply.send(Err(self.lost_error(&reason)));
+                            reason
+                        }
+                        None => {
+                            let reason = unconfirmed(lease_s);
+                            self.mark_lost(true, &reason);
+                            reason
+                        }
+                    };
+                    self.linger(conn, sched.expiry(sent), &mut rx, &reason)
+                        .await;
+                    return;
+                }
+                Some(Ok(lease)) => {
+                    lease_s = renewed_lease(self.opts.lease_ttl_s, lease, self.grant_lease_s);
+                    sent = conn.last_sent().unwrap_or(start);
+                    self.shared.lease_s.store(lease_s, Ordering::SeqCst);
                     if let Some(reply) = pending.take() {
-                        reply.send(self.release_keep(conn).await);
+                        let loss_at = Schedule::new(&self.opts, lease_s).loss_at(sent);
+                        self.shared.set_valid_until(loss_at);
+                        reply.send(self.release_keep(conn, loss_at).await);
                         return;
                     }
                 }
-                Err(e) => {
-                    conn.close();
+                Some(Err(e)) => {
                     match pending.take() {
                         Some(reply) => {
                             self.mark_lost(false, e.message());
-                            let mut lost = DflockdError::new(
-                                ErrorCode::LockLost,
+                            reply.send(Err(DflockdError::lost_because(
                                 format!("the lock was lost before release: {}", e.message()),
-                            );
-                            if let Some(r) = e.reply() {
-                                lost = lost.with_reply(r);
-                            }
-                            reply.send(Err(lost));
+                                &e,
+                            )));
                         }
                         None => self.mark_lost(true, e.message()),
                     }
+                    // Told first, then closed: closing frees the key on a live server.
+                    conn.close();
                     return;
                 }
             }

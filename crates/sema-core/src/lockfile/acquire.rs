@@ -13,7 +13,7 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{AttemptError, Prepared};
-use super::error::LockError;
+use super::error::{Holder, LockError};
 use super::held::HeldLock;
 use super::lock_file::LockFile;
 use super::options::AcquireRequest;
@@ -56,14 +56,6 @@ impl Tried {
     }
 }
 
-pub(super) fn timeout_error(timeout: Option<Duration>) -> LockError {
-    LockError::Timeout {
-        timeout_ms: timeout
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0),
-    }
-}
-
 pub(super) async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
@@ -80,7 +72,7 @@ impl LockFile {
         };
         let held = self
             .attempt(req, false, self.options.fsync, &mut None)
-            .map_err(AttemptError::into_error)?;
+            .map_err(|e| self.error_of(e))?;
         held.keep_turn(turn);
         Ok(held)
     }
@@ -90,7 +82,7 @@ impl LockFile {
     #[doc(hidden)]
     pub fn try_acquire_bypassing_queue(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
         self.attempt(req, false, self.options.fsync, &mut None)
-            .map_err(AttemptError::into_error)
+            .map_err(|e| self.error_of(e))
     }
 
     /// Wait for the lock: in-process FIFO first, then attempts woken by file-system events on
@@ -230,7 +222,7 @@ impl LockFile {
             Poll::Ready(Err(_)) => return Err(queue_closed()),
             Poll::Pending => {
                 if passed(deadline) {
-                    return Err(timeout_error(timeout));
+                    return Err(self.timed_out(timeout));
                 }
                 tokio::select! {
                     biased;
@@ -239,7 +231,7 @@ impl LockFile {
                         Ok(p) => p,
                         Err(_) => return Err(queue_closed()),
                     },
-                    _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+                    _ = sleep_until_opt(deadline) => return Err(self.timed_out(timeout)),
                 }
             }
         };
@@ -255,6 +247,8 @@ impl LockFile {
         // First attempt without registering for events: the uncontended fast path. A file
         // prepared for it and not linked is kept_turn for the next attempts.
         let mut prepared = None;
+        // The holder the last refusal was judged on (a timeout reports it).
+        let mut last_holder: Option<Box<Holder>> = None;
         // A deadline that has passed still gets its one attempt (`Some(0)` = exactly one), even
         // behind the line: the head may be stopped with the lock free.
         if !tried && (passed(deadline) || place.as_ref().is_none_or(Place::is_head)) {
@@ -263,12 +257,12 @@ impl LockFile {
                     held.keep_turn(turn);
                     return Ok(held);
                 }
-                Err(AttemptError::Busy(_)) => {}
+                Err(AttemptError::Busy(b)) => last_holder = Some(self.holder_of(b.holder.as_ref())),
                 Err(AttemptError::Failed(e)) => return Err(e),
             }
         }
         if passed(deadline) {
-            return Err(timeout_error(timeout));
+            return Err(self.timeout_after(timeout, last_holder.take()));
         }
         if place.is_none() {
             place = queue::create(&self.key).map(|q| q.join());
@@ -319,12 +313,15 @@ impl LockFile {
                         held.keep_turn(turn);
                         return Ok(held);
                     }
-                    Err(AttemptError::Busy(b)) => judged = b.sig.map(|s| (s, close_gen)),
+                    Err(AttemptError::Busy(b)) => {
+                        judged = b.sig.map(|s| (s, close_gen));
+                        last_holder = Some(self.holder_of(b.holder.as_ref()));
+                    }
                     Err(AttemptError::Failed(e)) => return Err(e),
                 }
             }
             if passed(deadline) {
-                return Err(timeout_error(timeout));
+                return Err(self.timeout_after(timeout, last_holder.take()));
             }
             tokio::select! {
                 biased;
@@ -334,8 +331,16 @@ impl LockFile {
                     judged = None; // the poll judges again (stale expiry, a dead holder)
                 }
                 _ = &mut starving => {} // never completes: it only sets the mark
-                _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+                _ = sleep_until_opt(deadline) => return Err(self.timeout_after(timeout, last_holder.take())),
             }
+        }
+    }
+
+    /// `Timeout` with the holder last judged (when the file is still that one's), else read now.
+    fn timeout_after(&self, timeout: Option<Duration>, judged: Option<Box<Holder>>) -> LockError {
+        match judged {
+            Some(h) => self.timed_out_with(timeout, h),
+            None => self.timed_out(timeout),
         }
     }
 
@@ -378,7 +383,9 @@ impl LockFile {
                 _ = sleep_until_opt(deadline) => {
                     return match self.attempt_async(req, true, prepared).await {
                         Ok(held) => Ok(Some(held)),
-                        Err(AttemptError::Busy(_)) => Err(timeout_error(timeout)),
+                        Err(AttemptError::Busy(b)) => {
+                            Err(self.timed_out_with(timeout, self.holder_of(b.holder.as_ref())))
+                        }
                         Err(AttemptError::Failed(e)) => Err(e),
                     };
                 }
@@ -457,14 +464,14 @@ impl LockFile {
                 StaleJudgement::Held(_) => {}
             }
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                return Err(timeout_error(timeout));
+                return Err(self.timed_out(timeout));
             }
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
                 _ = &mut notified => {}
                 _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {}
-                _ = sleep_until_opt(deadline) => return Err(timeout_error(timeout)),
+                _ = sleep_until_opt(deadline) => return Err(self.timed_out(timeout)),
             }
         }
     }

@@ -47,12 +47,12 @@ pub(super) enum AttemptError {
     Failed(LockError),
 }
 
-impl AttemptError {
-    pub(super) fn into_error(self) -> LockError {
-        match self {
+impl LockFile {
+    /// The error of a failed attempt: `AlreadyLocked` with the holder the attempt judged.
+    pub(super) fn error_of(&self, e: AttemptError) -> LockError {
+        match e {
             AttemptError::Busy(b) => LockError::AlreadyLocked {
-                holder_pid: b.holder.as_ref().map(|i| i.pid),
-                locked_since: b.holder.as_ref().map(|i| i.timestamp),
+                holder: self.holder_of(b.holder.as_ref()),
             },
             AttemptError::Failed(e) => e,
         }

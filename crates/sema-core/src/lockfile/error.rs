@@ -9,13 +9,13 @@ pub enum LockError {
     /// The lock is held (by another process, by another waiter in this process, or its holder is
     /// unknown because the file cannot be parsed). `ALREADY_LOCKED`.
     #[error("Lock already held")]
-    AlreadyLocked {
-        holder_pid: Option<i64>,
-        locked_since: Option<i64>,
-    },
-    /// The wait ran out. `TIMEOUT`.
+    AlreadyLocked { holder: Box<Holder> },
+    /// The wait ran out. `TIMEOUT`. `holder`: who held the lock when it did.
     #[error("Timeout waiting for lock after {timeout_ms}ms")]
-    Timeout { timeout_ms: u64 },
+    Timeout {
+        timeout_ms: u64,
+        holder: Box<Holder>,
+    },
     /// The acquisition was cancelled. `ABORTED`.
     #[error("Lock acquisition was aborted")]
     Aborted,
@@ -46,6 +46,34 @@ pub enum LockError {
         context: String,
         source: std::io::Error,
     },
+}
+
+/// Who held a lock when an acquisition failed (`ALREADY_LOCKED`, `TIMEOUT`), as the engine read
+/// the file at the moment it refused: the same read its judgement was made on where there was
+/// one, not a second look later. Every field is `None` when the file was gone or unparseable by
+/// then (holder unknown).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// `pid=` (`holderPid`).
+    pub pid: Option<i64>,
+    /// `timestamp=`, refreshed by a holder's heartbeat (`lockedSince`).
+    pub since: Option<i64>,
+    /// `tag=` (`holderTag`).
+    pub tag: Option<String>,
+    /// The lock is this process's own ([`LockFile::is_mine`](super::LockFile::is_mine)): another
+    /// handle, thread or waiter of this process holds it (`isOwnedByCurrentProcess`).
+    pub is_current_process: Option<bool>,
+}
+
+impl Holder {
+    /// The holder of a lock with `holder_pid` and `locked_since` (tests, simple callers).
+    pub fn of(pid: Option<i64>, since: Option<i64>) -> Box<Holder> {
+        Box::new(Holder {
+            pid,
+            since,
+            ..Holder::default()
+        })
+    }
 }
 
 fn pid_or_unknown(pid: Option<i64>) -> String {
@@ -81,21 +109,25 @@ impl LockError {
         self.code().as_str()
     }
 
+    /// The holder facts of `ALREADY_LOCKED` and `TIMEOUT`.
+    pub fn holder(&self) -> Option<&Holder> {
+        match self {
+            LockError::AlreadyLocked { holder } | LockError::Timeout { holder, .. } => Some(holder),
+            _ => None,
+        }
+    }
+
     /// The holder's pid, where the error carries one (`holderPid`).
     pub fn holder_pid(&self) -> Option<i64> {
         match self {
-            LockError::AlreadyLocked { holder_pid, .. } => *holder_pid,
             LockError::PermissionDenied { holder_pid } => *holder_pid,
-            _ => None,
+            _ => self.holder().and_then(|h| h.pid),
         }
     }
 
     /// The holder's timestamp, where the error carries one (`lockedSince`).
     pub fn locked_since(&self) -> Option<i64> {
-        match self {
-            LockError::AlreadyLocked { locked_since, .. } => *locked_since,
-            _ => None,
-        }
+        self.holder().and_then(|h| h.since)
     }
 
     pub(crate) fn io(context: &str, source: std::io::Error) -> LockError {
@@ -115,14 +147,16 @@ mod tests {
         let cases: Vec<(LockError, &str, &str)> = vec![
             (
                 LockError::AlreadyLocked {
-                    holder_pid: Some(5),
-                    locked_since: Some(9),
+                    holder: Holder::of(Some(5), Some(9)),
                 },
                 "ALREADY_LOCKED",
                 "Lock already held",
             ),
             (
-                LockError::Timeout { timeout_ms: 250 },
+                LockError::Timeout {
+                    timeout_ms: 250,
+                    holder: Box::default(),
+                },
                 "TIMEOUT",
                 "Timeout waiting for lock after 250ms",
             ),
@@ -180,9 +214,13 @@ mod tests {
             assert_eq!(err.to_string(), msg);
         }
         let e = LockError::AlreadyLocked {
-            holder_pid: Some(5),
-            locked_since: Some(9),
+            holder: Holder::of(Some(5), Some(9)),
         };
         assert_eq!((e.holder_pid(), e.locked_since()), (Some(5), Some(9)));
+        let t = LockError::Timeout {
+            timeout_ms: 1,
+            holder: Holder::of(Some(6), Some(10)),
+        };
+        assert_eq!((t.holder_pid(), t.locked_since()), (Some(6), Some(10)));
     }
 }

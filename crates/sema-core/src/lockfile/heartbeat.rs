@@ -18,6 +18,33 @@ const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 /// Largest heartbeat period we run (longer ones would overflow timer arithmetic).
 const MAX_HEARTBEAT: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// How long after a wall-clock second boundary a whole-second beat runs: late enough that the
+/// new second has begun on every reader of this host's clock, early enough to leave ~0.95 s
+/// for scheduling delays before a reader could see an age of 2 s.
+const AFTER_SECOND: Duration = Duration::from_millis(50);
+
+/// When a beat of `period` that runs at `now` runs next. A whole number of seconds is aligned
+/// to the wall clock: the timestamp is whole seconds, and readers compare their whole-second
+/// clock with it, so a refresh at `k s + 50 ms` keeps the age they see at most `period` until
+/// `k + period + 0.95 s` (an unaligned 1 s period would let a reader at `k + 2.0 s` see 2 s when
+/// the beat at `k + 1.99 s` is a few ms late). Other periods run every `period`.
+pub(super) fn next_due(now: Instant, period: Duration) -> Instant {
+    let whole_seconds = period >= Duration::from_secs(1) && period.subsec_nanos() == 0;
+    let step = if whole_seconds {
+        let into_second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| Duration::from_nanos(u64::from(d.subsec_nanos())))
+            .unwrap_or(Duration::ZERO);
+        // The boundary `period` from the last one, then 50 ms into that second; when we are
+        // still before this second's 50 ms mark, the beat is due at this second's mark plus
+        // `period`, never more than `period` away from the previous beat's second.
+        (period + AFTER_SECOND).saturating_sub(into_second)
+    } else {
+        period
+    };
+    now.checked_add(step).unwrap_or(now + MAX_HEARTBEAT)
+}
+
 impl HeldInner {
     /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop (no longer
     /// ours); a lock whose ownership cannot be told now, or whose write failed, is tried again
@@ -80,8 +107,7 @@ pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
 
 pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
     let shared = &*SHARED;
-    let now = Instant::now();
-    let due = now.checked_add(period).unwrap_or(now + MAX_HEARTBEAT);
+    let due = next_due(Instant::now(), period);
     let mut st = unpoisoned(&shared.state);
     st.entries.push(Entry {
         id,
@@ -121,7 +147,7 @@ pub(super) fn run() {
         for e in st.entries.iter_mut() {
             if e.due <= now {
                 due_now.push((e.id, e.held.clone()));
-                e.due = now.checked_add(e.period).unwrap_or(e.due);
+                e.due = next_due(now, e.period);
             }
         }
         if !due_now.is_empty() {
@@ -161,5 +187,48 @@ pub(super) fn run() {
                 shared.wake.wait(st).unwrap_or_else(PoisonError::into_inner)
             }
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn into_second(at: std::time::SystemTime) -> Duration {
+        Duration::from_nanos(u64::from(
+            at.duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos(),
+        ))
+    }
+
+    #[test]
+    fn whole_second_beats_land_just_after_a_wall_clock_second() {
+        for _ in 0..5 {
+            let now = Instant::now();
+            let wall = std::time::SystemTime::now();
+            let due = next_due(now, Duration::from_secs(1));
+            let step = due - now;
+            // Never more than one second and the 50 ms mark away, never sooner than the mark.
+            assert!(step > Duration::ZERO && step <= Duration::from_secs(1) + AFTER_SECOND);
+            let at = into_second(wall + step);
+            // The wall clock at the due instant is 50 ms into a second (a few ms of slack for
+            // the two clock reads above).
+            assert!(
+                at >= AFTER_SECOND - Duration::from_millis(5)
+                    && at <= AFTER_SECOND + Duration::from_millis(5),
+                "{at:?}"
+            );
+            std::thread::sleep(Duration::from_millis(137));
+        }
+    }
+
+    #[test]
+    fn other_periods_run_every_period() {
+        let now = Instant::now();
+        for ms in [10, 250, 1500] {
+            let p = Duration::from_millis(ms);
+            assert_eq!(next_due(now, p) - now, p);
+        }
     }
 }

@@ -10,14 +10,17 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Semaphore;
 
-use super::error::LockError;
+use super::error::{Holder, LockError};
 use super::fifo::fifo_for;
-use super::format::{parse_lock_info, read_lock_bytes_lossy, ParseError};
+use super::format::{parse_lock_info, read_lock_bytes_lossy, LockInfo, ParseError};
 use super::options::{LockOptions, LockStatus};
+use super::owner::{owns, Claimant};
 use super::paths::canonical_key;
 use super::process::{current_pid, host_identity, now_unix_secs};
 use super::registry::holds;
-use super::stale::{judge, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement};
+use super::stale::{
+    judge, reclaim, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement,
+};
 use super::sys::{self, CreationStrategy, FileId, FsKind};
 
 /// One lock path with its options. Cheap to clone (one shared allocation).
@@ -199,18 +202,24 @@ impl LockFile {
         let observation = self.observe();
         let judgement = self.judge_with_presence(&observation);
         let info = observation.info().cloned();
-        let is_owned_by_current_process = match &info {
-            None => false,
-            Some(i) => {
-                i.pid == current_pid() || i.token.as_deref().is_some_and(|t| holds(&self.key, t))
-            }
-        };
+        let is_owned_by_current_process = info
+            .as_ref()
+            .is_some_and(|i| self.is_mine(i, current_pid()));
         LockStatus {
             locked: !matches!(observation, Observation::Missing),
             info,
             is_stale: judgement.is_stale(),
             is_owned_by_current_process,
+            reclaim: reclaim(&observation, judgement, &self.stale_context()),
         }
+    }
+
+    /// Whether the lock `info` (read from this path) belongs to the process `pid` (this process:
+    /// [`current_pid`]; or one a lock was recorded for, the CLI's `--pid`): the token this process
+    /// holds, or this host identity with that pid; the pid alone only for files without identity
+    /// (see `owner.rs`). The one ownership rule of the package.
+    pub fn is_mine(&self, info: &LockInfo, pid: i64) -> bool {
+        owns(info, &Claimant::of(pid), |token| holds(&self.key, token))
     }
 
     /// The judgement of `observation`, where a stale verdict is overruled by a holder's presence
@@ -228,10 +237,46 @@ impl LockFile {
     }
 
     pub(super) fn already_locked_from_disk(&self) -> LockError {
-        let info = self.observe().info().cloned();
         LockError::AlreadyLocked {
-            holder_pid: info.as_ref().map(|i| i.pid),
-            locked_since: info.as_ref().map(|i| i.timestamp),
+            holder: self.holder_on_disk(),
+        }
+    }
+
+    /// The holder facts of a refusal from the file content it was judged on (`None`: unknown).
+    pub(super) fn holder_of(&self, info: Option<&LockInfo>) -> Box<Holder> {
+        Box::new(match info {
+            None => Holder::default(),
+            Some(i) => Holder {
+                pid: Some(i.pid),
+                since: Some(i.timestamp),
+                tag: i.tag.clone(),
+                is_current_process: Some(self.is_mine(i, current_pid())),
+            },
+        })
+    }
+
+    /// The holder facts read now, where the refusal was not made on a read of the file (the
+    /// in-process line, a wait for the head of the cross-process line).
+    pub(super) fn holder_on_disk(&self) -> Box<Holder> {
+        self.holder_of(self.observe().info())
+    }
+
+    /// `Timeout` with the holder facts read now.
+    pub(super) fn timed_out(&self, timeout: Option<Duration>) -> LockError {
+        self.timed_out_with(timeout, self.holder_on_disk())
+    }
+
+    /// `Timeout` with the holder the last refusal was judged on.
+    pub(super) fn timed_out_with(
+        &self,
+        timeout: Option<Duration>,
+        holder: Box<Holder>,
+    ) -> LockError {
+        LockError::Timeout {
+            timeout_ms: timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+            holder,
         }
     }
 }

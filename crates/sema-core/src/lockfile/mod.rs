@@ -26,6 +26,8 @@
 //! - A heartbeat that refreshes a held lock's timestamp and detects loss.
 //! - Fair waiting: an in-process FIFO per lock path, woken by inotify/kqueue events with
 //!   polling as the fallback.
+//! - [`owner`]: the one "is this lock mine?" rule ([`LockFile::is_mine`]): the token and host
+//!   identity (pid namespace included), the pid alone only for files without identity.
 //!
 //! # For callers (the napi bindings, the CLI)
 //!
@@ -69,6 +71,7 @@ mod held;
 pub mod listing;
 mod lock_file;
 mod options;
+pub mod owner;
 pub mod paths;
 pub mod process;
 mod queue;
@@ -80,7 +83,7 @@ mod sys;
 mod watch;
 
 pub use acquire::{AcquireNow, Tried};
-pub use error::LockError;
+pub use error::{Holder, LockError};
 pub use format::{
     is_js_whitespace, js_trim, parse_js_int, parse_lock_info, read_lock_bytes_lossy, sanitize_tag,
     LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
@@ -89,6 +92,7 @@ pub use held::HeldLock;
 pub use listing::{describe_lock, list_locks, ListedLock, ListedState};
 pub use lock_file::LockFile;
 pub use options::{AcquireRequest, LockOptions, LockStatus};
+pub use owner::{owns, Claimant};
 pub use paths::{validate_lock_path, validate_semats_path};
 pub use process::{
     current_pid, host_identity, is_process_running, now_unix_secs, process_args,
@@ -99,8 +103,8 @@ pub use registry::{
     set_loss_hook, take_held_end, HeldEnd, LossCallback, NO_OWNER,
 };
 pub use stale::{
-    is_lock_stale_by_age, judge, HeldBecause, Observation, OsProbe, ProcessProbe, StaleBecause,
-    StaleContext, StaleJudgement,
+    is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,
+    ReclaimRule, StaleBecause, StaleContext, StaleJudgement,
 };
 #[doc(hidden)]
 pub use sys::CreationStrategy;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::format::LockInfo;
+use super::stale::Reclaim;
 
 /// Options of one lock path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,7 +16,8 @@ pub struct LockOptions {
     /// fsync the file before linking it into place, and the directory after. Default true.
     pub fsync: bool,
     /// Period of the held lock's timestamp refresh; `None` = off. Default
-    /// [`LockOptions::default_heartbeat`] of the stale timeout.
+    /// [`LockOptions::default_heartbeat`] of the stale timeout. A whole number of seconds is run
+    /// just after each wall-clock second boundary (see `heartbeat::next_due`).
     pub heartbeat: Option<Duration>,
     /// Tag limit in UTF-16 code units (semats). Default `Some(10000)`.
     pub max_tag_length: Option<usize>,
@@ -36,13 +38,21 @@ pub struct LockOptions {
 }
 
 impl LockOptions {
-    /// `Some(min(10 s, stale_timeout / 4))`, at least 100 ms (10 s when there is no stale
+    /// `Some(min(1 s, stale_timeout / 4))`, at least 100 ms (1 s when there is no stale
     /// timeout). Use it when you change `stale_timeout` and want the matching default.
+    ///
+    /// Why 1 s, whatever our own stale timeout: the other tools of a mixed fleet read the
+    /// timestamp with their own. `sema --stale N` takes a lock whose whole-second age exceeds N,
+    /// holder alive or not (and `semats` one whose pid it cannot signal, e.g. another user's). A
+    /// refresh just after every wall-clock second keeps the age read at most 1 s, so no
+    /// `sema --stale` >= 1 s and no `semats` `staleTimeout` >= 1000 ms ever takes a live holder's
+    /// lock, with up to ~0.95 s of scheduling delay tolerated. Measured cost: one in-place write
+    /// of the lock file per second per held lock (see the README's mixed-fleet rule).
     pub fn default_heartbeat(stale_timeout: Option<Duration>) -> Option<Duration> {
-        let ten = Duration::from_secs(10);
+        let one = Duration::from_secs(1);
         let period = match stale_timeout {
-            Some(t) => ten.min(t / 4),
-            None => ten,
+            Some(t) => one.min(t / 4),
+            None => one,
         };
         Some(period.max(Duration::from_millis(100)))
     }
@@ -83,6 +93,10 @@ pub struct LockStatus {
     pub info: Option<LockInfo>,
     /// The engine would break this lock now.
     pub is_stale: bool,
-    /// The file names this process's pid, or carries the token of a lock this process holds.
+    /// [`LockFile::is_mine`](super::LockFile::is_mine) for this process: the file carries the
+    /// token of a lock this process holds, or this host identity with this process's pid, or (a
+    /// file without identity, from sema or semats) this process's pid.
     pub is_owned_by_current_process: bool,
+    /// When and by which rule the lock becomes reclaimable (`None`: no file).
+    pub reclaim: Option<Reclaim>,
 }

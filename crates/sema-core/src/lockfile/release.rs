@@ -9,6 +9,7 @@ use super::error::LockError;
 use super::format::LockInfo;
 use super::held::{HeldLock, Ownership};
 use super::lock_file::{age_of, LockFile};
+use super::owner::{owns, Claimant};
 use super::registry::{held_locks, held_on_key};
 use super::stale::Observation;
 use super::sys::{self, FsKind};
@@ -31,9 +32,11 @@ pub(super) enum ReleaseIf {
 }
 
 impl LockFile {
-    /// semats' `Semaphore.release(force)`: no file → `NotLocked`; a parsed pid other than
-    /// `owner_pid` (this process's, or the CLI's `--pid`) and no `force` → `PermissionDenied`; a lock this process holds through a
-    /// [`HeldLock`] is released properly; otherwise the file is unlinked.
+    /// semats' `Semaphore.release(force)`: no file → `NotLocked`; a lock that is not
+    /// `owner_pid`'s (this process's, or the CLI's `--pid`; decided by [`LockFile::is_mine`]: the
+    /// token and host identity, the pid alone only for files without identity) and no `force` →
+    /// `PermissionDenied`; a lock this process holds through a [`HeldLock`] is released properly;
+    /// otherwise the file is unlinked.
     ///
     /// Deviation from semats (documented): an unparseable file is deleted without `force` only
     /// when older than `pending_write_grace` (it may be a lock being written); a younger one
@@ -42,7 +45,10 @@ impl LockFile {
         // A lock this process holds on this path, still ours on disk: one stat, one read, one
         // unlink (the content read through our descriptor tells the recorded pid).
         if let Some(held) = held_on_key(&self.key) {
-            match held.release_if(|current| force || current.pid == owner_pid) {
+            // Judged on what it was recorded for (this process, or the pid `acquire` was given):
+            // a lock taken on behalf of another pid is that pid's to release by path.
+            let claimant = Claimant::of(owner_pid);
+            match held.release_if(|recorded| force || owns(recorded, &claimant, |_| false)) {
                 ReleaseIf::Released => {
                     held.notify_released_by_path();
                     return Ok(());
@@ -62,7 +68,7 @@ impl LockFile {
                 Observation::Missing => return Err(LockError::NotLocked),
                 Observation::Symlink => return Err(self.symlink_error()),
                 Observation::Parsed { info, .. } => {
-                    if !force && info.pid != owner_pid {
+                    if !force && !self.is_mine(info, owner_pid) {
                         return Err(LockError::PermissionDenied {
                             holder_pid: Some(info.pid),
                         });

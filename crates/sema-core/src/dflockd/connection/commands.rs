@@ -16,9 +16,20 @@ impl Connection {
         req: Request<'_>,
         parse: impl FnOnce(&str, &'static str) -> Result<T>,
     ) -> Result<T> {
+        let limit = self.reply_limit(req.blocking_timeout_s());
+        self.call_within(req, limit, parse).await
+    }
+
+    /// [`Connection::call`] with the reply awaited for `limit`.
+    async fn call_within<T>(
+        &mut self,
+        req: Request<'_>,
+        limit: std::time::Duration,
+        parse: impl FnOnce(&str, &'static str) -> Result<T>,
+    ) -> Result<T> {
         self.wbuf.clear();
         req.encode_into(&mut self.wbuf)?;
-        let end = self.exchange(req.blocking_timeout_s()).await?;
+        let end = self.exchange_within(limit).await?;
         let what = req.label();
         let r = self.line(end).and_then(|l| parse(l, what));
         self.consume(end);
@@ -123,6 +134,57 @@ impl Connection {
             protocol::parse_renew_reply,
         )
         .await
+    }
+
+    /// `n`/`sn` (`sem`) with its reply awaited for `limit` instead of the socket timeout: the
+    /// renewal task bounds a renew by the lease it is meant to extend, not by a fixed timeout.
+    pub async fn renew_within(
+        &mut self,
+        key: &str,
+        token: &str,
+        ttl_s: Option<u64>,
+        sem: bool,
+        limit: std::time::Duration,
+    ) -> Result<Option<u64>> {
+        let req = if sem {
+            Request::SemRenew { key, token, ttl_s }
+        } else {
+            Request::Renew { key, token, ttl_s }
+        };
+        self.call_within(req, limit, protocol::parse_renew_reply)
+            .await
+    }
+
+    /// `r`/`sr` (`sem`) with its reply awaited for `limit`.
+    pub async fn release_within(
+        &mut self,
+        key: &str,
+        token: &str,
+        sem: bool,
+        limit: std::time::Duration,
+    ) -> Result<()> {
+        let req = if sem {
+            Request::SemRelease { key, token }
+        } else {
+            Request::Release { key, token }
+        };
+        self.call_within(req, limit, protocol::parse_release_reply)
+            .await
+    }
+
+    /// `l`/`sl` (`limit` > 1) with `timeout_s`.
+    pub async fn acquire_any(
+        &mut self,
+        key: &str,
+        timeout_s: u64,
+        limit: u64,
+        ttl_s: Option<u64>,
+    ) -> Result<AcquireReply> {
+        if limit == 1 {
+            self.lock(key, timeout_s, ttl_s).await
+        } else {
+            self.sem_lock(key, timeout_s, limit, ttl_s).await
+        }
     }
 
     /// `e key [ttl]`.

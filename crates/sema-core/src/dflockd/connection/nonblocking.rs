@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio_rustls::rustls::ClientConnection;
 
-use super::{io_error, overlong, BLOCKING_REPLY_MARGIN};
+use super::{io_error, overlong};
 use crate::dflockd::error::{DflockdError, Result};
-use crate::dflockd::protocol::{MAX_REPLY_LINE_BYTES, MAX_SECONDS};
+use crate::dflockd::protocol::MAX_REPLY_LINE_BYTES;
 
 /// Bytes asked of the socket per read: a reply line is at most ~256 bytes, the `stats` JSON
 /// more; anything larger is read by the next readiness callback.
@@ -63,13 +63,9 @@ impl NonBlockingStream {
         &self.peer
     }
 
-    /// How long the reply to a request may take: a blocking command's own timeout (seconds it
-    /// sent) plus a margin, else the socket timeout.
+    /// How long the reply to a request may take (see [`super::reply_limit`]).
     pub fn reply_limit(&self, blocking_s: Option<u64>) -> Duration {
-        match blocking_s {
-            Some(s) => Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN,
-            None => self.socket_timeout,
-        }
+        super::reply_limit(self.socket_timeout, blocking_s)
     }
 
     /// Send `bytes` (one encoded request): written at once as far as the socket takes them.
@@ -161,9 +157,12 @@ impl NonBlockingStream {
                         _ => return Err(io_error(peer, "read from", e)),
                     },
                 };
-                let state = tls
-                    .process_new_packets()
-                    .map_err(|e| DflockdError::connection(format!("TLS error from {peer}: {e}")))?;
+                let state = tls.process_new_packets().map_err(|e| {
+                    DflockdError::connection(format!(
+                        "TLS error from {peer}: {}",
+                        crate::dflockd::plain_words::tls_text(&e)
+                    ))
+                })?;
                 let mut clean_close = false;
                 if state.plaintext_bytes_to_read() > 0 {
                     let start = buf.len();

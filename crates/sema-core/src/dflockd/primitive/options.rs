@@ -10,8 +10,16 @@ use super::super::protocol;
 pub const DEFAULT_RENEW_MAX_INTERVAL: Duration = Duration::from_secs(15);
 /// Smallest renewal interval.
 pub const MIN_RENEW_INTERVAL: Duration = Duration::from_millis(100);
-/// How long `release()` waits for a renew that is in flight before giving up on the connection.
+/// How long `release()` waits for a renew that is in flight before giving up on the connection
+/// (less when the lease's validity ends sooner).
 pub const RELEASE_RENEW_WAIT: Duration = Duration::from_secs(5);
+/// The client declares a lease lost this long before the server could end it (a tenth of the
+/// lease, between these bounds): time for the loss to reach the caller (`signal`, `onLost`)
+/// before anyone else can be granted the key, and room for scheduling delays and clock-rate
+/// differences between the two machines.
+pub const LOSS_GUARD_MIN: Duration = Duration::from_millis(250);
+/// Upper bound of the loss guard (see [`LOSS_GUARD_MIN`]).
+pub const LOSS_GUARD_MAX: Duration = Duration::from_secs(1);
 
 /// Options of a [`Primitive`].
 #[derive(Clone, Debug, PartialEq)]

@@ -6,11 +6,48 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{busy, join_stopped, lock, EnqueueOutcome, Phase, Primitive, Ticket};
+use super::{
+    busy, join_stopped, lock, rejoinable, EnqueueOutcome, Phase, Primitive, Ticket,
+    RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN,
+};
+use crate::dflockd::connection::Connection;
 use crate::dflockd::error::{DflockdError, ErrorCode, Result};
-use crate::dflockd::protocol::{self, AcquireReply, EnqueueReply};
+use crate::dflockd::protocol::{self, AcquireReply, EnqueueReply, Grant, MAX_SECONDS};
 
 impl Primitive {
+    /// One `w`/`sw` on the queued connection: `None` = timed out; a grant is confirmed by a renew
+    /// (see [`Primitive::confirm_grant`]).
+    async fn wait_once(
+        &self,
+        conn: &mut Connection,
+        timeout_s: u64,
+    ) -> Result<Option<(Grant, Instant)>> {
+        let o = &self.opts;
+        let reply = if o.limit == 1 {
+            conn.wait(&o.key, timeout_s).await?
+        } else {
+            conn.sem_wait(&o.key, timeout_s).await?
+        };
+        let grant = match reply {
+            AcquireReply::TimedOut => return Ok(None),
+            AcquireReply::Granted(g) => g,
+        };
+        let sent = conn.last_sent().unwrap_or_else(Instant::now);
+        self.confirm_grant(conn, grant, sent, true).await.map(Some)
+    }
+
+    /// A queued waiter's new connection and `e`/`se`: `Some` = granted at once (with the
+    /// send time of its lease), `None` = queued again on `conn`.
+    async fn rejoin(&self, conn: &mut Connection) -> Result<Option<(Grant, Instant)>> {
+        *conn = Connection::connect(&self.opts.connect).await?;
+        match self.send_enqueue(conn).await? {
+            EnqueueReply::Acquired(g) => {
+                Ok(Some((g, conn.last_sent().unwrap_or_else(Instant::now))))
+            }
+            EnqueueReply::Queued => Ok(None),
+        }
+    }
+
     /// Phase one of a two-phase acquire: connect and send `e`/`se`. `Acquired` = held
     /// (renewal started); `Queued` = call [`Primitive::wait`] promptly (the gap counts against
     /// the server's idle limit, and a grant's lease runs from the grant).
@@ -27,7 +64,8 @@ impl Primitive {
             .await;
         match res {
             Ok((conn, EnqueueReply::Acquired(g))) => {
-                self.commit_held(op, &cancel, conn, g).map(|armed| {
+                let sent = conn.last_sent().unwrap_or_else(Instant::now);
+                self.commit_held(op, &cancel, conn, g, sent).map(|armed| {
                     armed.spawn();
                     EnqueueOutcome::Acquired
                 })
@@ -46,7 +84,9 @@ impl Primitive {
     /// After the fast path (`Acquired`) it returns `Ok(true)` without a request. A grant is
     /// verified with one immediate renew (a grant whose lease expired before `w` was sent
     /// still answers `ok`); if that fails the result is `LOCK_LOST`. `Ok(false)` = timed out
-    /// (the connection is closed: its queue state is ambiguous; enqueue again).
+    /// (the connection is closed: its queue state is ambiguous; enqueue again). A waiter whose
+    /// server drops it (a restart) connects again with backoff and enqueues again while its
+    /// timeout lasts, as [`Primitive::acquire`] does.
     pub async fn wait(&self, timeout_s: u64) -> Result<bool> {
         self.wait_with(self.ticket(), timeout_s).await
     }
@@ -107,35 +147,36 @@ impl Primitive {
             };
             (op, cancel, conn)
         };
-        let o = &self.opts;
+        let end = deadline.or_else(|| {
+            (timeout_s > 0)
+                .then(|| Instant::now() + Duration::from_secs(timeout_s.min(MAX_SECONDS)))
+        });
         let work = async {
-            let reply = if o.limit == 1 {
-                conn.wait(&o.key, timeout_s).await?
-            } else {
-                conn.sem_wait(&o.key, timeout_s).await?
-            };
-            let grant = match reply {
-                AcquireReply::TimedOut => return Ok(None),
-                AcquireReply::Granted(g) => g,
-            };
-            let verify = if o.limit == 1 {
-                conn.renew(&o.key, &grant.token, o.lease_ttl_s).await
-            } else {
-                conn.sem_renew(&o.key, &grant.token, o.lease_ttl_s).await
-            };
-            match verify {
-                Ok(_) => Ok(Some(grant)),
-                Err(e) if e.code() == ErrorCode::ServerError => {
-                    let mut lost = DflockdError::new(
-                        ErrorCode::LockLost,
-                        "wait: the granted lease had already expired (renew right after the grant was rejected)",
-                    );
-                    if let Some(r) = e.reply() {
-                        lost = lost.with_reply(r);
+            let mut timeout_s = timeout_s;
+            let mut backoff = RECONNECT_BACKOFF_MIN;
+            loop {
+                let mut e = match self.wait_once(&mut conn, timeout_s).await {
+                    Err(e) if rejoinable(&e) => e,
+                    r => return r,
+                };
+                // The server dropped the queued waiter (restarted or stopping): connect again and
+                // enqueue again while the timeout lasts, as `acquire` does.
+                let end = loop {
+                    let Some(end) = end else { return Err(e) };
+                    if Instant::now() + backoff >= end {
+                        return Err(e);
                     }
-                    Err(lost)
-                }
-                Err(e) => Err(e),
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                    match self.rejoin(&mut conn).await {
+                        Ok(Some(held)) => return Ok(Some(held)),
+                        Ok(None) => break end,
+                        Err(e2) if rejoinable(&e2) => e = e2,
+                        Err(e2) => return Err(e2),
+                    }
+                };
+                let left = end.saturating_duration_since(Instant::now());
+                timeout_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             }
         };
         // Past the deadline the connection is dropped below, the wait future with it.
@@ -152,7 +193,7 @@ impl Primitive {
             _ = cut => Ok(None),
         };
         match res {
-            Ok(Some(g)) => self.commit_held(op, &cancel, conn, g).map(|armed| {
+            Ok(Some((g, sent))) => self.commit_held(op, &cancel, conn, g, sent).map(|armed| {
                 armed.spawn();
                 true
             }),

@@ -15,7 +15,8 @@
 //! - parsed foreign file (no `host`) → semats' rule: stale when `now - timestamp >
 //!   stale_timeout` (strict, whole seconds) **and** the pid is not running, where `EPERM` counts
 //!   as running and a running pid whose process started more than 2 s after the lock's
-//!   timestamp cannot be the holder (pid reused) and counts as not running.
+//!   timestamp cannot be the holder (pid reused) and counts as not running. A pid ≤ 0 (a
+//!   process group to `kill`, no process) never counts as running.
 
 use std::time::Duration;
 
@@ -203,6 +204,106 @@ pub fn is_lock_stale_by_age(timestamp: i64, stale_timeout: Option<Duration>, now
     }
 }
 
+/// By which rule a lock on disk becomes reclaimable (`status().reclaimRule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReclaimRule {
+    /// This host's identity: reclaimed at once when its holder process has died (or its pid
+    /// was reused), never while it runs, whatever the age.
+    HolderDead,
+    /// A file without identity (sema, semats, a shell): semats' rule, older than the stale
+    /// timeout **and** its pid not running.
+    AgeAndPidNotRunning,
+    /// Another host's file: older than the stale timeout (a live holder's heartbeat keeps it
+    /// young).
+    Age,
+    /// A file that cannot be parsed: its mtime older than max(grace, stale timeout).
+    UnparseableAge,
+    /// Never by itself: `stale_timeout` is `None`, or a symbolic link sits at the path.
+    Never,
+}
+
+impl ReclaimRule {
+    /// The name the bindings show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReclaimRule::HolderDead => "holder-dead",
+            ReclaimRule::AgeAndPidNotRunning => "age-and-pid-not-running",
+            ReclaimRule::Age => "age",
+            ReclaimRule::UnparseableAge => "unparseable-age",
+            ReclaimRule::Never => "never",
+        }
+    }
+}
+
+/// When and by which rule a lock becomes reclaimable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reclaim {
+    pub rule: ReclaimRule,
+    /// Unix seconds from which the age condition of `rule` holds (`Age`,
+    /// `AgeAndPidNotRunning`: also needs its pid not running then; `UnparseableAge`), or now
+    /// when the lock is stale already. `None`: no time decides it (`HolderDead` with the holder
+    /// running: whenever it ends; `Never`).
+    pub at_unix_secs: Option<i64>,
+}
+
+/// The reclaim rule and time of `observation` (`None`: no file). `judgement` is the verdict on
+/// the same observation: a stale lock is reclaimable now.
+pub fn reclaim(
+    observation: &Observation,
+    judgement: StaleJudgement,
+    ctx: &StaleContext<'_>,
+) -> Option<Reclaim> {
+    let now = ctx.now_unix_secs;
+    // The first whole-second age strictly above `t` (semats' `age > timeout` in whole seconds).
+    let first_age_over = |t: Duration| {
+        i64::try_from(t.as_secs())
+            .unwrap_or(i64::MAX)
+            .saturating_add(1)
+    };
+    let (rule, at) = match observation {
+        Observation::Missing => return None,
+        Observation::Symlink => (ReclaimRule::Never, None),
+        _ if matches!(judgement, StaleJudgement::Held(HeldBecause::NeverStale)) => {
+            (ReclaimRule::Never, None)
+        }
+        Observation::Unparseable { age, .. } => {
+            let limit = ctx
+                .stale_timeout
+                .unwrap_or(Duration::MAX)
+                .max(ctx.pending_write_grace);
+            let left = limit.saturating_sub(*age);
+            let left_secs = i64::try_from(left.as_secs()).unwrap_or(i64::MAX);
+            let round_up = i64::from(left.subsec_nanos() > 0);
+            (
+                ReclaimRule::UnparseableAge,
+                Some(now.saturating_add(left_secs).saturating_add(round_up)),
+            )
+        }
+        Observation::Parsed { info, .. } => {
+            let aged = ctx
+                .stale_timeout
+                .map(|t| info.timestamp.saturating_add(first_age_over(t)));
+            let pid_is_single_process = info.pid > 0 && info.pid <= i64::from(i32::MAX);
+            match info.host.as_deref() {
+                Some(h) if h == ctx.our_host && pid_is_single_process => {
+                    (ReclaimRule::HolderDead, None)
+                }
+                Some(h) if h != ctx.our_host => (ReclaimRule::Age, aged),
+                _ => (ReclaimRule::AgeAndPidNotRunning, aged),
+            }
+        }
+    };
+    let at = if judgement.is_stale() {
+        Some(at.map_or(now, |a| a.min(now)))
+    } else {
+        at
+    };
+    Some(Reclaim {
+        rule,
+        at_unix_secs: at,
+    })
+}
+
 /// Slack allowed between a lock's timestamp and its holder's start time (clock granularity).
 const START_AFTER_TIMESTAMP_SLACK_SECS: f64 = 2.0;
 
@@ -279,7 +380,9 @@ pub fn judge(
 /// semats' `isProcessRunning` with our fixes: `EPERM` = running; a process that started more
 /// than 2 s after the lock's timestamp is not its holder.
 fn foreign_pid_running(info: &LockInfo, probe: &dyn ProcessProbe, start_check: bool) -> bool {
-    if probe.liveness(info.pid) != Liveness::Alive {
+    // `kill(0, 0)` and `kill(-1, 0)` address process groups and succeed: no single process is
+    // the holder of such a file, so it is never a live one (semats counts it as running forever).
+    if info.pid <= 0 || probe.liveness(info.pid) != Liveness::Alive {
         return false;
     }
     if !start_check {

@@ -69,7 +69,9 @@ fn judgement_table() {
         .with(10, Liveness::Alive, Some(500), Some((NOW - 7200) as f64))
         .with(11, Liveness::Alive, None, None)
         .with(12, Liveness::Alive, Some(900), Some((NOW - 10) as f64)) // started recently
-        .with(0, Liveness::Alive, None, None) // process group
+        // kill(0, 0) and kill(-1, 0) succeed: a process group, all processes
+        .with(0, Liveness::Alive, None, None)
+        .with(-1, Liveness::Alive, None, None)
         .with(13, Liveness::Unknown, None, None);
     let me = Some("me:boot:1");
     let other = Some("other:boot:1");
@@ -119,7 +121,7 @@ fn judgement_table() {
             "own pid 0 old",
             parsed(0, 0, me, None),
             t,
-            Held(H::ForeignHolderRunning),
+            Stale(S::ForeignExpiredAndNotRunning),
         ),
         (
             "own pid -5 old",
@@ -188,6 +190,31 @@ fn judgement_table() {
             parsed(99, NOW + 100, None, None),
             t,
             Held(H::Fresh),
+        ),
+        // pid <= 0 names no process: never a live holder, so the age decides
+        (
+            "foreign pid 0 ts 0",
+            parsed(0, 0, None, None),
+            t,
+            Stale(S::ForeignExpiredAndNotRunning),
+        ),
+        (
+            "foreign pid -1 ts 0",
+            parsed(-1, 0, None, None),
+            t,
+            Stale(S::ForeignExpiredAndNotRunning),
+        ),
+        (
+            "foreign pid 0 fresh",
+            parsed(0, NOW - 10, None, None),
+            t,
+            Held(H::Fresh),
+        ),
+        (
+            "foreign pid -1, None",
+            parsed(-1, 0, None, None),
+            None,
+            Held(H::NeverStale),
         ),
         (
             "foreign ts 0 dead",
@@ -346,4 +373,72 @@ fn semats_is_lock_stale() {
         i64::MAX
     ));
     assert!(is_lock_stale_by_age(i64::MIN, Some(HOUR), i64::MAX));
+}
+
+/// `reclaim`: the rule and the first second at which the judgement's age condition holds, which
+/// must agree with `judge` itself at that second and the one before.
+#[test]
+fn reclaim_time_agrees_with_the_judgement() {
+    let dead = FakeProbe::default();
+    for timeout in [Duration::from_secs(1), Duration::from_millis(1500), HOUR] {
+        let c = ctx(Some(timeout));
+        let ts = NOW - 10;
+        let obs = parsed(77, ts, None, None);
+        let r = reclaim(&obs, judge(&obs, &c, &dead), &c).expect("a file");
+        assert_eq!(r.rule, ReclaimRule::AgeAndPidNotRunning);
+        let at = r.at_unix_secs.expect("an age rule has a time");
+        for (now, stale) in [(at - 1, false), (at, true)] {
+            let then = StaleContext {
+                now_unix_secs: now,
+                ..c
+            };
+            assert_eq!(
+                judge(&obs, &then, &dead).is_stale(),
+                stale,
+                "{timeout:?} at {now}"
+            );
+        }
+    }
+    let c = ctx(Some(HOUR));
+    let other = parsed(77, NOW, Some("them:boot:1"), None);
+    let r = reclaim(&other, judge(&other, &c, &dead), &c);
+    assert_eq!(
+        r,
+        Some(Reclaim {
+            rule: ReclaimRule::Age,
+            at_unix_secs: Some(NOW + 3601)
+        })
+    );
+    // Ours, holder alive: no time decides it; dead: stale, reclaimable now.
+    let ours = parsed(5, NOW - 100_000, Some("me:boot:1"), None);
+    let alive = FakeProbe::default().with(5, Liveness::Alive, None, None);
+    assert_eq!(
+        reclaim(&ours, judge(&ours, &c, &alive), &c),
+        Some(Reclaim {
+            rule: ReclaimRule::HolderDead,
+            at_unix_secs: None
+        })
+    );
+    assert_eq!(
+        reclaim(&ours, judge(&ours, &c, &dead), &c),
+        Some(Reclaim {
+            rule: ReclaimRule::HolderDead,
+            at_unix_secs: Some(NOW)
+        })
+    );
+    let u = unparseable(10);
+    let r = reclaim(&u, judge(&u, &c, &dead), &c).expect("a file");
+    assert_eq!(
+        (r.rule, r.at_unix_secs),
+        (ReclaimRule::UnparseableAge, Some(NOW + 3590))
+    );
+    let never = ctx(None);
+    assert_eq!(
+        reclaim(&ours, judge(&ours, &never, &dead), &never).map(|r| r.rule),
+        Some(ReclaimRule::Never)
+    );
+    assert_eq!(
+        reclaim(&Observation::Missing, StaleJudgement::Free, &c),
+        None
+    );
 }

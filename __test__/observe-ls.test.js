@@ -11,27 +11,14 @@ const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 const { cli } = require('./fixtures/cli/helpers')
+const { readSema } = require('../scripts/sema-tool')
 
 const ROOT = path.resolve(__dirname, '..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
-// The vendored source beside the clone (as scripts/setup.js finds dflockd's), or $SEMA_SRC.
-const SEMA_SRC = process.env.SEMA_SRC ?? path.join(ROOT, '..', 'shared', 'vendor', 'sema-0.1.0')
-
-/**
- * The real `sema` 0.1.0: .tools/bin/sema, else built from its source (vendored; it has no dependencies) into
- * .tools/sema-target. null when neither is possible.
- */
-function semaBin() {
-  const installed = path.join(ROOT, '.tools', 'bin', 'sema')
-  if (fs.existsSync(installed)) return installed
-  const built = path.join(ROOT, '.tools', 'sema-target', 'release', 'sema')
-  if (!fs.existsSync(built) && fs.existsSync(path.join(SEMA_SRC, 'Cargo.toml'))) {
-    spawnSync('cargo', ['build', '--release', '--bin', 'sema', '--manifest-path', path.join(SEMA_SRC, 'Cargo.toml'), '--target-dir', path.join(ROOT, '.tools', 'sema-target')], { stdio: 'ignore', timeout: 300_000 })
-  }
-  return fs.existsSync(built) ? built : null
-}
+// The real sema 0.1.0, built by scripts/setup.js from the vendored source (scripts/sema-tool.js).
+const SEMA = readSema()
 
 /** Every name in `dir` with its inode, size and mtime (what "changes nothing" compares). */
 function snapshot(dir) {
@@ -120,9 +107,9 @@ describe('ls: a directory of locks written by every tool', () => {
     assert.equal(l.commandLine, null)
   })
 
-  test('the real sema: its lock (its pid gone when the command exits) is held until it expires', { skip: semaBin() ? false : `sema not built (no ${SEMA_SRC})` }, async () => {
+  test('the real sema: its lock (its pid gone when the command exits) is held until it expires', { skip: SEMA.bin ? false : SEMA.reason }, async () => {
     const file = path.join(dir, 'rust.lock')
-    const r = spawnSync(semaBin(), ['try', file, '--tag', 'from sema'], { encoding: 'utf8' })
+    const r = spawnSync(SEMA.bin, ['try', file, '--tag', 'from sema'], { encoding: 'utf8' })
     assert.equal(r.status, 0, r.stderr)
     const l = (await lsJson(dir))['rust.lock']
     assert.equal(l.format, 'sema/semats')

@@ -374,6 +374,82 @@ export interface WaitOptions extends StatusOptions {
  */
 export declare function wait(target: string, options?: WaitOptions): Promise<SemaphoreResult<{ waitedMs: number }>>
 
+/** A lock in {@link query}'s answer (the Web Locks `LockManagerSnapshot` entry's `name` and `mode`, plus facts). */
+export interface QueriedLock {
+  /** File: the absolute lock path (held) or the target as given (pending). dflockd: the URL, token shown as `***`. */
+  name: string
+  backend: Backend
+  /** `'exclusive'`. */
+  mode: string
+  /** Held: the owner recorded in the lock (this process, or `pid` given to acquire). */
+  pid?: number
+  /** Held: when it was acquired (Unix seconds). */
+  timestamp?: number
+  /** Held (file): the tag written. */
+  tag?: string
+  /** Pending: when the acquisition began (ms since the epoch). */
+  since?: number
+}
+
+/**
+ * The locks this process holds and waits for (as Web Locks' `navigator.locks.query()`): `held` lists every lock file
+ * held by any thread through any API (`acquire`, `withLock`, `Semaphore`) and the dflockd locks of the one-string
+ * API; `pending` lists this thread's `acquire`/`withLock` calls still waiting. (`DistributedLock` and `Connection`
+ * objects keep their own state: not listed.)
+ */
+export declare function query(): Promise<{ held: QueriedLock[]; pending: QueriedLock[] }>
+
+/**
+ * node:diagnostics_channel (what APM agents and OpenTelemetry instrumentations subscribe to; nothing is published and
+ * nothing allocated while nobody subscribes):
+ * - `diagnostics_channel.tracingChannel('sema-native:acquire')`: `start` and `end` around the call of every
+ *   `acquire`/`tryAcquire`/`withLock` acquisition (both backends), then `asyncStart`/`asyncEnd` when it settles, with
+ *   `error` before them when it failed (a failed `SemaphoreResult` too). One {@link AcquireTraceContext} per call.
+ * - `sema-native:release`: {@link ReleaseMessage}, when a held lock is released by its handle or by `release(target)`.
+ * - `sema-native:lost`: {@link LostMessage}, when a held lock is lost.
+ * Targets are shown with a dflockd URL's token replaced by `***`; a lock's own token is never published.
+ */
+export interface AcquireTraceContext {
+  target: string
+  backend: Backend
+  /** `'exclusive'`. */
+  mode: string
+  /** `true` for acquire, `false` for one attempt (tryAcquire). */
+  wait: boolean
+  /** Once settled: ms from start. */
+  waitedMs?: number
+  /** Once acquired: the lock's facts. */
+  lock?: LockFacts
+  /** Once failed: the failure (`code` TIMEOUT, ALREADY_LOCKED, ABORTED, …). */
+  error?: LockError | Error
+  /** Once failed: the holder, when known. */
+  holderPid?: number
+  lockedSince?: number
+}
+
+export interface LockFacts {
+  target: string
+  backend: Backend
+  pid: number
+  timestamp: number
+  tag?: string
+}
+
+export interface ReleaseMessage {
+  target: string
+  backend: Backend
+  /** `true`: `release(target)` (the lock's facts are then unknown here). */
+  byPath: boolean
+  pid?: number
+  timestamp?: number
+  tag?: string
+}
+
+export interface LostMessage extends LockFacts {
+  /** The LockError (code `LOCK_LOST`) the lock's `signal` was aborted with. */
+  error: LockError
+}
+
 // ─────────────────────── dflockd client (dflockd-client names) ───────────────────────
 
 /** Picks the server index for a key: an integer in [0, numServers). */

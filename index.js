@@ -27,6 +27,7 @@ module.exports = {
   withLock: target.withLock,
   // observing locks
   wait: observe.wait,
+  query: observe.query,
   // dflockd client
   DistributedLock: dflockd.DistributedLock,
   DistributedSemaphore: dflockd.DistributedSemaphore,

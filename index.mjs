@@ -19,6 +19,7 @@ export const {
   status,
   withLock,
   wait,
+  query,
   DistributedLock,
   DistributedSemaphore,
   Connection,

@@ -10,12 +10,17 @@ const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 const { cli } = require('./fixtures/cli/helpers')
+const d = require('./helpers/dflockd')
+const sema = require('..')
 
 const BIN = path.join(__dirname, '..', 'bin', 'sema-native.js')
 const hasScript = process.platform === 'linux' && spawnSync('script', ['--version']).status === 0
 const tmp = u.testDir('line-', { name: 'build', own: true })
 
-after(() => u.killAll())
+after(async () => {
+  u.killAll()
+  await d.stopAll()
+})
 
 async function holder(file, opts = {}) {
   const child = u.spawnNode('file-holder.js', [file, JSON.stringify(opts)])
@@ -81,6 +86,19 @@ describe('the waiting line', { skip: !hasScript && 'needs Linux and util-linux s
     assert.equal(rq.code, 0, rq.stdout)
     assert.equal(rq.stdout, '', 'nothing at all with --quiet')
     fs.rmSync(file)
+  })
+
+  test("dflockd on a terminal: held, the lease, the server's waiter count", { skip: d.skipReason() || d.goOnly() }, async () => {
+    const s = await d.startServer()
+    const url = s.url('line-key')
+    const r = await sema.acquire(url)
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    const term = inTerminal(['run', url, '--', 'echo', 'DONE'])
+    await term.seen(new RegExp(`\\rwaiting for dflockd://127\\.0\\.0\\.1:${s.port}/line-key: held \\(lease expires in \\d+s\\), 1 waiting\\x1b\\[K`))
+    await r.value.release()
+    const done = await u.waitExit(term, 15000, 'run in a terminal')
+    assert.equal(done.code, 0, done.stdout)
+    assert.match(done.stdout, /\r\x1b\[K(\r\n)?DONE\r?\n$/)
   })
 
   test('in a pipe: no line, no escape sequence', async () => {

@@ -11,26 +11,14 @@ const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 const { cli } = require('./fixtures/cli/helpers')
+const { readSema } = require('../scripts/sema-tool')
 
 const ROOT = path.resolve(__dirname, '..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
-const SEMA_SRC = process.env.SEMA_SRC ?? '/work/shared/vendor/sema-0.1.0'
-
-/**
- * The real `sema` 0.1.0: .tools/bin/sema, else built from its source (vendored; it has no dependencies) into
- * .tools/sema-target. null when neither is possible.
- */
-function semaBin() {
-  const installed = path.join(ROOT, '.tools', 'bin', 'sema')
-  if (fs.existsSync(installed)) return installed
-  const built = path.join(ROOT, '.tools', 'sema-target', 'release', 'sema')
-  if (!fs.existsSync(built) && fs.existsSync(path.join(SEMA_SRC, 'Cargo.toml'))) {
-    spawnSync('cargo', ['build', '--release', '--bin', 'sema', '--manifest-path', path.join(SEMA_SRC, 'Cargo.toml'), '--target-dir', path.join(ROOT, '.tools', 'sema-target')], { stdio: 'ignore', timeout: 300_000 })
-  }
-  return fs.existsSync(built) ? built : null
-}
+// The real sema 0.1.0, built by scripts/setup.js from the vendored source (scripts/sema-tool.js).
+const SEMA = readSema()
 
 /** Every name in `dir` with its inode, size and mtime (what "changes nothing" compares). */
 function snapshot(dir) {
@@ -119,9 +107,9 @@ describe('ls: a directory of locks written by every tool', () => {
     assert.equal(l.commandLine, null)
   })
 
-  test('the real sema: its lock (its pid gone when the command exits) is held until it expires', { skip: semaBin() ? false : `sema not built (no ${SEMA_SRC})` }, async () => {
+  test('the real sema: its lock (its pid gone when the command exits) is held until it expires', { skip: SEMA.bin ? false : SEMA.reason }, async () => {
     const file = path.join(dir, 'rust.lock')
-    const r = spawnSync(semaBin(), ['try', file, '--tag', 'from sema'], { encoding: 'utf8' })
+    const r = spawnSync(SEMA.bin, ['try', file, '--tag', 'from sema'], { encoding: 'utf8' })
     assert.equal(r.status, 0, r.stderr)
     const l = (await lsJson(dir))['rust.lock']
     assert.equal(l.format, 'sema/semats')
@@ -179,6 +167,15 @@ describe('ls: a directory of locks written by every tool', () => {
     assert.match(build, new RegExp(`^build\\.lock\\s+held\\s+${h.child.pid}\\s+\\d+s\\s+${linux ? 2 : '-'}\\s+"nightly"\\s+\\S*node `))
     assert.match(lines.find((l) => l.startsWith('crashed.lock ')), /\sstale\s.*\(not running\)$/)
     assert.deepEqual(snapshot(dir), before)
+  })
+
+  test("the STATE column: a lock free to take while processes stand in its line is 'queued'", () => {
+    const { stateText } = require('../lib/cli/ls')
+    assert.equal(stateText({ state: 'held', waiters: 3 }), 'held')
+    assert.equal(stateText({ state: 'stale', waiters: 2 }), 'stale, queued')
+    assert.equal(stateText({ state: 'free', waiters: 1 }), 'free, queued')
+    assert.equal(stateText({ state: 'stale', waiters: 0 }), 'stale')
+    assert.equal(stateText({ state: 'stale', waiters: null }), 'stale')
   })
 
   test('errors: a missing directory exits 3 (JSON failure), a dflockd target is a usage error', async () => {

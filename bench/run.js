@@ -5,7 +5,7 @@
 //
 //   node bench/run.js                      everything (several minutes)
 //   node bench/run.js --smoke              every benchmark with tiny counts (< 30 s); exit 1 on a crash or overlap
-//   node bench/run.js --only=file,contended,dflockd,memory
+//   node bench/run.js --only=file,contended,dflockd,memory,diagnostics
 //   node bench/run.js --render             re-render bench/results/latest.json (after a change of the tables)
 
 const { spawnSync } = require('node:child_process')
@@ -20,7 +20,7 @@ const dfl = require('./dflockd')
 
 const root = path.resolve(__dirname, '..')
 const resultsDir = path.join(__dirname, 'results')
-const SECTIONS = ['file', 'contended', 'dflockd', 'memory']
+const SECTIONS = ['file', 'contended', 'dflockd', 'memory', 'diagnostics']
 
 const argv = process.argv.slice(2)
 const smoke = argv.includes('--smoke')
@@ -485,6 +485,19 @@ function memoryTable(rows) {
   )
 }
 
+function diagnosticsTable(d) {
+  return table(
+    ['what', 'cost'],
+    [
+      ['acquire hook, nobody subscribed (ns per acquire, against no hook)', num(d.unsubscribedCostNs, 2)],
+      ['what one no-op subscriber on all five events adds (ns per awaited acquire)', num(d.subscribedCostNs, 0)],
+      ["an acquire's listing for query() while it waits (ns per acquire)", num(d.waitingListCostNs, 0)],
+      ['tryAcquire + release cycle, tmpfs, fsync and heartbeat off: nobody subscribed (µs)', num(d.cycleUsUnsubscribed, 1)],
+      ['the same cycle with the no-op subscriber (µs)', num(d.cycleUsSubscribed, 1)],
+    ],
+  )
+}
+
 // ─────────────────────────── targets ───────────────────────────
 
 function targets(res) {
@@ -600,6 +613,13 @@ async function main() {
       }
     }
     if (only.includes('memory')) res.memory = await runMemory(dirs)
+    if (only.includes('diagnostics')) {
+      try {
+        res.diagnostics = (await runJson(process.execPath, [path.join(__dirname, 'diagnostics.js'), ...(smoke ? ['--smoke'] : [])], { timeoutMs: 300_000 })).result
+      } catch (e) {
+        fail('diagnostics', e)
+      }
+    }
   } finally {
     for (const d of Object.values(dirs)) fs.rmSync(d, { recursive: true, force: true })
   }
@@ -656,6 +676,7 @@ function render(res) {
     }
   }
   if (res.memory) parts.push('### Memory (RSS after `global.gc()`, one process)', '', memoryTable(res.memory), '')
+  if (res.diagnostics) parts.push('### diagnostics_channel hooks (bench/diagnostics.js)', '', diagnosticsTable(res.diagnostics), '')
   parts.push('### Targets', '', targets(res), '')
   if (res.failures.length) parts.push('### Failures', '', ...res.failures.map((f) => `- ${f.split('\n')[0]}`), '')
   return parts.join('\n')

@@ -3,6 +3,7 @@
 // `release()` and `Symbol.asyncDispose`. Backends subclass it and implement `_release()`.
 
 const { LockError } = require('./errors')
+const diagnostics = require('./diagnostics')
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')
 
@@ -41,6 +42,7 @@ class LockHandle {
     this.#state = 'lost'
     const error = new LockError(message, 'LOCK_LOST')
     this.#controller.abort(error)
+    diagnostics.lost(this, error)
     if (typeof this.#onLost !== 'function') return
     try {
       const r = this.#onLost(this, error)
@@ -63,7 +65,9 @@ class LockHandle {
       try {
         const released = await this._release()
         if (this.#state === 'held') this.#state = released ? 'released' : 'lost'
-        return released && this.#state === 'released'
+        const done = released && this.#state === 'released'
+        if (done) diagnostics.released(this)
+        return done
       } finally {
         this.#releasing = null
       }

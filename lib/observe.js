@@ -12,6 +12,7 @@ const { fileError } = require('./errors')
 const { withAbort, abortedResult } = require('./abort')
 const { engineOptions, acquireTimeoutMs, DEFAULT_CONFIG } = require('./file/engine')
 const dflockd = require('./dflockd')
+const { pendingAcquires } = require('./diagnostics')
 
 const WAIT = { ...STATUS, timeout: ACQUIRE.timeout, signal: ACQUIRE.signal, retryInterval: ACQUIRE.retryInterval }
 
@@ -85,4 +86,28 @@ function failureOf(r) {
   return { ok: false, error: { type: r.error.code, message: r.error.message } }
 }
 
-module.exports = { wait }
+/** A held or pending lock as query() reports it (the Web Locks `LockManager.query()` shape, plus facts). */
+function queryEntry(name, backend, mode, extra) {
+  return { name, backend, mode, ...extra }
+}
+
+/**
+ * The locks this process holds and the acquisitions it waits for: `{held, pending}`. Held: every lock file held by
+ * any thread and any API (the engine's registry: `acquire`, `Semaphore`, `withLock`), by absolute path, and the
+ * dflockd locks of the target API (`acquire('dflockd://…')`), by URL with its token redacted. Pending: the
+ * `acquire`/`withLock` calls of this thread still waiting, by target as given.
+ */
+async function query() {
+  const { heldHandles } = require('./dflockd/target')
+  const { redactTarget } = require('./dflockd/url')
+  const held = native.heldLockFacts().map((f) =>
+    queryEntry(f.path, 'file', 'exclusive', { pid: f.pid, timestamp: f.timestamp, ...(f.tag != null ? { tag: f.tag } : {}) }),
+  )
+  for (const h of heldHandles()) {
+    held.push(queryEntry(redactTarget(h.target), 'dflockd', 'exclusive', { pid: h.pid, timestamp: h.timestamp }))
+  }
+  const pending = pendingAcquires().map((e) => queryEntry(redactTarget(e.target), e.backend, e.mode, { since: e.since }))
+  return { held, pending }
+}
+
+module.exports = { wait, query }

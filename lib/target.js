@@ -11,6 +11,7 @@ const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
 const { redactTarget, parseDflockdUrl, targetId } = require('./dflockd/url')
 const { validate, checkBackend, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
+const { traceAcquire, released } = require('./diagnostics')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
 function parseTarget(target) {
@@ -85,11 +86,13 @@ function acquireOn(target, options, wait) {
   } catch (e) {
     return Promise.resolve(asFailure(e))
   }
-  const acquiring =
-    parsed.backend === 'file'
-      ? acquireFile(target, parsed.path, options, { wait })
-      : dflockd.acquireTarget(target, options, { wait })
-  return acquiring.catch((e) => asFailure(fromNativeThrow(e)))
+  return traceAcquire(target, parsed.backend, options.mode ?? 'exclusive', wait, () => {
+    const acquiring =
+      parsed.backend === 'file'
+        ? acquireFile(target, parsed.path, options, { wait })
+        : dflockd.acquireTarget(target, options, { wait })
+    return acquiring.catch((e) => asFailure(fromNativeThrow(e)))
+  })
 }
 
 function acquire(target, options) {
@@ -122,7 +125,9 @@ async function release(target, options) {
   } catch (e) {
     return asFailure(e)
   }
-  return parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options)
+  const r = await (parsed.backend === 'file' ? releaseFile(parsed.path, options) : dflockd.releaseTarget(target, options))
+  if (r.ok) released(null, target, parsed.backend)
+  return r
 }
 
 async function status(target, options) {

@@ -7,6 +7,7 @@ import {
   status,
   withLock,
   wait,
+  query,
   Semaphore,
   createLockInfo,
   serializeLockInfo,
@@ -24,6 +25,10 @@ import {
 } from '../..'
 import type {
   AcquireOptions,
+  AcquireTraceContext,
+  LostMessage,
+  QueriedLock,
+  ReleaseMessage,
   Backend,
   DflockdTlsOptions,
   DistributedLockOptions,
@@ -100,6 +105,11 @@ async function fileTargets(): Promise<void> {
   const w = await wait('/tmp/x.lock', waitOptions)
   if (w.ok) console.log(w.value.waitedMs.toFixed(0))
   else console.log(w.error.type)
+  const traced = (c: AcquireTraceContext, r: ReleaseMessage, l: LostMessage): string =>
+    `${c.target} ${c.waitedMs ?? 0} ${c.lock?.pid ?? c.holderPid} ${r.byPath} ${l.error.code}`
+  console.log(traced)
+  const snapshot: { held: QueriedLock[]; pending: QueriedLock[] } = await query()
+  console.log(snapshot.held[0]?.name, snapshot.pending[0]?.since)
   // @ts-expect-error targets are strings
   await acquire(42)
 }

@@ -94,6 +94,11 @@ function tagText(tag) {
   return tag == null ? '' : JSON.stringify(tag)
 }
 
+/** `held`, `stale` or `free`; a lock free to take while processes stand in its line is `free, queued` / `stale, queued`. */
+function stateText(r) {
+  return r.state !== 'held' && r.waiters ? `${r.state}, queued` : r.state
+}
+
 /** The text table of `ls` (and each screen of `top`). */
 function table(locks) {
   if (!locks.length) return 'no locks'
@@ -101,7 +106,7 @@ function table(locks) {
   for (const r of locks) {
     rows.push([
       r.name,
-      r.state,
+      stateText(r),
       r.pid === null ? '-' : String(r.pid),
       shortAge(r.ageS),
       r.waiters === null ? '-' : String(r.waiters),
@@ -113,4 +118,4 @@ function table(locks) {
   return rows.map((row) => row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n')
 }
 
-module.exports = { listDir, describe, record, table, shortAge, commandText, holderCommand, holderText, tagText, lookOptions }
+module.exports = { stateText, listDir, describe, record, table, shortAge, commandText, holderCommand, holderText, tagText, lookOptions }

@@ -22,6 +22,7 @@ Commands:
   wait <target>          Wait until the lock is free, without taking it
   run <target> -- <cmd>  Hold the lock while <cmd> runs; exit with its status
   ls <dir>               List every lock file in <dir>: state, holder, age, waiters
+  top <dir>              ls as a live view (q to quit)
 
 Options:
   --timeout <time>   How long acquire/wait/run wait (default: forever; 0 = one try)
@@ -117,6 +118,16 @@ how many processes of this machine wait in its line. Reads only: symbolic links 
 shown, never followed; other users' locks as far as the permissions allow.
 
 Exit: 0 listed, 2 usage, 3 the directory cannot be read.
+`,
+  top: `Usage: ${PROG} top <dir> [--stale <time>]
+
+${PROG} ls as a live view: redrawn when something happens in <dir> (file events) and
+once a second for the clocks and the waiter counts, with each lock's hand-offs per second
+(over the last 10 s) and how long its line has had waiters. q or Ctrl-C quits. When stdout
+is not a terminal: the table under a time line each time a lock changes (not the clocks),
+until the process is ended.
+
+Exit: 0 quit, 2 usage, 3 the directory cannot be read.
 `,
   run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [-v] -- <command> [args...]
 

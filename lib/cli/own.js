@@ -1,6 +1,6 @@
 'use strict'
 // sema-native's own commands over any target (a path, file:// or dflockd:// URL): acquire, try-acquire, release,
-// status, clean, wait, run and ls. docs/cli.md is the user-facing description; keep the two in step.
+// status, clean, wait, run, ls and top. docs/cli.md is the user-facing description; keep the two in step.
 //
 // Exit codes: 0 success (a query that answered, whatever the answer), 1 busy / timed out / refused / not held,
 // 2 usage error, 3 I/O, connection or other error. `run` exits with its command's status instead.
@@ -44,10 +44,11 @@ const ACCEPTS = {
   wait: ['timeout', 'ca'],
   run: ['timeout', 'tag', 'stale', 'ca', 'verbose'],
   ls: ['stale'],
+  top: ['stale'],
 }
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
-const NOT_FOR = { run: ['json'] }
+const NOT_FOR = { run: ['json'], top: ['json'] }
 const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca']
 const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
 /** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
@@ -194,6 +195,7 @@ const NO_DFLOCKD = {
     `process cannot release it. Use ${PROG} run <target> -- <command…>, which releases when the command ends`,
   clean: 'clean is for lock files; the dflockd server expires the leases of clients that went away by itself',
   ls: 'ls lists the lock files of a directory; for a dflockd key use status <target>',
+  top: 'top shows the lock files of a directory; for a dflockd key use status <target>',
 }
 NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
 
@@ -485,6 +487,9 @@ async function main(args) {
         break
       case 'ls':
         code = await cmdLs(o, rep)
+        break
+      case 'top':
+        code = await require('./top').top(o.target, { stale: durationOption(o, 'stale') })
         break
       default:
         code = await cmdWait(o, rep)

@@ -43,7 +43,7 @@ function fileText(name, r) {
 
 function dflockdText(name, s) {
   if (!s || !s.locked) return `waiting for ${name}`
-  const lease = s.leaseExpiresInS !== undefined ? ` (lease expires in ${s.leaseExpiresInS}s)` : ''
+  const lease = s.leaseExpiresInS !== undefined ? ` (lease expires in ${Math.round(s.leaseExpiresInS)}s)` : ''
   const holders = (s.limit ?? 1) > 1 ? `${s.holders}/${s.limit} slots held` : 'held'
   return `waiting for ${name}: ${holders}${lease}${s.waiters ? `, ${s.waiters} waiting` : ''}`
 }

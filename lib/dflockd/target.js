@@ -247,4 +247,9 @@ async function statusTarget(url, options) {
   return out
 }
 
-module.exports = { acquireTarget, releaseTarget, statusTarget }
+/** The Lock handles this process holds through acquireTarget (for query()). */
+function heldHandles() {
+  return [...held.values()].flatMap((set) => [...set]).filter((h) => !h.released)
+}
+
+module.exports = { acquireTarget, releaseTarget, statusTarget, heldHandles }

@@ -123,3 +123,31 @@ pub fn describe_lock<'env>(
         lockfile::describe_lock(Path::new(&path), &options).map(Into::into)
     })
 }
+
+/// One lock file this process holds (any thread, any API: the engine's registry).
+#[napi(object)]
+pub struct NativeHeldFacts {
+    pub path: String,
+    pub pid: i64,
+    /// When it was acquired (Unix seconds).
+    pub timestamp: i64,
+    pub tag: Option<String>,
+}
+
+/// The lock files this process holds now, oldest first.
+#[napi]
+pub fn held_lock_facts() -> Vec<NativeHeldFacts> {
+    let mut held = lockfile::held_locks();
+    held.sort_by_key(|h| h.id());
+    held.into_iter()
+        .map(|h| {
+            let info = h.info_ref();
+            NativeHeldFacts {
+                path: h.path().to_string_lossy().into_owned(),
+                pid: info.pid,
+                timestamp: info.timestamp,
+                tag: info.tag.clone(),
+            }
+        })
+        .collect()
+}

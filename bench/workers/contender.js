@@ -47,7 +47,7 @@ function makeLocker() {
       // both run on the JS thread: no thread hop at all. Every waiter is woken by every release (no queue), and a
       // process that releases may take the lock straight back (no fairness).
       const { Semaphore } = require(root)
-      const sem = new Semaphore(cfg.lockPath, { tag: `bench ${process.pid}` })
+      const sem = new Semaphore(cfg.lockPath)
       const base = path.basename(cfg.lockPath)
       let wake = null
       const watcher = fs.watch(path.dirname(cfg.lockPath), (_event, name) => {

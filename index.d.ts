@@ -521,7 +521,10 @@ export declare class DistributedLock {
   remaining(): number
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   readonly signal: AbortSignal
-  /** true = acquired; false = timed out. `force` closes a live connection first. */
+  /**
+   * true = acquired; false = timed out. `force` closes a live connection first. Acquisitions of one process on the
+   * same server and key are granted in call order (each enqueues once the one called before it was answered).
+   */
   acquire(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<boolean>
   release(): Promise<void>
   enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>

@@ -337,7 +337,8 @@ export interface ReleaseOptions {
 
 /**
  * Waits for the lock. `target` is a path (`/var/lock/x.lock`, `file:///var/lock/x.lock`) or
- * `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]`.
+ * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1]` (with several servers, the key goes
+ * to the one `stableHashShard(key, n)` picks, as `DistributedLock({ servers })`).
  */
 export declare function acquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
 /** One attempt, no waiting. */

@@ -1,5 +1,5 @@
 'use strict'
-// The target API for `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]` URLs (acquire, release,
+// The target API for `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1]` URLs (acquire, release,
 // status through lib/target.js), with milliseconds as the file targets have them. The auth token in a URL is never
 // shown: messages and `target` fields carry it masked.
 

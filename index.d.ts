@@ -192,6 +192,7 @@ export type Backend = 'file' | 'dflockd'
  * byte-for-byte one of them). Other keys are refused with `INVALID_ARGUMENT`.
  */
 export interface DflockdTlsOptions {
+  /** PEM CA(s) to trust instead of the system roots (and instead of `NODE_EXTRA_CA_CERTS`, which is otherwise added to them, as in Node's `tls`). */
   ca?: string | Buffer | Array<string | Buffer> | undefined
   /** Server name to verify (default: the host). */
   servername?: string | undefined
@@ -337,8 +338,9 @@ export interface ReleaseOptions {
 
 /**
  * Waits for the lock. `target` is a path (`/var/lock/x.lock`, `file:///var/lock/x.lock`) or
- * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1]` (with several servers, the key goes
- * to the one `stableHashShard(key, n)` picks, as `DistributedLock({ servers })`).
+ * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1&ca=PATH]` (with several servers, the
+ * key goes to the one `stableHashShard(key, n)` picks, as `DistributedLock({ servers })`; `ca=` a PEM file to trust,
+ * implying TLS; `tls=1`/`tls: true` trust the system roots plus `NODE_EXTRA_CA_CERTS`, as Node's `tls`).
  */
 export declare function acquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
 /** One attempt, no waiting. */

@@ -86,6 +86,16 @@ class DflockdLock extends LockHandle {
   }
 }
 
+/** The `tls` option for a parsed URL: the option when given (a `?ca=` fills in its missing `ca`), else the URL's
+ * `?tls=1` (system roots, plus NODE_EXTRA_CA_CERTS) or `?ca=` (that PEM only, as Node's `ca`). */
+function tlsFor(u, tls) {
+  const fromUrl = u.ca !== undefined ? { ca: u.ca } : u.tls ? {} : undefined
+  if (tls === undefined || tls === null) return fromUrl
+  if (u.ca !== undefined && tls === true) return fromUrl
+  if (u.ca !== undefined && typeof tls === 'object' && (tls.ca === undefined || tls.ca === null)) return { ...tls, ca: u.ca }
+  return tls
+}
+
 /** Normalised settings for one acquisition on a target. Throws LockError INVALID_ARGUMENT. */
 function targetConfig(url, options, wait) {
   // The one check of every option (lib/validate.js); a no-op re-read of the snapshot when lib/target.js made it.
@@ -97,7 +107,7 @@ function targetConfig(url, options, wait) {
   if (!wait) acquireTimeoutMs = 0
   else if (o.timeout !== undefined && o.timeout !== null) acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
   const limit = opt(o.limit) ?? u.limit ?? 1
-  const useTls = o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined
+  const useTls = tlsFor(u, o.tls)
   const prim = {
     key: u.key,
     limit,
@@ -198,7 +208,7 @@ async function statusTarget(url, options) {
   const u = parseDflockdUrl(url)
   const conn = connectOptions({
     ...o,
-    tls: o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined,
+    tls: tlsFor(u, o.tls),
     auth: o.auth ?? u.auth,
   })
   const r = await nativeSync(() => native.dflockdStats({ server: { host: u.host, port: u.port }, ...conn }))

@@ -23,9 +23,9 @@ function redactTarget(url) {
 }
 
 /**
- * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1]` →
- * `{host, port, key, servers?, auth?, limit?, leaseTtl?, tls}`: `servers` (a fleet only) every `[host, port]` named,
- * `host`/`port` the one that holds this key. The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown
+ * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1&ca=PATH]` →
+ * `{host, port, key, servers?, auth?, limit?, leaseTtl?, tls, ca?}` (`ca`: the PEM text of the file, read now):
+ * `servers` (a fleet only) every `[host, port]` named, `host`/`port` the one that holds this key. The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown
  * query parameters are rejected.
  */
 function parseDflockdUrl(url) {
@@ -78,7 +78,13 @@ function parseDflockdUrl(url) {
       if (value === '1' || value === 'true' || value === '') out.tls = true
       else if (value === '0' || value === 'false') out.tls = false
       else throw invalidArgument(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
-    } else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls): ${shown}`)
+    } else if (name === 'ca') out.ca = caFile(shown, value)
+    else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls, ca): ${shown}`)
+  }
+  if (out.ca !== undefined) {
+    // A CA means TLS: `?ca=` alone is enough, `?tls=0&ca=` contradicts itself.
+    if (u.searchParams.has('tls') && !out.tls) throw invalidArgument(`ca= needs TLS, but the dflockd URL says tls=0: ${shown}`)
+    out.tls = true
   }
   return out
 }
@@ -103,6 +109,16 @@ function serverOf(entry, shown) {
     throw invalidArgument(`invalid host '${entry}' in the dflockd URL's server list: ${shown}`)
   }
   return hostPort(u, shown)
+}
+
+/** The PEM text of `?ca=<path>` (percent-decoded), read now: an unreadable file is refused here, with its path. */
+function caFile(shown, file) {
+  if (file === '') throw invalidArgument(`empty ca= in dflockd URL (a path to a PEM file): ${shown}`)
+  try {
+    return require('node:fs').readFileSync(file, 'utf8')
+  } catch (e) {
+    throw invalidArgument(`cannot read the CA file ca=${file} of dflockd URL ${shown}: ${e && e.code ? e.code : e}`)
+  }
 }
 
 function urlInt(shown, name, value) {

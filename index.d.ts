@@ -59,6 +59,16 @@ export interface SemaphoreError {
    * ownership rule (token and host identity; the pid alone for files of other tools).
    */
   isOwnedByCurrentProcess?: boolean | undefined
+  /**
+   * dflockd `ALREADY_LOCKED` / `TIMEOUT`: `isOwnedByCurrentProcess` is always set (a `Lock` of this process from
+   * `acquire`/`withLock` on the same server and key; `DistributedLock` instances are not counted), and when it is
+   * true `holderPid`/`lockedSince` are this process's. The protocol does not tell another holder's pid or tag.
+   * After a try (`ALREADY_LOCKED`), from one `stats` request (Go server, bounded by 1 s): the seconds left of the
+   * holder's lease. A `TIMEOUT` sends nothing more (its deadline is kept to the ms).
+   */
+  leaseExpiresInS?: number | undefined
+  /** dflockd `ALREADY_LOCKED`: waiters queued on the key (from `stats`, as `leaseExpiresInS`). */
+  waiters?: number | undefined
   cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
   reply?: string | undefined

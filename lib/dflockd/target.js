@@ -119,7 +119,7 @@ function targetConfig(url, options, wait) {
     renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
-  return { ...u, url, limit, prim }
+  return { ...u, url, limit, prim, conn: { tls: prim.tls, auth: prim.auth, connectTimeoutMs: prim.connectTimeoutMs, socketTimeoutMs: prim.socketTimeoutMs } }
 }
 
 /**
@@ -151,12 +151,12 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     prim.close()
     if (r.error.code === 'ABORTED') return failure('ABORTED', 'acquire aborted')
     // A try (timeout 0) that got no answer is a TIMEOUT, never ALREADY_LOCKED: nobody said the key was held.
-    if (r.error.code === 'TIMEOUT' && wait) return timeoutResult(cfg, wait)
+    if (r.error.code === 'TIMEOUT' && wait) return await timeoutResult(cfg, wait)
     return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {
     prim.close()
-    return timeoutResult(cfg, wait)
+    return await timeoutResult(cfg, wait)
   }
   handle = new DflockdLock(
     {
@@ -174,8 +174,42 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   return { ok: true, value: handle }
 }
 
-function timeoutResult(cfg, wait) {
-  return wait ? failure('TIMEOUT', `timeout acquiring '${cfg.key}'`) : failure('ALREADY_LOCKED', 'Lock already held')
+/**
+ * TIMEOUT (a wait) or ALREADY_LOCKED (a try), with what is known of the holder: whether it is this process (its own
+ * `Lock` on the same server and key: a forgotten release or a nested acquire), and then its pid, `lockedSince` and
+ * tag; after a try, from one `stats` request bounded by 1 s (Go server only), the lease time the holder has left
+ * (`leaseExpiresInS`) and the queue (`waiters`). The protocol does not tell another holder's pid or tag. A TIMEOUT
+ * sends nothing more: its deadline is kept to the millisecond.
+ */
+async function timeoutResult(cfg, wait) {
+  const facts = {}
+  const mine = [...(held.get(targetId(cfg)) ?? [])].find((h) => !h.released)
+  facts.isOwnedByCurrentProcess = mine !== undefined
+  if (mine) {
+    facts.holderPid = mine.pid
+    facts.lockedSince = mine.timestamp
+    if (mine.tag !== undefined) facts.holderTag = mine.tag
+  }
+  const own = mine ? ` (held by this process, pid ${mine.pid}, since ${new Date(mine.timestamp * 1000).toISOString()})` : ''
+  if (wait) return failure('TIMEOUT', `timeout acquiring '${cfg.key}'${own}`, facts)
+  try {
+    const r = await native.dflockdStats({
+      server: { host: cfg.host, port: cfg.port },
+      ...cfg.conn,
+      connectTimeoutMs: Math.min(cfg.conn.connectTimeoutMs ?? 1000, 1000),
+      socketTimeoutMs: Math.min(cfg.conn.socketTimeoutMs ?? 1000, 1000),
+    })
+    if (r.ok) {
+      const s = parseStatsJson(r.value)
+      const lock = s.locks.find((e) => e && e.key === cfg.key)
+      if (lock && Number(lock.owner_conn_id) !== 0) facts.leaseExpiresInS = Number(lock.lease_expires_in_s)
+      const entry = lock ?? s.semaphores.find((e) => e && e.key === cfg.key)
+      if (entry) facts.waiters = Number(entry.waiters) || 0
+    }
+  } catch {
+    // The facts are a courtesy: a server without `stats` (Python) or a slow one leaves them out.
+  }
+  return failure('ALREADY_LOCKED', 'Lock already held', facts)
 }
 
 /** Releases the lock(s) this process holds on `url` through acquireTarget. */

@@ -59,6 +59,16 @@ export interface SemaphoreError {
    * ownership rule (token and host identity; the pid alone for files of other tools).
    */
   isOwnedByCurrentProcess?: boolean | undefined
+  /**
+   * dflockd `ALREADY_LOCKED` / `TIMEOUT`: `isOwnedByCurrentProcess` is always set (a `Lock` of this process from
+   * `acquire`/`withLock` on the same server and key; `DistributedLock` instances are not counted), and when it is
+   * true `holderPid`/`lockedSince` are this process's. The protocol does not tell another holder's pid or tag.
+   * After a try (`ALREADY_LOCKED`), from one `stats` request (Go server, bounded by 1 s): the seconds left of the
+   * holder's lease. A `TIMEOUT` sends nothing more (its deadline is kept to the ms).
+   */
+  leaseExpiresInS?: number | undefined
+  /** dflockd `ALREADY_LOCKED`: waiters queued on the key (from `stats`, as `leaseExpiresInS`). */
+  waiters?: number | undefined
   cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
   reply?: string | undefined
@@ -192,6 +202,7 @@ export type Backend = 'file' | 'dflockd'
  * byte-for-byte one of them). Other keys are refused with `INVALID_ARGUMENT`.
  */
 export interface DflockdTlsOptions {
+  /** PEM CA(s) to trust instead of the system roots (and instead of `NODE_EXTRA_CA_CERTS`, which is otherwise added to them, as in Node's `tls`). */
   ca?: string | Buffer | Array<string | Buffer> | undefined
   /** Server name to verify (default: the host). */
   servername?: string | undefined
@@ -337,7 +348,9 @@ export interface ReleaseOptions {
 
 /**
  * Waits for the lock. `target` is a path (`/var/lock/x.lock`, `file:///var/lock/x.lock`) or
- * `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]`.
+ * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1&ca=PATH]` (with several servers, the
+ * key goes to the one `stableHashShard(key, n)` picks, as `DistributedLock({ servers })`; `ca=` a PEM file to trust,
+ * implying TLS; `tls=1`/`tls: true` trust the system roots plus `NODE_EXTRA_CA_CERTS`, as Node's `tls`).
  */
 export declare function acquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
 /** One attempt, no waiting. */
@@ -521,7 +534,10 @@ export declare class DistributedLock {
   remaining(): number
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   readonly signal: AbortSignal
-  /** true = acquired; false = timed out. `force` closes a live connection first. */
+  /**
+   * true = acquired; false = timed out. `force` closes a live connection first. Acquisitions of one process on the
+   * same server and key are granted in call order (each enqueues once the one called before it was answered).
+   */
   acquire(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<boolean>
   release(): Promise<void>
   enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>

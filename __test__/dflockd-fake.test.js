@@ -13,7 +13,7 @@ after(() => d.stopAll())
 
 const TOKEN = 'a'.repeat(32)
 
-/** A tiny in-memory dflockd: one key table, no queue; `extra(lines)` may override any reply. */
+/** A tiny in-memory dflockd: one key table, no queue (`e` on a held key answers `queued`, `w` then `timeout`); `extra(lines)` may override any reply. */
 function scripted({ auth, statsJson, extra = () => undefined } = {}) {
   const held = new Map()
   let n = 0
@@ -29,6 +29,15 @@ function scripted({ auth, statsJson, extra = () => undefined } = {}) {
       const parts = arg.split(' ')
       return `ok ${tok} ${parts[cmd === 'l' ? 1 : 2] ?? 33}`
     }
+    if (cmd === 'e' || cmd === 'se') {
+      // A blocking acquire enqueues first (call order among this process's waiters): granted at once or queued.
+      if (held.has(key)) return 'queued'
+      const tok = String(++n).padStart(32, '0')
+      held.set(key, tok)
+      const parts = arg.split(' ')
+      return `acquired ${tok} ${parts[cmd === 'e' ? 0 : 1] || 33}`
+    }
+    if (cmd === 'w' || cmd === 'sw') return 'timeout'
     if (cmd === 'n' || cmd === 'sn') return held.get(key) === arg.split(' ')[0] ? `ok ${arg.split(' ')[1] ?? 33}` : 'error'
     if (cmd === 'r' || cmd === 'sr') {
       if (held.get(key) !== arg) return 'error'
@@ -111,7 +120,7 @@ describe('auth handshake', () => {
     const ok = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], auth: 'sesame' })
     assert.equal(await ok.acquire(), true)
     await ok.release()
-    assert.match(f.received, /^auth\n_\nsesame\nl\nk\n10\n/)
+    assert.match(f.received, /^auth\n_\nsesame\ne\nk\n\n/)
     const bad = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], auth: 'nope' })
     await assert.rejects(bad.acquire(), (e) => e instanceof AuthError && e.code === 'AUTH_FAILED' && e.message === 'authentication failed')
     await assert.rejects(Connection.connect({ host: '127.0.0.1', port: f.port, auth: 'nope' }), AuthError)
@@ -179,7 +188,7 @@ describe('wire format', () => {
     )
   })
 
-  test('DistributedSemaphore sends sl with its limit and TTL; DistributedLock sends l', async () => {
+  test('DistributedSemaphore sends se with its limit and TTL; DistributedLock sends e (then sw/w with the timeout when queued)', async () => {
     const f = await scripted()
     const sem = new DistributedSemaphore({ key: 'pool', limit: 5, servers: [['127.0.0.1', f.port]], leaseTtlS: 12, acquireTimeoutS: 3 })
     assert.equal(await sem.acquire(), true)
@@ -188,17 +197,25 @@ describe('wire format', () => {
     const l = new DistributedLock({ key: 'one', servers: [['127.0.0.1', f.port]], leaseTtlS: 12, acquireTimeoutS: 3 })
     assert.equal(await l.acquire(), true)
     await l.release()
-    assert.match(f.received, /^sl\npool\n3 5 12\nsr\npool\n[0-9]{32}\nl\none\n3 12\nr\none\n[0-9]{32}\n$/)
+    const holder = new DistributedLock({ key: 'held', servers: [['127.0.0.1', f.port]] })
+    assert.equal(await holder.acquire(), true)
+    const waiter = new DistributedLock({ key: 'held', servers: [['127.0.0.1', f.port]], leaseTtlS: 12, acquireTimeoutS: 3 })
+    assert.equal(await waiter.acquire(), false)
+    holder.close()
+    assert.match(f.received, /^se\npool\n5 12\nsr\npool\n[0-9]{32}\ne\none\n12\nr\none\n[0-9]{32}\ne\nheld\n\ne\nheld\n12\nw\nheld\n3\n$/)
   })
 
   test('target ?limit= and timeout rounding reach the wire', async () => {
     const f = await scripted()
     const r = await acquireTarget(`dflockd://127.0.0.1:${f.port}/pool?limit=3&leaseTtl=8`, { timeout: 1500 }, { wait: true })
     assert.equal(r.ok, true)
+    // Queued behind itself (the fake has no queue): the wait carries the ceiling of what is left of 1500 ms.
+    const q = await acquireTarget(`dflockd://127.0.0.1:${f.port}/pool?limit=3&leaseTtl=8`, { timeout: 1500 }, { wait: true })
+    assert.equal(q.error.type, 'TIMEOUT')
     await r.value.release()
     const t = await acquireTarget(`dflockd://127.0.0.1:${f.port}/one`, { timeout: 99999, leaseTtl: 4 }, { wait: false })
     await t.value.release()
-    assert.match(f.received, /^sl\npool\n2 3 8\nsr\npool\n[0-9]{32}\nl\none\n0 4\nr\none\n[0-9]{32}\n$/)
+    assert.match(f.received, /^se\npool\n3 8\nse\npool\n3 8\nsw\npool\n2\nsr\npool\n[0-9]{32}\nl\none\n0 4\nr\none\n[0-9]{32}\n$/)
   })
 })
 
@@ -212,7 +229,9 @@ describe('DistributedLock keeps its connection between acquisitions', () => {
   }
 
   test('acquire/release rounds and enqueue reuse one connection; close() drops it', async () => {
-    const f = await scripted({ extra: ([cmd]) => (cmd === 'e' ? `acquired ${TOKEN} 9` : undefined) })
+    // No key table: the fake does not release on disconnect, and close() below drops a held lock.
+    let m = 0
+    const f = await scripted({ extra: ([cmd]) => (cmd === 'e' ? `acquired ${String(++m).padStart(32, '0')} 20` : cmd === 'r' ? 'ok' : undefined) })
     const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], leaseTtlS: 20 })
     for (let i = 0; i < 3; i++) {
       assert.equal(await l.acquire(), true)
@@ -226,7 +245,7 @@ describe('DistributedLock keeps its connection between acquisitions', () => {
     assert.equal(f.connections, 2)
     l.close()
     await until(() => f.open === 0, 'the kept connection to be closed by close()')
-    assert.match(f.received, /^l\nk\n10 20\nr\nk\n0+1\nl\nk\n10 20\nr\nk\n0+2\nl\nk\n10 20\nr\nk\n0+3\ne\nk\n20\nl\nk\n10 20\nr\nk\n0+4\n$/)
+    assert.match(f.received, /^e\nk\n20\nr\nk\n0+1\ne\nk\n20\nr\nk\n0+2\ne\nk\n20\nr\nk\n0+3\ne\nk\n20\ne\nk\n20\nr\nk\n0+5\n$/)
   })
 
   test('a kept connection the server ends while idle is replaced quietly (no loss reported)', async () => {
@@ -250,7 +269,7 @@ describe('DistributedLock keeps its connection between acquisitions', () => {
 
   test('a release the server refuses, or another server, opens a new connection', async () => {
     let refuse = true
-    const f = await scripted({ extra: ([cmd]) => (cmd === 'l' ? `ok ${TOKEN} 33` : cmd === 'r' ? (refuse ? 'error' : 'ok') : undefined) })
+    const f = await scripted({ extra: ([cmd]) => (cmd === 'e' ? `acquired ${TOKEN} 33` : cmd === 'r' ? (refuse ? 'error' : 'ok') : undefined) })
     const l = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]] })
     assert.equal(await l.acquire(), true)
     await l.release() // best effort: no throw, but the connection is not kept

@@ -31,7 +31,10 @@ describe('dflockd:// targets', { skip }, () => {
     assert.equal(lock.released, false)
     assert.equal(lock.signal.aborted, false)
     const t = await api.tryAcquire(url)
-    assert.deepEqual(t, { ok: false, error: { type: 'ALREADY_LOCKED', message: 'Lock already held' } })
+    // This process's own holder, named (dflockd-holder covers another process's).
+    const { leaseExpiresInS, ...facts } = t.error
+    assert.ok(leaseExpiresInS > 0 && leaseExpiresInS <= 33, String(leaseExpiresInS))
+    assert.deepEqual(facts, { type: 'ALREADY_LOCKED', message: 'Lock already held', isOwnedByCurrentProcess: true, holderPid: process.pid, lockedSince: lock.timestamp, waiters: 0 })
     assert.deepEqual(await api.release(url), { ok: true, value: undefined })
     assert.equal(lock.released, true)
     assert.deepEqual(await api.release(url), { ok: false, error: { type: 'NOT_LOCKED', message: 'Lock not held' } })
@@ -50,7 +53,17 @@ describe('dflockd:// targets', { skip }, () => {
       const t0 = performance.now()
       const r = await api.acquire(url, { timeout })
       const waited = performance.now() - t0
-      assert.deepEqual(r, { ok: false, error: { type: 'TIMEOUT', message: "timeout acquiring 'tg-timeout'" } })
+      const since = new Date(holder.value.timestamp * 1000).toISOString()
+      assert.deepEqual(r, {
+        ok: false,
+        error: {
+          type: 'TIMEOUT',
+          message: `timeout acquiring 'tg-timeout' (held by this process, pid ${process.pid}, since ${since})`,
+          isOwnedByCurrentProcess: true,
+          holderPid: process.pid,
+          lockedSince: holder.value.timestamp,
+        },
+      })
       assert.ok(waited >= timeout - 1 && waited < below, `timeout ${timeout} ms waited ${waited} ms`)
     }
     const zero = await api.acquire(url, { timeout: 0 })

@@ -10,7 +10,8 @@ const OVERVIEW = `Usage: ${PROG} <command> <target> [options]
        ${PROG} sema <args...>       the Rust sema CLI, byte for byte
 
 Cross-process and cross-machine locks. <target> is a lock file path (or file:// URL)
-or dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1].
+or dflockd://[token@]host[:port][,host2[:port]...]/key[?limit=N&leaseTtl=S&tls=1]
+(several servers: each key goes to the one stableHashShard picks).
 
 Commands:
   acquire <target>       Wait for the lock and keep it after this command exits

@@ -52,13 +52,34 @@ function pemText(name, v) {
   return pems.length > 0 ? pems.map((p) => (p.endsWith('\n') ? p : p + '\n')).join('') : undefined
 }
 
+let extraCa = null
 /**
- * `tls` option → NativeTls: `true`/`{}` = system roots; `ca` PEM(s) joined; `servername`; `rejectUnauthorized`;
+ * `NODE_EXTRA_CA_CERTS` as Node's own `tls` reads it: a PEM file whose certificates are added to the default roots
+ * (never replacing them, and not used when `ca` is given); read once, and when it cannot be read, a warning and
+ * nothing added (Node's "Ignoring extra certs from …"). Read at first use rather than at startup.
+ */
+function extraCaPem() {
+  const file = process.env.NODE_EXTRA_CA_CERTS
+  if (!file) return undefined
+  if (extraCa === null || extraCa.file !== file) {
+    let pem
+    try {
+      pem = require('node:fs').readFileSync(file, 'utf8')
+    } catch (e) {
+      process.emitWarning(`Ignoring extra certs from \`${file}\`, load failed: ${e && e.code ? e.code : e}`, 'SemaNativeWarning')
+    }
+    extraCa = { file, pem }
+  }
+  return extraCa.pem
+}
+
+/**
+ * `tls` option → NativeTls: `true`/`{}` = system roots (plus `NODE_EXTRA_CA_CERTS`, as Node's `tls`); `ca` PEM(s) joined; `servername`; `rejectUnauthorized`;
  * `cert` + `key` for a server that asks for a client certificate.
  */
 function nativeTls(tls) {
   if (tls === undefined || tls === null || tls === false) return undefined
-  if (tls === true) return {}
+  if (tls === true) return withExtraCa({})
   if (typeof tls !== 'object') throw invalidArgument('tls must be true or an object (tls.ConnectionOptions fields)')
   for (const k of Object.keys(tls)) {
     if (!TLS_FIELDS.includes(k) && tls[k] !== undefined) throw invalidArgument(`unsupported tls option '${k}' (supported: ${TLS_FIELDS.join(', ')})`)
@@ -83,6 +104,12 @@ function nativeTls(tls) {
     }
     out.key = pemText('key', tls.key)
   }
+  return out.ca === undefined ? withExtraCa(out) : out
+}
+
+function withExtraCa(out) {
+  const extra = extraCaPem()
+  if (extra !== undefined) out.extraCa = extra
   return out
 }
 

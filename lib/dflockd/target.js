@@ -1,5 +1,5 @@
 'use strict'
-// The target API for `dflockd://[token@]host[:port]/key[?limit=N&leaseTtl=S&tls=1]` URLs (acquire, release,
+// The target API for `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1]` URLs (acquire, release,
 // status through lib/target.js), with milliseconds as the file targets have them. The auth token in a URL is never
 // shown: messages and `target` fields carry it masked.
 
@@ -86,6 +86,16 @@ class DflockdLock extends LockHandle {
   }
 }
 
+/** The `tls` option for a parsed URL: the option when given (a `?ca=` fills in its missing `ca`), else the URL's
+ * `?tls=1` (system roots, plus NODE_EXTRA_CA_CERTS) or `?ca=` (that PEM only, as Node's `ca`). */
+function tlsFor(u, tls) {
+  const fromUrl = u.ca !== undefined ? { ca: u.ca } : u.tls ? {} : undefined
+  if (tls === undefined || tls === null) return fromUrl
+  if (u.ca !== undefined && tls === true) return fromUrl
+  if (u.ca !== undefined && typeof tls === 'object' && (tls.ca === undefined || tls.ca === null)) return { ...tls, ca: u.ca }
+  return tls
+}
+
 /** Normalised settings for one acquisition on a target. Throws LockError INVALID_ARGUMENT. */
 function targetConfig(url, options, wait) {
   // The one check of every option (lib/validate.js); a no-op re-read of the snapshot when lib/target.js made it.
@@ -97,7 +107,7 @@ function targetConfig(url, options, wait) {
   if (!wait) acquireTimeoutMs = 0
   else if (o.timeout !== undefined && o.timeout !== null) acquireTimeoutMs = Math.min(MAX_TIMEOUT_S * 1000, o.timeout)
   const limit = opt(o.limit) ?? u.limit ?? 1
-  const useTls = o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined
+  const useTls = tlsFor(u, o.tls)
   const prim = {
     key: u.key,
     limit,
@@ -109,7 +119,7 @@ function targetConfig(url, options, wait) {
     renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
-  return { ...u, url, limit, prim }
+  return { ...u, url, limit, prim, conn: { tls: prim.tls, auth: prim.auth, connectTimeoutMs: prim.connectTimeoutMs, socketTimeoutMs: prim.socketTimeoutMs } }
 }
 
 /**
@@ -141,12 +151,12 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     prim.close()
     if (r.error.code === 'ABORTED') return failure('ABORTED', 'acquire aborted')
     // A try (timeout 0) that got no answer is a TIMEOUT, never ALREADY_LOCKED: nobody said the key was held.
-    if (r.error.code === 'TIMEOUT' && wait) return timeoutResult(cfg, wait)
+    if (r.error.code === 'TIMEOUT' && wait) return await timeoutResult(cfg, wait)
     return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {
     prim.close()
-    return timeoutResult(cfg, wait)
+    return await timeoutResult(cfg, wait)
   }
   handle = new DflockdLock(
     {
@@ -164,8 +174,42 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   return { ok: true, value: handle }
 }
 
-function timeoutResult(cfg, wait) {
-  return wait ? failure('TIMEOUT', `timeout acquiring '${cfg.key}'`) : failure('ALREADY_LOCKED', 'Lock already held')
+/**
+ * TIMEOUT (a wait) or ALREADY_LOCKED (a try), with what is known of the holder: whether it is this process (its own
+ * `Lock` on the same server and key: a forgotten release or a nested acquire), and then its pid, `lockedSince` and
+ * tag; after a try, from one `stats` request bounded by 1 s (Go server only), the lease time the holder has left
+ * (`leaseExpiresInS`) and the queue (`waiters`). The protocol does not tell another holder's pid or tag. A TIMEOUT
+ * sends nothing more: its deadline is kept to the millisecond.
+ */
+async function timeoutResult(cfg, wait) {
+  const facts = {}
+  const mine = [...(held.get(targetId(cfg)) ?? [])].find((h) => !h.released)
+  facts.isOwnedByCurrentProcess = mine !== undefined
+  if (mine) {
+    facts.holderPid = mine.pid
+    facts.lockedSince = mine.timestamp
+    if (mine.tag !== undefined) facts.holderTag = mine.tag
+  }
+  const own = mine ? ` (held by this process, pid ${mine.pid}, since ${new Date(mine.timestamp * 1000).toISOString()})` : ''
+  if (wait) return failure('TIMEOUT', `timeout acquiring '${cfg.key}'${own}`, facts)
+  try {
+    const r = await native.dflockdStats({
+      server: { host: cfg.host, port: cfg.port },
+      ...cfg.conn,
+      connectTimeoutMs: Math.min(cfg.conn.connectTimeoutMs ?? 1000, 1000),
+      socketTimeoutMs: Math.min(cfg.conn.socketTimeoutMs ?? 1000, 1000),
+    })
+    if (r.ok) {
+      const s = parseStatsJson(r.value)
+      const lock = s.locks.find((e) => e && e.key === cfg.key)
+      if (lock && Number(lock.owner_conn_id) !== 0) facts.leaseExpiresInS = Number(lock.lease_expires_in_s)
+      const entry = lock ?? s.semaphores.find((e) => e && e.key === cfg.key)
+      if (entry) facts.waiters = Number(entry.waiters) || 0
+    }
+  } catch {
+    // The facts are a courtesy: a server without `stats` (Python) or a slow one leaves them out.
+  }
+  return failure('ALREADY_LOCKED', 'Lock already held', facts)
 }
 
 /** Releases the lock(s) this process holds on `url` through acquireTarget. */
@@ -198,7 +242,7 @@ async function statusTarget(url, options) {
   const u = parseDflockdUrl(url)
   const conn = connectOptions({
     ...o,
-    tls: o.tls !== undefined && o.tls !== null ? o.tls : u.tls ? {} : undefined,
+    tls: tlsFor(u, o.tls),
     auth: o.auth ?? u.auth,
   })
   const r = await nativeSync(() => native.dflockdStats({ server: { host: u.host, port: u.port }, ...conn }))

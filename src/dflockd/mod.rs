@@ -50,6 +50,9 @@ pub struct NativeServer {
 pub struct NativeTls {
     /// PEM text of the CA certificate(s) to trust instead of the system roots.
     pub ca: Option<String>,
+    /// PEM text of CA certificates added to the system roots when `ca` is absent (the JS layer
+    /// passes `NODE_EXTRA_CA_CERTS`'s file here).
+    pub extra_ca: Option<String>,
     /// Name to verify the server certificate against (default: the host).
     pub servername: Option<String>,
     /// `false` = accept any server certificate (handshake signatures still checked).
@@ -196,6 +199,7 @@ fn connect_options(
         None => None,
         Some(t) => Some(TlsOptions {
             ca_pem: t.ca.clone(),
+            extra_ca_pem: t.extra_ca.clone(),
             servername: t.servername.clone(),
             accept_invalid_certs: t.reject_unauthorized == Some(false),
             client_cert: match (&t.cert, &t.key) {

@@ -19,7 +19,7 @@ mod dflockd {
     #[tokio::test]
     async fn cancel_in_flight_acquire_closes_without_release() {
         let fake = Fake::start(|mut c: FakeConn| async move {
-            let _ = c.read_request().await; // `l` with a long timeout: never answered
+            let _ = c.read_request().await; // the acquire's `e`: never answered
             c.wait_eof(Duration::from_secs(30)).await;
         })
         .await;
@@ -40,7 +40,7 @@ mod dflockd {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(
             fake.received_text(),
-            "l\nk\n60\n",
+            "e\nk\n\n",
             "no `r` on a cancelled connection"
         );
         // close() during enqueue/wait too.

@@ -90,7 +90,7 @@ mod dflockd {
         let cmds: Vec<_> = s.requests().into_iter().map(|r| r[0].clone()).collect();
         assert_eq!(
             cmds,
-            ["l", "r", "l", "r", "l", "r", "e", "r", "l", "r", "l", "r"]
+            ["e", "r", "e", "r", "e", "r", "e", "r", "e", "r", "e", "r"]
         );
     }
 
@@ -105,7 +105,7 @@ mod dflockd {
             async move {
                 while let Some([cmd, _, _]) = c.read_request().await {
                     match cmd.as_str() {
-                        "l" => c.write(format!("ok {TOKEN} 30\n").as_bytes()).await,
+                        "e" => c.write(format!("acquired {TOKEN} 30\n").as_bytes()).await,
                         "r" => {
                             c.write(b"ok\n").await;
                             if n == 0 {

@@ -40,7 +40,7 @@ mod dflockd {
         o.renew_max_interval = Duration::from_millis(200);
         let p = Primitive::new(o).expect("opts");
         assert!(p.acquire().await.expect("acquire"));
-        assert_eq!(s.requests()[0][2], "10", "default acquire timeout, no TTL");
+        assert_eq!(s.requests()[0][2], "", "an acquire enqueues first: no TTL");
         tokio::time::sleep(Duration::from_millis(900)).await;
         p.release().await.expect("release");
         let renews: Vec<_> = s.requests().into_iter().filter(|r| r[0] == "n").collect();
@@ -115,7 +115,7 @@ mod dflockd {
             "waited for the renew: {took:?}"
         );
         let cmds: Vec<String> = s.requests().into_iter().map(|r| r[0].clone()).collect();
-        assert_eq!(cmds, vec!["l", "n", "r"], "serialized on the connection");
+        assert_eq!(cmds, vec!["e", "n", "r"], "serialized on the connection");
         assert_eq!(lost.load(Ordering::SeqCst), 0);
     }
 
@@ -211,11 +211,8 @@ mod dflockd {
                     .is_none(),
                 "fired once"
             );
-            let want = if two_phase {
-                "e\nk\n60\n"
-            } else {
-                "l\nk\n10 60\n"
-            };
+            // A blocking acquire enqueues first, as enqueue() does.
+            let want = "e\nk\n60\n";
             assert_eq!(fake.received_text(), want, "nothing sent after the grant");
         }
     }
@@ -227,7 +224,7 @@ mod dflockd {
         let fake = Fake::start(|mut c: FakeConn| async move {
             while let Some([cmd, _, _]) = c.read_request().await {
                 match cmd.as_str() {
-                    "l" => c.write(format!("ok {TOKEN} 1\n").as_bytes()).await,
+                    "e" => c.write(format!("acquired {TOKEN} 1\n").as_bytes()).await,
                     "n" => {
                         c.write(b"o").await;
                         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -269,7 +266,7 @@ mod dflockd {
             async move {
                 while let Some([cmd, _, _]) = c.read_request().await {
                     match cmd.as_str() {
-                        "l" => c.write(format!("ok {TOKEN} 60\n").as_bytes()).await,
+                        "e" => c.write(format!("acquired {TOKEN} 60\n").as_bytes()).await,
                         "n" => {
                             st.lock()
                                 .unwrap_or_else(|e| e.into_inner())
@@ -336,13 +333,14 @@ mod dflockd {
 
     #[tokio::test]
     async fn a_grant_after_a_long_wait_is_confirmed_by_a_renew_before_it_is_reported() {
-        // The grant comes 1.5 s after the `l` was sent: by the client's clock (started at the
+        // The grant comes 1.5 s after the `e` was sent (queued, then `w`): by the client's clock (started at the
         // send) a 2 s lease is already due for renewal, so it renews before returning and counts
         // the lease from that renew.
         let fake = Fake::start(|mut c: FakeConn| async move {
             while let Some(req) = c.read_request().await {
                 match req[0].as_str() {
-                    "l" => {
+                    "e" => c.write(b"queued\n").await,
+                    "w" => {
                         tokio::time::sleep(Duration::from_millis(1500)).await;
                         c.write(format!("ok {TOKEN} 2\n").as_bytes()).await;
                     }
@@ -359,7 +357,7 @@ mod dflockd {
         assert!(p.acquire().await.expect("acquire"));
         assert!(
             fake.received_text()
-                .starts_with(&format!("l\nk\n10 2\nn\nk\n{TOKEN} 2\n")),
+                .starts_with(&format!("e\nk\n2\nw\nk\n10\nn\nk\n{TOKEN} 2\n")),
             "{:?}",
             fake.received_text()
         );

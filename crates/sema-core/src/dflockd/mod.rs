@@ -7,6 +7,7 @@
 //!   configured anchor), client certificates.
 //! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,
 //!   automatic renewal, release and loss notification.
+//! - [`order`]: this process's waiters on one server and key send their requests in call order.
 //! - [`pool`]: the process-wide idle connections (≤ 64 per server, closed after 2 s idle).
 //! - `renewer`: the task that owns a held lock's connection (renewal, loss, release).
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
@@ -19,6 +20,7 @@
 pub mod connection;
 pub mod error;
 mod mismatch;
+pub mod order;
 mod plain_words;
 pub mod pool;
 pub mod primitive;

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
 use super::error::{DflockdError, ErrorCode, Result};
+use super::order::Place;
 use super::pool;
 use super::protocol::{AcquireReply, EnqueueReply, Grant};
 use super::renewer::{renewed_lease, HeldCmd, HeldShared, ReleaseReply, Renewer, Schedule};
@@ -434,7 +435,7 @@ impl Primitive {
 
     /// [`Primitive::acquire`] with a ticket taken earlier.
     pub async fn acquire_with(&self, ticket: Ticket) -> Result<bool> {
-        Ok(match self.acquire_armed(ticket).await? {
+        Ok(match self.acquire_armed(ticket, self.place()).await? {
             Some(armed) => {
                 armed.spawn();
                 true
@@ -455,20 +456,36 @@ impl Primitive {
     /// no spawn crossed threads; what is left is 2 per request on that worker (woken by the
     /// request, parked until the reply) and 1 on the JS thread (the promise), the floor of a
     /// client whose I/O runs off the JS thread.
-    pub async fn acquire_then(self: Arc<Self>, ticket: Ticket, done: impl FnOnce(Result<bool>)) {
-        match self.acquire_armed(ticket).await {
-            Ok(Some(armed)) => {
-                drop(self);
-                done(Ok(true));
-                armed.run().await;
+    ///
+    /// Its place among this process's waiters on the same server and key (see
+    /// [`order`](super::order)) is taken when this is called, not when the future first runs:
+    /// acquisitions started in order are granted in order.
+    pub fn acquire_then(
+        self: Arc<Self>,
+        ticket: Ticket,
+        done: impl FnOnce(Result<bool>) + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let place = self.place();
+        async move {
+            match self.acquire_armed(ticket, place).await {
+                Ok(Some(armed)) => {
+                    drop(self);
+                    done(Ok(true));
+                    armed.run().await;
+                }
+                Ok(None) => done(Ok(false)),
+                Err(e) => done(Err(e)),
             }
-            Ok(None) => done(Ok(false)),
-            Err(e) => done(Err(e)),
         }
     }
 
+    /// The place of a blocking acquisition in its (server, key) chain; none for a try.
+    fn place(&self) -> Option<Place> {
+        (self.opts.acquire_timeout_s > 0).then(|| Place::take(&self.opts.connect, &self.opts.key))
+    }
+
     /// The acquisition: `Some` = held (its renewal armed, not started), `None` = timed out.
-    async fn acquire_armed(&self, ticket: Ticket) -> Result<Option<Armed>> {
+    async fn acquire_armed(&self, ticket: Ticket, place: Option<Place>) -> Result<Option<Armed>> {
         let (op, cancel, old, kept) = self.begin(ticket)?;
         let started = Instant::now();
         join_stopped(old).await;
@@ -484,7 +501,7 @@ impl Primitive {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(DflockdError::aborted()),
-                r = self.acquire_until(kept, end) => r,
+                r = self.acquire_until(kept, end, place) => r,
             }
         };
         let res = match self.opts.acquire_deadline {
@@ -516,13 +533,14 @@ impl Primitive {
         &self,
         mut kept: Option<Connection>,
         end: Option<Instant>,
+        mut place: Option<Place>,
     ) -> Result<Option<(Connection, Grant, Instant)>> {
         let mut reached = false;
         let mut backoff = RECONNECT_BACKOFF_MIN;
         let mut timeout_s = self.opts.acquire_timeout_s;
         loop {
             let e = match self
-                .acquire_once(kept.take(), timeout_s, &mut reached)
+                .acquire_once(kept.take(), timeout_s, end, place.take(), &mut reached)
                 .await
             {
                 Err(e) if reached && rejoinable(&e) => e,
@@ -545,11 +563,21 @@ impl Primitive {
         &self,
         kept: Option<Connection>,
         timeout_s: u64,
+        end: Option<Instant>,
+        place: Option<Place>,
         reached: &mut bool,
     ) -> Result<Option<(Connection, Grant, Instant)>> {
         let o = &self.opts;
         let (mut conn, reused) = self.open(kept).await?;
         *reached = true;
+        // A blocking acquisition sends `e` (answered at once: `acquired` or `queued`), so the next
+        // one of this process knows when its own request may follow; a blocking `l` gives no
+        // such answer, and sending `l` when no other waiter was seen yet still lost the order
+        // when others came a few µs later (1 run in 20 with 9 semaphore waiters). A try (no
+        // place) sends `l`/`sl` with timeout 0.
+        if let Some(p) = place {
+            return self.acquire_in_order(conn, reused, end, p).await;
+        }
         let mut reply = conn
             .acquire_any(&o.key, timeout_s, o.limit, o.lease_ttl_s)
             .await;
@@ -569,6 +597,54 @@ impl Primitive {
                 Ok(Some((conn, g, sent)))
             }
         }
+    }
+
+    /// [`Primitive::acquire_once`] for a waiter with others of this process on its key: its
+    /// turn (the previous place's `e` answered), `e`/`se`, then — when queued — `w`/`sw` with
+    /// what is left of the timeout. An `e` answered `acquired` is one round trip, like `l`. The
+    /// lease clock starts when the `e` was sent (no grant can precede it), as for `l`.
+    async fn acquire_in_order(
+        &self,
+        mut conn: Connection,
+        reused: bool,
+        end: Option<Instant>,
+        mut place: Place,
+    ) -> Result<Option<(Connection, Grant, Instant)>> {
+        let o = &self.opts;
+        place
+            .turn(o.connect.connect_timeout + o.connect.socket_timeout)
+            .await;
+        let mut reply = self.send_enqueue(&mut conn).await;
+        if reused && matches!(&reply, Err(e) if e.code() == ErrorCode::ConnectionError) {
+            conn = Connection::connect(&o.connect).await?;
+            reply = self.send_enqueue(&mut conn).await;
+        }
+        // Answered (or failed): the next waiter may send its own.
+        drop(place);
+        let sent = conn.last_sent().unwrap_or_else(Instant::now);
+        let grant = match reply? {
+            EnqueueReply::Acquired(g) => g,
+            EnqueueReply::Queued => {
+                let timeout_s = match end {
+                    Some(end) => {
+                        let left = end.saturating_duration_since(Instant::now());
+                        left.as_secs() + u64::from(left.subsec_nanos() > 0)
+                    }
+                    None => o.acquire_timeout_s,
+                };
+                let reply = if o.limit == 1 {
+                    conn.wait(&o.key, timeout_s).await?
+                } else {
+                    conn.sem_wait(&o.key, timeout_s).await?
+                };
+                match reply {
+                    AcquireReply::TimedOut => return Ok(None),
+                    AcquireReply::Granted(g) => g,
+                }
+            }
+        };
+        let (g, sent) = self.confirm_grant(&mut conn, grant, sent, false).await?;
+        Ok(Some((conn, g, sent)))
     }
 
     /// The client's lease clock of a grant starts when its request was sent; after a blocking

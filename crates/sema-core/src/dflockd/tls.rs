@@ -29,6 +29,11 @@ use super::error::{DflockdError, Result};
 pub struct TlsOptions {
     /// PEM text with one or more CA certificates to trust instead of the system roots.
     pub ca_pem: Option<String>,
+    /// PEM text of CA certificates trusted IN ADDITION to the system roots when `ca_pem` is
+    /// absent (Node's `NODE_EXTRA_CA_CERTS`: added to the default roots, never replacing them;
+    /// ignored with `ca_pem`, as Node ignores it with `ca`). Unparsable certificates in it are
+    /// skipped, as Node skips them.
+    pub extra_ca_pem: Option<String>,
     /// Name to verify the server certificate against (default: the host).
     pub servername: Option<String>,
     /// Skip the server certificate check (Node's `rejectUnauthorized: false`). The handshake
@@ -71,7 +76,18 @@ pub(crate) fn server_name(host: &str, tls: &TlsOptions) -> Result<ServerName<'st
 fn build(tls: &TlsOptions) -> Result<Arc<ClientConfig>> {
     let (roots, anchors) = match &tls.ca_pem {
         Some(pem) => custom_roots(pem)?,
-        None => (system_roots(), Vec::new()),
+        None => {
+            let mut roots = system_roots();
+            let mut anchors = Vec::new();
+            if let Some(pem) = &tls.extra_ca_pem {
+                for cert in CertificateDer::pem_slice_iter(pem.as_bytes()).flatten() {
+                    if roots.add(cert.clone()).is_ok() {
+                        anchors.push(cert);
+                    }
+                }
+            }
+            (roots, anchors)
+        }
     };
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
         .build()

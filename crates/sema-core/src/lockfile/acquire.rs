@@ -419,6 +419,15 @@ impl LockFile {
         let worker_shared = shared.clone();
         let joined = if LockFile::prepared_ready(prepared) {
             let held = self.attempt(req, look_first, false, prepared)?;
+            if tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::MultiThread
+            {
+                // Only the directory's sync is left: made on this thread (the runtime moves
+                // its other tasks to another one meanwhile) instead of a round trip through
+                // the blocking pool, two thread hops fewer per hand-off.
+                return tokio::task::block_in_place(|| held.sync_durable().map(|()| held))
+                    .map_err(AttemptError::Failed);
+            }
             tokio::task::spawn_blocking(move || {
                 let result = held
                     .sync_durable()

@@ -399,11 +399,13 @@ impl LockFile {
 
     /// One attempt from async code. Without `fsync` (or on a memory file system, where it
     /// returns at once) all of it runs on the calling (tokio) thread: looking, building and
-    /// linking are short non-blocking calls. With `fsync`, a waiter whose file is prepared and
-    /// synced ([`LockFile::prepare_ahead`]) links it here and only the directory's sync goes to
-    /// the blocking pool; otherwise the whole attempt does (the content is synced before the
-    /// link, so that the name never points at content not on the disk). If the calling future
-    /// is dropped meanwhile, a lock obtained is released at once (nothing is left behind).
+    /// linking are short non-blocking calls. With `fsync` the content is synced before the link
+    /// (the name never points at content not on the disk) and the directory after it; on a
+    /// multi-thread runtime all of it runs on this thread inside `block_in_place`, elsewhere on
+    /// the blocking pool (a waiter whose file was prepared ahead, [`LockFile::prepare_ahead`],
+    /// links it here and sends only the directory's sync there). If the calling future is
+    /// dropped while the pool works, a lock obtained is released at once (nothing is left
+    /// behind).
     pub(super) async fn attempt_async(
         &self,
         req: &AcquireRequest,
@@ -414,20 +416,20 @@ impl LockFile {
             // Nothing to sync, or syncs that return at once (tmpfs): all inline.
             return self.attempt(req, look_first, self.options.fsync, prepared);
         }
+        if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            // The whole attempt, syncs included, on this thread (the runtime moves its other
+            // tasks to another one meanwhile): no round trip through the blocking pool, two
+            // thread hops fewer per acquisition. Nothing can be abandoned half-way: this
+            // call cannot be dropped while it runs.
+            return tokio::task::block_in_place(|| self.attempt(req, look_first, true, prepared));
+        }
         let shared = Arc::new(Mutex::new(Handoff::default()));
         let abandon = AbandonOnDrop(shared.clone());
         let worker_shared = shared.clone();
         let joined = if LockFile::prepared_ready(prepared) {
             let held = self.attempt(req, look_first, false, prepared)?;
-            if tokio::runtime::Handle::current().runtime_flavor()
-                == tokio::runtime::RuntimeFlavor::MultiThread
-            {
-                // Only the directory's sync is left: made on this thread (the runtime moves
-                // its other tasks to another one meanwhile) instead of a round trip through
-                // the blocking pool, two thread hops fewer per hand-off.
-                return tokio::task::block_in_place(|| held.sync_durable().map(|()| held))
-                    .map_err(AttemptError::Failed);
-            }
             tokio::task::spawn_blocking(move || {
                 let result = held
                     .sync_durable()

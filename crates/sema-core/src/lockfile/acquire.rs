@@ -247,6 +247,8 @@ impl LockFile {
         // First attempt without registering for events: the uncontended fast path. A file
         // prepared for it and not linked is kept_turn for the next attempts.
         let mut prepared = None;
+        // Cleared when this file system has no unnamed files to prepare ahead.
+        let mut ahead = true;
         // The holder the last refusal was judged on (a timeout reports it).
         let mut last_holder: Option<Box<Holder>> = None;
         // A deadline that has passed still gets its one attempt (`Some(0)` = exactly one), even
@@ -277,7 +279,7 @@ impl LockFile {
                     (deadline, timeout),
                     starve_at,
                     &cancel,
-                    &mut prepared,
+                    (&mut prepared, &mut ahead),
                 )
                 .await?;
             if let Some(held) = polled {
@@ -324,7 +326,7 @@ impl LockFile {
                 return Err(self.timeout_after(timeout, last_holder.take()));
             }
             // Registered above: a release while this runs is not missed.
-            self.prepare_ahead(req, &mut prepared).await;
+            self.prepare_ahead(req, &mut prepared, &mut ahead).await;
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
@@ -356,7 +358,7 @@ impl LockFile {
         (deadline, timeout): (Option<tokio::time::Instant>, Option<Duration>),
         starve_at: tokio::time::Instant,
         cancel: &CancellationToken,
-        prepared: &mut Option<Prepared>,
+        (prepared, ahead): (&mut Option<Prepared>, &mut bool),
     ) -> Result<Option<HeldLock>, LockError> {
         let starving = place.starving_from(starve_at);
         tokio::pin!(starving);
@@ -368,7 +370,7 @@ impl LockFile {
                 return Ok(None);
             }
             // Prepared while behind the line: ready when this process gets to the head.
-            self.prepare_ahead(req, prepared).await;
+            self.prepare_ahead(req, prepared, ahead).await;
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
@@ -477,24 +479,28 @@ impl LockFile {
         &self,
         req: &AcquireRequest,
         prepared: &mut Option<Prepared>,
+        ahead: &mut bool,
     ) {
-        if self.strategy != CreationStrategy::Auto || LockFile::prepared_ready(prepared) {
+        if !*ahead || self.strategy != CreationStrategy::Auto || LockFile::prepared_ready(prepared)
+        {
             return;
         }
         if !self.options.fsync || self.fs == FsKind::Memory {
-            let _ = self.prepare(req, prepared, self.options.fsync);
+            *ahead = self.prepare(req, prepared, self.options.fsync).is_some();
             return;
         }
         let this = self.clone();
         let req = req.clone();
         let mut mine = prepared.take();
-        if let Ok(back) = tokio::task::spawn_blocking(move || {
-            let _ = this.prepare(&req, &mut mine, true);
-            mine
+        if let Ok((back, supported)) = tokio::task::spawn_blocking(move || {
+            let supported = this.prepare(&req, &mut mine, true).is_some();
+            (mine, supported)
         })
         .await
         {
             *prepared = back;
+            // No unnamed files here: do not try again at every sleep.
+            *ahead = supported;
         }
     }
 

@@ -61,7 +61,7 @@ async function contend(cfg) {
 }
 
 /** The Rust floor of the same protocol (bench/floor/src/bin/file-contended-floor.rs), `counter` work; `floor-after`
- * syncs the lock content after the link instead of before the wait (the engine's order). */
+ * syncs the lock content after the link instead of before the wait (the engine's order before issue 24). */
 async function floorRun(cfg) {
   const { runJson } = require('./lib/proc')
   const bin = path.join(__dirname, 'floor', 'target', 'release', 'file-contended-floor')

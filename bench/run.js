@@ -254,7 +254,7 @@ async function runFloorCompare(dirs) {
 function floorCompareTable(rows) {
   const label = {
     floor: 'floor: the same protocol in Rust (O_TMPFILE + fsync, linkat, fsync(dir), inotify wake-up; no queue)',
-    'floor-after': "the floor with the engine's fsync order (the content synced after the link, with the directory)",
+    'floor-after': "the floor with the engine's former fsync order (the content synced after the link, with the directory)",
     addon: 'addon `acquire(p)` + `lock.release()`',
     semaphore: 'addon `Semaphore`: `await sem.acquire()` + `sem.release()`',
   }

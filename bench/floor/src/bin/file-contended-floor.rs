@@ -54,7 +54,7 @@ struct Contender {
     counter: libc::c_int,
     inotify: libc::c_int,
     content: Vec<u8>,
-    /// Sync the content after the link (the engine's order) rather than before the wait.
+    /// Sync the content after the link (the engine's order before issue 24) rather than before the wait.
     sync_after_link: bool,
 }
 

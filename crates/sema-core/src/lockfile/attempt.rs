@@ -33,6 +33,9 @@ pub(super) struct Prepared {
     pub(super) info: LockInfo,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) content: Vec<u8>,
+    /// `content` is on the disk (fsync'd): after the link only the directory needs a sync.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(super) synced: bool,
 }
 
 /// A busy attempt: the holder as read (if it parses) and the signature of the file judged
@@ -112,7 +115,11 @@ impl LockFile {
                     fsync,
                     self.strategy,
                 ) {
-                    Ok(file) => return self.adopt_new_file(file, info, content).map_err(failed),
+                    Ok(file) => {
+                        return self
+                            .adopt_new_file(file, info, content, fsync)
+                            .map_err(failed)
+                    }
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(failed(e)),
                 }
@@ -134,13 +141,40 @@ impl LockFile {
     }
 
     /// One link attempt of the prepared file (prepared now if there is none; its timestamp
-    /// refreshed if a second passed). `None`: unnamed files are unsupported here.
+    /// refreshed if a second passed). With `fsync` its content is synced BEFORE the link (a
+    /// crash never leaves a name on an empty or partial file) and the directory after it.
+    /// `None`: unnamed files are unsupported here.
     pub(super) fn link_prepared(
         &self,
         req: &AcquireRequest,
         fsync: bool,
         prepared: &mut Option<Prepared>,
     ) -> Option<io::Result<HeldLock>> {
+        if let Err(e) = self.prepare(req, prepared, fsync)? {
+            return Some(Err(e));
+        }
+        let p = prepared.as_ref()?;
+        match sys::link_unnamed(&p.file, &self.path, self.os_path())? {
+            Ok(()) => {}
+            Err(e) => return Some(Err(e)),
+        }
+        let p = prepared.take()?;
+        if let Err(e) = sys::unnamed_linked(&p.file, &self.path, fsync, p.synced) {
+            return Some(Err(e));
+        }
+        Some(self.adopt_new_file(p.file, p.info, p.content, p.synced))
+    }
+
+    /// Make sure `prepared` holds this waiter's unnamed lock file with the current second's
+    /// timestamp (built, or rewritten in place: nobody can read it before the link), its
+    /// content synced when `sync`. `None`: unnamed files are unsupported here. On an error
+    /// the prepared file is dropped (its anonymous inode vanishes with it).
+    pub(super) fn prepare(
+        &self,
+        req: &AcquireRequest,
+        prepared: &mut Option<Prepared>,
+        sync: bool,
+    ) -> Option<io::Result<()>> {
         let now = now_unix_secs();
         match prepared.as_mut() {
             Some(p) if p.info.timestamp != now => {
@@ -151,6 +185,7 @@ impl LockFile {
                     return Some(Err(e));
                 }
                 p.content = content;
+                p.synced = false;
             }
             Some(_) => {}
             None => {
@@ -161,22 +196,30 @@ impl LockFile {
                             file,
                             info,
                             content,
+                            synced: false,
                         })
                     }
                     Err(e) => return Some(Err(e)),
                 }
             }
         }
-        let p = prepared.as_ref()?;
-        match sys::link_unnamed(&p.file, &self.path, self.os_path())? {
-            Ok(()) => {}
-            Err(e) => return Some(Err(e)),
+        let p = prepared.as_mut()?;
+        if sync && !p.synced {
+            if let Err(e) = p.file.sync_all() {
+                *prepared = None;
+                return Some(Err(e));
+            }
+            p.synced = true;
         }
-        let p = prepared.take()?;
-        if let Err(e) = sys::unnamed_linked(&p.file, &self.path, fsync) {
-            return Some(Err(e));
-        }
-        Some(self.adopt_new_file(p.file, p.info, p.content))
+        Some(Ok(()))
+    }
+
+    /// Whether `prepared` is ready to be linked as it is (content synced, timestamp current):
+    /// an attempt with it is one `linkat` and then only the directory's sync.
+    pub(super) fn prepared_ready(prepared: &Option<Prepared>) -> bool {
+        prepared
+            .as_ref()
+            .is_some_and(|p| p.synced && p.info.timestamp == now_unix_secs())
     }
 
     /// Refuses a tag that would make the lock file larger than readers accept
@@ -235,6 +278,7 @@ impl LockFile {
         file: File,
         info: LockInfo,
         content: Vec<u8>,
+        content_synced: bool,
     ) -> io::Result<HeldLock> {
         let file_id = match sys::fstat_id(&file).or_else(|_| sys::stat_id(&self.path, None)) {
             Ok(id) => id,
@@ -254,6 +298,7 @@ impl LockFile {
                     file: Some(file),
                     file_id,
                     content,
+                    content_synced,
                     timestamp: info.timestamp,
                     handed_to: None,
                     lost: None,

@@ -46,6 +46,9 @@ pub(super) struct HeldState {
     pub(super) file_id: FileId,
     /// The exact bytes on disk now (what we wrote, as refreshed by the heartbeat).
     pub(super) content: Vec<u8>,
+    /// The content was synced before the link: [`HeldLock::sync_durable`] syncs only the
+    /// directory.
+    pub(super) content_synced: bool,
     /// The timestamp on disk now (refreshed by the heartbeat; the rest is `info`).
     pub(super) timestamp: i64,
     /// The process recorded as the holder now, when it is not us: (pid, start) of the command
@@ -325,12 +328,14 @@ impl HeldLock {
         }
     }
 
-    /// fsync our file and its directory (after a link made without them). On failure the lock
-    /// is released (only if still ours) and the error returned.
+    /// fsync our file (unless its content was synced before the link) and its directory (after
+    /// a link made without them). On failure the lock is released (only if still ours) and the
+    /// error returned.
     pub(super) fn sync_durable(&self) -> Result<(), LockError> {
         let synced = {
             let state = unpoisoned(&self.inner.state);
             match state.file.as_ref() {
+                Some(_) if state.content_synced => Ok(()),
                 Some(file) => file.sync_all(),
                 None => Ok(()),
             }

@@ -327,9 +327,14 @@ pub(crate) fn create_lock_file(
     if strategy == CreationStrategy::Auto {
         if let Some(file) = prepare_unnamed(path, content) {
             let file = file?;
+            if fsync {
+                // Content on the disk before it has a name: a crash never leaves the name on
+                // an empty file.
+                file.sync_all()?;
+            }
             if let Some(linked) = link_unnamed(&file, path, os_path) {
                 linked?;
-                unnamed_linked(&file, path, fsync)?;
+                unnamed_linked(&file, path, fsync, fsync)?;
                 return Ok(file);
             }
         }
@@ -367,16 +372,24 @@ pub(crate) fn remove_if_ours(file: &File, path: &Path) {
     }
 }
 
-/// After a file won the link: make it and its name durable (when `fsync`). On failure the name
-/// is removed again (only if it still names our inode) and the error returned.
-pub(crate) fn unnamed_linked(file: &File, path: &Path, fsync: bool) -> io::Result<()> {
+/// After a file won the link: make it and its name durable (when `fsync`; the content only
+/// unless `content_synced`, done before the link). On failure the name is removed again (only
+/// if it still names our inode) and the error returned.
+pub(crate) fn unnamed_linked(
+    file: &File,
+    path: &Path,
+    fsync: bool,
+    content_synced: bool,
+) -> io::Result<()> {
     if !fsync {
         return Ok(());
     }
     let dir = parent_dir(path)?;
-    if let Err(e) = file.sync_all() {
-        remove_if_ours(file, path);
-        return Err(e);
+    if !content_synced {
+        if let Err(e) = file.sync_all() {
+            remove_if_ours(file, path);
+            return Err(e);
+        }
     }
     fsync_dir(dir);
     Ok(())
@@ -415,10 +428,16 @@ fn create_via_named_temp(path: &Path, content: &[u8], fsync: bool) -> Option<io:
         return Some(Err(e)); // guard removes the temp file
     }
     hold_presence(&file);
+    if fsync {
+        // Content on the disk before the lock's name points at it.
+        if let Err(e) = file.sync_all() {
+            return Some(Err(e)); // guard removes the temp file
+        }
+    }
     let linked = std::fs::hard_link(&guard.0, path);
     drop(guard); // unlink the temp name on every path
     match linked {
-        Ok(()) => Some(unnamed_linked(&file, path, fsync).map(|()| file)),
+        Ok(()) => Some(unnamed_linked(&file, path, fsync, fsync).map(|()| file)),
         Err(e) if os::link_unsupported(&e) => None,
         Err(e) => Some(Err(e)),
     }

@@ -311,7 +311,7 @@ pub(super) fn create_by_rename(path: &Path, content: &[u8], fsync: bool) -> io::
         return Err(replaced()); // removed and taken by another process in between: held
     }
     hold_presence(&file);
-    super::unnamed_linked(&file, path, fsync)?;
+    super::unnamed_linked(&file, path, fsync, false)?;
     Ok(file)
 }
 

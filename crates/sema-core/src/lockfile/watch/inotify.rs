@@ -71,8 +71,23 @@ fn read_loop(
     waiters: &Waiters,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // Only this thread reads the descriptor: make it blocking once, instead of the crate's
+    // `read_events_blocking`, which clears and restores O_NONBLOCK around every read (4 fcntl
+    // calls per wake-up). If that fails, the crate's way still works.
+    let blocking = {
+        use std::os::fd::AsFd;
+        let fd = inotify.as_fd();
+        rustix::fs::fcntl_getfl(fd)
+            .and_then(|fl| rustix::fs::fcntl_setfl(fd, fl - rustix::fs::OFlags::NONBLOCK))
+            .is_ok()
+    };
     loop {
-        let events = match inotify.read_events_blocking(&mut buf) {
+        let read = if blocking {
+            inotify.read_events(&mut buf)
+        } else {
+            inotify.read_events_blocking(&mut buf)
+        };
+        let events = match read {
             Ok(events) => events,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return wake_all(waiters), // everyone falls back to polling

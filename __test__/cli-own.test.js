@@ -155,7 +155,12 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
     const busy = await cli(['try-acquire', p, '--json'])
     assert.equal(busy.code, 1)
     assert.equal(busy.stderr, '')
-    assert.deepEqual(json(busy), {
+    const b = json(busy)
+    // lockedSince is the file's timestamp=, which the first CLI's heartbeat may have refreshed before it exited (a
+    // whole second later under emulation): at or after the acquisition, never before.
+    const since = b.error.lockedSince
+    assert.ok(since >= a.timestamp && since <= Date.now() / 1000 + 1, `lockedSince ${since} vs acquired ${a.timestamp}`)
+    assert.deepEqual(b, {
       ok: false,
       command: 'try-acquire',
       target: p,
@@ -163,7 +168,7 @@ describe('own CLI: acquire / try-acquire / release / status', { concurrency: tru
         type: 'ALREADY_LOCKED',
         message: 'Lock already held',
         holderPid: ME,
-        lockedSince: a.timestamp,
+        lockedSince: since,
         holderTag: 'x',
         isOwnedByCurrentProcess: false,
       },

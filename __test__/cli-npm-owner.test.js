@@ -70,6 +70,14 @@ test('npm run / npm exec: acquire and try-acquire refuse npm as the owner; a liv
   assert.ok(fs.readFileSync(f('e.lock'), 'utf8').startsWith(`pid=${process.pid}\n`))
 })
 
+test('xargs as the parent is refused (it exits after its last command)', { skip: WINDOWS && 'no xargs on Windows' }, () => {
+  const file = path.join(dir, 'xargs.lock')
+  const r = spawnSync('xargs', [process.execPath, BIN, 'try-acquire'], { input: `${file}\n`, encoding: 'utf8', timeout: 30_000 })
+  assert.notEqual(r.status, 0, r.stderr)
+  assert.match(r.stderr, /its parent process \(pid \d+\) is xargs/)
+  assert.equal(fs.existsSync(file), false)
+})
+
 test('sh -c running only this command is refused; a line that goes on is not', { skip: WINDOWS && 'no POSIX shell on Windows' }, () => {
   const file = path.join(dir, 'sh.lock')
   const only = spawnSync('sh', ['-c', `${node} ${q(BIN)} acquire ${q(file)}`], { encoding: 'utf8', timeout: 30_000 })

@@ -236,13 +236,17 @@ function oneCommandShell(args) {
  * - npm's own process (`npx`, `npm exec`, and `npm run` where the script's shell exec'ed us);
  * - a shell started to run this one command and nothing after it (`sh -c 'sema-native acquire x'`: an npm script
  *   line, a make recipe line; `cmd.exe /c`, `powershell -Command` on Windows). A line that goes on
- *   (`acquire x && build`) keeps its shell alive, and is fine.
+ *   (`acquire x && build`) keeps its shell alive, and is fine;
+ * - xargs, which runs its commands one after another and exits after the last.
  */
 function shortLivedOwner(pid) {
   const args = processArgs(pid)
   if (!args) return null
   const npm = args.slice(0, 3).some((a) => /(^|[\\/])(npm|npx)(\.cmd|\.exe)?$/i.test(a) || /[\\/]np[mx]-cli\.js$/.test(a))
   if (npm) return `its parent process (pid ${pid}) is npm (${args.slice(0, 4).join(' ')}), which exits as soon as this command returns`
+  if (programName(args[0]) === 'xargs') {
+    return `its parent process (pid ${pid}) is xargs, which exits once its last command returns`
+  }
   const shell = oneCommandShell(args)
   if (shell) {
     return `its parent process (pid ${pid}) is a shell that runs only this command (${shell}), which exits as soon as this command returns`

@@ -31,12 +31,24 @@ pub(super) fn closed_error() -> DflockdError {
     DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
 }
 
-/// Why the connection ended.
-enum Ended {
+/// Why the connection ended (both drivers: this one and the tokio one in `on_tokio`).
+pub(super) enum Ended {
     /// `close()`, or the JS object was collected.
     ByClose,
     /// An error, a timeout or the server: later requests get "connection to <peer> is closed".
     OnError(String),
+}
+
+impl Ended {
+    /// The error of a request made after the end: why it ended while idle (`idle_error`, given
+    /// once, as a read would have), else what the end says.
+    pub(super) fn refusal(&self, idle_error: &mut Option<DflockdError>) -> DflockdError {
+        match (idle_error.take(), self) {
+            (Some(e), _) => e,
+            (None, Ended::OnError(peer)) => peer_closed_error(peer),
+            (None, Ended::ByClose) => closed_error(),
+        }
+    }
 }
 
 struct State {
@@ -324,12 +336,7 @@ impl Conn {
             let mut guard = conn.state.borrow_mut();
             let st = &mut *guard;
             if let Some(ended) = &st.ended {
-                let e = match (st.idle_error.take(), ended) {
-                    (Some(e), _) => e,
-                    (None, Ended::OnError(peer)) => peer_closed_error(peer),
-                    (None, Ended::ByClose) => closed_error(),
-                };
-                return Either::B(NativeCallResult::err(e));
+                return Either::B(NativeCallResult::err(ended.refusal(&mut st.idle_error)));
             }
             if !st.queue.is_empty() {
                 // Validated now, written when its turn comes.

@@ -18,20 +18,13 @@ use napi::threadsafe_function::{ThreadsafeCallContext, ThreadsafeFunction};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::on_loop::{aborted_error, closed_error, peer_closed_error};
+use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
 use super::ops::{NativeCallResult, Op};
 use super::*;
 use crate::event_loop::JsCallback;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
 type Deliver = ThreadsafeFunction<(u64, NativeCallResult), (), (), napi::Status, false, true>;
-
-/// How the connection ended.
-enum Ended {
-    ByClose,
-    /// An error or the server: later requests get "connection to <peer> is closed".
-    OnError(String),
-}
 
 struct State {
     /// Number of the next request (requests `settled..submitted` are pending).
@@ -144,12 +137,7 @@ impl TokioConn {
             let mut guard = self.shared.lock();
             let st = &mut *guard;
             if let Some(ended) = &st.ended {
-                let e = match (st.idle_error.take(), ended) {
-                    (Some(e), _) => e,
-                    (None, Ended::OnError(peer)) => peer_closed_error(peer),
-                    (None, Ended::ByClose) => closed_error(),
-                };
-                return Either::B(NativeCallResult::err(e));
+                return Either::B(NativeCallResult::err(ended.refusal(&mut st.idle_error)));
             }
             let seq = st.submitted;
             // Sent under the lock: the task marks the end under it too, then drains the

@@ -10,6 +10,8 @@
 // Go server (.tools/bin/dflockd) and sets it. Each block runs in a fresh empty directory inside the consumer
 // project, with its own working directory, so relative paths and temp files of one block never meet another's.
 // Blocks without the marker are not run: a fence like ```js (no marker) is for fragments that need a context.
+// Also: README.md stays within 300 lines with `npm run demo` and `npm test` as its first commands, and every test
+// file (`x.test.js`) or Rust test (`lockfile_x.rs`, `dflockd_x.rs`) the docs name as proof exists.
 
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
@@ -72,6 +74,30 @@ after(async () => {
 test('README.md and docs/ have runnable blocks, each of a known kind', () => {
   assert.ok(blocks.filter((b) => b.file === 'README.md').length >= 3, 'README.md should have at least 3 runnable blocks')
   for (const b of blocks) assert.ok(KINDS[b.kind], `${b.file}:${b.line}: unknown runnable kind '${b.kind}' (known: ${Object.keys(KINDS)})`)
+})
+
+test('README.md: at most 300 lines, and its first commands set up a clone: npm run demo, then npm test', () => {
+  const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8')
+  assert.ok(readme.split('\n').length <= 300, `README.md has ${readme.split('\n').length} lines (the issue's bound: 300)`)
+  const commands = [...readme.matchAll(/^```sh[^\n]*\n([\s\S]*?)^```/gm)]
+    .flatMap((m) => m[1].split('\n'))
+    .map((l) => l.replace(/#.*/, '').trim())
+    .filter(Boolean)
+  assert.deepEqual(commands.slice(0, 2), ['npm run demo', 'npm test'])
+})
+
+test('every test file and Rust test the docs name exists', () => {
+  const missing = []
+  for (const file of markdownFiles()) {
+    const text = fs.readFileSync(file, 'utf8')
+    for (const [, name] of text.matchAll(/`(?:__test__\/)?([\w-]+\.test\.js)`/g)) {
+      if (!fs.existsSync(path.join(root, '__test__', name))) missing.push(`${path.relative(root, file)}: ${name}`)
+    }
+    for (const [, name] of text.matchAll(/`((?:lockfile|dflockd)_[\w]+\.rs)`/g)) {
+      if (!fs.existsSync(path.join(root, 'crates', 'sema-core', 'tests', name))) missing.push(`${path.relative(root, file)}: ${name}`)
+    }
+  }
+  assert.deepEqual(missing, [])
 })
 
 for (const [i, b] of blocks.entries()) {

@@ -61,7 +61,7 @@ let ran = 0
 
 before(async () => {
   consumer = makeConsumer()
-  server = await d.startServer()
+  if (!d.skipReason()) server = await d.startServer()
 })
 
 after(async () => {
@@ -101,7 +101,9 @@ test('every test file and Rust test the docs name exists', () => {
 })
 
 for (const [i, b] of blocks.entries()) {
-  test(`${b.file}:${b.line} (${b.kind}) runs as written and exits 0`, { skip: d.skipReason() }, (t) => {
+  // Only the blocks that use a server wait for one (outside CI, where a missing server fails instead of skipping).
+  const skip = b.code.includes('DFLOCKD_ADDR') ? d.skipReason() : false
+  test(`${b.file}:${b.line} (${b.kind}) runs as written and exits 0`, { skip }, (t) => {
     const dir = path.join(consumer.app, `block-${i}`)
     fs.mkdirSync(dir)
     const file = path.join(dir, `block${KINDS[b.kind]}`)
@@ -109,7 +111,7 @@ for (const [i, b] of blocks.entries()) {
     const [cmd, args] = b.kind === 'sh' ? ['bash', ['-euo', 'pipefail', file]] : [process.execPath, [file]]
     const r = spawnSync(cmd, args, {
       cwd: dir,
-      env: { ...consumer.env, DFLOCKD_ADDR: `${server.host}:${server.port}` },
+      env: { ...consumer.env, ...(server && { DFLOCKD_ADDR: `${server.host}:${server.port}` }) },
       encoding: 'utf8',
       timeout: BLOCK_TIMEOUT_MS,
       killSignal: 'SIGKILL',

@@ -22,8 +22,14 @@ class DflockdBackend {
     this.origin = m[1]
     this.prefix = m[2] && m[2] !== '/' ? `${decodeURIComponent(m[2].slice(1).replace(/\/$/, ''))}/` : ''
     this.query = m[3] ?? ''
-    // Parsed now so that a bad base fails at createLockManager (the key is a stand-in).
-    this.server = parseDflockdUrl(this.url('x'))
+    // Parsed now so that a bad base fails at createLockManager (with a stand-in key, which its message does not show).
+    const probe = this.url('x')
+    try {
+      this.server = parseDflockdUrl(probe)
+    } catch (e) {
+      if (typeof e.message === 'string') e.message = e.message.split(redactTarget(probe)).join(redactTarget(base))
+      throw e
+    }
     this.id = `dflockd:${this.server.host.toLowerCase()}|${this.server.port}|${this.prefix}`
     this.kind = 'dflockd'
   }

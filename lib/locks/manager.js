@@ -120,6 +120,7 @@ class BaseState {
         (r) => this.acquired(req, ctl, r),
         (error) => this.acquired(req, ctl, { ok: false, error }),
       )
+      .catch((e) => internalError(req, e))
   }
 
   async acquired(req, ctl, r) {
@@ -200,7 +201,7 @@ class BaseState {
   /** Steals run one after the other per name, so that the last caller wins (each breaks the one before). */
   steal(req) {
     const before = this.steals.get(req.name) ?? Promise.resolve()
-    const mine = before.then(() => this.stealNow(req))
+    const mine = before.then(() => this.stealNow(req)).catch((e) => internalError(req, e))
     this.steals.set(req.name, mine)
     mine.then(() => {
       if (this.steals.get(req.name) === mine) this.steals.delete(req.name)
@@ -251,6 +252,12 @@ class BaseState {
     if (!e) return { held: 0, waiting: 0 }
     return { held: e.held.length, waiting: e.queue.filter((r) => r.state === 'acquiring').length }
   }
+}
+
+/** A bug of this module must not become an unhandled rejection: the request it hit rejects with it. */
+function internalError(req, e) {
+  req.state = 'done'
+  req.reject(e)
 }
 
 function remove(list, item) {

@@ -14,6 +14,7 @@ const { parseDflockdUrl, redactTarget } = require('../dflockd/url')
 const { stats } = require('../dflockd/connection')
 const { invalidArgument } = require('../errors')
 const { stemOf, nameOfStem } = require('./names')
+const { takeInMode } = require('./mode')
 
 class DflockdBackend {
   constructor(base) {
@@ -32,6 +33,8 @@ class DflockdBackend {
     }
     this.id = `dflockd:${this.server.host.toLowerCase()}|${this.server.port}|${this.prefix}`
     this.kind = 'dflockd'
+    /** false once the client refused the `mode` option (./mode.js) */
+    this.modes = undefined
   }
 
   key(name) {
@@ -44,9 +47,8 @@ class DflockdBackend {
 
   async acquire(name, mode, { wait, signal }) {
     const options = { signal, timeout: wait ? Infinity : undefined }
-    if (mode === 'shared') options.mode = mode
     for (;;) {
-      const r = await (wait ? target.acquire : target.tryAcquire)(this.url(name), options)
+      const r = await takeInMode(wait ? target.acquire : target.tryAcquire, this.url(name), options, mode, this)
       if (r.ok) return r
       if (r.error.type === 'ALREADY_LOCKED') return { ok: false, unavailable: true }
       // The server's longest wait ran out: a Web Lock waits until granted or aborted.
@@ -63,7 +65,13 @@ class DflockdBackend {
     )
   }
 
-  async others(localCounts) {
+  /**
+   * Other clients' requests, from the server's `stats`. A name's exclusive lock is the mutex on its key; with shared
+   * locks (lib/dflockd shared mode: a gate mutex on the key and the reader-slot semaphore `<key>/readers`, MAX_READERS
+   * slots, all taken by a writer) the slots tell the readers. What the gate holder is, is inferred: readers holding
+   * slots and the gate held = a writer waiting for them to leave (or a reader between its two steps).
+   */
+  async others(local) {
     const u = this.server
     const s = await stats({
       host: u.host,
@@ -71,23 +79,63 @@ class DflockdBackend {
       ...(u.auth !== undefined ? { auth: u.auth } : {}),
       ...(u.ca !== undefined ? { tls: { ca: u.ca } } : u.tls ? { tls: true } : {}),
     })
+    const byName = new Map()
+    const at = (key) => {
+      if (typeof key !== 'string' || !key.startsWith(this.prefix)) return null
+      const rest = key.slice(this.prefix.length)
+      const slots = rest.endsWith(READERS_SUFFIX)
+      const name = nameOfStem(slots ? rest.slice(0, -READERS_SUFFIX.length) : rest)
+      if (name == null) return null
+      if (!byName.has(name)) byName.set(name, { gate: false, gateWaiters: 0, readers: 0, readerWaiters: 0 })
+      return { e: byName.get(name), slots }
+    }
+    for (const l of s.locks) {
+      const x = at(l.key)
+      if (!x || x.slots) continue
+      x.e.gate = Number(l.owner_conn_id) !== 0
+      x.e.gateWaiters = Number(l.waiters) || 0
+    }
+    for (const l of s.semaphores) {
+      const x = at(l.key)
+      if (!x || !x.slots) continue
+      x.e.readers = Number(l.holders) || 0
+      x.e.readerWaiters = Number(l.waiters) || 0
+    }
     const held = []
     const pending = []
-    const entries = [
-      ...s.locks.map((l) => ({ key: l.key, holders: Number(l.owner_conn_id) !== 0 ? 1 : 0, waiters: Number(l.waiters) || 0, mode: 'exclusive' })),
-      ...s.semaphores.map((l) => ({ key: l.key, holders: Number(l.holders) || 0, waiters: Number(l.waiters) || 0 })),
-    ]
-    for (const e of entries) {
-      if (typeof e.key !== 'string' || !e.key.startsWith(this.prefix)) continue
-      const name = nameOfStem(e.key.slice(this.prefix.length))
-      if (name == null) continue
-      const mine = localCounts(name)
-      for (let i = 0; i < e.holders - mine.held; i++) held.push(e.mode ? { name, mode: e.mode } : { name })
-      for (let i = 0; i < e.waiters - mine.waiting; i++) pending.push({ name })
+    for (const [name, e] of byName) {
+      const theirs = { held: [], pending: [] }
+      if (e.readers >= MAX_READERS && e.gate) theirs.held.push('exclusive')
+      else {
+        for (let i = 0; i < e.readers; i++) theirs.held.push('shared')
+        if (e.gate) (e.readers > 0 ? theirs.pending : theirs.held).push('exclusive')
+      }
+      for (let i = 0; i < e.gateWaiters + e.readerWaiters; i++) theirs.pending.push(undefined)
+      // This thread's own requests (held, or waiting at the server) are listed from its state: take them out, by
+      // mode where the server tells it; one still waiting here may already be granted at the server.
+      for (const r of local(name)) {
+        if (takeOut(r.state === 'held' ? theirs.held : theirs.pending, r.mode)) continue
+        if (r.state !== 'held') takeOut(theirs.held, r.mode)
+      }
+      for (const mode of theirs.held) held.push(mode ? { name, mode } : { name })
+      for (const mode of theirs.pending) pending.push(mode ? { name, mode } : { name })
     }
     return { held, pending }
   }
 }
+
+/** Removes one entry of `mode` (else one of unknown mode) from `list`; false when there is none. */
+function takeOut(list, mode) {
+  let i = list.indexOf(mode)
+  if (i < 0) i = list.indexOf(undefined)
+  if (i < 0) return false
+  list.splice(i, 1)
+  return true
+}
+
+/** lib/dflockd's shared mode (sema-core dflockd/shared.rs): the reader-slot key's suffix and its limit. */
+const READERS_SUFFIX = '/readers'
+const MAX_READERS = 16
 
 function lockError(e) {
   const { toLockError } = require('../errors')

@@ -9,6 +9,7 @@ const nodePath = require('node:path')
 const target = require('../target')
 const { listDir } = require('../cli/ls')
 const { stemOf, nameOfStem, encodeName, decodeName } = require('./names')
+const { takeInMode } = require('./mode')
 
 const TAG = /^web-lock mode=(exclusive|shared) client=(\S+)(?: name=(\S*))?$/
 
@@ -17,6 +18,8 @@ class FileBackend {
     this.dir = nodePath.resolve(dir)
     this.id = `file:${this.dir}`
     this.kind = 'file'
+    /** false once the engine refused the `mode` option (./mode.js) */
+    this.modes = undefined
   }
 
   path(name) {
@@ -32,10 +35,7 @@ class FileBackend {
   /** `{ok, value: Lock}` / `{ok: false, unavailable}` (tryAcquire found it taken) / `{ok: false, error}`. */
   async acquire(name, mode, { wait, signal, clientId }) {
     const options = { tag: this.tag(name, mode, clientId), signal }
-    // Only a shared request names its mode: `mode` is refused by a build without shared locks on files.
-    if (mode === 'shared') options.mode = mode
-    const r = await (wait ? target.acquire : target.tryAcquire)(this.path(name), options)
-    return settle(r)
+    return settle(await takeInMode(wait ? target.acquire : target.tryAcquire, this.path(name), options, mode, this))
   }
 
   /**
@@ -50,14 +50,14 @@ class FileBackend {
     for (let i = 0; i < STEAL_ROUNDS; i++) {
       const rel = await target.release(path, { force: true })
       if (!rel.ok && rel.error.type !== 'NOT_LOCKED') return { ok: false, error: toError(rel.error) }
-      last = await target.tryAcquire(path, { tag: this.tag(name, 'exclusive', clientId) })
+      last = await takeInMode(target.tryAcquire, path, { tag: this.tag(name, 'exclusive', clientId) }, 'exclusive', this)
       if (last.ok || last.error.type !== 'ALREADY_LOCKED') return settle(last)
     }
     return settle(last)
   }
 
   /** Other processes' held and pending requests, from the engine's listing of the directory. */
-  async others(localCounts, clientId) {
+  async others(local, clientId) {
     const held = []
     const pending = []
     const listing = await listDir(this.dir)
@@ -85,7 +85,7 @@ class FileBackend {
       }
       // The engine counts waiting processes, not requests; this thread stands in the line when one of its requests
       // waits for the backend.
-      const waiting = (l.waiters ?? 0) - (localCounts(name).waiting > 0 ? 1 : 0)
+      const waiting = (l.waiters ?? 0) - (local(name).some((r) => r.state === 'acquiring') ? 1 : 0)
       for (let i = 0; i < waiting; i++) pending.push({ name })
     }
     return { held, pending }

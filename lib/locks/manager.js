@@ -246,18 +246,12 @@ class BaseState {
     return { held, pending }
   }
 
-  /** How many of this thread's requests for `name` hold, or wait in the backend. */
-  counts(name) {
+  /** This thread's requests for `name` that hold or wait in the backend: `[{state: 'held'|'acquiring', mode}]`. */
+  atBackend(name) {
     const e = this.names.get(name)
-    if (!e) return { held: 0, waiting: 0 }
-    return { held: e.held.length, waiting: e.queue.filter((r) => r.state === 'acquiring').length }
+    if (!e) return []
+    return [...e.held, ...e.queue.filter((r) => r.state === 'acquiring')].map((r) => ({ state: r.state, mode: r.mode }))
   }
-}
-
-/** A bug of this module must not become an unhandled rejection: the request it hit rejects with it. */
-function internalError(req, e) {
-  req.state = 'done'
-  req.reject(e)
 }
 
 function remove(list, item) {
@@ -351,7 +345,7 @@ class LockManager {
   async query() {
     const state = this.#state
     const mine = state.local()
-    const others = await state.backend.others((name) => state.counts(name), CLIENT_ID)
+    const others = await state.backend.others((name) => state.atBackend(name), CLIENT_ID)
     return { held: [...mine.held, ...others.held], pending: [...mine.pending, ...others.pending] }
   }
 

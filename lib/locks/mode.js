@@ -1,13 +1,16 @@
 'use strict'
 // The `mode` option of a backend acquisition. A backend with shared locks needs `mode: 'exclusive'` on exclusive
 // requests too (on dflockd a plain mutex does not wait for shared holders); a build without shared locks refuses
-// `mode` as an unknown option (INVALID_ARGUMENT). So the first exclusive acquisition tries with the mode and, when
+// `mode` (INVALID_ARGUMENT: an unknown option, or one for the other backend only). So the first exclusive acquisition tries with the mode and, when
 // refused for that reason, remembers it and goes on without: exclusive requests then work either way, and a shared
 // one rejects with the backend's refusal.
 
-/** True when `error` (a SemaphoreError) is a refusal of the `mode` option itself. */
+/**
+ * True when `error` (a SemaphoreError) is a refusal of the `mode` option itself: INVALID_ARGUMENT naming it (as an
+ * unknown option, or one that this backend does not take). The values passed here are always valid ones.
+ */
 function refusesMode(error) {
-  return error != null && error.type === 'INVALID_ARGUMENT' && /unknown option 'mode'/.test(String(error.message))
+  return error != null && error.type === 'INVALID_ARGUMENT' && /'mode'/.test(String(error.message))
 }
 
 /**

@@ -305,8 +305,22 @@ function wptSuites(ctx) {
       const a = uniqueName('e2a')
       const b = uniqueName('e2b')
       let inner
+      // The WPT case lets go of `a` at once and expects `b` first: in a browser `b` is granted with no I/O. Here each
+      // grant takes the backend lock (a shared-capable dflockd writer: 2 round trips), so `a`'s holder waits for
+      // `b`'s grant: the same property (a held `a` does not block `b`), without a race.
       await ctx.locks.request(a, async () => {
-        inner = Promise.all([ctx.locks.request(a, log(1)), ctx.locks.request(b, log(2))])
+        let bGranted
+        const seen = new Promise((r) => {
+          bGranted = r
+        })
+        inner = Promise.all([
+          ctx.locks.request(a, log(1)),
+          ctx.locks.request(b, () => {
+            log(2)()
+            bGranted()
+          }),
+        ])
+        await seen
       })
       await inner
       assert.deepEqual(granted, [2, 1])

@@ -15,8 +15,8 @@ let n = 0
 const uniqueName = (label) => `proc-${process.pid}-${++n}-${label}`
 
 /** A child holding (or, behind another, waiting for) `name`; resolves once it says `held` when `wait` is true. */
-async function holder(base, name, { wait = true, steal = false } = {}) {
-  const child = u.spawnNode('web-locks-holder.js', [base, name, 'exclusive', ...(steal ? ['steal'] : [])])
+async function holder(base, name, { wait = true, steal = false, mode = 'exclusive' } = {}) {
+  const child = u.spawnNode('web-locks-holder.js', [base, name, mode, ...(steal ? ['steal'] : [])])
   const out = u.lines(child)
   if (wait) await out.next(/^held$/, 15000)
   return { child, out }
@@ -80,6 +80,33 @@ function suite(ctx) {
       b.child.kill('SIGKILL')
       await Promise.all([a.child.exited, b.child.exited])
     }
+  })
+
+  test('shared holders in two other processes: a shared request is granted beside them, an exclusive one is not', async (t) => {
+    const probe = await ctx.locks.request(uniqueName('probe'), { mode: 'shared' }, () => null).catch((e) => e)
+    if (probe && probe.code === 'INVALID_ARGUMENT' && /'mode'/.test(probe.message)) {
+      t.skip(`shared locks refused by this backend: ${probe.message}`)
+      return
+    }
+    assert.equal(probe, null)
+    const name = uniqueName('shared')
+    const a = await holder(ctx.base, name, { mode: 'shared' })
+    const b = await holder(ctx.base, name, { mode: 'shared' })
+    try {
+      assert.equal(await ctx.locks.request(name, { ifAvailable: true }, (lock) => lock), null)
+      const s = await ctx.locks.request(name, { mode: 'shared', ifAvailable: true }, async (lock) => {
+        assert.equal(lock && lock.mode, 'shared')
+        return ctx.locks.query()
+      })
+      assert.deepEqual(named(s.held, name).map((h) => h.mode), ['shared', 'shared', 'shared'], JSON.stringify(s))
+      if (ctx.kind === 'file') assert.deepEqual(named(s.held, name).slice(1).map((h) => h.pid).sort(), [a.child.pid, b.child.pid].sort())
+    } finally {
+      a.child.kill('SIGKILL')
+      b.child.kill('SIGKILL')
+      await Promise.all([a.child.exited, b.child.exited])
+    }
+    // Both readers crashed: the exclusive request is granted.
+    assert.equal(await ctx.locks.request(name, (lock) => lock.mode), 'exclusive')
   })
 
   if (ctx.kind === 'file') {

@@ -448,8 +448,8 @@ export interface WebLockInfo {
    */
   name: string
   /**
-   * Known for this thread's requests, for other holders of a lock directory (from their lock's tag) and for a held
-   * plain dflockd lock (`'exclusive'`); absent for other processes' pending requests.
+   * Known for this thread's requests and for other processes' holders (a lock directory: their lock's tag; dflockd:
+   * the key's mutex and reader slots); absent for other processes' pending requests.
    */
   mode?: WebLockMode
   /** One per thread (the spec's client). Absent for other processes' pending requests and every dflockd request of another client. */
@@ -485,8 +485,8 @@ export interface WebLockManager {
   /**
    * Held and pending requests: this thread's in full, then every other process's as its backend tells them. A lock
    * directory: holders by name, mode, clientId, pid and host (from the lock files, as `sema-native ls`); waiting
-   * processes by name only (the engine counts them). dflockd: from the server's `stats`, held and waiting requests by
-   * name only (the server does not say who).
+   * processes by name only (the engine counts them). dflockd: from the server's `stats`, holders by name and mode
+   * (from the key's mutex and, with shared mode, its reader slots), waiters by name; never who (the server does not say).
    */
   query(): Promise<WebLockManagerSnapshot>
 }

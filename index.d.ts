@@ -453,6 +453,102 @@ export interface QueriedLock {
  */
 export declare function query(): Promise<{ held: QueriedLock[]; pending: QueriedLock[] }>
 
+// ─── W3C Web Locks across processes and machines ───
+
+/** A Web Lock's mode: any number of `shared` holders, or one `exclusive`. */
+export type WebLockMode = 'exclusive' | 'shared'
+
+/** The lock a {@link WebLockManager.request} callback gets (the spec's `Lock`). */
+export interface WebLock {
+  readonly name: string
+  readonly mode: WebLockMode
+}
+
+/** The options of {@link WebLockManager.request} (the spec's `LockOptions`). */
+export interface WebLockOptions {
+  /** Default `'exclusive'`. `'shared'` needs a backend with shared locks (else the request rejects with `INVALID_ARGUMENT`). */
+  mode?: WebLockMode
+  /** Grant only if free now (no holder in any process, no request queued here): else the callback gets `null` at once. */
+  ifAvailable?: boolean
+  /**
+   * Take the lock from whoever holds it, in any process: the holder's request rejects with an `AbortError`
+   * `DOMException` (another process's within its loss detection: its lock file's heartbeat, 1 s by default). Not with
+   * `ifAvailable`, `mode: 'shared'` or `signal` (`NotSupportedError`). **Refused on dflockd** (`NotSupportedError`): its
+   * protocol has no command that evicts another client's holder.
+   */
+  steal?: boolean
+  /** Aborting it before the grant rejects the request with `signal.reason` (an `AbortError` by default); after, it does nothing. */
+  signal?: AbortSignal
+}
+
+/** One held or pending request in {@link WebLockManager.query}'s answer (the spec's `LockInfo`, plus facts). */
+export interface WebLockInfo {
+  /**
+   * The name. Another process's request on a name longer than 200 encoded characters (hashed in the file name or
+   * key) is listed only on a lock directory, from its holder's tag, and only up to 8000 encoded characters.
+   */
+  name: string
+  /**
+   * Known for this thread's requests and for other processes' holders (a lock directory: their lock's tag; dflockd:
+   * the key's mutex and reader slots); absent for other processes' pending requests.
+   */
+  mode?: WebLockMode
+  /** One per thread (the spec's client). Absent for other processes' pending requests and every dflockd request of another client. */
+  clientId?: string
+  /** The holder's (or requester's) pid, where known: this thread's requests, and holders of a lock directory. */
+  pid?: number
+  /** Its host name, where known (as `pid`). */
+  host?: string
+}
+
+/** {@link WebLockManager.query}'s answer: held and pending requests of every process using the base. */
+export interface WebLockManagerSnapshot {
+  held: WebLockInfo[]
+  pending: WebLockInfo[]
+}
+
+/**
+ * The W3C Web Locks `LockManager` (`navigator.locks`), across processes and machines. In each thread the spec's
+ * algorithm runs as written (FIFO per name, shared requests granted together); a request it grants then takes the
+ * backend lock of its name (one lock file, or one dflockd key, per granted request) and only then is its callback called.
+ */
+export interface WebLockManager {
+  /**
+   * Requests the lock `name` (any string; names starting with `-` are refused with `NotSupportedError`), calls
+   * `callback` with it once granted (or `null` with `ifAvailable` when it is not free), and releases it when the
+   * callback's promise settles. Resolves with the callback's result, rejects with its error, with an `AbortError` when
+   * the lock is stolen or lost (a dflockd lease that could not be renewed; `cause` is the LockError), with the
+   * signal's reason when aborted before the grant, with a `TypeError` for bad arguments, and with a {@link LockError}
+   * when the backend fails.
+   */
+  request<T>(name: string, callback: (lock: WebLock | null) => T | PromiseLike<T>): Promise<Awaited<T>>
+  request<T>(name: string, options: WebLockOptions, callback: (lock: WebLock | null) => T | PromiseLike<T>): Promise<Awaited<T>>
+  /**
+   * Held and pending requests: this thread's in full, then every other process's as its backend tells them. A lock
+   * directory: holders by name, mode, clientId, pid and host (from the lock files, as `sema-native ls`); waiting
+   * processes by name only (the engine counts them). dflockd: from the server's `stats`, holders by name and mode
+   * (from the key's mutex and, with shared mode, its reader slots), waiters by name; never who (the server does not say).
+   */
+  query(): Promise<WebLockManagerSnapshot>
+}
+
+/**
+ * A {@link WebLockManager} on `base`: an existing directory (name → lock file `wl-<encoded name>.lock` in it; the
+ * encoding is injective and safe for any name: `/`, `..`, `''`, NUL, unpaired surrogates) or
+ * `dflockd://[token@]host[:port][/prefix][?tls=1&ca=…]` (name → key `[prefix/]wl-<encoded name>`). Managers on the
+ * same base in one thread share one queue. Throws {@link LockError} `INVALID_ARGUMENT` for a bad base or any option
+ * (none are defined yet).
+ */
+export declare function createLockManager(base: string, options?: Record<string, never>): WebLockManager
+
+/**
+ * A ready {@link WebLockManager} on this user's directory of this machine (`/tmp/sema-native-locks-<uid>`, created
+ * 0700 on first use; `%LOCALAPPDATA%\sema-native\locks` on Windows): `locks.request('deploy', fn)` coordinates
+ * every process of the user, with no set-up. A directory that is a symlink, not owned by this user, or open to
+ * others is refused: every call rejects with {@link LockError} `INVALID_PATH`.
+ */
+export declare const locks: WebLockManager
+
 /**
  * node:diagnostics_channel (what APM agents and OpenTelemetry instrumentations subscribe to; nothing is published and
  * nothing allocated while nobody subscribes):

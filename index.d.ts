@@ -522,6 +522,7 @@ export interface WebLockManager {
    * when the backend fails.
    */
   request<T>(name: string, callback: (lock: WebLock | null) => T | PromiseLike<T>): Promise<Awaited<T>>
+  /** As the form without options; `options` sets `mode`, `ifAvailable`, `steal` and `signal` as in the spec. */
   request<T>(name: string, options: WebLockOptions, callback: (lock: WebLock | null) => T | PromiseLike<T>): Promise<Awaited<T>>
   /**
    * Held and pending requests: this thread's in full, then every other process's as its backend tells them. A lock

@@ -21,6 +21,8 @@ const args = [
   '--out', out,
   '--name', require('../package.json').name,
   '--readme', 'none',
+  // No source links: they need a GitHub remote, which a clone made from a local path (CI's) does not have.
+  '--disableSources',
   '--treatWarningsAsErrors',
   '--validation.notDocumented',
   ...REQUIRED.flatMap((k) => ['--requiredToBeDocumented', k]),

@@ -312,6 +312,7 @@ function contendedTable(rows) {
 const DFL_CLIENTS = [
   { id: 'addon-connection', label: 'addon `Connection` (acquire + release on one connection)' },
   { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release())' },
+  { id: 'addon-loop-shape', label: '`DistributedLock`\'s wire shape (`e` + `r`, a renew timer per hold) on the event-loop `Connection`: its ceiling on that driver' },
   { id: 'addon-connection-tokio', label: 'addon `Connection` on its tokio driver (`SEMA_NATIVE_LIBUV=off`: the ceiling of a tokio-thread round trip)' },
   { id: 'ts-lowlevel', label: 'TS client `dflockd-client` low-level `acquire`/`release` (one socket)' },
   { id: 'ts-distributedlock', label: 'TS client `dflockd-client` `DistributedLock` reused (a connection per acquisition)' },

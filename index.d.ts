@@ -247,6 +247,13 @@ export interface AcquireOptions {
   leaseTtl?: number | undefined
   /** dflockd: semaphore slots (overrides `?limit=`). */
   limit?: number | undefined
+  /**
+   * dflockd: a shared (reader/writer) lock on the key (overrides `?mode=`): `'shared'` = one of up to 16 readers,
+   * `'exclusive'` = the only holder, after the readers in place leave; waiting writers are not starved (readers that
+   * come after one wait behind it). Absent: the plain mutex on the key, which does not wait for readers. Does not
+   * combine with `limit`. See docs/lock-kinds.md.
+   */
+  mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: TLS options (implies TLS). */
   tls?: DflockdTlsOptions | true | undefined
   /** dflockd: auth token (overrides the URL's `token@`). */
@@ -490,6 +497,13 @@ export interface DistributedLockOptions {
   auth?: string | undefined
   /** Called (once) when the held lock is lost: renewal refused, connection dropped, server gone. Errors it throws are reported as warnings. */
   onLockLost?: ((key: string, token: string) => void) | undefined
+  /**
+   * A shared (reader/writer) lock on `key`: `'shared'` = one of up to 16 readers, `'exclusive'` = the only holder,
+   * after the readers in place leave; a waiting writer is not starved by later readers. Absent: the plain mutex on
+   * `key` (one request), which does not wait for readers. `token` is then a reader's slot or a writer's gate token;
+   * `enqueue()`/`wait()` are not available (INVALID_ARGUMENT). See docs/lock-kinds.md.
+   */
+  mode?: 'shared' | 'exclusive' | undefined
   /** TCP + TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number | undefined
   /**

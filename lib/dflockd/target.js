@@ -117,6 +117,7 @@ function targetConfig(url, options, wait) {
     server: { host: u.host, port: u.port },
     renewRatio: o.renewRatio ?? DEFAULT_RENEW_RATIO,
     renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
+    mode: opt(o.mode) ?? u.mode,
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
   return { ...u, url, limit, prim, conn: { tls: prim.tls, auth: prim.auth, connectTimeoutMs: prim.connectTimeoutMs, socketTimeoutMs: prim.socketTimeoutMs } }

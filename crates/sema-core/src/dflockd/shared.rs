@@ -1,0 +1,414 @@
+//! Shared (reader/writer) locks built from the server's primitives: the protocol has no
+//! reader/writer command.
+//!
+//! Construction (one connection per holder, all parts of one lock on the server the key maps to):
+//! - a **gate**: the mutex `<key>` itself;
+//! - **reader slots**: the semaphore `<key>/readers` with limit [`MAX_READERS`].
+//!
+//! A reader takes the gate, one reader slot, and releases the gate: it then holds only its slot.
+//! A writer takes the gate and then every one of the [`MAX_READERS`] slots (the slot requests
+//! pipelined on its connection), and keeps them all. So readers share; a writer excludes readers
+//! and writers. A waiting writer holds the gate while readers drain: readers that come after it
+//! queue at the gate behind it (the server's FIFO), so a stream of readers cannot starve it.
+//!
+//! The bound: at most [`MAX_READERS`] readers at once (a further reader waits at its slot,
+//! holding the gate, until one leaves). A writer's cost grows with it: every acquire, renew and
+//! release of a writer carries `1 + MAX_READERS` requests (one write and one round trip of wall
+//! time each, pipelined); 16 keeps that at 17 short lines per renewal while allowing more
+//! concurrent readers than the 2-core machines this is tested on run holders.
+//!
+//! Cost in requests on the wire, uncontended (asserted by `__test__/dflockd-shared.test.js`
+//! against the real server's request log): a reader's acquire is 3 (`l` gate, `sl` slot, `r`
+//! gate: 3 round trips), its renew 1, its release 1; a writer's acquire is `1 + MAX_READERS` in
+//! 2 round trips (`l` gate, then the slots), its renew and release `1 + MAX_READERS` in one
+//! round trip each.
+//!
+//! Names: the slot key is the user key plus [`READERS_SUFFIX`]. A key can hold almost any
+//! byte, so no suffix is unreachable; a clash with a key used as a mutex or with another
+//! limit is refused by the server (`error_limit_mismatch`), never silent. The gate is the key
+//! itself, so a plain mutex on the key (no `mode`, or another dflockd client's `l`) and a writer
+//! exclude each other and a plain holder keeps new readers out; a plain mutex does not wait for
+//! readers already holding: give every party of a shared lock a `mode`.
+//!
+//! Leases: every part is renewed together (pipelined) with the same TTL on the holder's
+//! connection, and a refusal of any of them is the loss of the lock. A writer waiting for
+//! slots renews the gate and the slots it has before their lease could end. A holder that
+//! crashes frees every part at once by disconnect, or by lease expiry.
+//!
+//! Not supported in shared mode: the two-phase `enqueue()`/`wait()`, which the protocol has
+//! for one key only.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::connection::Connection;
+use super::error::{DflockdError, ErrorCode, Result};
+use super::primitive::PrimitiveOptions;
+use super::protocol::{self, AcquireReply, Grant, Request, MAX_KEY_BYTES};
+use super::renewer::{renewed_lease, Schedule};
+
+/// The most readers at once (the limit of the reader-slot semaphore). See the module comment.
+pub const MAX_READERS: u64 = 16;
+
+/// Appended to the key to name its reader-slot semaphore.
+pub const READERS_SUFFIX: &str = "/readers";
+
+/// How a shared lock is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One of up to [`MAX_READERS`] readers.
+    Shared,
+    /// The only holder: no reader, no other writer.
+    Exclusive,
+}
+
+impl Mode {
+    /// `"shared"` or `"exclusive"`; anything else is `INVALID_ARGUMENT`.
+    pub fn parse(s: &str) -> Result<Mode> {
+        match s {
+            "shared" => Ok(Mode::Shared),
+            "exclusive" => Ok(Mode::Exclusive),
+            other => Err(DflockdError::invalid(format!(
+                "mode must be 'shared' or 'exclusive', got {other:?}"
+            ))),
+        }
+    }
+
+    /// The name as the options spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Shared => "shared",
+            Mode::Exclusive => "exclusive",
+        }
+    }
+}
+
+/// The key of `key`'s reader slots.
+pub fn readers_key(key: &str) -> String {
+    format!("{key}{READERS_SUFFIX}")
+}
+
+/// Checks that `key` leaves room for its reader-slot key (`INVALID_ARGUMENT`).
+pub fn validate_key(key: &str) -> Result<()> {
+    let room = MAX_KEY_BYTES - READERS_SUFFIX.len();
+    if key.len() > room {
+        return Err(DflockdError::invalid(format!(
+            "key is {} bytes; with a mode at most {room} are allowed (the reader slots are '<key>{READERS_SUFFIX}', at most {MAX_KEY_BYTES} bytes)",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// One key held on the holder's connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Part {
+    pub(super) key: String,
+    pub(super) token: String,
+    /// A reader slot (`sn`/`sr`), else the gate (`n`/`r`).
+    pub(super) sem: bool,
+}
+
+/// What a shared acquire got: its parts (the first is the one whose token the lock shows: a
+/// reader's slot, a writer's gate), the lease in seconds, and when the request that proves that
+/// lease was sent (the lease clock's start, see `renewer::Schedule`).
+pub(super) struct Got {
+    pub(super) parts: Vec<Part>,
+    pub(super) lease_s: u64,
+    pub(super) sent: Instant,
+}
+
+impl Got {
+    /// The grant the lock shows.
+    pub(super) fn grant(&self) -> Grant {
+        Grant {
+            token: self.parts[0].token.clone(),
+            lease_s: self.lease_s,
+        }
+    }
+}
+
+/// Renews every part in one pipelined write; each reply awaited `limit` at most. The lease
+/// proven is the smallest of the replies'. Any refusal fails the whole (the lock is lost).
+pub(super) async fn renew_parts(
+    conn: &mut Connection,
+    parts: &[Part],
+    ttl_s: Option<u64>,
+    grant_lease_s: u64,
+    limit: Duration,
+) -> Result<u64> {
+    let reqs: Vec<Request<'_>> = parts
+        .iter()
+        .map(|p| {
+            let (key, token) = (p.key.as_str(), p.token.as_str());
+            if p.sem {
+                Request::SemRenew { key, token, ttl_s }
+            } else {
+                Request::Renew { key, token, ttl_s }
+            }
+        })
+        .collect();
+    let replies = conn
+        .call_pipelined(&reqs, limit, protocol::parse_renew_reply)
+        .await?;
+    let mut lease = u64::MAX;
+    for (r, p) in replies.into_iter().zip(parts) {
+        match r {
+            Ok(l) => lease = lease.min(renewed_lease(ttl_s, l, grant_lease_s)),
+            Err(e) => {
+                let mut out =
+                    DflockdError::new(e.code(), format!("renew of '{}': {}", p.key, e.message()));
+                if let Some(reply) = e.reply() {
+                    out = out.with_reply(reply);
+                }
+                return Err(out);
+            }
+        }
+    }
+    Ok(if lease == u64::MAX {
+        grant_lease_s
+    } else {
+        lease
+    })
+}
+
+/// Releases every part in one pipelined write. The first refusal is the result (after all
+/// replies were read, so the connection stays in sync).
+pub(super) async fn release_parts(
+    conn: &mut Connection,
+    parts: &[Part],
+    limit: Duration,
+) -> Result<()> {
+    let reqs: Vec<Request<'_>> = parts
+        .iter()
+        .map(|p| {
+            let (key, token) = (p.key.as_str(), p.token.as_str());
+            if p.sem {
+                Request::SemRelease { key, token }
+            } else {
+                Request::Release { key, token }
+            }
+        })
+        .collect();
+    let replies = conn
+        .call_pipelined(&reqs, limit, protocol::parse_release_reply)
+        .await?;
+    replies.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+}
+
+/// Whole seconds from `now` to `until`, rounded up (the protocol's unit).
+fn ceil_secs(now: Instant, until: Instant) -> u64 {
+    let left = until.saturating_duration_since(now);
+    left.as_secs() + u64::from(left.subsec_nanos() > 0)
+}
+
+/// How long a blocking slot request may wait before the parts held must be renewed: what is
+/// left of their validity less a margin for the reply and the renew to travel.
+const RENEW_MARGIN: Duration = Duration::from_millis(250);
+
+/// Between two polls of a slot when the lease is too short to block a whole second.
+const SHORT_LEASE_POLL: Duration = Duration::from_millis(50);
+
+/// The acquisition of `mode` on `conn` (a fresh or pooled connection to the key's server):
+/// `None` = timed out (or, for a try, refused), with whatever it got released. `timeout_s` is the
+/// server-side wait (0 = try once), `end` the client's deadline.
+pub(super) async fn acquire(
+    opts: &PrimitiveOptions,
+    conn: &mut Connection,
+    mode: Mode,
+    timeout_s: u64,
+    end: Option<Instant>,
+) -> Result<Option<Got>> {
+    let ttl = opts.lease_ttl_s;
+    let slots_key = readers_key(&opts.key);
+    let g = match conn.lock(&opts.key, timeout_s, ttl).await? {
+        AcquireReply::TimedOut => return Ok(None),
+        AcquireReply::Granted(g) => g,
+    };
+    let mut sent = conn.last_sent().unwrap_or_else(Instant::now);
+    let mut lease_s = g.lease_s;
+    let mut parts = vec![Part {
+        key: opts.key.clone(),
+        token: g.token,
+        sem: false,
+    }];
+    let need = match mode {
+        Mode::Shared => 1,
+        Mode::Exclusive => MAX_READERS as usize,
+    };
+    let renew_limit = |sent: Instant, lease_s: u64| {
+        let now = Instant::now();
+        let loss_at = Schedule::new(opts, lease_s).loss_at(sent);
+        opts.connect
+            .socket_timeout
+            .min(loss_at.saturating_duration_since(now))
+            .max(Duration::from_millis(1))
+    };
+    // A gate granted after a long wait: its lease clock (from the send) may be due already.
+    let sched = Schedule::new(opts, lease_s);
+    if Instant::now() >= sched.renew_at(sent) {
+        lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(sent, lease_s))
+            .await
+            .map_err(lost_on_refusal)?;
+        sent = conn.last_sent().unwrap_or_else(Instant::now);
+    }
+    // First every slot that is free now, in one round trip.
+    let tries = vec![
+        Request::SemLock {
+            key: &slots_key,
+            timeout_s: 0,
+            limit: MAX_READERS,
+            ttl_s: ttl,
+        };
+        need
+    ];
+    let replies = conn
+        .call_pipelined(
+            &tries,
+            opts.connect.socket_timeout,
+            protocol::parse_acquire_reply,
+        )
+        .await?;
+    let mut failed = None;
+    for r in replies {
+        match r {
+            Ok(AcquireReply::Granted(g)) => parts.push(Part {
+                key: slots_key.clone(),
+                token: g.token,
+                sem: true,
+            }),
+            Ok(AcquireReply::TimedOut) => {}
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    if let Some(e) = failed {
+        give_up(conn, &parts, opts).await;
+        return Err(e);
+    }
+    // Then wait for the rest (readers leaving), renewing what is held before it could expire.
+    while parts.len() - 1 < need {
+        let now = Instant::now();
+        if timeout_s == 0 || end.is_some_and(|e| now >= e) {
+            give_up(conn, &parts, opts).await;
+            return Ok(None);
+        }
+        let loss_at = Schedule::new(opts, lease_s).loss_at(sent);
+        let mut wait_s = loss_at
+            .saturating_duration_since(now)
+            .saturating_sub(RENEW_MARGIN)
+            .as_secs();
+        if wait_s == 0 {
+            lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(sent, lease_s))
+                .await
+                .map_err(lost_on_refusal)?;
+            sent = conn.last_sent().unwrap_or_else(Instant::now);
+            let loss_at = Schedule::new(opts, lease_s).loss_at(sent);
+            wait_s = loss_at
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(RENEW_MARGIN)
+                .as_secs();
+        }
+        if let Some(e) = end {
+            wait_s = wait_s.min(ceil_secs(Instant::now(), e));
+        }
+        let reply = conn.sem_lock(&slots_key, wait_s, MAX_READERS, ttl).await;
+        match reply {
+            Ok(AcquireReply::Granted(g)) => parts.push(Part {
+                key: slots_key.clone(),
+                token: g.token,
+                sem: true,
+            }),
+            Ok(AcquireReply::TimedOut) => {
+                if wait_s == 0 {
+                    tokio::time::sleep(SHORT_LEASE_POLL).await;
+                }
+            }
+            Err(e) => {
+                give_up(conn, &parts, opts).await;
+                return Err(e);
+            }
+        }
+    }
+    if mode == Mode::Shared {
+        // A reader lets the gate go: the next reader (or writer) may pass.
+        let gate = parts.remove(0);
+        match conn
+            .release_within(&gate.key, &gate.token, false, opts.connect.socket_timeout)
+            .await
+        {
+            // The gate's lease ended meanwhile: it is not held, as wanted.
+            Err(e) if e.code() == ErrorCode::ServerError => {}
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+    }
+    // Slots granted after a wait: prove the lease of every part from now if it is due.
+    let sched = Schedule::new(opts, lease_s);
+    if Instant::now() >= sched.renew_at(sent) {
+        lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(sent, lease_s))
+            .await
+            .map_err(lost_on_refusal)?;
+        sent = conn.last_sent().unwrap_or_else(Instant::now);
+    }
+    Ok(Some(Got {
+        parts,
+        lease_s,
+        sent,
+    }))
+}
+
+/// A renew refused while acquiring: the part's lease had ended.
+fn lost_on_refusal(e: DflockdError) -> DflockdError {
+    if e.code() == ErrorCode::ServerError {
+        DflockdError::lost_because(
+            "a part of the shared lock expired while acquiring (its renew was rejected)",
+            &e,
+        )
+    } else {
+        e
+    }
+}
+
+/// Releases what a failed acquisition got and closes the connection (the server also releases
+/// on disconnect: this only makes the release immediate and independent of that setting).
+async fn give_up(conn: &mut Connection, parts: &[Part], opts: &PrimitiveOptions) {
+    if !parts.is_empty() && !conn.is_closed() {
+        let _ = release_parts(conn, parts, opts.connect.socket_timeout).await;
+    }
+    conn.close();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        assert_eq!(Mode::parse("shared").unwrap(), Mode::Shared);
+        assert_eq!(Mode::parse("exclusive").unwrap(), Mode::Exclusive);
+        assert_eq!(Mode::Shared.as_str(), "shared");
+        let e = Mode::parse("Shared").unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(e.message().contains("'shared' or 'exclusive'"));
+    }
+
+    #[test]
+    fn the_readers_key_fits_the_protocol() {
+        assert_eq!(readers_key("k"), "k/readers");
+        let room = MAX_KEY_BYTES - READERS_SUFFIX.len();
+        assert!(validate_key(&"a".repeat(room)).is_ok());
+        protocol::validate_key(&readers_key(&"a".repeat(room))).unwrap();
+        let e = validate_key(&"a".repeat(room + 1)).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn ceil_secs_rounds_up() {
+        let now = Instant::now();
+        assert_eq!(ceil_secs(now, now), 0);
+        assert_eq!(ceil_secs(now, now + Duration::from_millis(1)), 1);
+        assert_eq!(ceil_secs(now, now + Duration::from_secs(2)), 2);
+        assert_eq!(ceil_secs(now + Duration::from_secs(1), now), 0);
+    }
+}

@@ -6,8 +6,10 @@
 //! - **reader slots**: the semaphore `<key>/readers` with limit [`MAX_READERS`].
 //!
 //! A reader takes the gate, one reader slot, and releases the gate: it then holds only its slot.
-//! A writer takes the gate and then every one of the [`MAX_READERS`] slots (the slot requests
-//! pipelined on its connection), and keeps them all. So readers share; a writer excludes readers
+//! A writer takes the gate and then every one of the [`MAX_READERS`] slots, and keeps them all.
+//! The slot requests are pipelined behind the gate's on the holder's one connection (the server
+//! reads a request once the previous one is answered, so they run once the gate is granted);
+//! slots got behind a gate that timed out are released at once. So readers share; a writer excludes readers
 //! and writers. A waiting writer holds the gate while readers drain: readers that come after it
 //! queue at the gate behind it (the server's FIFO), so a stream of readers cannot starve it.
 //!
@@ -17,11 +19,10 @@
 //! time each, pipelined); 16 keeps that at 17 short lines per renewal while allowing more
 //! concurrent readers than the 2-core machines this is tested on run holders.
 //!
-//! Cost in requests on the wire, uncontended (asserted by `__test__/dflockd-shared.test.js`
-//! against the real server's request log): a reader's acquire is 3 (`l` gate, `sl` slot, `r`
-//! gate: 3 round trips), its renew 1, its release 1; a writer's acquire is `1 + MAX_READERS` in
-//! 2 round trips (`l` gate, then the slots), its renew and release `1 + MAX_READERS` in one
-//! round trip each.
+//! Cost on the wire, uncontended (asserted by `__test__/dflockd-shared.test.js` with a counting
+//! proxy in front of the real server): a reader's acquire is 3 requests in 2 round trips (`l`
+//! gate + `sl` slot in one write, then `r` gate), its renew 1, its release 1; a writer's
+//! acquire, renew and release are `1 + MAX_READERS` requests in one round trip each.
 //!
 //! Names: the slot key is the user key plus [`READERS_SUFFIX`]. A key can hold almost any
 //! byte, so no suffix is unreachable; a clash with a key used as a mutex or with another
@@ -42,7 +43,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::connection::Connection;
+use super::connection::{reply_limit, Connection};
 use super::error::{DflockdError, ErrorCode, Result};
 use super::primitive::PrimitiveOptions;
 use super::protocol::{self, AcquireReply, Grant, Request, MAX_KEY_BYTES};
@@ -222,21 +223,75 @@ pub(super) async fn acquire(
 ) -> Result<Option<Got>> {
     let ttl = opts.lease_ttl_s;
     let slots_key = readers_key(&opts.key);
-    let g = match conn.lock(&opts.key, timeout_s, ttl).await? {
-        AcquireReply::TimedOut => return Ok(None),
-        AcquireReply::Granted(g) => g,
-    };
-    let mut sent = conn.last_sent().unwrap_or_else(Instant::now);
-    let mut lease_s = g.lease_s;
-    let mut parts = vec![Part {
-        key: opts.key.clone(),
-        token: g.token,
-        sem: false,
-    }];
     let need = match mode {
         Mode::Shared => 1,
         Mode::Exclusive => MAX_READERS as usize,
     };
+    // The gate, and right behind it (the server reads the next request once the gate is
+    // answered) every slot that is free then: one write, one round trip when nothing is held.
+    let mut reqs = vec![Request::Lock {
+        key: &opts.key,
+        timeout_s,
+        ttl_s: ttl,
+    }];
+    reqs.extend(std::iter::repeat_n(
+        Request::SemLock {
+            key: &slots_key,
+            timeout_s: 0,
+            limit: MAX_READERS,
+            ttl_s: ttl,
+        },
+        need,
+    ));
+    let replies = conn
+        .call_pipelined(
+            &reqs,
+            reply_limit(opts.connect.socket_timeout, Some(timeout_s)),
+            protocol::parse_acquire_reply,
+        )
+        .await?;
+    // The lease clock of every part starts when the write was sent (no grant precedes it).
+    let mut sent = conn.last_sent().unwrap_or_else(Instant::now);
+    let mut replies = replies.into_iter();
+    let gate = replies.next();
+    let mut parts = Vec::with_capacity(1 + need);
+    let mut lease_s = 0;
+    let mut failed = None;
+    let mut gate_timed_out = false;
+    match gate {
+        Some(Ok(AcquireReply::Granted(g))) => {
+            lease_s = g.lease_s;
+            parts.push(Part {
+                key: opts.key.clone(),
+                token: g.token,
+                sem: false,
+            });
+        }
+        Some(Ok(AcquireReply::TimedOut)) => gate_timed_out = true,
+        Some(Err(e)) => failed = Some(e),
+        None => failed = Some(DflockdError::protocol("no reply to the gate request")),
+    }
+    for r in replies {
+        match r {
+            Ok(AcquireReply::Granted(g)) => {
+                if lease_s == 0 {
+                    lease_s = g.lease_s;
+                }
+                parts.push(Part {
+                    key: slots_key.clone(),
+                    token: g.token,
+                    sem: true,
+                })
+            }
+            Ok(AcquireReply::TimedOut) => {}
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    if gate_timed_out && failed.is_none() {
+        // No gate: the slots that came after it are not ours to keep.
+        give_up(conn, &parts, opts).await;
+        return Ok(None);
+    }
     let renew_limit = |sent: Instant, lease_s: u64| {
         let now = Instant::now();
         let loss_at = Schedule::new(opts, lease_s).loss_at(sent);
@@ -245,43 +300,6 @@ pub(super) async fn acquire(
             .min(loss_at.saturating_duration_since(now))
             .max(Duration::from_millis(1))
     };
-    // A gate granted after a long wait: its lease clock (from the send) may be due already.
-    let sched = Schedule::new(opts, lease_s);
-    if Instant::now() >= sched.renew_at(sent) {
-        lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(sent, lease_s))
-            .await
-            .map_err(lost_on_refusal)?;
-        sent = conn.last_sent().unwrap_or_else(Instant::now);
-    }
-    // First every slot that is free now, in one round trip.
-    let tries = vec![
-        Request::SemLock {
-            key: &slots_key,
-            timeout_s: 0,
-            limit: MAX_READERS,
-            ttl_s: ttl,
-        };
-        need
-    ];
-    let replies = conn
-        .call_pipelined(
-            &tries,
-            opts.connect.socket_timeout,
-            protocol::parse_acquire_reply,
-        )
-        .await?;
-    let mut failed = None;
-    for r in replies {
-        match r {
-            Ok(AcquireReply::Granted(g)) => parts.push(Part {
-                key: slots_key.clone(),
-                token: g.token,
-                sem: true,
-            }),
-            Ok(AcquireReply::TimedOut) => {}
-            Err(e) => failed = failed.or(Some(e)),
-        }
-    }
     if let Some(e) = failed {
         give_up(conn, &parts, opts).await;
         return Err(e);

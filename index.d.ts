@@ -305,11 +305,11 @@ export interface Lock extends LockInfo {
 export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
-  /** dflockd: slots held now. */
+  /** dflockd: slots held now (a key held in `mode: 'shared'`: its readers; by a writer: 1). */
   holders?: number | undefined
   /** dflockd: clients queued. */
   waiters?: number | undefined
-  /** dflockd: the key's limit (1 for a lock). */
+  /** dflockd: the key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). */
   limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined

@@ -204,6 +204,29 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     for (const r of later) await r.release()
   })
 
+  test('waiters of one process are granted in the order they were started, across modes', async () => {
+    const k = key('order')
+    const url = srv.url(k)
+    const first = await acquire(url, { mode: 'exclusive' })
+    assert.equal(first.ok, true)
+    const order = []
+    const modes = ['exclusive', 'shared', 'exclusive', 'shared', 'shared', 'exclusive', 'shared', 'exclusive']
+    const all = modes.map((mode, i) =>
+      acquire(url, { mode, timeout: 30000 }).then(async (r) => {
+        assert.equal(r.ok, true, JSON.stringify(r.error))
+        order.push(i)
+        // Held a moment (one event-loop turn), so readers granted together are seen together.
+        await new Promise(setImmediate)
+        await r.value.release()
+      }),
+    )
+    // Every one of them has reached the server (queued at the gate) before the first holder leaves.
+    await until(k, (s) => s.gateWaiters === modes.length, 'all queued at the gate')
+    await first.value.release()
+    await Promise.all(all)
+    assert.deepEqual(order, modes.map((_, i) => i))
+  })
+
   test('a SIGKILLed reader frees its slot by disconnect: the waiting exclusive gets the lock before its lease ends', async () => {
     const k = key('kill')
     // A 60 s lease: the writer's 20 s timeout can only be met by the disconnect.
@@ -364,7 +387,8 @@ describe('requests and round trips on the wire (counting proxy in front of the r
       const url = `dflockd://127.0.0.1:${p.port}/${k}?leaseTtl=2`
       const ra = await p.during(() => acquire(url, { mode: 'shared' }))
       assert.equal(ra.v.ok, true)
-      assert.deepEqual(ra.bursts.map(cmds), [['l', 'sl'], ['r']], 'reader acquire: gate and slot in one write, then the gate let go')
+      // A blocking acquire enqueues at the gate (`e`, answered at once: this process's next waiter may send its own).
+      assert.deepEqual(ra.bursts.map(cmds), [['e', 'sl'], ['r']], 'reader acquire: gate and slot in one write, then the gate let go')
       // The next renew (every second with a 2 s lease): one burst of one `sn`.
       const renew = await new Promise((resolve) => {
         const from = p.bursts.length
@@ -383,8 +407,14 @@ describe('requests and round trips on the wire (counting proxy in front of the r
       const wa = await p.during(() => acquire(url, { mode: 'exclusive' }))
       assert.equal(wa.v.ok, true)
       assert.equal(wa.bursts.length, 1, 'writer acquire: 1 round trip')
-      assert.equal(cmds(wa.bursts)[0], 'l', 'the gate first')
-      assert.deepEqual(count(cmds(wa.bursts)), { l: 1, sl: MAX_READERS })
+      assert.equal(cmds(wa.bursts)[0], 'e', 'the gate first')
+      assert.deepEqual(count(cmds(wa.bursts)), { e: 1, sl: MAX_READERS })
+      // A try sends `l … 0` for the gate, the same shape.
+      const wt = await p.during(async () => {
+        const t = await tryAcquire(url, { mode: 'exclusive' })
+        assert.equal(t.error.type, 'ALREADY_LOCKED')
+      })
+      assert.equal(cmds(wt.bursts)[0], 'l')
       const wrenew = await new Promise((resolve) => {
         const from = p.bursts.length
         p.ev.on('burst', function f() {

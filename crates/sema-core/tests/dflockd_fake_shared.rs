@@ -34,6 +34,7 @@ mod dflockd {
                     log.lock().unwrap_or_else(|e| e.into_inner()).push(req);
                     let reply = match cmd.as_str() {
                         "l" => format!("ok {TOKEN} 2\n"),
+                        "e" => format!("acquired {TOKEN} 2\n"),
                         "sl" => {
                             slot += 1;
                             format!("ok {slot:032x} 2\n")
@@ -74,7 +75,7 @@ mod dflockd {
             let reqs = log.lock().unwrap().clone();
             let cmds: Vec<_> = reqs.iter().map(|r| r[0].as_str()).collect();
             assert_eq!(cmds.len(), 1 + MAX_READERS as usize);
-            assert_eq!(cmds[0], "l");
+            assert_eq!(cmds[0], "e", "a blocking acquire enqueues (call order)");
             assert!(cmds[1..].iter().all(|c| *c == "sl"), "{cmds:?}");
             assert!(reqs[1..]
                 .iter()
@@ -116,7 +117,7 @@ mod dflockd {
         assert_eq!(
             got,
             vec![
-                "l k 10 2".to_string(),
+                "e k 2".to_string(),
                 format!("sl k/readers 0 {MAX_READERS} 2"),
                 format!("r k {TOKEN}"),
                 format!("sr k/readers {slot}"),

@@ -20,9 +20,14 @@
 //! concurrent readers than the 2-core machines this is tested on run holders.
 //!
 //! Cost on the wire, uncontended (asserted by `__test__/dflockd-shared.test.js` with a counting
-//! proxy in front of the real server): a reader's acquire is 3 requests in 2 round trips (`l`
+//! proxy in front of the real server): a reader's acquire is 3 requests in 2 round trips (`e`
 //! gate + `sl` slot in one write, then `r` gate), its renew 1, its release 1; a writer's
 //! acquire, renew and release are `1 + MAX_READERS` requests in one round trip each.
+//!
+//! Call order: a blocking acquire takes its place among this process's waiters on the key (see
+//! [`order`](super::order), shared with the plain mutex on the same key) and sends `e` for the
+//! gate, answered at once, so the next waiter may send its own; when queued it gives back any
+//! slot answered behind the gate and waits with `w`. A try sends `l … 0`.
 //!
 //! Names: the slot key is the user key plus [`READERS_SUFFIX`]. A key can hold almost any
 //! byte, so no suffix is unreachable; a clash with a key used as a mutex or with another
@@ -45,8 +50,9 @@ use tokio::time::Instant;
 
 use super::connection::{reply_limit, Connection};
 use super::error::{DflockdError, ErrorCode, Result};
+use super::order::Place;
 use super::primitive::PrimitiveOptions;
-use super::protocol::{self, AcquireReply, Grant, Request, MAX_KEY_BYTES};
+use super::protocol::{self, AcquireReply, EnqueueReply, Grant, Request, MAX_KEY_BYTES};
 use super::renewer::{renewed_lease, Schedule};
 
 /// The most readers at once (the limit of the reader-slot semaphore). See the module comment.
@@ -211,6 +217,93 @@ const RENEW_MARGIN: Duration = Duration::from_millis(250);
 /// Between two polls of a slot when the lease is too short to block a whole second.
 const SHORT_LEASE_POLL: Duration = Duration::from_millis(50);
 
+/// How the gate request of a [`batch`] was answered.
+enum GateReply {
+    Granted(Grant),
+    TimedOut,
+    Queued,
+}
+
+/// A gate request and `need` slot requests behind it, sent in one write.
+struct Batch {
+    gate: GateReply,
+    /// The slots granted, each with its lease in seconds.
+    slots: Vec<(Part, u64)>,
+    /// The first refusal among the replies (the connection is still in sync).
+    failed: Option<DflockdError>,
+    /// When the write was sent: no grant in it precedes this.
+    sent: Instant,
+}
+
+/// Sends `gate` (`l`, `e` or `w`) and `need` copies of `slot` (`sl … 0`) in one write and reads
+/// every reply. A reply that is not the protocol's closes the connection and fails the call.
+async fn batch(
+    conn: &mut Connection,
+    gate: Request<'_>,
+    slot: Request<'_>,
+    need: usize,
+    limit: Duration,
+) -> Result<Batch> {
+    let mut reqs = Vec::with_capacity(1 + need);
+    reqs.push(gate);
+    reqs.extend(std::iter::repeat_n(slot, need));
+    let lines = conn
+        .call_pipelined(&reqs, limit, |l, _| Ok(l.to_owned()))
+        .await?;
+    let sent = conn.last_sent().unwrap_or_else(Instant::now);
+    let mut lines = lines.into_iter().map(|l| l.unwrap_or_default());
+    let first = lines.next().unwrap_or_default();
+    let mut failed = None;
+    let gate = match gate {
+        Request::Enqueue { .. } => match protocol::parse_enqueue_reply(&first, gate.label()) {
+            Ok(EnqueueReply::Acquired(g)) => GateReply::Granted(g),
+            Ok(EnqueueReply::Queued) => GateReply::Queued,
+            Err(e) => {
+                failed = Some(e);
+                GateReply::TimedOut
+            }
+        },
+        _ => match protocol::parse_acquire_reply(&first, gate.label()) {
+            Ok(AcquireReply::Granted(g)) => GateReply::Granted(g),
+            Ok(AcquireReply::TimedOut) => GateReply::TimedOut,
+            Err(e) => {
+                failed = Some(e);
+                GateReply::TimedOut
+            }
+        },
+    };
+    let Request::SemLock { key, .. } = slot else {
+        return Err(DflockdError::invalid("slot request must be sl"));
+    };
+    let mut slots = Vec::with_capacity(need);
+    for line in lines {
+        match protocol::parse_acquire_reply(&line, slot.label()) {
+            Ok(AcquireReply::Granted(g)) => slots.push((
+                Part {
+                    key: key.to_string(),
+                    token: g.token,
+                    sem: true,
+                },
+                g.lease_s,
+            )),
+            Ok(AcquireReply::TimedOut) => {}
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    if let Some(e) = &failed {
+        if e.code() == ErrorCode::ProtocolError {
+            conn.close();
+            return Err(failed.unwrap_or_else(|| DflockdError::protocol("unexpected reply")));
+        }
+    }
+    Ok(Batch {
+        gate,
+        slots,
+        failed,
+        sent,
+    })
+}
+
 /// The acquisition of `mode` on `conn` (a fresh or pooled connection to the key's server):
 /// `None` = timed out (or, for a try, refused), with whatever it got released. `timeout_s` is the
 /// server-side wait (0 = try once), `end` the client's deadline.
@@ -220,6 +313,7 @@ pub(super) async fn acquire(
     mode: Mode,
     timeout_s: u64,
     end: Option<Instant>,
+    place: Option<Place>,
 ) -> Result<Option<Got>> {
     let ttl = opts.lease_ttl_s;
     let slots_key = readers_key(&opts.key);
@@ -227,39 +321,73 @@ pub(super) async fn acquire(
         Mode::Shared => 1,
         Mode::Exclusive => MAX_READERS as usize,
     };
-    // The gate, and right behind it (the server reads the next request once the gate is
-    // answered) every slot that is free then: one write, one round trip when nothing is held.
-    let mut reqs = vec![Request::Lock {
-        key: &opts.key,
-        timeout_s,
+    let slot = Request::SemLock {
+        key: &slots_key,
+        timeout_s: 0,
+        limit: MAX_READERS,
         ttl_s: ttl,
-    }];
-    reqs.extend(std::iter::repeat_n(
-        Request::SemLock {
-            key: &slots_key,
-            timeout_s: 0,
-            limit: MAX_READERS,
-            ttl_s: ttl,
-        },
-        need,
-    ));
-    let replies = conn
-        .call_pipelined(
-            &reqs,
-            reply_limit(opts.connect.socket_timeout, Some(timeout_s)),
-            protocol::parse_acquire_reply,
-        )
-        .await?;
-    // The lease clock of every part starts when the write was sent (no grant precedes it).
-    let mut sent = conn.last_sent().unwrap_or_else(Instant::now);
-    let mut replies = replies.into_iter();
-    let gate = replies.next();
+    };
+    let socket_timeout = opts.connect.socket_timeout;
+    let mut b = match place {
+        // A try, or a single waiter: `l` blocks until the gate is granted.
+        None => {
+            let gate = Request::Lock {
+                key: &opts.key,
+                timeout_s,
+                ttl_s: ttl,
+            };
+            batch(
+                conn,
+                gate,
+                slot,
+                need,
+                reply_limit(socket_timeout, Some(timeout_s)),
+            )
+            .await?
+        }
+        // A waiter in this process's call order (see `order`): `e`, answered at once, lets the
+        // next waiter send its own.
+        Some(mut place) => {
+            place
+                .turn(opts.connect.connect_timeout + socket_timeout)
+                .await;
+            let gate = Request::Enqueue {
+                key: &opts.key,
+                ttl_s: ttl,
+            };
+            let b = batch(conn, gate, slot, need, socket_timeout).await;
+            drop(place);
+            let b = b?;
+            if !matches!(b.gate, GateReply::Queued) || b.failed.is_some() {
+                b
+            } else {
+                // Slots that answered behind a queued gate are not ours: given back, then the
+                // wait for the gate (with the slots behind it again). The lease clock keeps
+                // the `e`'s send time: the grant may come before the `w` is sent.
+                let got: Vec<Part> = b.slots.into_iter().map(|(p, _)| p).collect();
+                if let Err(e) = release_parts(conn, &got, socket_timeout).await {
+                    give_up(conn, &[], opts).await;
+                    return Err(e);
+                }
+                let wait_s = match end {
+                    Some(e) => ceil_secs(Instant::now(), e),
+                    None => timeout_s,
+                };
+                let gate = Request::Wait {
+                    key: &opts.key,
+                    timeout_s: wait_s,
+                };
+                let limit = reply_limit(socket_timeout, Some(wait_s));
+                let w = batch(conn, gate, slot, need, limit).await?;
+                Batch { sent: b.sent, ..w }
+            }
+        }
+    };
+    let mut sent = b.sent;
     let mut parts = Vec::with_capacity(1 + need);
     let mut lease_s = 0;
-    let mut failed = None;
-    let mut gate_timed_out = false;
-    match gate {
-        Some(Ok(AcquireReply::Granted(g))) => {
+    match b.gate {
+        GateReply::Granted(g) => {
             lease_s = g.lease_s;
             parts.push(Part {
                 key: opts.key.clone(),
@@ -267,27 +395,17 @@ pub(super) async fn acquire(
                 sem: false,
             });
         }
-        Some(Ok(AcquireReply::TimedOut)) => gate_timed_out = true,
-        Some(Err(e)) => failed = Some(e),
-        None => failed = Some(DflockdError::protocol("no reply to the gate request")),
+        GateReply::TimedOut | GateReply::Queued => {}
     }
-    for r in replies {
-        match r {
-            Ok(AcquireReply::Granted(g)) => {
-                if lease_s == 0 {
-                    lease_s = g.lease_s;
-                }
-                parts.push(Part {
-                    key: slots_key.clone(),
-                    token: g.token,
-                    sem: true,
-                })
-            }
-            Ok(AcquireReply::TimedOut) => {}
-            Err(e) => failed = failed.or(Some(e)),
+    let gate_held = !parts.is_empty();
+    for g in b.slots.drain(..) {
+        if lease_s == 0 {
+            lease_s = g.1;
         }
+        parts.push(g.0);
     }
-    if gate_timed_out && failed.is_none() {
+    let failed = b.failed.take();
+    if !gate_held && failed.is_none() {
         // No gate: the slots that came after it are not ours to keep.
         give_up(conn, &parts, opts).await;
         return Ok(None);

@@ -50,6 +50,9 @@ impl Connection {
         limit: std::time::Duration,
         parse: impl Fn(&str, &'static str) -> Result<T>,
     ) -> Result<Vec<Result<T>>> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
         self.wbuf.clear();
         for req in reqs {
             req.encode_into(&mut self.wbuf)?;

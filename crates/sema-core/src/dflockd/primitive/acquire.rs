@@ -157,13 +157,12 @@ impl Primitive {
         let (mut conn, reused) = self.open(kept).await?;
         *reached = true;
         if let Some(mode) = o.mode {
-            // Shared locks keep no in-process order (their gate's `l` queues FIFO on the server).
-            drop(place);
-            let mut got = shared::acquire(o, &mut conn, mode, timeout_s, end).await;
+            let mut got = shared::acquire(o, &mut conn, mode, timeout_s, end, place).await;
             if reused && matches!(&got, Err(e) if e.code() == ErrorCode::ConnectionError) {
-                // A pooled connection the server had dropped (so nothing is held on it).
+                // A pooled connection the server had dropped (so nothing is held on it); its
+                // place was given up with the failed request.
                 conn = Connection::connect(&o.connect).await?;
-                got = shared::acquire(o, &mut conn, mode, timeout_s, end).await;
+                got = shared::acquire(o, &mut conn, mode, timeout_s, end, None).await;
             }
             return Ok(got?.map(|g| (conn, g.grant(), g.sent, g.parts)));
         }

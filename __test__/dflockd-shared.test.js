@@ -289,6 +289,24 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     l.close()
   })
 
+  test('granted after waiting longer than the lease: the fresh grant is renewed and held, not failed', async () => {
+    const k = key('longwait')
+    const url = srv.url(k, 'leaseTtl=2')
+    const first = await acquire(url, { mode: 'exclusive' })
+    const waiters = [acquire(url, { mode: 'shared', timeout: 20000 }), acquire(url, { mode: 'exclusive', timeout: 20000 })]
+    await until(k, (s) => s.gateWaiters === 2, 'both queued')
+    // Past the waiters' 2 s lease clock (the holder renews meanwhile): an event-free wait, time itself is the point.
+    await new Promise((r) => setTimeout(r, 3000))
+    await first.value.release()
+    const r = await waiters[0]
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.equal(r.value.signal.aborted, false)
+    await r.value.release()
+    const w = await waiters[1]
+    assert.equal(w.ok, true, JSON.stringify(w.error))
+    await w.value.release()
+  })
+
   test('renewal keeps every part: held across three renewals of gate and slots, then released cleanly', async () => {
     const p = await countingProxy(srv)
     try {
@@ -380,15 +398,16 @@ const cmds = (bursts) => bursts.flat().map((r) => r.split(' ')[0])
 const count = (list) => list.reduce((m, c) => ((m[c] = (m[c] ?? 0) + 1), m), {})
 
 describe('requests and round trips on the wire (counting proxy in front of the real server)', { skip, timeout: 30_000 }, () => {
-  test('reader: acquire 3 requests in 2 round trips, renew 1, release 1; writer: acquire, renew and release 1+16 in 1', async () => {
+  test('reader: acquire 4 requests in 2 round trips, renew 1, release 1; writer: acquire 2+16, renew and release 1+16, 1 round trip each', async () => {
     const p = await countingProxy(srv)
     try {
       const k = key('wire')
       const url = `dflockd://127.0.0.1:${p.port}/${k}?leaseTtl=2`
       const ra = await p.during(() => acquire(url, { mode: 'shared' }))
       assert.equal(ra.v.ok, true)
-      // A blocking acquire enqueues at the gate (`e`, answered at once: this process's next waiter may send its own).
-      assert.deepEqual(ra.bursts.map(cmds), [['e', 'sl'], ['r']], 'reader acquire: gate and slot in one write, then the gate let go')
+      // A blocking acquire enqueues at the gate (`e`, answered at once: this process's next waiter may send its own),
+      // waits (`w`, at once `ok` here) and takes its slot, in one write; then lets the gate go.
+      assert.deepEqual(ra.bursts.map(cmds), [['e', 'w', 'sl'], ['r']], 'reader acquire: 2 round trips')
       // The next renew (every second with a 2 s lease): one burst of one `sn`.
       const renew = await new Promise((resolve) => {
         const from = p.bursts.length
@@ -407,8 +426,8 @@ describe('requests and round trips on the wire (counting proxy in front of the r
       const wa = await p.during(() => acquire(url, { mode: 'exclusive' }))
       assert.equal(wa.v.ok, true)
       assert.equal(wa.bursts.length, 1, 'writer acquire: 1 round trip')
-      assert.equal(cmds(wa.bursts)[0], 'e', 'the gate first')
-      assert.deepEqual(count(cmds(wa.bursts)), { e: 1, sl: MAX_READERS })
+      assert.deepEqual(cmds(wa.bursts).slice(0, 2), ['e', 'w'], 'the gate first')
+      assert.deepEqual(count(cmds(wa.bursts)), { e: 1, w: 1, sl: MAX_READERS })
       // A try sends `l … 0` for the gate, the same shape.
       const wt = await p.during(async () => {
         const t = await tryAcquire(url, { mode: 'exclusive' })
@@ -430,6 +449,7 @@ describe('requests and round trips on the wire (counting proxy in front of the r
       const wr = await p.during(() => wa.v.value.release())
       assert.equal(wr.bursts.length, 1, 'writer release: 1 round trip')
       assert.deepEqual(count(cmds(wr.bursts)), { r: 1, sr: MAX_READERS })
+      assert.equal(cmds(wr.bursts).at(-1), 'r', 'the gate last: the next writer finds every slot free')
     } finally {
       p.close()
     }

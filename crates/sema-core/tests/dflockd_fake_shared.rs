@@ -35,6 +35,7 @@ mod dflockd {
                     let reply = match cmd.as_str() {
                         "l" => format!("ok {TOKEN} 2\n"),
                         "e" => format!("acquired {TOKEN} 2\n"),
+                        "w" => format!("ok {TOKEN} 2\n"),
                         "sl" => {
                             slot += 1;
                             format!("ok {slot:032x} 2\n")
@@ -74,10 +75,14 @@ mod dflockd {
         {
             let reqs = log.lock().unwrap().clone();
             let cmds: Vec<_> = reqs.iter().map(|r| r[0].as_str()).collect();
-            assert_eq!(cmds.len(), 1 + MAX_READERS as usize);
-            assert_eq!(cmds[0], "e", "a blocking acquire enqueues (call order)");
-            assert!(cmds[1..].iter().all(|c| *c == "sl"), "{cmds:?}");
-            assert!(reqs[1..]
+            assert_eq!(cmds.len(), 2 + MAX_READERS as usize);
+            assert_eq!(
+                cmds[..2],
+                ["e", "w"],
+                "a blocking acquire enqueues (call order)"
+            );
+            assert!(cmds[2..].iter().all(|c| *c == "sl"), "{cmds:?}");
+            assert!(reqs[2..]
                 .iter()
                 .all(|r| r[1] == "k/readers" && r[2] == format!("0 {MAX_READERS} 2")));
         }
@@ -118,6 +123,7 @@ mod dflockd {
             got,
             vec![
                 "e k 2".to_string(),
+                "w k 10".to_string(),
                 format!("sl k/readers 0 {MAX_READERS} 2"),
                 format!("r k {TOKEN}"),
                 format!("sr k/readers {slot}"),

@@ -20,14 +20,17 @@
 //! concurrent readers than the 2-core machines this is tested on run holders.
 //!
 //! Cost on the wire, uncontended (asserted by `__test__/dflockd-shared.test.js` with a counting
-//! proxy in front of the real server): a reader's acquire is 3 requests in 2 round trips (`e`
-//! gate + `sl` slot in one write, then `r` gate), its renew 1, its release 1; a writer's
-//! acquire, renew and release are `1 + MAX_READERS` requests in one round trip each.
+//! proxy in front of the real server): a reader's acquire is 4 requests in 2 round trips (`e`
+//! and `w` for the gate and `sl` for a slot in one write, then `r` gate), its renew 1, its
+//! release 1; a writer's acquire is `2 + MAX_READERS` requests, its renew and release
+//! `1 + MAX_READERS`, one round trip each. A try sends `l … 0` for the gate instead of `e` and
+//! `w` (one request less).
 //!
 //! Call order: a blocking acquire takes its place among this process's waiters on the key (see
 //! [`order`](super::order), shared with the plain mutex on the same key) and sends `e` for the
-//! gate, answered at once, so the next waiter may send its own; when queued it gives back any
-//! slot answered behind the gate and waits with `w`. A try sends `l … 0`.
+//! gate, answered at once, so the next waiter may send its own; `w` (answered `ok` at once when
+//! `e` got the gate, else when granted) and the slot requests follow in the same write. A
+//! writer releases its slots before its gate, so the next writer finds every slot free.
 //!
 //! Names: the slot key is the user key plus [`READERS_SUFFIX`]. A key can hold almost any
 //! byte, so no suffix is unreachable; a clash with a key used as a mutex or with another
@@ -157,7 +160,7 @@ pub(super) async fn renew_parts(
         })
         .collect();
     let replies = conn
-        .call_pipelined(&reqs, limit, protocol::parse_renew_reply)
+        .call_pipelined(&reqs, limit, protocol::parse_renew_reply, || {})
         .await?;
     let mut lease = u64::MAX;
     for (r, p) in replies.into_iter().zip(parts) {
@@ -187,8 +190,10 @@ pub(super) async fn release_parts(
     parts: &[Part],
     limit: Duration,
 ) -> Result<()> {
+    // Slots first, the gate last: the next writer, granted the gate, finds every slot free.
     let reqs: Vec<Request<'_>> = parts
         .iter()
+        .rev()
         .map(|p| {
             let (key, token) = (p.key.as_str(), p.token.as_str());
             if p.sem {
@@ -199,7 +204,7 @@ pub(super) async fn release_parts(
         })
         .collect();
     let replies = conn
-        .call_pipelined(&reqs, limit, protocol::parse_release_reply)
+        .call_pipelined(&reqs, limit, protocol::parse_release_reply, || {})
         .await?;
     replies.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
 }
@@ -217,16 +222,10 @@ const RENEW_MARGIN: Duration = Duration::from_millis(250);
 /// Between two polls of a slot when the lease is too short to block a whole second.
 const SHORT_LEASE_POLL: Duration = Duration::from_millis(50);
 
-/// How the gate request of a [`batch`] was answered.
-enum GateReply {
-    Granted(Grant),
-    TimedOut,
-    Queued,
-}
-
-/// A gate request and `need` slot requests behind it, sent in one write.
+/// A gate request (or two: `e` then `w`) and `need` slot requests behind it, sent in one write.
 struct Batch {
-    gate: GateReply,
+    /// The gate's grant (the last one: a `w` after an `e` answered `acquired` renews it).
+    gate: Option<Grant>,
     /// The slots granted, each with its lease in seconds.
     slots: Vec<(Part, u64)>,
     /// The first refusal among the replies (the connection is still in sync).
@@ -235,50 +234,46 @@ struct Batch {
     sent: Instant,
 }
 
-/// Sends `gate` (`l`, `e` or `w`) and `need` copies of `slot` (`sl … 0`) in one write and reads
-/// every reply. A reply that is not the protocol's closes the connection and fails the call.
+/// Sends `gate` (`l`; or `e` and `w`) and `need` copies of `slot` (`sl … 0`) in one write and
+/// reads every reply; `first_answered` runs once the first reply is in. A reply that is not the
+/// protocol's closes the connection and fails the call.
 async fn batch(
     conn: &mut Connection,
-    gate: Request<'_>,
+    gate: &[Request<'_>],
     slot: Request<'_>,
     need: usize,
     limit: Duration,
+    first_answered: impl FnOnce() + Send,
 ) -> Result<Batch> {
-    let mut reqs = Vec::with_capacity(1 + need);
-    reqs.push(gate);
-    reqs.extend(std::iter::repeat_n(slot, need));
-    let lines = conn
-        .call_pipelined(&reqs, limit, |l, _| Ok(l.to_owned()))
-        .await?;
-    let sent = conn.last_sent().unwrap_or_else(Instant::now);
-    let mut lines = lines.into_iter().map(|l| l.unwrap_or_default());
-    let first = lines.next().unwrap_or_default();
-    let mut failed = None;
-    let gate = match gate {
-        Request::Enqueue { .. } => match protocol::parse_enqueue_reply(&first, gate.label()) {
-            Ok(EnqueueReply::Acquired(g)) => GateReply::Granted(g),
-            Ok(EnqueueReply::Queued) => GateReply::Queued,
-            Err(e) => {
-                failed = Some(e);
-                GateReply::TimedOut
-            }
-        },
-        _ => match protocol::parse_acquire_reply(&first, gate.label()) {
-            Ok(AcquireReply::Granted(g)) => GateReply::Granted(g),
-            Ok(AcquireReply::TimedOut) => GateReply::TimedOut,
-            Err(e) => {
-                failed = Some(e);
-                GateReply::TimedOut
-            }
-        },
-    };
     let Request::SemLock { key, .. } = slot else {
         return Err(DflockdError::invalid("slot request must be sl"));
     };
-    let mut slots = Vec::with_capacity(need);
-    for line in lines {
-        match protocol::parse_acquire_reply(&line, slot.label()) {
-            Ok(AcquireReply::Granted(g)) => slots.push((
+    let mut reqs = gate.to_vec();
+    reqs.extend(std::iter::repeat_n(slot, need));
+    let lines = conn
+        .call_pipelined(&reqs, limit, |l, _| Ok(l.to_owned()), first_answered)
+        .await?;
+    let sent = conn.last_sent().unwrap_or_else(Instant::now);
+    let mut b = Batch {
+        gate: None,
+        slots: Vec::with_capacity(need),
+        failed: None,
+        sent,
+    };
+    for (i, (line, req)) in lines.into_iter().zip(&reqs).enumerate() {
+        let line = line.unwrap_or_default();
+        let reply = match req {
+            Request::Enqueue { .. } => {
+                protocol::parse_enqueue_reply(&line, req.label()).map(|r| match r {
+                    EnqueueReply::Acquired(g) => AcquireReply::Granted(g),
+                    EnqueueReply::Queued => AcquireReply::TimedOut,
+                })
+            }
+            _ => protocol::parse_acquire_reply(&line, req.label()),
+        };
+        match reply {
+            Ok(AcquireReply::Granted(g)) if i < gate.len() => b.gate = Some(g),
+            Ok(AcquireReply::Granted(g)) => b.slots.push((
                 Part {
                     key: key.to_string(),
                     token: g.token,
@@ -287,21 +282,14 @@ async fn batch(
                 g.lease_s,
             )),
             Ok(AcquireReply::TimedOut) => {}
-            Err(e) => failed = failed.or(Some(e)),
+            Err(e) if e.code() == ErrorCode::ProtocolError => {
+                conn.close();
+                return Err(e);
+            }
+            Err(e) => b.failed = b.failed.or(Some(e)),
         }
     }
-    if let Some(e) = &failed {
-        if e.code() == ErrorCode::ProtocolError {
-            conn.close();
-            return Err(failed.unwrap_or_else(|| DflockdError::protocol("unexpected reply")));
-        }
-    }
-    Ok(Batch {
-        gate,
-        slots,
-        failed,
-        sent,
-    })
+    Ok(b)
 }
 
 /// The acquisition of `mode` on `conn` (a fresh or pooled connection to the key's server):
@@ -329,73 +317,51 @@ pub(super) async fn acquire(
     };
     let socket_timeout = opts.connect.socket_timeout;
     let mut b = match place {
-        // A try, or a single waiter: `l` blocks until the gate is granted.
+        // A try, or a waiter alone: `l`, answered when granted or timed out.
         None => {
-            let gate = Request::Lock {
+            let gate = [Request::Lock {
                 key: &opts.key,
                 timeout_s,
                 ttl_s: ttl,
-            };
-            batch(
-                conn,
-                gate,
-                slot,
-                need,
-                reply_limit(socket_timeout, Some(timeout_s)),
-            )
-            .await?
+            }];
+            let limit = reply_limit(socket_timeout, Some(timeout_s));
+            batch(conn, &gate, slot, need, limit, || {}).await?
         }
-        // A waiter in this process's call order (see `order`): `e`, answered at once, lets the
-        // next waiter send its own.
+        // A waiter in this process's call order (see `order`): `e`, answered at once (then the
+        // next waiter may send its own), and behind it `w` (at once `ok` when `e` got the gate,
+        // else the wait) and the slots: one write.
         Some(mut place) => {
             place
                 .turn(opts.connect.connect_timeout + socket_timeout)
                 .await;
-            let gate = Request::Enqueue {
-                key: &opts.key,
-                ttl_s: ttl,
+            let wait_s = match end {
+                Some(e) => ceil_secs(Instant::now(), e),
+                None => timeout_s,
             };
-            let b = batch(conn, gate, slot, need, socket_timeout).await;
-            drop(place);
-            let b = b?;
-            if !matches!(b.gate, GateReply::Queued) || b.failed.is_some() {
-                b
-            } else {
-                // Slots that answered behind a queued gate are not ours: given back, then the
-                // wait for the gate (with the slots behind it again). The lease clock keeps
-                // the `e`'s send time: the grant may come before the `w` is sent.
-                let got: Vec<Part> = b.slots.into_iter().map(|(p, _)| p).collect();
-                if let Err(e) = release_parts(conn, &got, socket_timeout).await {
-                    give_up(conn, &[], opts).await;
-                    return Err(e);
-                }
-                let wait_s = match end {
-                    Some(e) => ceil_secs(Instant::now(), e),
-                    None => timeout_s,
-                };
-                let gate = Request::Wait {
+            let gate = [
+                Request::Enqueue {
+                    key: &opts.key,
+                    ttl_s: ttl,
+                },
+                Request::Wait {
                     key: &opts.key,
                     timeout_s: wait_s,
-                };
-                let limit = reply_limit(socket_timeout, Some(wait_s));
-                let w = batch(conn, gate, slot, need, limit).await?;
-                Batch { sent: b.sent, ..w }
-            }
+                },
+            ];
+            let limit = reply_limit(socket_timeout, Some(wait_s));
+            batch(conn, &gate, slot, need, limit, move || drop(place)).await?
         }
     };
     let mut sent = b.sent;
     let mut parts = Vec::with_capacity(1 + need);
     let mut lease_s = 0;
-    match b.gate {
-        GateReply::Granted(g) => {
-            lease_s = g.lease_s;
-            parts.push(Part {
-                key: opts.key.clone(),
-                token: g.token,
-                sem: false,
-            });
-        }
-        GateReply::TimedOut | GateReply::Queued => {}
+    if let Some(g) = b.gate.take() {
+        lease_s = g.lease_s;
+        parts.push(Part {
+            key: opts.key.clone(),
+            token: g.token,
+            sem: false,
+        });
     }
     let gate_held = !parts.is_empty();
     for g in b.slots.drain(..) {
@@ -410,11 +376,13 @@ pub(super) async fn acquire(
         give_up(conn, &parts, opts).await;
         return Ok(None);
     }
-    let renew_limit = |sent: Instant, lease_s: u64| {
+    // A renew's reply is awaited for the validity a renew sent now would prove (as
+    // `confirm_grant` does), not what is left of the old one: after a wait longer than the lease
+    // that is nothing, while the server granted just now.
+    let renew_limit = |lease_s: u64| {
         let now = Instant::now();
-        let loss_at = Schedule::new(opts, lease_s).loss_at(sent);
-        opts.connect
-            .socket_timeout
+        let loss_at = Schedule::new(opts, lease_s).loss_at(now);
+        socket_timeout
             .min(loss_at.saturating_duration_since(now))
             .max(Duration::from_millis(1))
     };
@@ -435,7 +403,7 @@ pub(super) async fn acquire(
             .saturating_sub(RENEW_MARGIN)
             .as_secs();
         if wait_s == 0 {
-            lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(sent, lease_s))
+            lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(lease_s))
                 .await
                 .map_err(lost_on_refusal)?;
             sent = conn.last_sent().unwrap_or_else(Instant::now);
@@ -482,7 +450,7 @@ pub(super) async fn acquire(
     // Slots granted after a wait: prove the lease of every part from now if it is due.
     let sched = Schedule::new(opts, lease_s);
     if Instant::now() >= sched.renew_at(sent) {
-        lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(sent, lease_s))
+        lease_s = renew_parts(conn, &parts, ttl, lease_s, renew_limit(lease_s))
             .await
             .map_err(lost_on_refusal)?;
         sent = conn.last_sent().unwrap_or_else(Instant::now);

@@ -42,14 +42,17 @@ impl Connection {
     /// Several requests written at once, then their replies read in order (the server answers
     /// the requests of one connection strictly in order): one round trip of wall time for all of
     /// them, as a shared lock's writer takes, renews and releases its parts. Each reply waits at
-    /// most `limit` after the previous one; a reply the server refused is an `Err` in its place,
-    /// a broken connection (or a protocol error, which closes it) fails the whole call.
+    /// most `limit` after the previous one; `first_answered` runs when the first reply is in
+    /// (dropped unrun when the call fails before). A reply the server refused is an `Err` in its place, a broken
+    /// connection (or a protocol error, which closes it) fails the whole call.
     pub async fn call_pipelined<T>(
         &mut self,
         reqs: &[Request<'_>],
         limit: std::time::Duration,
         parse: impl Fn(&str, &'static str) -> Result<T>,
+        first_answered: impl FnOnce() + Send,
     ) -> Result<Vec<Result<T>>> {
+        let mut first_answered = Some(first_answered);
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
@@ -73,6 +76,9 @@ impl Connection {
             };
             let r = self.line(end).and_then(|l| parse(l, req.label()));
             self.consume(end);
+            if let Some(f) = first_answered.take() {
+                f();
+            }
             match r {
                 Err(e) if e.code() == ErrorCode::ProtocolError => return Err(self.fail(e)),
                 r => out.push(r),

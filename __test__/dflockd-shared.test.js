@@ -227,6 +227,42 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     assert.deepEqual(order, modes.map((_, i) => i))
   })
 
+  test('a writer that times out waiting for readers gives back the gate and the slots it had', async () => {
+    const k = key('wtimeout')
+    const url = srv.url(k)
+    const r = holder(url, 'shared')
+    assert.equal(await r.next(), 'held')
+    const w = await acquire(url, { mode: 'exclusive', timeout: 1500 })
+    assert.equal(w.ok, false)
+    assert.equal(w.error.type, 'TIMEOUT')
+    const st = await state(k)
+    assert.equal(st.gateHeld, false)
+    assert.equal(st.readers, 1, 'only the reader holds a slot')
+    const t = await tryAcquire(url, { mode: 'shared' })
+    assert.equal(t.ok, true, 'readers come in again at once')
+    await t.value.release()
+    await r.release()
+  })
+
+  test('an aborted waiting reader settles ABORTED and leaves nothing behind', async () => {
+    const k = key('abort')
+    const url = srv.url(k)
+    const w = await acquire(url, { mode: 'exclusive' })
+    const ac = new AbortController()
+    const waiting = acquire(url, { mode: 'shared', timeout: 20000, signal: ac.signal })
+    await until(k, (s) => s.gateWaiters === 1, 'reader queued')
+    ac.abort()
+    const r = await waiting
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'ABORTED')
+    await w.value.release()
+    const again = await acquire(url, { mode: 'exclusive', timeout: 10000 })
+    assert.equal(again.ok, true, JSON.stringify(again.error))
+    await again.value.release()
+    const st = await state(k)
+    assert.equal(st.readers + Number(st.gateHeld), 0)
+  })
+
   test('a SIGKILLed reader frees its slot by disconnect: the waiting exclusive gets the lock before its lease ends', async () => {
     const k = key('kill')
     // A 60 s lease: the writer's 20 s timeout can only be met by the disconnect.

@@ -215,11 +215,12 @@ fn ceil_secs(now: Instant, until: Instant) -> u64 {
     left.as_secs() + u64::from(left.subsec_nanos() > 0)
 }
 
-/// How long a blocking slot request may wait before the parts held must be renewed: what is
-/// left of their validity less a margin for the reply and the renew to travel.
+/// Kept free at the end of a blocking slot request: before the parts held must be renewed
+/// (for the reply and the renew to travel), and before the caller's deadline.
 const RENEW_MARGIN: Duration = Duration::from_millis(250);
 
-/// Between two polls of a slot when the lease is too short to block a whole second.
+/// Between two polls of a slot when the lease, or what is left of the caller's timeout, is too
+/// short to block a whole second.
 const SHORT_LEASE_POLL: Duration = Duration::from_millis(50);
 
 /// A gate request (or two: `e` then `w`) and `need` slot requests behind it, sent in one write.
@@ -414,7 +415,13 @@ pub(super) async fn acquire(
                 .as_secs();
         }
         if let Some(e) = end {
-            wait_s = wait_s.min(ceil_secs(Instant::now(), e));
+            // Rounded down, less a margin for the reply to travel: the server's wait ends before
+            // the caller's deadline, so a writer
+            // that gives up releases the gate itself instead of leaving it on a dropped
+            // connection the server is not reading until that wait ends (seen: the gate still
+            // held after the writer's TIMEOUT). The last fraction of a second is polled.
+            let left = e.saturating_duration_since(Instant::now());
+            wait_s = wait_s.min(left.saturating_sub(RENEW_MARGIN).as_secs());
         }
         let reply = conn.sem_lock(&slots_key, wait_s, MAX_READERS, ttl).await;
         match reply {

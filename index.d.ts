@@ -281,6 +281,13 @@ export interface AcquireOptions {
   leaseTtl?: number | undefined
   /** dflockd: semaphore slots (overrides `?limit=`). */
   limit?: number | undefined
+  /**
+   * dflockd: a shared (reader/writer) lock on the key (overrides `?mode=`): `'shared'` = one of up to 16 readers,
+   * `'exclusive'` = the only holder, after the readers in place leave; waiting writers are not starved (readers that
+   * come after one wait behind it). Absent: the plain mutex on the key, which does not wait for readers. Does not
+   * combine with `limit`. See docs/lock-kinds.md.
+   */
+  mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: TLS options (implies TLS). */
   tls?: DflockdTlsOptions | true | undefined
   /** dflockd: auth token (overrides the URL's `token@`). */
@@ -336,11 +343,11 @@ export interface Lock extends LockInfo {
 export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
-  /** dflockd: slots held now. */
+  /** dflockd: slots held now (a key held in `mode: 'shared'`: its readers; by a writer: 1). */
   holders?: number | undefined
   /** dflockd: clients queued. */
   waiters?: number | undefined
-  /** dflockd: the key's limit (1 for a lock). */
+  /** dflockd: the key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). */
   limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
@@ -635,6 +642,13 @@ export interface DistributedLockOptions {
   auth?: string | undefined
   /** Called (once) when the held lock is lost: renewal refused, connection dropped, server gone. Errors it throws are reported as warnings. */
   onLockLost?: ((key: string, token: string) => void) | undefined
+  /**
+   * A shared (reader/writer) lock on `key`: `'shared'` = one of up to 16 readers, `'exclusive'` = the only holder,
+   * after the readers in place leave; a waiting writer is not starved by later readers. Absent: the plain mutex on
+   * `key` (one request), which does not wait for readers. `token` is then a reader's slot or a writer's gate token;
+   * `enqueue()`/`wait()` are not available (INVALID_ARGUMENT). See docs/lock-kinds.md.
+   */
+  mode?: 'shared' | 'exclusive' | undefined
   /** TCP + TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number | undefined
   /**

@@ -105,6 +105,9 @@ const check = {
       )
     }
   },
+  mode: (name, v) => {
+    if (v !== 'shared' && v !== 'exclusive') throw refuse(name, "'shared' or 'exclusive'", v)
+  },
   positiveInteger: (name, v) => {
     if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, 'a positive integer', v)
   },
@@ -136,6 +139,7 @@ const ACQUIRE = {
   pid: check.pid,
   leaseTtl: check.leaseTtl,
   limit: check.positiveInteger,
+  mode: check.mode,
   tls: check.tls,
   auth: check.string,
   connectTimeoutMs: check.positiveMs,
@@ -179,6 +183,8 @@ const BACKEND_ONLY = {
   force: 'file',
   leaseTtl: 'dflockd',
   limit: 'dflockd',
+  // Until file locks have modes (branch filekinds): refused for a file rather than ignored.
+  mode: 'dflockd',
   tls: 'dflockd',
   auth: 'dflockd',
   connectTimeoutMs: 'dflockd',
@@ -228,6 +234,7 @@ const DISTRIBUTED_LOCK = {
   tls: check.tls,
   auth: checkedLater,
   onLockLost: checkedLater,
+  mode: check.mode,
   connectTimeoutMs: check.positiveMs,
   socketTimeoutMs: check.positiveMs,
   // Not in the public typings: caps the renew interval (tests against a server with a short --read-timeout).

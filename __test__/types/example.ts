@@ -184,6 +184,12 @@ async function distributed(): Promise<void> {
   await lock.enqueue({ signal: AbortSignal.timeout(100) })
   const viaTarget = await acquire('dflockd://127.0.0.1/k', { tls: true, renewMaxIntervalMs: 5_000, leaseTtl: 10, limit: 1 })
   console.log(viaTarget.ok)
+  const reader = new DistributedLock({ key: 'k', mode: 'shared' })
+  const shared = await withLock('dflockd://127.0.0.1/k', async () => 1, { mode: 'shared' })
+  const writer = await tryAcquire('dflockd://127.0.0.1/k', { mode: 'exclusive' })
+  // @ts-expect-error mode is 'shared' or 'exclusive'
+  await acquire('dflockd://127.0.0.1/k', { mode: 'read' })
+  console.log(reader.key, shared, writer.ok)
 
   const connOptions: ConnectionOptions = { host: '127.0.0.1', port: 6388, tls, auth: 'secret', connectTimeoutMs: 100, socketTimeoutMs: 100 }
   const conn = await Connection.connect(connOptions)

@@ -69,6 +69,7 @@ class DistributedLock {
   #onLockLost
   #connectTimeoutMs
   #socketTimeoutMs
+  #mode
 
   /** The native primitive of server #primIdx, kept across acquisitions (rebuilt only for another shard server, or
    * after an interrupted call whose late end could still touch it). */
@@ -117,6 +118,7 @@ class DistributedLock {
     this.#onLockLost = options.onLockLost ?? undefined
     this.#connectTimeoutMs = opt(options.connectTimeoutMs)
     this.#socketTimeoutMs = opt(options.socketTimeoutMs)
+    this.#mode = opt(options.mode)
     // Every rule on the key, numbers, ratio, TLS and auth lives in the native layer: check each server's options now,
     // so a bad option throws here (as dflockd-client's constructor) instead of at acquire(). With one server the
     // check is building its primitive, which the first acquire() then uses (no I/O until then).
@@ -140,6 +142,7 @@ class DistributedLock {
       connectTimeoutMs: this.#connectTimeoutMs,
       socketTimeoutMs: this.#socketTimeoutMs,
       renewMaxIntervalMs: this.#renewMaxIntervalMs,
+      mode: this.#mode,
     }
   }
 

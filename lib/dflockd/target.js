@@ -117,6 +117,7 @@ function targetConfig(url, options, wait) {
     server: { host: u.host, port: u.port },
     renewRatio: o.renewRatio ?? DEFAULT_RENEW_RATIO,
     renewMaxIntervalMs: opt(o.renewMaxIntervalMs),
+    mode: opt(o.mode) ?? u.mode,
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
   return { ...u, url, limit, prim, conn: { tls: prim.tls, auth: prim.auth, connectTimeoutMs: prim.connectTimeoutMs, socketTimeoutMs: prim.socketTimeoutMs } }
@@ -286,6 +287,15 @@ async function statusTarget(url, options) {
     out.locked = out.holders > 0
   } else if (s.idle_locks.some((e) => e && e.key === u.key)) {
     out.limit = 1
+  }
+  // A shared lock's readers hold slots of `<key>/readers` (crates/sema-core dflockd/shared.rs), not the key itself,
+  // which is free between writers: they are the holders then (and `limit` the most readers at once).
+  const readers = out.locked ? undefined : s.semaphores.find((e) => e && e.key === `${u.key}/readers`)
+  if (readers && Number(readers.holders) > 0) {
+    out.locked = true
+    out.holders = Number(readers.holders)
+    out.limit = Number(readers.limit) || out.limit
+    out.waiters += Number(readers.waiters) || 0
   }
   if (out.locked && mine.length > 0) out.info = { pid: mine[0].pid, timestamp: mine[0].timestamp }
   return out

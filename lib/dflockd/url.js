@@ -1,5 +1,5 @@
 'use strict'
-// The one home of the dflockd URL, `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1&ca=PATH]`:
+// The one home of the dflockd URL, `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&mode=shared&leaseTtl=S&tls=1&ca=PATH]`:
 // its parse (URL
 // semantics: the user info ends at the last '@' before the path; a token with '@', '/', ':' or '%' is written
 // percent-encoded), its redaction (the token is never shown: every message, `lock.target`, `status().target` and
@@ -23,8 +23,8 @@ function redactTarget(url) {
 }
 
 /**
- * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1&ca=PATH]` →
- * `{host, port, key, servers?, auth?, limit?, leaseTtl?, tls, ca?}` (`ca`: the PEM text of the file, read now):
+ * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&mode=shared&leaseTtl=S&tls=1&ca=PATH]` →
+ * `{host, port, key, servers?, auth?, limit?, mode?, leaseTtl?, tls, ca?}` (`ca`: the PEM text of the file, read now):
  * `servers` (a fleet only) every `[host, port]` named, `host`/`port` the one that holds this key. The key is URL-decoded (encode `/`-free specials such as `#` as `%23`); unknown
  * query parameters are rejected.
  */
@@ -73,13 +73,16 @@ function parseDflockdUrl(url) {
   if (auth !== undefined && auth !== '') out.auth = auth
   for (const [name, value] of u.searchParams) {
     if (name === 'limit') out.limit = urlInt(shown, name, value)
-    else if (name === 'leaseTtl') out.leaseTtl = one('leaseTtl', urlInt(shown, name, value), '?leaseTtl')
+    else if (name === 'mode') {
+      if (value !== 'shared' && value !== 'exclusive') throw invalidArgument(`invalid mode=${value} in dflockd URL (use shared or exclusive): ${shown}`)
+      out.mode = value
+    }    else if (name === 'leaseTtl') out.leaseTtl = one('leaseTtl', urlInt(shown, name, value), '?leaseTtl')
     else if (name === 'tls') {
       if (value === '1' || value === 'true' || value === '') out.tls = true
       else if (value === '0' || value === 'false') out.tls = false
       else throw invalidArgument(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
     } else if (name === 'ca') out.ca = caFile(shown, value)
-    else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, leaseTtl, tls, ca): ${shown}`)
+    else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, mode, leaseTtl, tls, ca): ${shown}`)
   }
   if (out.ca !== undefined) {
     // A CA means TLS: `?ca=` alone is enough, `?tls=0&ca=` contradicts itself.

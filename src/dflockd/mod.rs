@@ -93,6 +93,9 @@ pub struct NativePrimitiveOptions {
     /// Upper bound between the starts of two renewals in ms (default 15000; keep below 0.6 ×
     /// the server's read timeout).
     pub renew_max_interval_ms: Option<f64>,
+    /// `'shared'` or `'exclusive'`: a shared (reader/writer) lock on the key; absent = a plain
+    /// lock or semaphore.
+    pub mode: Option<String>,
 }
 
 /// Connection options of `NativeDflockdConnection.connect` and `dflockdStats`.
@@ -257,6 +260,7 @@ fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOption
         o.renew_max_interval_ms,
         core::primitive::DEFAULT_RENEW_MAX_INTERVAL,
     )?;
+    p.mode = o.mode.as_deref().map(core::Mode::parse).transpose()?;
     p.validate()?;
     Ok(p)
 }

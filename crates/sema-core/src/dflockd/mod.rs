@@ -10,6 +10,7 @@
 //! - [`order`]: this process's waiters on one server and key send their requests in call order.
 //! - [`pool`]: the process-wide idle connections (≤ 64 per server, closed after 2 s idle).
 //! - `renewer`: the task that owns a held lock's connection (renewal, loss, release).
+//! - [`shared`]: shared (reader/writer) locks from a gate mutex and reader slots.
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.
 //! - [`error`]: [`DflockdError`] with stable codes.
@@ -27,6 +28,7 @@ pub mod primitive;
 pub mod protocol;
 mod renewer;
 pub mod shard;
+pub mod shared;
 pub mod stats;
 pub mod tls;
 
@@ -35,5 +37,6 @@ pub use error::{DflockdError, ErrorCode, Result};
 pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions, Ticket};
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Reply, Request};
 pub use shard::stable_hash_shard;
+pub use shared::Mode;
 pub use stats::{parse_stats, Stats};
 pub use tls::TlsOptions;

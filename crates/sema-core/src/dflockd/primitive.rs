@@ -42,6 +42,7 @@ use super::order::Place;
 use super::pool;
 use super::protocol::{AcquireReply, EnqueueReply, Grant};
 use super::renewer::{renewed_lease, HeldCmd, HeldShared, ReleaseReply, Renewer, Schedule};
+use super::shared::Part;
 
 mod acquire;
 mod options;
@@ -394,6 +395,7 @@ impl Primitive {
         conn: Connection,
         grant: Grant,
         sent: Instant,
+        parts: Vec<Part>,
     ) -> Result<Armed> {
         let mut st = lock(&self.state);
         let ours = matches!(&st.phase, Phase::Busy { op: o, .. } if *o == op);
@@ -416,6 +418,7 @@ impl Primitive {
             cancel: task_cancel.clone(),
             grant_lease_s: grant.lease_s,
             sent,
+            parts,
             _finished: finished,
         };
         st.phase = Phase::Held(Held {

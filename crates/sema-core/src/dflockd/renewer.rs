@@ -19,6 +19,7 @@ use super::primitive::{
     RELEASE_RENEW_WAIT,
 };
 use super::protocol::MAX_SECONDS;
+use super::shared::{self, Part};
 
 pub(super) struct HeldShared {
     pub(super) token: String,
@@ -175,6 +176,9 @@ pub(super) struct Renewer {
     pub(super) grant_lease_s: u64,
     /// When the request that got the grant (or confirmed it) was sent: the lease clock's start.
     pub(super) sent: Instant,
+    /// A shared lock's parts held on the connection (renewed and released together); empty for
+    /// a plain lock or slot, which is `opts.key` with the grant's token.
+    pub(super) parts: Vec<Part>,
     /// Dropped when the task ends: a new acquisition waits for that (the old connection is
     /// then closed or pooled) without a `JoinHandle`, so the task can also run inline.
     pub(super) _finished: oneshot::Sender<()>,
@@ -204,6 +208,17 @@ pub(super) fn renewed_lease(sent_ttl: Option<u64>, reply: Option<u64>, grant: u6
 impl Renewer {
     async fn renew(&self, conn: &mut Connection, limit: Duration) -> Result<Option<u64>> {
         let o = &self.opts;
+        if !self.parts.is_empty() {
+            return shared::renew_parts(
+                conn,
+                &self.parts,
+                o.lease_ttl_s,
+                self.grant_lease_s,
+                limit,
+            )
+            .await
+            .map(Some);
+        }
         conn.renew_within(
             &o.key,
             &self.shared.token,
@@ -223,9 +238,12 @@ impl Renewer {
             .socket_timeout
             .min(loss_at.saturating_duration_since(Instant::now()))
             .max(Duration::from_millis(1));
-        let r = conn
-            .release_within(&o.key, &self.shared.token, o.limit > 1, limit)
-            .await;
+        let r = if self.parts.is_empty() {
+            conn.release_within(&o.key, &self.shared.token, o.limit > 1, limit)
+                .await
+        } else {
+            shared::release_parts(conn, &self.parts, limit).await
+        };
         if r.is_err() {
             conn.close();
         }

@@ -39,6 +39,54 @@ impl Connection {
         }
     }
 
+    /// Several requests written at once, then their replies read in order (the server answers
+    /// the requests of one connection strictly in order): one round trip of wall time for all of
+    /// them, as a shared lock's writer takes, renews and releases its parts. Each reply waits at
+    /// most `limit` after the previous one; `first_answered` runs when the first reply is in
+    /// (dropped unrun when the call fails before). A reply the server refused is an `Err` in its place, a broken
+    /// connection (or a protocol error, which closes it) fails the whole call.
+    pub async fn call_pipelined<T>(
+        &mut self,
+        reqs: &[Request<'_>],
+        limit: std::time::Duration,
+        parse: impl Fn(&str, &'static str) -> Result<T>,
+        first_answered: impl FnOnce() + Send,
+    ) -> Result<Vec<Result<T>>> {
+        let mut first_answered = Some(first_answered);
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.wbuf.clear();
+        for req in reqs {
+            req.encode_into(&mut self.wbuf)?;
+        }
+        let mut out = Vec::with_capacity(reqs.len());
+        for (i, req) in reqs.iter().enumerate() {
+            let end = if i == 0 {
+                self.exchange_within(limit).await?
+            } else {
+                // Out of sync until this reply is read, should the call be dropped half-way.
+                self.busy = true;
+                let end = match self.read_line(limit).await {
+                    Ok(end) => end,
+                    Err(e) => return Err(self.fail(e)),
+                };
+                self.busy = false;
+                end
+            };
+            let r = self.line(end).and_then(|l| parse(l, req.label()));
+            self.consume(end);
+            if let Some(f) = first_answered.take() {
+                f();
+            }
+            match r {
+                Err(e) if e.code() == ErrorCode::ProtocolError => return Err(self.fail(e)),
+                r => out.push(r),
+            }
+        }
+        Ok(out)
+    }
+
     /// `auth`: `ok` or `AUTH_FAILED`.
     pub async fn auth(&mut self, token: &str) -> Result<()> {
         let r = self

@@ -3,6 +3,11 @@
 //! late grant by a renew, and ride out a server restart while the timeout lasts.
 
 use super::*;
+use crate::dflockd::shared;
+
+/// A grant: its connection, the grant, when its lease clock started, and a shared lock's parts
+/// (empty for a plain lock or slot).
+type Got = (Connection, Grant, Instant, Vec<shared::Part>);
 
 impl Primitive {
     /// Connect and acquire with `acquire_timeout_s`. `Ok(true)` = held (renewal started),
@@ -93,7 +98,9 @@ impl Primitive {
             },
         };
         match res {
-            Ok(Some((conn, g, sent))) => self.commit_held(op, &cancel, conn, g, sent).map(Some),
+            Ok(Some((conn, g, sent, parts))) => self
+                .commit_held(op, &cancel, conn, g, sent, parts)
+                .map(Some),
             Ok(None) => self.end_op(op, &cancel).map(|_| None),
             Err(e) => {
                 self.end_op(op, &cancel)?;
@@ -113,7 +120,7 @@ impl Primitive {
         mut kept: Option<Connection>,
         end: Option<Instant>,
         mut place: Option<Place>,
-    ) -> Result<Option<(Connection, Grant, Instant)>> {
+    ) -> Result<Option<Got>> {
         let mut reached = false;
         let mut backoff = RECONNECT_BACKOFF_MIN;
         let mut timeout_s = self.opts.acquire_timeout_s;
@@ -145,10 +152,20 @@ impl Primitive {
         end: Option<Instant>,
         place: Option<Place>,
         reached: &mut bool,
-    ) -> Result<Option<(Connection, Grant, Instant)>> {
+    ) -> Result<Option<Got>> {
         let o = &self.opts;
         let (mut conn, reused) = self.open(kept).await?;
         *reached = true;
+        if let Some(mode) = o.mode {
+            let mut got = shared::acquire(o, &mut conn, mode, timeout_s, end, place).await;
+            if reused && matches!(&got, Err(e) if e.code() == ErrorCode::ConnectionError) {
+                // A pooled connection the server had dropped (so nothing is held on it); its
+                // place was given up with the failed request.
+                conn = Connection::connect(&o.connect).await?;
+                got = shared::acquire(o, &mut conn, mode, timeout_s, end, None).await;
+            }
+            return Ok(got?.map(|g| (conn, g.grant(), g.sent, g.parts)));
+        }
         // A blocking acquisition sends `e` (answered at once: `acquired` or `queued`), so the next
         // one of this process knows when its own request may follow; a blocking `l` gives no
         // such answer, and sending `l` when no other waiter was seen yet still lost the order
@@ -173,7 +190,7 @@ impl Primitive {
             AcquireReply::TimedOut => Ok(None),
             AcquireReply::Granted(g) => {
                 let (g, sent) = self.confirm_grant(&mut conn, g, sent, false).await?;
-                Ok(Some((conn, g, sent)))
+                Ok(Some((conn, g, sent, Vec::new())))
             }
         }
     }
@@ -188,7 +205,7 @@ impl Primitive {
         reused: bool,
         end: Option<Instant>,
         mut place: Place,
-    ) -> Result<Option<(Connection, Grant, Instant)>> {
+    ) -> Result<Option<Got>> {
         let o = &self.opts;
         place
             .turn(o.connect.connect_timeout + o.connect.socket_timeout)
@@ -223,7 +240,7 @@ impl Primitive {
             }
         };
         let (g, sent) = self.confirm_grant(&mut conn, grant, sent, false).await?;
-        Ok(Some((conn, g, sent)))
+        Ok(Some((conn, g, sent, Vec::new())))
     }
 
     /// The client's lease clock of a grant starts when its request was sent; after a blocking

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::super::connection::ConnectOptions;
 use super::super::error::{DflockdError, Result};
 use super::super::protocol;
+use super::super::shared::{self, Mode};
 
 /// Default cap between two renewals: well below the server's default 23 s idle limit.
 pub const DEFAULT_RENEW_MAX_INTERVAL: Duration = Duration::from_secs(15);
@@ -46,6 +47,9 @@ pub struct PrimitiveOptions {
     /// Upper bound between the starts of two renewals (keep it below 0.6 × the server's read
     /// timeout).
     pub renew_max_interval: Duration,
+    /// `None` = a plain lock or semaphore on `key`; `Some` = a shared (reader/writer) lock held
+    /// in that mode (see [`shared`](super::super::shared); `limit` must then be 1).
+    pub mode: Option<Mode>,
 }
 
 impl PrimitiveOptions {
@@ -61,6 +65,7 @@ impl PrimitiveOptions {
             connect,
             renew_ratio: 0.5,
             renew_max_interval: DEFAULT_RENEW_MAX_INTERVAL,
+            mode: None,
         }
     }
 
@@ -69,6 +74,16 @@ impl PrimitiveOptions {
         protocol::validate_key(&self.key)?;
         protocol::validate_limit(self.limit)?;
         protocol::validate_timeout(self.acquire_timeout_s)?;
+        if self.mode.is_some() {
+            if self.limit != 1 {
+                return Err(DflockdError::invalid(format!(
+                    "limit and mode do not combine: a shared lock has one writer or up to {} readers, a semaphore {} holders of one kind",
+                    shared::MAX_READERS,
+                    self.limit
+                )));
+            }
+            shared::validate_key(&self.key)?;
+        }
         if let Some(t) = self.lease_ttl_s {
             protocol::validate_ttl(t)?;
         }

@@ -57,6 +57,11 @@ impl Primitive {
 
     /// [`Primitive::enqueue`] with a ticket taken earlier.
     pub async fn enqueue_with(&self, ticket: Ticket) -> Result<EnqueueOutcome> {
+        if self.opts.mode.is_some() {
+            return Err(DflockdError::invalid(
+                "enqueue()/wait() are not available with a mode (the protocol's two-phase acquire is for one key); use acquire()",
+            ));
+        }
         let (op, cancel, old, kept) = self.begin(ticket)?;
         join_stopped(old).await;
         let res = self
@@ -65,10 +70,11 @@ impl Primitive {
         match res {
             Ok((conn, EnqueueReply::Acquired(g))) => {
                 let sent = conn.last_sent().unwrap_or_else(Instant::now);
-                self.commit_held(op, &cancel, conn, g, sent).map(|armed| {
-                    armed.spawn();
-                    EnqueueOutcome::Acquired
-                })
+                self.commit_held(op, &cancel, conn, g, sent, Vec::new())
+                    .map(|armed| {
+                        armed.spawn();
+                        EnqueueOutcome::Acquired
+                    })
             }
             Ok((conn, EnqueueReply::Queued)) => self
                 .commit_queued(op, &cancel, conn)
@@ -193,10 +199,12 @@ impl Primitive {
             _ = cut => Ok(None),
         };
         match res {
-            Ok(Some((g, sent))) => self.commit_held(op, &cancel, conn, g, sent).map(|armed| {
-                armed.spawn();
-                true
-            }),
+            Ok(Some((g, sent))) => self
+                .commit_held(op, &cancel, conn, g, sent, Vec::new())
+                .map(|armed| {
+                    armed.spawn();
+                    true
+                }),
             Ok(None) => {
                 drop(conn);
                 self.end_op(op, &cancel).map(|_| false)

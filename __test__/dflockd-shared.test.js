@@ -1,0 +1,573 @@
+'use strict'
+// Shared (reader/writer) locks on dflockd (issue 19 part 2), built from the server's primitives: the gate mutex `<key>`
+// and the reader-slot semaphore `<key>/readers` (limit 16). Real Go server, real child processes holding; a counting
+// proxy in front of the real server counts the requests and round trips of each operation.
+const { test, describe, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
+const { once, EventEmitter } = require('node:events')
+const readline = require('node:readline')
+const net = require('node:net')
+const path = require('node:path')
+const d = require('./helpers/dflockd')
+const { acquire, tryAcquire, withLock, status } = require('..')
+const { DistributedLock, Connection, stats } = require('../lib/dflockd')
+
+const skip = d.goOnly()
+const MAX_READERS = 16
+let srv
+let seq = 0
+const key = (name) => `sh-${name}-${process.pid}-${++seq}`
+const CHILD = path.join(__dirname, 'helpers', 'dflockd-shared-child.js')
+const children = new Set()
+
+before(async () => {
+  if (!skip) srv = await d.startServer()
+})
+after(async () => {
+  for (const c of children) c.kill('SIGKILL')
+  await d.stopAll()
+})
+
+/** A child process acquiring `url` in `mode`; `next()` resolves its next stdout line. */
+function holder(url, mode, timeoutMs = 30000) {
+  const child = spawn(process.execPath, [CHILD, url, mode, String(timeoutMs)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  const lines = []
+  const waiting = []
+  readline.createInterface({ input: child.stdout }).on('line', (l) => {
+    const w = waiting.shift()
+    if (w) w(l)
+    else lines.push(l)
+  })
+  return {
+    child,
+    next: () => (lines.length ? Promise.resolve(lines.shift()) : new Promise((resolve) => waiting.push(resolve))),
+    /** Lines already printed and not read. */
+    pending: () => lines.length,
+    async release() {
+      child.stdin.write('release\n')
+      assert.equal(await this.next(), 'released')
+    },
+  }
+}
+
+/** Server state of `k`: its gate and its reader slots. */
+async function state(k, server = srv) {
+  const s = await stats({ host: server.host, port: server.port })
+  const gate = s.locks.find((e) => e.key === k)
+  const slots = s.semaphores.find((e) => e.key === `${k}/readers`)
+  return {
+    gateHeld: !!gate && Number(gate.owner_conn_id) !== 0,
+    gateWaiters: gate ? gate.waiters : 0,
+    readers: slots ? slots.holders : 0,
+    slotWaiters: slots ? slots.waiters : 0,
+    limit: slots ? slots.limit : undefined,
+  }
+}
+
+/** Polls the server's state (its queues have no event to wait on) until `pred` holds. */
+async function until(k, pred, what) {
+  for (let i = 0; i < 1000; i++) {
+    const st = await state(k)
+    if (pred(st)) return st
+    await new Promise((r) => setTimeout(r, 10))
+  }
+  assert.fail(`server state never reached: ${what}; last ${JSON.stringify(await state(k))}`)
+}
+
+/** Marks when a promise settles, so a test can assert it has not yet. */
+function track(p) {
+  const t = { settled: false, p }
+  p.then(
+    () => (t.settled = true),
+    () => (t.settled = true),
+  )
+  return t
+}
+
+describe('shared and exclusive on dflockd (real server, child processes)', { skip, timeout: 60_000 }, () => {
+  test('4 shared holders at once; an exclusive waits for every one of them', async () => {
+    const k = key('four')
+    const url = srv.url(k)
+    const readers = [0, 1, 2, 3].map(() => holder(url, 'shared'))
+    for (const r of readers) assert.equal(await r.next(), 'held')
+    let st = await state(k)
+    assert.equal(st.readers, 4, 'four readers hold a slot each at once')
+    assert.equal(st.gateHeld, false, 'readers let the gate go')
+    assert.equal(st.limit, MAX_READERS)
+    const w = track(acquire(url, { mode: 'exclusive', timeout: 30000 }))
+    // The writer holds the gate and every slot the readers left, and waits for theirs.
+    await until(k, (s) => s.gateHeld && s.slotWaiters === 1 && s.readers === MAX_READERS, 'writer waiting for readers')
+    for (let i = 0; i < 3; i++) await readers[i].release()
+    st = await until(k, (s) => s.readers === MAX_READERS && s.slotWaiters === 1, 'writer still waiting for the last reader')
+    assert.equal(w.settled, false, 'no exclusive while one reader holds')
+    await readers[3].release()
+    const r = await w.p
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    st = await state(k)
+    assert.equal(st.readers, MAX_READERS, 'the writer holds every slot')
+    assert.equal(st.gateHeld, true)
+    await r.value.release()
+    st = await state(k)
+    assert.equal(st.readers, 0)
+    assert.equal(st.gateHeld, false)
+  })
+
+  test('an exclusive holder excludes readers and writers; readers come in after it', async () => {
+    const k = key('excl')
+    const url = srv.url(k)
+    const w = holder(url, 'exclusive')
+    assert.equal(await w.next(), 'held')
+    const t = await tryAcquire(url, { mode: 'shared' })
+    assert.equal(t.ok, false)
+    assert.equal(t.error.type, 'ALREADY_LOCKED')
+    const t2 = await tryAcquire(url, { mode: 'exclusive' })
+    assert.equal(t2.error.type, 'ALREADY_LOCKED')
+    const timed = await acquire(url, { mode: 'shared', timeout: 300 })
+    assert.equal(timed.error.type, 'TIMEOUT')
+    const reader = track(acquire(url, { mode: 'shared', timeout: 30000 }))
+    await until(k, (s) => s.gateWaiters === 1, 'reader queued at the gate')
+    assert.equal(reader.settled, false)
+    await w.release()
+    const r = await reader.p
+    assert.equal(r.ok, true)
+    assert.equal((await state(k)).readers, 1)
+    await r.value.release()
+  })
+
+  test('tryAcquire shared is granted while readers hold; exclusive is refused and leaves nothing behind', async () => {
+    const k = key('try')
+    const url = srv.url(k)
+    const a = holder(url, 'shared')
+    assert.equal(await a.next(), 'held')
+    const t = await tryAcquire(url, { mode: 'shared' })
+    assert.equal(t.ok, true, JSON.stringify(t.error))
+    const x = await tryAcquire(url, { mode: 'exclusive' })
+    assert.equal(x.ok, false)
+    assert.equal(x.error.type, 'ALREADY_LOCKED')
+    // The refused writer released the gate and the slots it had got.
+    const st = await state(k)
+    assert.equal(st.readers, 2)
+    assert.equal(st.gateHeld, false)
+    await t.value.release()
+    await a.release()
+    const x2 = await tryAcquire(url, { mode: 'exclusive' })
+    assert.equal(x2.ok, true, 'granted once the readers left')
+    await x2.value.release()
+  })
+
+  test('a plain mutex on the key (no mode) keeps readers and writers out; slots got behind the refused gate are released', async () => {
+    const k = key('plain')
+    const url = srv.url(k)
+    const plain = holder(url, 'none')
+    assert.equal(await plain.next(), 'held')
+    for (const mode of ['shared', 'exclusive']) {
+      const t = await tryAcquire(url, { mode })
+      assert.equal(t.error.type, 'ALREADY_LOCKED', mode)
+      const st = await state(k)
+      assert.equal(st.readers, 0, `${mode}: the slots taken right behind the gate were given back`)
+    }
+    await plain.release()
+  })
+
+  test('a stream of readers does not starve a waiting exclusive (readers after it wait behind it, FIFO)', async () => {
+    const k = key('starve')
+    const url = srv.url(k)
+    const first = holder(url, 'shared')
+    assert.equal(await first.next(), 'held')
+    const order = []
+    const w = acquire(url, { mode: 'exclusive', timeout: 30000 }).then((r) => {
+      order.push('writer')
+      return r
+    })
+    await until(k, (s) => s.gateHeld && s.slotWaiters === 1, 'writer waiting')
+    // Readers keep arriving while the first still holds: each would be admitted by a reader-preferring lock.
+    const later = [holder(url, 'shared'), holder(url, 'shared'), holder(url, 'shared')]
+    await until(k, (s) => s.gateWaiters === 3, 'later readers queued behind the writer')
+    for (const r of later) assert.equal(r.pending(), 0, 'no later reader got in')
+    await first.release()
+    const wr = await w
+    assert.equal(wr.ok, true)
+    const st = await state(k)
+    assert.equal(st.gateWaiters, 3, 'the later readers are still queued at the gate while the writer holds')
+    assert.equal(st.readers, MAX_READERS)
+    for (const r of later) assert.equal(r.pending(), 0, 'later readers still wait while the writer holds')
+    await wr.value.release()
+    for (const r of later) {
+      assert.equal(await r.next(), 'held')
+      order.push('reader')
+    }
+    assert.deepEqual(order, ['writer', 'reader', 'reader', 'reader'])
+    assert.equal((await state(k)).readers, 3, 'the later readers hold together')
+    for (const r of later) await r.release()
+  })
+
+  test('waiters of one process are granted in the order they were started, across modes', async () => {
+    const k = key('order')
+    const url = srv.url(k)
+    const first = await acquire(url, { mode: 'exclusive' })
+    assert.equal(first.ok, true)
+    const order = []
+    const modes = ['exclusive', 'shared', 'exclusive', 'shared', 'shared', 'exclusive', 'shared', 'exclusive']
+    const all = modes.map((mode, i) =>
+      acquire(url, { mode, timeout: 30000 }).then(async (r) => {
+        assert.equal(r.ok, true, JSON.stringify(r.error))
+        order.push(i)
+        // Held a moment (one event-loop turn), so readers granted together are seen together.
+        await new Promise(setImmediate)
+        await r.value.release()
+      }),
+    )
+    // Every one of them has reached the server (queued at the gate) before the first holder leaves.
+    await until(k, (s) => s.gateWaiters === modes.length, 'all queued at the gate')
+    await first.value.release()
+    await Promise.all(all)
+    assert.deepEqual(order, modes.map((_, i) => i))
+  })
+
+  test('a writer that times out waiting for readers gives back the gate and the slots it had', async () => {
+    const k = key('wtimeout')
+    const url = srv.url(k)
+    const r = holder(url, 'shared')
+    assert.equal(await r.next(), 'held')
+    const w = await acquire(url, { mode: 'exclusive', timeout: 1500 })
+    assert.equal(w.ok, false)
+    assert.equal(w.error.type, 'TIMEOUT')
+    const st = await state(k)
+    assert.equal(st.gateHeld, false)
+    assert.equal(st.readers, 1, 'only the reader holds a slot')
+    const t = await tryAcquire(url, { mode: 'shared' })
+    assert.equal(t.ok, true, 'readers come in again at once')
+    await t.value.release()
+    await r.release()
+  })
+
+  test('an aborted waiting reader settles ABORTED and leaves nothing behind', async () => {
+    const k = key('abort')
+    const url = srv.url(k)
+    const w = await acquire(url, { mode: 'exclusive' })
+    const ac = new AbortController()
+    const waiting = acquire(url, { mode: 'shared', timeout: 20000, signal: ac.signal })
+    await until(k, (s) => s.gateWaiters === 1, 'reader queued')
+    ac.abort()
+    const r = await waiting
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'ABORTED')
+    await w.value.release()
+    const again = await acquire(url, { mode: 'exclusive', timeout: 10000 })
+    assert.equal(again.ok, true, JSON.stringify(again.error))
+    await again.value.release()
+    const st = await state(k)
+    assert.equal(st.readers + Number(st.gateHeld), 0)
+  })
+
+  test('a SIGKILLed reader frees its slot by disconnect: the waiting exclusive gets the lock before its lease ends', async () => {
+    const k = key('kill')
+    // A 60 s lease: the writer's 20 s timeout can only be met by the disconnect.
+    const url = srv.url(k, 'leaseTtl=60')
+    const r = holder(url, 'shared')
+    assert.equal(await r.next(), 'held')
+    const w = track(acquire(url, { mode: 'exclusive', timeout: 20000 }))
+    await until(k, (s) => s.gateHeld && s.slotWaiters === 1, 'writer waiting')
+    r.child.kill('SIGKILL')
+    await once(r.child, 'exit')
+    const got = await w.p
+    assert.equal(got.ok, true, JSON.stringify(got.error))
+    await got.value.release()
+  })
+
+  test('a SIGKILLed writer frees the gate and every slot by disconnect', async () => {
+    const k = key('killw')
+    const url = srv.url(k, 'leaseTtl=60')
+    const w = holder(url, 'exclusive')
+    assert.equal(await w.next(), 'held')
+    assert.equal((await state(k)).readers, MAX_READERS)
+    const reader = acquire(url, { mode: 'shared', timeout: 20000 })
+    await until(k, (s) => s.gateWaiters === 1, 'reader waiting')
+    w.child.kill('SIGKILL')
+    const r = await reader
+    assert.equal(r.ok, true)
+    await r.value.release()
+  })
+})
+
+describe('leases of every part', { skip, timeout: 30_000 }, () => {
+  test("a reader's slot lost (released behind its back) is reported: onLost and signal", async () => {
+    const k = key('lost-r')
+    const url = srv.url(k, 'leaseTtl=2')
+    let onLost
+    const lost = new Promise((resolve) => (onLost = resolve))
+    const r = await acquire(url, { mode: 'shared', onLost: (lock, err) => onLost(err) })
+    assert.equal(r.ok, true)
+    const c = await Connection.connect({ host: srv.host, port: srv.port })
+    // Tokens are bearer capabilities: another connection may release the slot.
+    assert.equal(await c.request('sr', `${k}/readers`, r.value.token), 'ok')
+    c.close()
+    const err = await lost
+    assert.equal(err.code, 'LOCK_LOST')
+    assert.equal(r.value.signal.aborted, true)
+    assert.match(err.message, /readers/)
+  })
+
+  test("a writer's gate lost is reported through DistributedLock's onLockLost", async () => {
+    const k = key('lost-w')
+    let onLost
+    const lost = new Promise((resolve) => (onLost = resolve))
+    const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], leaseTtlS: 2, mode: 'exclusive', onLockLost: (...a) => onLost(a) })
+    assert.equal(await l.acquire(), true)
+    const c = await Connection.connect({ host: srv.host, port: srv.port })
+    assert.equal(await c.request('r', k, l.token), 'ok')
+    c.close()
+    await lost
+    assert.equal(l.signal.aborted, true)
+    l.close()
+  })
+
+  test('granted after waiting longer than the lease: the fresh grant is renewed and held, not failed', async () => {
+    const k = key('longwait')
+    const url = srv.url(k, 'leaseTtl=2')
+    const first = await acquire(url, { mode: 'exclusive' })
+    const waiters = [acquire(url, { mode: 'shared', timeout: 20000 }), acquire(url, { mode: 'exclusive', timeout: 20000 })]
+    await until(k, (s) => s.gateWaiters === 2, 'both queued')
+    // Past the waiters' 2 s lease clock (the holder renews meanwhile): an event-free wait, time itself is the point.
+    await new Promise((r) => setTimeout(r, 3000))
+    await first.value.release()
+    const r = await waiters[0]
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.equal(r.value.signal.aborted, false)
+    await r.value.release()
+    const w = await waiters[1]
+    assert.equal(w.ok, true, JSON.stringify(w.error))
+    await w.value.release()
+  })
+
+  test('renewal keeps every part: held across three renewals of gate and slots, then released cleanly', async () => {
+    const p = await countingProxy(srv)
+    try {
+      const k = key('renew')
+      const w = await acquire(`dflockd://127.0.0.1:${p.port}/${k}?leaseTtl=1`, { mode: 'exclusive' })
+      assert.equal(w.ok, true)
+      const from = p.bursts.length
+      await new Promise((resolve) => {
+        p.ev.on('burst', function f() {
+          const renews = p.bursts.slice(from).filter((b) => b.length === 1 + MAX_READERS)
+          if (renews.length >= 3) {
+            p.ev.off('burst', f)
+            resolve()
+          }
+        })
+      })
+      assert.equal(w.value.signal.aborted, false)
+      const st = await state(k)
+      assert.equal(st.readers, MAX_READERS)
+      assert.equal(st.gateHeld, true)
+      assert.equal(await w.value.release(), true)
+    } finally {
+      p.close()
+    }
+  })
+})
+
+/** A TCP proxy in front of the real server that logs each connection's requests (command and key) in bursts: one
+ * burst = what the client sent before it next heard from the server, so a burst is one round trip. */
+async function countingProxy(target) {
+  const ev = new EventEmitter()
+  const bursts = []
+  const sockets = new Set()
+  const server = net.createServer((c) => {
+    const up = net.connect(target.port, target.host)
+    sockets.add(c).add(up)
+    let buf = ''
+    let lines = []
+    let cur = null
+    c.on('data', (chunk) => {
+      if (cur === null) {
+        cur = []
+        bursts.push(cur)
+      }
+      buf += chunk
+      let i
+      while ((i = buf.indexOf('\n')) >= 0) {
+        lines.push(buf.slice(0, i))
+        buf = buf.slice(i + 1)
+        if (lines.length === 3) {
+          cur.push(`${lines[0]} ${lines[1]}`)
+          lines = []
+        }
+      }
+      up.write(chunk)
+      ev.emit('burst')
+    })
+    up.on('data', (chunk) => {
+      cur = null
+      c.write(chunk)
+    })
+    const end = () => {
+      c.destroy()
+      up.destroy()
+    }
+    c.on('close', end).on('error', end)
+    up.on('close', end).on('error', end)
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  return {
+    port: server.address().port,
+    bursts,
+    ev,
+    /** Bursts logged while `fn` runs. */
+    async during(fn) {
+      const from = bursts.length
+      const v = await fn()
+      return { v, bursts: bursts.slice(from) }
+    },
+    close() {
+      for (const s of sockets) s.destroy()
+      server.close()
+    },
+  }
+}
+
+const cmds = (bursts) => bursts.flat().map((r) => r.split(' ')[0])
+const count = (list) => list.reduce((m, c) => ((m[c] = (m[c] ?? 0) + 1), m), {})
+
+describe('requests and round trips on the wire (counting proxy in front of the real server)', { skip, timeout: 30_000 }, () => {
+  test('reader: acquire 4 requests in 2 round trips, renew 1, release 1; writer: acquire 2+16, renew and release 1+16, 1 round trip each', async () => {
+    const p = await countingProxy(srv)
+    try {
+      const k = key('wire')
+      const url = `dflockd://127.0.0.1:${p.port}/${k}?leaseTtl=2`
+      const ra = await p.during(() => acquire(url, { mode: 'shared' }))
+      assert.equal(ra.v.ok, true)
+      // A blocking acquire enqueues at the gate (`e`, answered at once: this process's next waiter may send its own),
+      // waits (`w`, at once `ok` here) and takes its slot, in one write; then lets the gate go.
+      assert.deepEqual(ra.bursts.map(cmds), [['e', 'w', 'sl'], ['r']], 'reader acquire: 2 round trips')
+      // The next renew (every second with a 2 s lease): one burst of one `sn`.
+      const renew = await new Promise((resolve) => {
+        const from = p.bursts.length
+        p.ev.on('burst', function f() {
+          if (p.bursts.length > from) {
+            p.ev.off('burst', f)
+            setImmediate(() => resolve(p.bursts.slice(from)))
+          }
+        })
+      })
+      assert.deepEqual(cmds(renew), ['sn'])
+      const rr = await p.during(() => ra.v.value.release())
+      assert.deepEqual(cmds(rr.bursts), ['sr'])
+      assert.equal(rr.bursts.length, 1)
+
+      const wa = await p.during(() => acquire(url, { mode: 'exclusive' }))
+      assert.equal(wa.v.ok, true)
+      assert.equal(wa.bursts.length, 1, 'writer acquire: 1 round trip')
+      assert.deepEqual(cmds(wa.bursts).slice(0, 2), ['e', 'w'], 'the gate first')
+      assert.deepEqual(count(cmds(wa.bursts)), { e: 1, w: 1, sl: MAX_READERS })
+      // A try sends `l … 0` for the gate, the same shape.
+      const wt = await p.during(async () => {
+        const t = await tryAcquire(url, { mode: 'exclusive' })
+        assert.equal(t.error.type, 'ALREADY_LOCKED')
+      })
+      assert.equal(cmds(wt.bursts)[0], 'l')
+      const wrenew = await new Promise((resolve) => {
+        const from = p.bursts.length
+        p.ev.on('burst', function f() {
+          const got = p.bursts.slice(from).flat().length
+          if (got >= 1 + MAX_READERS) {
+            p.ev.off('burst', f)
+            resolve(p.bursts.slice(from))
+          }
+        })
+      })
+      assert.equal(wrenew.length, 1, 'writer renew: 1 round trip')
+      assert.deepEqual(count(cmds(wrenew)), { n: 1, sn: MAX_READERS })
+      const wr = await p.during(() => wa.v.value.release())
+      assert.equal(wr.bursts.length, 1, 'writer release: 1 round trip')
+      assert.deepEqual(count(cmds(wr.bursts)), { r: 1, sr: MAX_READERS })
+      assert.equal(cmds(wr.bursts).at(-1), 'r', 'the gate last: the next writer finds every slot free')
+    } finally {
+      p.close()
+    }
+  })
+})
+
+describe('API surface', { skip, timeout: 30_000 }, () => {
+  test('?mode= in the URL, withLock and DistributedLock take the mode; readers share', async () => {
+    const k = key('api')
+    const inner = await withLock(
+      srv.url(k, 'mode=shared'),
+      async () => {
+        const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], mode: 'shared', acquireTimeoutS: 0 })
+        assert.equal(await l.acquire(), true, 'a second reader while the first holds')
+        const x = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], mode: 'exclusive', acquireTimeoutS: 0 })
+        assert.equal(await x.acquire(), false, 'no writer while readers hold')
+        assert.equal((await state(k)).readers, 2)
+        await l.release()
+        return 'ran'
+      },
+      { timeout: 5000 },
+    )
+    assert.equal(inner, 'ran')
+    assert.equal((await state(k)).readers, 0)
+  })
+
+  test('status() of a key held in shared mode counts the readers; held by a writer, one holder', async () => {
+    const k = key('status')
+    const url = srv.url(k)
+    assert.equal((await status(url)).locked, false)
+    const a = await acquire(url, { mode: 'shared' })
+    const b = await acquire(url, { mode: 'shared' })
+    let st = await status(url)
+    assert.equal(st.locked, true, 'readers hold it although the gate is free')
+    assert.equal(st.holders, 2)
+    assert.equal(st.limit, MAX_READERS)
+    assert.equal(st.isOwnedByCurrentProcess, true)
+    await a.value.release()
+    await b.value.release()
+    assert.equal((await status(url)).locked, false)
+    const w = await acquire(url, { mode: 'exclusive' })
+    st = await status(url)
+    assert.equal(st.locked, true)
+    assert.equal(st.holders, 1)
+    await w.value.release()
+  })
+
+  test('bad input: clear INVALID_ARGUMENT, nothing sent', async () => {
+    const k = key('bad')
+    const r = await acquire(srv.url(k), { mode: 'read' })
+    assert.equal(r.error.type, 'INVALID_ARGUMENT')
+    assert.match(r.error.message, /mode/)
+    const u = await acquire(srv.url(k, 'mode=read'))
+    assert.equal(u.error.type, 'INVALID_ARGUMENT')
+    assert.match(u.error.message, /mode=read/)
+    const both = await acquire(srv.url(k), { mode: 'shared', limit: 3 })
+    assert.equal(both.error.type, 'INVALID_ARGUMENT')
+    assert.match(both.error.message, /limit and mode/)
+    const long = await acquire(srv.url('k'.repeat(250)), { mode: 'shared' })
+    assert.equal(long.error.type, 'INVALID_ARGUMENT')
+    assert.match(long.error.message, /readers/)
+    assert.throws(() => new DistributedLock({ key: k, mode: 'both' }), (e) => e.code === 'INVALID_ARGUMENT' && /mode/.test(e.message))
+    const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], mode: 'shared' })
+    await assert.rejects(l.enqueue(), (e) => e.code === 'INVALID_ARGUMENT' && /enqueue/.test(e.message))
+    l.close()
+    const st = await state(k)
+    assert.equal(st.gateHeld || st.readers > 0, false)
+  })
+
+  test('a sharded fleet puts the gate and the reader slots on the server the key maps to', async () => {
+    const other = await d.startServer()
+    const k = key('fleet')
+    const servers = [srv, other]
+    const url = `dflockd://${srv.host}:${srv.port},${other.host}:${other.port}/${k}?mode=exclusive`
+    const w = await acquire(url)
+    assert.equal(w.ok, true)
+    const got = await Promise.all(servers.map((s) => state(k, s)))
+    const home = got.findIndex((s) => s.gateHeld)
+    assert.notEqual(home, -1)
+    assert.equal(got[home].readers, MAX_READERS, 'the slots live with the gate')
+    assert.equal(got[1 - home].readers + Number(got[1 - home].gateHeld), 0, 'nothing on the other server')
+    await w.value.release()
+    await other.stop()
+  })
+})

@@ -5,7 +5,7 @@
 //
 //   node bench/run.js                      everything (several minutes)
 //   node bench/run.js --smoke              every benchmark with tiny counts (< 30 s); exit 1 on a crash or overlap
-//   node bench/run.js --only=file,contended,dflockd,memory,diagnostics
+//   node bench/run.js --only=file,contended,dflockd,kinds,memory,diagnostics
 //   node bench/run.js --render             re-render bench/results/latest.json (after a change of the tables)
 
 const { spawnSync } = require('node:child_process')
@@ -20,7 +20,10 @@ const dfl = require('./dflockd')
 
 const root = path.resolve(__dirname, '..')
 const resultsDir = path.join(__dirname, 'results')
-const SECTIONS = ['file', 'contended', 'dflockd', 'memory', 'diagnostics']
+const SECTIONS = ['file', 'contended', 'dflockd', 'kinds', 'memory', 'diagnostics']
+// The lock kinds' own scripts (counting semaphores and shared locks, against the mutex of the same backend), each
+// printing a markdown table that the report embeds; a non-zero exit (an overlap, a failure) fails the run.
+const KIND_SCRIPTS = [['dflockd shared and exclusive vs the mutex (bench/dflockd-shared.js)', 'dflockd-shared.js']]
 
 const argv = process.argv.slice(2)
 const smoke = argv.includes('--smoke')
@@ -600,6 +603,16 @@ function addonAvailable() {
   }
 }
 
+/** Runs each of KIND_SCRIPTS (with --smoke in a smoke run); its table, or its failure. */
+function runKinds() {
+  return KIND_SCRIPTS.map(([title, file]) => {
+    log(`kinds: ${file}`)
+    const r = spawnSync(process.execPath, [path.join(__dirname, file), ...(smoke ? ['--smoke'] : [])], { encoding: 'utf8', timeout: 600_000 })
+    if (r.status !== 0) return { title, error: fail(`kinds ${file}`, new Error(`exit ${r.status ?? r.signal}: ${(r.stderr || '').trim().slice(-500)}`)).error }
+    return { title, table: r.stdout.trim() }
+  })
+}
+
 async function main() {
   if (renderOnly) {
     const res = JSON.parse(fs.readFileSync(path.join(resultsDir, 'latest.json'), 'utf8'))
@@ -629,6 +642,7 @@ async function main() {
         res.dflockd = fail('dflockd', e)
       }
     }
+    if (only.includes('kinds')) res.kinds = runKinds()
     if (only.includes('memory')) res.memory = await runMemory(dirs)
     if (only.includes('diagnostics')) {
       try {
@@ -692,6 +706,7 @@ function render(res) {
       }
     }
   }
+  for (const k of res.kinds || []) parts.push(`### ${k.title}`, '', k.error ? `error: ${k.error}` : k.table, '')
   if (res.memory) parts.push('### Memory (RSS after `global.gc()`, one process)', '', memoryTable(res.memory), '')
   if (res.diagnostics) parts.push('### diagnostics_channel hooks (bench/diagnostics.js)', '', diagnosticsTable(res.diagnostics), '')
   parts.push('### Targets', '', targets(res), '')

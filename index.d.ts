@@ -36,6 +36,11 @@ export type SemaphoreErrorType =
   | 'UNSUPPORTED_PLATFORM'
   /** A binary is published for this platform, but its package is missing or would not load (thrown by `require('sema-native')`). */
   | 'NATIVE_LOAD_FAILED'
+  /**
+   * A counting semaphore (`limit`) asked for with another limit than its live holders took it with: a lock file's
+   * slot files name their limit (`<path>.slot-<i>-of-<N>`).
+   */
+  | 'LIMIT_MISMATCH'
 
 /** A failure as a value (semats' shape). */
 export interface SemaphoreError {
@@ -245,8 +250,20 @@ export interface AcquireOptions {
   pid?: number | undefined
   /** dflockd: lease in whole seconds, the protocol's unit and `?leaseTtl=`'s (overrides it); errors name `leaseTtl`. */
   leaseTtl?: number | undefined
-  /** dflockd: semaphore slots (overrides `?limit=`). */
+  /**
+   * A counting semaphore: at most `limit` holders at once (a positive integer; absent = a mutex). dflockd: the key's
+   * slots (overrides `?limit=`). File: slot 0 is the path itself, slots 1…N-1 sibling lock files
+   * `<path>.slot-<i>-of-<N>`, each with the mutex's guarantees; a tool that knows only the lock-file format (`sema`,
+   * `semats`, a shell) and takes the path takes one slot. A live slot taken with another limit fails the call with
+   * `LIMIT_MISMATCH`. Waiters of one process are served in call order; across processes, whoever tries first after a
+   * slot frees (a freed slot is seen by a file event, a crashed holder's within `retryInterval`).
+   */
   limit?: number | undefined
+  /**
+   * `'exclusive'` (the default): one holder. `'shared'`: any number of shared holders, or one exclusive holder.
+   * Refused with `INVALID_ARGUMENT` where this version has no shared locks.
+   */
+  mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: TLS options (implies TLS). */
   tls?: DflockdTlsOptions | true | undefined
   /** dflockd: auth token (overrides the URL's `token@`). */
@@ -298,11 +315,11 @@ export interface Lock extends LockInfo {
 export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
-  /** dflockd: slots held now. */
+  /** dflockd: slots held now. File, with `limit` in the options: slot files present (taken). */
   holders?: number | undefined
   /** dflockd: clients queued. */
   waiters?: number | undefined
-  /** dflockd: the key's limit (1 for a lock). */
+  /** dflockd: the key's limit (1 for a lock). File: the `limit` asked for. */
   limit?: number | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
@@ -329,6 +346,13 @@ export interface LockStatus extends SemaphoreStatus {
 export interface StatusOptions {
   /** File: stale rule used for `isStale`. */
   staleTimeout?: number | null | undefined
+  /**
+   * File: the counting semaphore's limit, to report `holders` over its `limit` slots (`locked` when any is taken,
+   * `info` the path's holder or else the first taken slot's).
+   */
+  limit?: number | undefined
+  /** The mode to judge for (see {@link AcquireOptions.mode}). */
+  mode?: 'shared' | 'exclusive' | undefined
   tls?: DflockdTlsOptions | true | undefined
   auth?: string | undefined
   connectTimeoutMs?: number | undefined

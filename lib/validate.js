@@ -105,6 +105,10 @@ const check = {
       )
     }
   },
+  /** A lock's mode (Web Locks' names). */
+  mode: (name, v) => {
+    if (v !== 'shared' && v !== 'exclusive') throw refuse(name, "'shared' or 'exclusive'", v)
+  },
   positiveInteger: (name, v) => {
     if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, 'a positive integer', v)
   },
@@ -136,6 +140,7 @@ const ACQUIRE = {
   pid: check.pid,
   leaseTtl: check.leaseTtl,
   limit: check.positiveInteger,
+  mode: check.mode,
   tls: check.tls,
   auth: check.string,
   connectTimeoutMs: check.positiveMs,
@@ -144,10 +149,12 @@ const ACQUIRE = {
   renewMaxIntervalMs: check.positiveMs,
 }
 
-const RELEASE = { force: check.force, pid: check.pid }
+const RELEASE = { force: check.force, pid: check.pid, limit: check.positiveInteger }
 
 const STATUS = {
   staleTimeout: check.staleTimeout,
+  limit: check.positiveInteger,
+  mode: check.mode,
   tls: check.tls,
   auth: check.string,
   connectTimeoutMs: check.positiveMs,
@@ -178,7 +185,6 @@ const BACKEND_ONLY = {
   pid: 'file',
   force: 'file',
   leaseTtl: 'dflockd',
-  limit: 'dflockd',
   tls: 'dflockd',
   auth: 'dflockd',
   connectTimeoutMs: 'dflockd',
@@ -192,15 +198,16 @@ function checkBackend(snapshot, backend) {
   for (const key of Object.keys(snapshot)) {
     const only = BACKEND_ONLY[key]
     if (only === undefined || only === backend || snapshot[key] === undefined || snapshot[key] === null) continue
-    const hint =
-      key === 'limit'
-        ? ' (a file lock has one holder; counting semaphores are a dflockd feature for now)'
-        : only === 'file'
-          ? ' (the dflockd server keeps the lock: it has no lock file to judge or write)'
-          : ''
+    const hint = only === 'file' ? ' (the dflockd server keeps the lock: it has no lock file to judge or write)' : ''
     throw invalidArgument(`option '${key}' applies to ${only === 'file' ? 'file' : 'dflockd://'} targets only, not to a ${backend} target${hint}`)
   }
+  if (snapshot.mode === 'shared' && !SHARED_ON.has(backend)) {
+    throw invalidArgument(`mode 'shared' is not available on ${backend === 'file' ? 'file' : 'dflockd://'} targets in this version`)
+  }
 }
+
+/** The backends with shared (reader) locks: refused elsewhere rather than silently taken exclusive. */
+const SHARED_ON = new Set([])
 
 /** Checked where it is used (the native layer, or the dflockd modules): listed so that its name is known. */
 const checkedLater = () => {}

@@ -260,8 +260,15 @@ export interface AcquireOptions {
    */
   limit?: number | undefined
   /**
-   * `'exclusive'` (the default): one holder. `'shared'`: any number of shared holders, or one exclusive holder.
-   * Refused with `INVALID_ARGUMENT` where this version has no shared locks.
+   * `'shared'`: any number of shared holders at once, or one `'exclusive'` holder. Writer preference: while an
+   * exclusive request waits, no new shared holder joins (a stream of readers cannot starve it); readers arriving
+   * then wait behind it. Absent: the plain mutex, which waits while shared holders hold but does not know them.
+   * File: while any shared holder holds, the path exists in the lock-file format (a `mode=shared` line), names a
+   * live shared holder and is kept young by their heartbeat, so `sema`/`semats` wait and `sema try` is refused;
+   * each shared holder also holds a sibling `<path>.reader-<hex>`; a crashed one is reclaimed at once by
+   * `'shared'`/`'exclusive'` acquirers (by other tools and the plain mutex only after `staleTimeout`). Not with
+   * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). See docs/lock-kinds.md. Refused with
+   * `INVALID_ARGUMENT` on a backend without shared locks in this version.
    */
   mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: TLS options (implies TLS). */
@@ -315,12 +322,14 @@ export interface Lock extends LockInfo {
 export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
-  /** dflockd: slots held now. File, with `limit` in the options: slot files present (taken). */
+  /** dflockd: slots held now. File, with `limit` in the options: slot files present (taken); a shared lock: live shared holders. */
   holders?: number | undefined
   /** dflockd: clients queued. */
   waiters?: number | undefined
   /** dflockd: the key's limit (1 for a lock). File: the `limit` asked for. */
   limit?: number | undefined
+  /** File: `'shared'` when shared holders hold the path (then `holders` counts them). */
+  mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
   /**

@@ -201,13 +201,16 @@ function checkBackend(snapshot, backend) {
     const hint = only === 'file' ? ' (the dflockd server keeps the lock: it has no lock file to judge or write)' : ''
     throw invalidArgument(`option '${key}' applies to ${only === 'file' ? 'file' : 'dflockd://'} targets only, not to a ${backend} target${hint}`)
   }
+  if (snapshot.mode === 'shared' && backend === 'file' && snapshot.pid != null) {
+    throw invalidArgument("option 'pid' cannot be combined with mode 'shared' (the readers' heartbeat needs a live process)")
+  }
   if (snapshot.mode === 'shared' && !SHARED_ON.has(backend)) {
     throw invalidArgument(`mode 'shared' is not available on ${backend === 'file' ? 'file' : 'dflockd://'} targets in this version`)
   }
 }
 
 /** The backends with shared (reader) locks: refused elsewhere rather than silently taken exclusive. */
-const SHARED_ON = new Set([])
+const SHARED_ON = new Set(['file'])
 
 /** Checked where it is used (the native layer, or the dflockd modules): listed so that its name is known. */
 const checkedLater = () => {}

@@ -35,6 +35,7 @@ Options:
                      broken (default 1h; 0 or off: never by age)
   --limit <n>        A counting semaphore of n slots (acquire, try-acquire, run, status,
                      release); files: slot files <path>.slot-<i>-of-<n> beside <path>
+  --mode <mode>      run: shared (any number of shared holders at once) or exclusive
   --force            release: remove the lock whoever holds it
   --ca <file>        dflockd: PEM CA for TLS (implies TLS)
   --json             One line of JSON on stdout, also for failures
@@ -134,7 +135,7 @@ until the process is ended.
 
 Exit: 0 quit, 2 usage, 3 the directory cannot be read.
 `,
-  run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [--limit <n>] [-v] -- <command> [args...]
+  run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [--limit <n>] [--mode shared|exclusive] [-v] -- <command> [args...]
 
 Acquires the lock, runs <command> with this terminal's stdin/stdout/stderr, holds the
 lock (renewed automatically) for the command's whole life, releases it, and exits with

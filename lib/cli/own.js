@@ -42,14 +42,14 @@ const ACCEPTS = {
   status: ['stale', 'ca', 'limit'],
   clean: ['stale'],
   wait: ['timeout', 'ca'],
-  run: ['timeout', 'tag', 'stale', 'ca', 'limit', 'verbose'],
+  run: ['timeout', 'tag', 'stale', 'ca', 'limit', 'mode', 'verbose'],
   ls: ['stale'],
   top: ['stale'],
 }
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
 const NOT_FOR = { run: ['json'], top: ['json'] }
-const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca', 'limit']
+const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca', 'limit', 'mode']
 const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
 /** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
 const PARSE_OPTIONS = Object.fromEntries(
@@ -319,6 +319,9 @@ function statusOptions(o) {
   if (tls) options.tls = tls
   const limit = limitOption(o)
   if (limit !== undefined) options.limit = limit
+  // run only (acquire/try-acquire leave a lock behind, which a shared holder cannot: its heartbeat needs a live
+  // process); the value is checked with the API's options.
+  if (o.mode !== undefined) options.mode = o.mode
   return options
 }
 

@@ -131,6 +131,8 @@ function unexpected(error) {
  * each taken by acquireMutex), else the mutex.
  */
 function acquireFile(target, path, options = {}, how) {
+  if (options.mode === 'shared') return require('./shared').acquireShared(target, path, options, how)
+  if (options.mode === 'exclusive') return require('./shared').acquireExclusive(target, path, options, how)
   if (options.limit != null) return require('./slots').acquireSlot(target, path, options, how)
   return acquireMutex(target, path, options, how)
 }
@@ -209,9 +211,12 @@ function markReleasedByPath(path) {
 }
 
 /** status of a file target: of its slots when `limit` is given (./slots.js), else of the one lock file. */
-function statusFile(target, path, options = {}) {
+async function statusFile(target, path, options = {}) {
   if (options.limit != null) return require('./slots').statusSlots(target, path, options)
-  return statusMutex(target, path, options)
+  const s = await statusMutex(target, path, options)
+  // A shared lock's path names one reader: say how many hold it.
+  const shared = s.locked ? await require('./shared').sharedFacts(path, options) : null
+  return shared ? { ...s, ...shared } : s
 }
 
 async function statusMutex(target, path, options = {}) {

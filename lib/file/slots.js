@@ -109,7 +109,7 @@ async function acquireSlot(target, path, options, { wait }) {
       const r = await tryAll()
       if (r) return r
       if (deadline !== null && Date.now() >= deadline) return ended('timeout', options, signal)
-      const why = await waitFor(deadline, signal, (wake) => watchSlots(base, limit, options.retryInterval ?? 100, wake))
+      const why = await waitFor(deadline, signal, (wake) => watchSiblings(base, options.retryInterval ?? 100, wake))
       if (why !== 'woken') return ended(why, options, signal)
     }
   } finally {
@@ -151,14 +151,17 @@ function waitFor(deadline, signal, arm) {
   })
 }
 
-/** Wakes on a file event naming a slot of `base`, or after `retryMs`; returns the stop function. */
-function watchSlots(base, limit, retryMs, wake) {
+/**
+ * Wakes on a file event naming `base` or one of its siblings (`<base>.…`: slots, readers), or after `retryMs`;
+ * returns the stop function.
+ */
+function watchSiblings(base, retryMs, wake) {
   const name = nodePath.basename(base)
   const poll = setTimeout(() => wake('woken'), retryMs)
   let watcher = null
   try {
     watcher = fs.watch(nodePath.dirname(base), { persistent: false }, (_event, file) => {
-      if (file === null || file === name || (file.startsWith(name) && SLOT_NAME.test(file.slice(name.length)))) wake('woken')
+      if (file === null || file === name || file.startsWith(`${name}.`)) wake('woken')
     })
     watcher.on('error', () => {}) // the poll goes on
   } catch {
@@ -202,4 +205,4 @@ async function statusSlots(target, path, options) {
   return { ...all[0], locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
 }
 
-module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots }
+module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots, waitFor, watchSiblings, ended, isLive }

@@ -1,0 +1,329 @@
+'use strict'
+// Shared (reader/writer) locks on lock files: `mode: 'shared' | 'exclusive'`.
+//
+// Files beside the lock path P (none ends in `.tmp`, which semats' cleanStale removes, nor in `.lock`, which `ls`
+// lists):
+// - `P.rw-guard`: a mutex lock file held for the few milliseconds of each membership change (a reader joining or
+//   leaving, an exclusive taking P, the readers' heartbeat), so that these decisions never interleave. Taken by the
+//   engine: a guard whose holder died is reclaimed at once.
+// - `P.reader-<hex>`: one per shared holder, a lock file of its own taken by the engine (heartbeat, loss
+//   notification, a dead holder's file judged dead at once). The readers are the live ones among them.
+// - `P.writer-<hex>`: one per exclusive waiter while it waits (writer preference, below).
+// - P itself: while any reader holds, P exists in the lock-file format with the line `mode=shared`, names a
+//   reader (`pid=`) and is kept young by the readers' heartbeat (its `timestamp=` rewritten every second). It has no
+//   `host=`/`token=`, so every tool judges it by semats' rule: `sema` and `semats` (and our plain mutex) wait for
+//   it and `sema try` is refused; only an age over the stale timeout with its pid gone would let them break it, and
+//   the heartbeat keeps its age at most about a second. When the named reader leaves or dies while others read,
+//   the next heartbeat (or the leave itself) names a live one.
+//
+// Policy (writer preference): a reader joins only when no exclusive waiter is announced (a live `P.writer-*`), so
+// a stream of readers cannot starve an exclusive request; readers wait while a writer waits or holds. An exclusive
+// acquire under the guard breaks a shared P whose readers are all dead (a crashed reader is reclaimed at once),
+// takes P with the engine, and otherwise waits until the last reader's leave removes P. A mutex acquire without
+// `mode` does not read the `mode=shared` line: it waits while P exists, and after a crash until the stale timeout.
+
+const fs = require('node:fs')
+const crypto = require('node:crypto')
+const nodePath = require('node:path')
+const native = require('../native')
+const { LockHandle } = require('../lock-handle')
+const { acquireMutex } = require('./lock')
+const { acquireTimeoutMs } = require('./engine')
+const { waitFor, watchSiblings, ended, isLive } = require('./slots')
+
+/** The readers' refresh of P's timestamp (the mutex's default heartbeat: a 1 s age for `sema --stale` >= 1 s). */
+const HEARTBEAT_MS = 1000
+
+/** The longest wait for the guard when the caller set no deadline. */
+const GUARD_BOUND_MS = 30_000
+
+const hex = () => crypto.randomBytes(8).toString('hex')
+
+/** `{ kind: 'absent' | 'shared' | 'other', pid?, ino? }`: what P is now (never follows a link at P). */
+function readBase(base) {
+  let st
+  try {
+    st = fs.lstatSync(base)
+  } catch (e) {
+    return e.code === 'ENOENT' ? { kind: 'absent' } : { kind: 'other' }
+  }
+  if (!st.isFile()) return { kind: 'other' }
+  let text
+  try {
+    const fd = fs.openSync(base, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
+    try {
+      text = fs.readFileSync(fd, 'utf8')
+    } finally {
+      fs.closeSync(fd)
+    }
+  } catch {
+    return { kind: 'other' }
+  }
+  if (!/^mode=shared$/m.test(text)) return { kind: 'other' }
+  const pid = Number(/^pid=(\d+)$/m.exec(text)?.[1] ?? 0)
+  return { kind: 'shared', pid, ino: st.ino }
+}
+
+/**
+ * Writes P as a shared base naming `pid`: a new file written whole, then linked into place when P is absent
+ * (`link` fails if anything is there, a link included) or renamed over the shared base (which replaces the name,
+ * never following it). Only under the guard.
+ */
+function writeBase(base, pid, tag, replace, fsync) {
+  const tmp = `${base}.rw-${hex()}-new`
+  let content = `pid=${pid}\ntimestamp=${Math.floor(Date.now() / 1000)}\n`
+  if (tag !== undefined && tag !== null) content += `tag=${String(tag).replace(/[\u0000-\u001f\u007f]/g, ' ')}\n`
+  content += 'mode=shared\n'
+  const fd = fs.openSync(tmp, 'wx', 0o644)
+  try {
+    fs.writeSync(fd, content)
+    if (fsync) fs.fsyncSync(fd)
+  } finally {
+    fs.closeSync(fd)
+  }
+  try {
+    if (replace) fs.renameSync(tmp, base)
+    else fs.linkSync(tmp, base)
+  } finally {
+    try {
+      fs.unlinkSync(tmp)
+    } catch {}
+  }
+}
+
+/** The sibling files `P.<kind>-<hex>` (kind 'reader' | 'writer'), live or dead. */
+function members(base, kind) {
+  const dir = nodePath.dirname(base)
+  const prefix = `${nodePath.basename(base)}.${kind}-`
+  let names
+  try {
+    names = fs.readdirSync(dir)
+  } catch {
+    return []
+  }
+  return names.filter((n) => n.startsWith(prefix) && /^[0-9a-f]{16}$/.test(n.slice(prefix.length))).map((n) => nodePath.join(dir, n))
+}
+
+/** The live members of a kind; dead ones' files are removed (only under the guard). */
+async function liveMembers(base, kind, options) {
+  const live = []
+  for (const p of members(base, kind)) {
+    if (await isLive(p, options)) live.push(p)
+    else removeDead(p)
+  }
+  return live
+}
+
+function removeDead(p) {
+  try {
+    if (fs.lstatSync(p).isFile()) fs.unlinkSync(p)
+  } catch {}
+}
+
+/** Removes P if it is still the shared base `seen` (same inode). */
+function removeBase(base, seen) {
+  const now = readBase(base)
+  if (now.kind === 'shared' && now.ino === seen.ino) fs.unlinkSync(base)
+}
+
+/** Options for the guard and the member files: the caller's file options, no tag, no waiting of their own. */
+function memberOptions(options) {
+  return { staleTimeout: options.staleTimeout, fsync: options.fsync, heartbeat: options.heartbeat, retryInterval: options.retryInterval }
+}
+
+/**
+ * Runs `fn()` holding P's guard. `{ ok: true, value }`, or the guard's failure (TIMEOUT at the deadline, ABORTED).
+ */
+async function withGuard(base, options, deadline, signal, fn) {
+  const guard = `${base}.rw-guard`
+  // No deadline (tryAcquire, release): the guard is held for a few file operations, so waiting for it is no wait
+  // for the lock; a bound still ends a wait on a guard that never frees.
+  const timeout = deadline === null ? GUARD_BOUND_MS : Math.max(0, deadline - Date.now())
+  const g = await acquireMutex(guard, guard, { ...memberOptions(options), timeout, signal }, { wait: true })
+  if (!g.ok) {
+    if (g.error.type === 'TIMEOUT') return ended('timeout', options, signal)
+    return g
+  }
+  try {
+    return { ok: true, value: await fn() }
+  } finally {
+    await g.value.release()
+  }
+}
+
+/** Waits for a change next to P (file event or poll): 'woken' | 'timeout' | 'aborted'. */
+function nextChange(base, options, deadline, signal) {
+  return waitFor(deadline, signal, (wake) => watchSiblings(base, options.retryInterval ?? 100, wake))
+}
+
+// ─── shared ───
+
+/** This process's shared holds, by base path: the heartbeat's list. */
+const heldShared = new Map()
+let heartbeat = null
+
+class SharedFileLock extends LockHandle {
+  #inner
+  #base
+  #options
+
+  constructor(inner, target, base, options) {
+    super({ target, backend: 'file', pid: inner.pid, timestamp: inner.timestamp, tag: options.tag ?? undefined, token: inner.token, onLost: options.onLost })
+    this.#inner = inner
+    this.#base = base
+    this.#options = options
+    Object.defineProperty(this, '_path', { value: base })
+    Object.defineProperty(this, '_options', { value: options })
+    inner.signal.addEventListener('abort', () => this._markLost(inner.signal.reason?.message ?? 'Lock was lost'), { once: true })
+    const set = heldShared.get(base) ?? new Set()
+    set.add(this)
+    heldShared.set(base, set)
+    if (heartbeat === null) {
+      heartbeat = setInterval(refreshAll, HEARTBEAT_MS)
+      heartbeat.unref()
+    }
+  }
+
+  async _release() {
+    const base = this.#base
+    forget(this, base)
+    const r = await withGuard(base, this.#options, null, null, async () => {
+      const released = await this.#inner.release()
+      const seen = readBase(base)
+      if (seen.kind !== 'shared') return released
+      const others = await liveMembers(base, 'reader', this.#options)
+      if (others.length === 0) removeBase(base, seen)
+      else if (!native.isProcessRunning(seen.pid) || (seen.pid === process.pid && !heldShared.has(base))) {
+        writeBase(base, await pidOf(others[0]), this.#options.tag, true, this.#options.fsync !== false)
+      }
+      return released
+    })
+    if (!r.ok) throw Object.assign(new Error(r.error.message), { code: r.error.type })
+    return r.value
+  }
+}
+
+function forget(handle, base) {
+  const set = heldShared.get(base)
+  if (!set) return
+  set.delete(handle)
+  if (set.size === 0) heldShared.delete(base)
+  if (heldShared.size === 0 && heartbeat !== null) {
+    clearInterval(heartbeat)
+    heartbeat = null
+  }
+}
+
+async function pidOf(readerFile) {
+  const { statusMutex } = require('./lock')
+  const s = await statusMutex(readerFile, readerFile, {})
+  return s.info?.pid ?? process.pid
+}
+
+let refreshing = false
+/** The heartbeat: each shared base this process reads gets a fresh timestamp, naming a live reader. */
+async function refreshAll() {
+  if (refreshing) return
+  refreshing = true
+  try {
+    for (const [base, set] of heldShared) {
+      const [any] = set
+      const options = any ? any._options : {}
+      await withGuard(base, options, Date.now() + HEARTBEAT_MS, null, () => {
+        const seen = readBase(base)
+        if (seen.kind !== 'shared') return
+        const pid = native.isProcessRunning(seen.pid) ? seen.pid : process.pid
+        writeBase(base, pid, undefined, true, false)
+      }).catch(() => {})
+    }
+  } finally {
+    refreshing = false
+  }
+}
+
+/** mode: 'shared'. Same result shape as acquireFile. */
+async function acquireShared(target, path, options, { wait }) {
+  if (options.limit != null) {
+    return { ok: false, error: { type: 'INVALID_ARGUMENT', message: "limit with mode 'shared' is not available on file targets in this version" } }
+  }
+  const base = nodePath.resolve(path)
+  const deadline = wait ? deadlineOf(options) : null
+  const signal = options.signal ?? null
+  for (;;) {
+    const r = await withGuard(base, options, deadline, signal, async () => {
+      if ((await liveMembers(base, 'writer', options)).length > 0) return null
+      const seen = readBase(base)
+      if (seen.kind === 'other') return null
+      const reader = `${base}.reader-${hex()}`
+      const reg = await acquireMutex(target, reader, memberOptions(options), { wait: false })
+      if (!reg.ok) return reg
+      try {
+        if (seen.kind === 'absent') writeBase(base, process.pid, options.tag, false, options.fsync !== false)
+        else if (!native.isProcessRunning(seen.pid)) writeBase(base, process.pid, options.tag, true, options.fsync !== false)
+      } catch (e) {
+        await reg.value.release()
+        return { ok: false, error: { type: 'IO_ERROR', message: `cannot write the shared lock '${base}': ${e.message}` } }
+      }
+      return reg
+    })
+    if (!r.ok) return r
+    if (r.value !== null) {
+      if (!r.value.ok) return r.value
+      return { ok: true, value: new SharedFileLock(r.value.value, target, base, options) }
+    }
+    if (!wait) return { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held exclusively, or an exclusive request waits` } }
+    const why = await nextChange(base, options, deadline, signal)
+    if (why !== 'woken') return ended(why, options, signal)
+  }
+}
+
+/** mode: 'exclusive': the mutex, aware of readers (waits for them; breaks a shared base whose readers all died). */
+async function acquireExclusive(target, path, options, { wait }) {
+  if (options.limit != null) return require('./slots').acquireSlot(target, path, options, { wait })
+  const base = nodePath.resolve(path)
+  const deadline = wait ? deadlineOf(options) : null
+  const signal = options.signal ?? null
+  let announced = null
+  try {
+    for (;;) {
+      const r = await withGuard(base, options, deadline, signal, async () => {
+        const seen = readBase(base)
+        if (seen.kind === 'shared') {
+          if ((await liveMembers(base, 'reader', options)).length > 0) return null
+          removeBase(base, seen) // every reader died: reclaimed at once
+        }
+        const t = await acquireMutex(target, base, options, { wait: false })
+        return !t.ok && t.error.type === 'ALREADY_LOCKED' ? null : t
+      })
+      if (!r.ok) return r
+      if (r.value !== null) return r.value
+      if (!wait) return { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held` } }
+      if (announced === null) {
+        // Writer preference: from now on no reader joins (see the module comment).
+        const w = await acquireMutex(target, `${base}.writer-${hex()}`, memberOptions(options), { wait: false })
+        if (!w.ok) return w
+        announced = w.value
+      }
+      const why = await nextChange(base, options, deadline, signal)
+      if (why !== 'woken') return ended(why, options, signal)
+    }
+  } finally {
+    if (announced) await announced.release().catch(() => {})
+  }
+}
+
+function deadlineOf(options) {
+  const ms = acquireTimeoutMs(options.timeout)
+  return ms === null ? null : Date.now() + ms
+}
+
+/** Facts for status: `{ mode: 'shared', holders }` when P is a shared base, else null. */
+async function sharedFacts(path, options) {
+  const base = nodePath.resolve(path)
+  if (readBase(base).kind !== 'shared') return null
+  let holders = 0
+  for (const p of members(base, 'reader')) if (await isLive(p, options)) holders++
+  return { mode: 'shared', holders }
+}
+
+module.exports = { acquireShared, acquireExclusive, sharedFacts }

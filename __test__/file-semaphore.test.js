@@ -158,6 +158,23 @@ describe('limit: N on a lock file', () => {
     await r2.value.release()
   })
 
+  test('a slot file removed under its holder: the holder hears LOCK_LOST (onLost, signal)', async () => {
+    const file = tmp.fresh('lost')
+    const a = await sema.acquire(file, { limit: 2, heartbeat: 100 })
+    let heard = null
+    const lost = new Promise((resolve) => {
+      heard = resolve
+    })
+    const b = await sema.acquire(file, { limit: 2, heartbeat: 100, onLost: (_lock, e) => heard(e) })
+    assert.equal(path.basename(b.value._path), `${path.basename(file)}.slot-1-of-2`)
+    fs.unlinkSync(`${file}.slot-1-of-2`)
+    const e = await u.within(lost, 10000, 'onLost')
+    assert.equal(e.code, 'LOCK_LOST')
+    assert.equal(b.value.signal.aborted, true)
+    assert.equal(await b.value.release(), false)
+    await a.value.release()
+  })
+
   test('status without a holder; bad limits are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('status')
     const s = await sema.status(file, { limit: 3 })

@@ -161,6 +161,20 @@ describe("mode: 'shared' on a lock file", () => {
     assert.deepEqual(tmp.left(file), [])
   })
 
+  test('release(path) releases this process’s shared hold only: the path stays for the other reader', async () => {
+    const file = tmp.fresh('bypath')
+    const other = await holder(file, { mode: 'shared' })
+    const mine = await sema.acquire(file, { mode: 'shared' })
+    assert.equal(mine.ok, true)
+    const r = await sema.release(file)
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.equal(mine.value.released, true)
+    assert.equal(pidIn(file), other.held.pid, 'the path names the remaining reader')
+    assert.equal((await sema.status(file)).holders, 1)
+    await release(other)
+    assert.deepEqual(tmp.left(file), [])
+  })
+
   test('bad combinations are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('bad')
     for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {

@@ -174,6 +174,8 @@ async function acquireWith({ file, key, error }, options, wait, mayRetry) {
  * passed over; the last slot's refusal is the answer when none is); without, the one lock file.
  */
 async function releaseFile(path, options = {}) {
+  const shared = await require('./shared').releaseSharedByPath(path, options)
+  if (shared) return shared
   if (options.limit == null) return releaseMutex(path, options)
   const { slotPath } = require('./slots')
   const base = nodePath.resolve(path)

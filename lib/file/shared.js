@@ -317,6 +317,18 @@ function deadlineOf(options) {
   return ms === null ? null : Date.now() + ms
 }
 
+/**
+ * release(path) of a shared lock: this thread's shared holds on it are released through their handles (so that the
+ * path is removed only by the last reader, never under the others). `null` when this thread holds none there.
+ */
+async function releaseSharedByPath(path, options) {
+  if (options.force) return null
+  const set = heldShared.get(nodePath.resolve(path))
+  if (!set) return null
+  for (const h of [...set]) await h.release()
+  return { ok: true, value: undefined }
+}
+
 /** Facts for status: `{ mode: 'shared', holders }` when P is a shared base, else null. */
 async function sharedFacts(path, options) {
   const base = nodePath.resolve(path)
@@ -326,4 +338,4 @@ async function sharedFacts(path, options) {
   return { mode: 'shared', holders }
 }
 
-module.exports = { acquireShared, acquireExclusive, sharedFacts }
+module.exports = { acquireShared, acquireExclusive, sharedFacts, releaseSharedByPath }

@@ -175,6 +175,24 @@ describe("mode: 'shared' on a lock file", () => {
     assert.deepEqual(tmp.left(file), [])
   })
 
+  test('a reader ended by SIGTERM, or exiting without release, leaves its group (no path left naming it)', { skip: REAL.reason }, async () => {
+    const file = tmp.fresh('exit')
+    const alone = await holder(file, { mode: 'shared' })
+    alone.child.kill('SIGTERM')
+    assert.equal((await u.waitExit(alone.child, 10000)).signal, 'SIGTERM', 'it still dies of the signal')
+    assert.equal(fs.existsSync(file), false, 'the last reader removed the path on its way out')
+    assert.deepEqual(tmp.left(file), [])
+    const b = await holder(file, { mode: 'shared' })
+    const c = await holder(file, { mode: 'shared' })
+    assert.equal(pidIn(file), b.held.pid)
+    b.child.stdin.write('exit\n')
+    await u.waitExit(b.child, 10000)
+    assert.equal(pidIn(file), c.held.pid, 'the path names the reader still reading')
+    assert.notEqual(semaTry(file), 0)
+    await release(c)
+    assert.equal(semaTry(file), 0)
+  })
+
   test('bad combinations are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('bad')
     for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {

@@ -28,7 +28,7 @@ const nodePath = require('node:path')
 const native = require('../native')
 const { LockHandle } = require('../lock-handle')
 const { acquireMutex } = require('./lock')
-const { acquireTimeoutMs } = require('./engine')
+const { acquireTimeoutMs, engineOptions, DEFAULT_CONFIG, beforeExitRelease } = require('./engine')
 const { waitFor, watchSiblings, ended, isLive } = require('./slots')
 
 /** The readers' refresh of P's timestamp (the mutex's default heartbeat: a 1 s age for `sema --stale` >= 1 s). */
@@ -174,6 +174,7 @@ class SharedFileLock extends LockHandle {
     this.#options = options
     Object.defineProperty(this, '_path', { value: base })
     Object.defineProperty(this, '_options', { value: options })
+    Object.defineProperty(this, '_readerPath', { value: inner._path })
     inner.signal.addEventListener('abort', () => this._markLost(inner.signal.reason?.message ?? 'Lock was lost'), { once: true })
     const set = heldShared.get(base) ?? new Set()
     set.add(this)
@@ -181,6 +182,7 @@ class SharedFileLock extends LockHandle {
     if (heartbeat === null) {
       heartbeat = setInterval(refreshAll, HEARTBEAT_MS)
       heartbeat.unref()
+      beforeExitRelease.add(leaveAllNow)
     }
   }
 
@@ -211,6 +213,7 @@ function forget(handle, base) {
   if (heldShared.size === 0 && heartbeat !== null) {
     clearInterval(heartbeat)
     heartbeat = null
+    beforeExitRelease.delete(leaveAllNow)
   }
 }
 
@@ -218,6 +221,59 @@ async function pidOf(readerFile) {
   const { statusMutex } = require('./lock')
   const s = await statusMutex(readerFile, readerFile, {})
   return s.info?.pid ?? process.pid
+}
+
+// ─── leaving at exit (synchronous: 'exit' listeners and the signal hook cannot wait) ───
+
+/** An engine handle for `path` with the default options and no heartbeat, or null for a path the engine refuses. */
+function nativeFile(path) {
+  const checked = native.checkLockPath(path, false)
+  if (!checked.ok) return null
+  return new native.NativeLockFile(checked.path, engineOptions({ ...DEFAULT_CONFIG, fsync: false, heartbeat: null }))
+}
+
+function liveNow(path) {
+  const s = nativeFile(path)?.status()
+  return s ? s.locked && !s.isStale : false
+}
+
+/** Sleeps the thread for `ms` (at exit, between guard attempts). */
+function sleepSync(ms) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+}
+
+/**
+ * At exit (normal, or a signal that ends the process): each group this thread reads leaves as a release would, so
+ * that no `mode=shared` path is left naming a dead reader (sema, semats and the plain mutex would wait out the
+ * stale timeout for it). The guard is tried for at most ~100 ms; if it cannot be had, the path is left, and the
+ * next shared or exclusive acquirer takes it over.
+ */
+function leaveAllNow() {
+  for (const [base, set] of heldShared) {
+    const mine = new Set([...set].map((h) => h._readerPath))
+    const guard = nativeFile(`${base}.rw-guard`)
+    if (!guard) continue
+    let got = false
+    for (let i = 0; i < 50 && !got; i++) {
+      const r = guard.tryAcquireSync(undefined, undefined)
+      got = typeof r === 'number' || r.ok
+      if (!got) sleepSync(2)
+    }
+    if (!got) continue
+    try {
+      const seen = readBase(base)
+      if (seen.kind !== 'shared') continue
+      const others = members(base, 'reader').filter((p) => !mine.has(p) && liveNow(p))
+      if (others.length === 0) removeBase(base, seen)
+      else if (seen.pid === process.pid || !native.isProcessRunning(seen.pid)) {
+        const pid = nativeFile(others[0])?.status().info?.pid ?? process.pid
+        writeBase(base, pid, undefined, true, false)
+      }
+    } finally {
+      guard.releaseAsProcess(false)
+    }
+  }
+  heldShared.clear()
 }
 
 let refreshing = false

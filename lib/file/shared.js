@@ -289,7 +289,7 @@ async function refreshAll() {
         const seen = readBase(base)
         if (seen.kind !== 'shared') return
         const pid = native.isProcessRunning(seen.pid) ? seen.pid : process.pid
-        writeBase(base, pid, undefined, true, false)
+        writeBase(base, pid, options.tag, true, false)
       }).catch(() => {})
     }
   } finally {

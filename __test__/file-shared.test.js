@@ -193,6 +193,49 @@ describe("mode: 'shared' on a lock file", () => {
     assert.equal(semaTry(file), 0)
   })
 
+  test('4 processes, 30 mixed shared/exclusive rounds each: an exclusive holder is always alone, no reader beside a writer', async () => {
+    const file = tmp.fresh('mixed')
+    const marks = path.join(path.dirname(file), 'inside')
+    fs.mkdirSync(marks)
+    // Marks are made after the grant and removed before the release: what a holder sees is a subset of the holders.
+    const script = `
+      const fs = require('node:fs'), path = require('node:path')
+      const sema = require(${JSON.stringify(path.resolve(__dirname, '..'))})
+      const [marks, seed] = [${JSON.stringify(marks)}, Number(process.argv[1])]
+      let x = seed
+      const rnd = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648
+      ;(async () => {
+        const out = { alone: 0, notAlone: 0, readerWithWriter: 0, readersTogether: 0 }
+        for (let i = 0; i < 30; i++) {
+          const mode = rnd() < 0.7 ? 'shared' : 'exclusive'
+          const r = await sema.acquire(${JSON.stringify(file)}, { mode, timeout: 60000 })
+          if (!r.ok) { console.log('failed ' + JSON.stringify(r.error)); process.exit(1) }
+          const me = path.join(marks, mode[0] + '-' + process.pid)
+          fs.writeFileSync(me, '')
+          const others = fs.readdirSync(marks).filter((n) => n !== path.basename(me))
+          if (mode === 'exclusive') others.length ? out.notAlone++ : out.alone++
+          else if (others.some((n) => n.startsWith('e-'))) out.readerWithWriter++
+          else if (others.length) out.readersTogether++
+          await new Promise((res) => setTimeout(res, rnd() * 5)) // work while held, not synchronisation
+          fs.unlinkSync(me)
+          await r.value.release()
+        }
+        console.log('done ' + JSON.stringify(out))
+      })()`
+    const kids = [1, 2, 3, 4].map((seed) => u.spawnTracked(process.execPath, ['-e', script, String(seed)]))
+    const results = await Promise.all(kids.map((k) => u.waitExit(k, 120000, 'mixed child')))
+    const sum = { alone: 0, notAlone: 0, readerWithWriter: 0, readersTogether: 0 }
+    for (const r of results) {
+      assert.equal(r.code, 0, r.stdout + r.stderr)
+      const o = JSON.parse(/^done (.*)$/m.exec(r.stdout)[1])
+      for (const k of Object.keys(sum)) sum[k] += o[k]
+    }
+    assert.equal(sum.notAlone, 0, `an exclusive holder saw others: ${JSON.stringify(sum)}`)
+    assert.equal(sum.readerWithWriter, 0, `a reader saw an exclusive holder: ${JSON.stringify(sum)}`)
+    assert.ok(sum.alone > 0, 'exclusive rounds ran')
+    assert.deepEqual(tmp.left(file).filter((n) => n !== 'inside'), [], 'no lock, reader, writer or guard file left')
+  })
+
   test('bad combinations are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('bad')
     for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {

@@ -175,6 +175,37 @@ describe('limit: N on a lock file', () => {
     await a.value.release()
   })
 
+  test('worker threads: a worker holds a slot like a process; terminating it frees the slot', async () => {
+    const { Worker } = require('node:worker_threads')
+    const file = tmp.fresh('worker')
+    const shared = tmp.fresh('worker-shared')
+    const w = new Worker(
+      `const { parentPort, workerData } = require('node:worker_threads')
+       const sema = require(workerData.root)
+       ;(async () => {
+         const a = await sema.acquire(workerData.file, { limit: 2 })
+         const b = await sema.acquire(workerData.shared, { mode: 'shared' })
+         parentPort.postMessage(a.ok && b.ok ? 'held' : JSON.stringify([a.error, b.error]))
+       })()
+       parentPort.on('message', () => {}) // stays alive (holding) until terminated`,
+      { eval: true, workerData: { root: path.resolve(__dirname, '..'), file, shared } },
+    )
+    assert.equal(await new Promise((resolve) => w.once('message', resolve)), 'held')
+    const mine = await sema.tryAcquire(file, { limit: 2 })
+    assert.equal(mine.ok, true)
+    assert.equal((await sema.tryAcquire(file, { limit: 2 })).error.type, 'ALREADY_LOCKED')
+    assert.equal((await sema.tryAcquire(shared, { mode: 'exclusive' })).error.type, 'ALREADY_LOCKED')
+    const reader = await sema.tryAcquire(shared, { mode: 'shared' })
+    assert.equal(reader.ok, true, 'a reader of the main thread joins the worker’s')
+    await reader.value.release()
+    await w.terminate()
+    const again = await sema.tryAcquire(file, { limit: 2 })
+    assert.equal(again.ok, true, 'the worker’s slot was released when it was terminated')
+    const x = await sema.tryAcquire(shared, { mode: 'exclusive' })
+    assert.equal(x.ok, true, 'the terminated worker’s shared hold is no member: the exclusive takes the path over')
+    for (const l of [mine, again, x]) await l.value.release()
+  })
+
   test('status without a holder; bad limits are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('status')
     const s = await sema.status(file, { limit: 3 })

@@ -360,7 +360,10 @@ export interface StatusOptions {
    * `info` the path's holder or else the first taken slot's).
    */
   limit?: number | undefined
-  /** The mode to judge for (see {@link AcquireOptions.mode}). */
+  /**
+   * Accepted with the names of {@link AcquireOptions} (checked, not used): a file's status reports `mode: 'shared'`
+   * and the shared `holders` whenever shared holders hold it.
+   */
   mode?: 'shared' | 'exclusive' | undefined
   tls?: DflockdTlsOptions | true | undefined
   auth?: string | undefined
@@ -377,6 +380,11 @@ export interface ReleaseOptions {
    * same pid in another container is another process.
    */
   pid?: number | undefined
+  /**
+   * File: the counting semaphore's limit: release the first of its slots held by this process (or `pid`). A shared
+   * lock needs nothing: `release(path)` releases this thread's shared holds on it.
+   */
+  limit?: number | undefined
 }
 
 /**

@@ -138,6 +138,18 @@ describe('limit: N on a lock file', () => {
     assert.deepEqual(tmp.left(file), [])
   })
 
+  test('a slot holder ended by SIGTERM releases its slot file on the way out', async () => {
+    const file = tmp.fresh('sigterm')
+    const a = await holder(file, { limit: 2 })
+    const b = await holder(file, { limit: 2 })
+    assert.ok(fs.existsSync(`${file}.slot-1-of-2`))
+    b.child.kill('SIGTERM')
+    assert.equal((await u.waitExit(b.child, 10000)).signal, 'SIGTERM')
+    a.child.kill('SIGTERM')
+    assert.equal((await u.waitExit(a.child, 10000)).signal, 'SIGTERM')
+    assert.deepEqual(tmp.left(file), [], 'both slot files removed')
+  })
+
   test('in-process waiters are served in call order; an aborted waiter leaves the line', async () => {
     const file = tmp.fresh('order')
     const held = [await sema.acquire(file, { limit: 2 }), await sema.acquire(file, { limit: 2 })].map((r) => r.value)

@@ -16,6 +16,11 @@ const tmp = u.testDir('semaphore-', { own: true })
 const REAL = readSema()
 
 /** A child holding a slot of `file` (file-holder.js): resolves `{ child, out, held }` once it holds. */
+async function release(h) {
+  h.child.stdin.write('release\n')
+  await h.out.next(/^released true/)
+}
+
 async function holder(file, options) {
   const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
   const out = u.lines(child)
@@ -136,6 +141,32 @@ describe('limit: N on a lock file', () => {
     await a.out.next(/^released true/)
     await r.value.release()
     assert.deepEqual(tmp.left(file), [])
+  })
+
+  test('waiting processes are served in the order they started waiting (the cross-process line of tickets)', async () => {
+    const file = tmp.fresh('fifo')
+    const dir = path.dirname(file)
+    const tickets = () => fs.readdirSync(dir).filter((n) => n.startsWith(`${path.basename(file)}.queue-`)).length
+    const a = await holder(file, { limit: 2 })
+    const b = await holder(file, { limit: 2 })
+    const waiters = []
+    for (let i = 1; i <= 3; i++) {
+      const child = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2, timeout: 30000 })])
+      const out = u.lines(child)
+      waiters.push({ child, out, held: out.next(/^held /, 30000) })
+      await u.whenFile(file, () => tickets() === i, 10000, `waiter ${i} in line`)
+    }
+    const pendingNow = (p) => Promise.race([p.then(() => 'settled'), new Promise((r) => setImmediate(() => r('pending')))])
+    await release(a)
+    await waiters[0].held
+    assert.equal(await pendingNow(waiters[1].held), 'pending')
+    await release(b)
+    await waiters[1].held
+    assert.equal(await pendingNow(waiters[2].held), 'pending')
+    await release(waiters[0])
+    await waiters[2].held
+    for (const w of waiters.slice(1)) await release(w)
+    assert.deepEqual(tmp.left(file), [], 'no slot or ticket file left')
   })
 
   test('a slot holder ended by SIGTERM releases its slot file on the way out', async () => {

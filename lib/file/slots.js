@@ -9,11 +9,14 @@
 // `.tmp` (semats' cleanStale removes `<base>.*.tmp`) or `.lock` (`ls` lists the base only, whose holder count
 // `status` reports).
 //
-// Waiting: this process's waiters on one base path queue in call order (FIFO); the head tries every slot, then
-// sleeps until a file event in the directory names one of the slots, or `retryInterval` (a crashed holder leaves
-// its file behind: the poll is what finds it dead and reclaims it), the deadline or the signal.
+// Waiting: this process's waiters on one base path queue in call order (FIFO); the head takes a ticket in the
+// cross-process line (a lock file `<base>.queue-<monotonic ns>-<hex>`: FIFO between processes, a dead waiter's
+// ticket judged dead at once) and tries every slot when its ticket is the oldest live one, then sleeps until a file
+// event in the directory names the base or a sibling, or `retryInterval` (a crashed holder leaves its file behind:
+// the poll is what finds it dead and reclaims it), the deadline or the signal.
 
 const fs = require('node:fs')
+const crypto = require('node:crypto')
 const nodePath = require('node:path')
 const { acquireMutex, statusMutex } = require('./lock')
 const { acquireTimeoutMs } = require('./engine')
@@ -63,6 +66,42 @@ async function mismatch(base, limit, isLive) {
   return null
 }
 
+// ─── the cross-process line: one ticket lock file per waiting process, `<base>.queue-<monotonic ns>-<hex>` ───
+
+/** A new ticket's path: named by the system-wide monotonic clock (shared by the processes of this machine). */
+function ticketPath(base) {
+  const ns = String(process.hrtime.bigint()).padStart(20, '0')
+  return `${base}.queue-${ns}-${crypto.randomBytes(4).toString('hex')}`
+}
+
+const TICKET_NAME = /^\.queue-\d{20}-[0-9a-f]{8}$/
+
+/** Options of a ticket: the caller's file options, no tag, no waiting. */
+const TICKET_OPTIONS = (o) => ({ staleTimeout: o.staleTimeout, fsync: false, heartbeat: o.heartbeat, retryInterval: o.retryInterval })
+
+/** The live tickets of `base`, oldest first (a dead waiter's ticket is removed). */
+async function liveTickets(base, options) {
+  const dir = nodePath.dirname(base)
+  const name = nodePath.basename(base)
+  let names
+  try {
+    names = fs.readdirSync(dir)
+  } catch {
+    return []
+  }
+  const live = []
+  for (const n of names.filter((n) => n.startsWith(name) && TICKET_NAME.test(n.slice(name.length))).sort()) {
+    const p = nodePath.join(dir, n)
+    if (await isLive(p, options)) live.push(p)
+    else {
+      try {
+        if (fs.lstatSync(p).isFile()) fs.unlinkSync(p)
+      } catch {}
+    }
+  }
+  return live
+}
+
 /** Per absolute base path: this process's waiters in call order; the head is the one trying. */
 const lines = new Map()
 
@@ -97,6 +136,7 @@ async function acquireSlot(target, path, options, { wait }) {
   lines.set(base, line)
   const me = { wake: null }
   line.push(me)
+  let ticket = null
   try {
     if (line[0] !== me) {
       const turn = await waitFor(deadline, signal, (wake) => {
@@ -106,13 +146,24 @@ async function acquireSlot(target, path, options, { wait }) {
     }
     for (;;) {
       if (signal?.aborted) return ended('aborted', options, signal)
-      const r = await tryAll()
-      if (r) return r
+      // Across processes: a newcomer tries only when nobody queues; a queued waiter only when its ticket is first.
+      const first = ticket === null ? (await liveTickets(base, options)).length === 0 : (await liveTickets(base, options))[0] === ticket._path
+      if (first) {
+        const r = await tryAll()
+        if (r) return r
+      }
       if (deadline !== null && Date.now() >= deadline) return ended('timeout', options, signal)
+      if (ticket === null) {
+        const t = await acquireMutex(target, ticketPath(base), TICKET_OPTIONS(options), { wait: false })
+        if (!t.ok) return t
+        ticket = t.value
+        continue // the line may have emptied meanwhile: look again before sleeping
+      }
       const why = await waitFor(deadline, signal, (wake) => watchSiblings(base, options.retryInterval ?? 100, wake))
       if (why !== 'woken') return ended(why, options, signal)
     }
   } finally {
+    if (ticket) await ticket.release().catch(() => {})
     const at = line.indexOf(me)
     if (at >= 0) line.splice(at, 1)
     if (line.length === 0) lines.delete(base)

@@ -236,6 +236,21 @@ describe("mode: 'shared' on a lock file", () => {
     assert.deepEqual(tmp.left(file).filter((n) => n !== 'inside'), [], 'no lock, reader, writer or guard file left')
   })
 
+  test('query() lists a shared hold and a slot by their lock path and mode, and no internal file', async () => {
+    const file = tmp.fresh('query')
+    const slots = tmp.fresh('query-slots')
+    const r = await sema.acquire(file, { mode: 'shared', tag: 'reads' })
+    const s1 = await sema.acquire(slots, { limit: 2 })
+    const s2 = await sema.acquire(slots, { limit: 2 })
+    const { held } = await sema.query()
+    const mine = held.filter((h) => h.name.startsWith(path.dirname(file)) || h.name.startsWith(path.dirname(slots)))
+    assert.deepEqual(
+      mine.map((h) => [h.name, h.mode]).sort(),
+      [[file, 'shared'], [slots, 'exclusive'], [slots, 'exclusive']].sort(),
+    )
+    for (const l of [r, s1, s2]) await l.value.release()
+  })
+
   test('bad combinations are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('bad')
     for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {

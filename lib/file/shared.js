@@ -385,6 +385,22 @@ async function releaseSharedByPath(path, options) {
   return { ok: true, value: undefined }
 }
 
+const INTERNAL = /\.(?:writer-[0-9a-f]{16}|rw-guard|rw-[0-9a-f]{16}-new|queue-\d{20}-[0-9a-f]{8})$/
+const READER = /^(.*)\.reader-[0-9a-f]{16}$/
+const SLOT = /^(.*)\.slot-\d+-of-\d+$/
+
+/**
+ * What a held lock file is to a caller (for query()): `{ name, mode }` of the lock it belongs to (a reader file:
+ * its path in mode 'shared'; a slot file: its path), or null for the files a waiter or a guard holds.
+ */
+function heldAs(path) {
+  if (INTERNAL.test(path)) return null
+  const reader = READER.exec(path)
+  if (reader) return { name: reader[1], mode: 'shared' }
+  const slot = SLOT.exec(path)
+  return { name: slot ? slot[1] : path, mode: 'exclusive' }
+}
+
 /** Facts for status: `{ mode: 'shared', holders }` when P is a shared base, else null. */
 async function sharedFacts(path, options) {
   const base = nodePath.resolve(path)
@@ -394,4 +410,4 @@ async function sharedFacts(path, options) {
   return { mode: 'shared', holders }
 }
 
-module.exports = { acquireShared, acquireExclusive, sharedFacts, releaseSharedByPath }
+module.exports = { acquireShared, acquireExclusive, sharedFacts, releaseSharedByPath, heldAs }

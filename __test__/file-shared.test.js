@@ -251,6 +251,24 @@ describe("mode: 'shared' on a lock file", () => {
     for (const l of [r, s1, s2]) await l.value.release()
   })
 
+  test('a sema or semats-format holder of the path keeps readers and writers out until it is gone', { skip: REAL.reason }, async () => {
+    const file = tmp.fresh('foreign')
+    assert.equal(semaTry(file), 0)
+    for (const mode of ['shared', 'exclusive']) assert.equal((await sema.tryAcquire(file, { mode })).error.type, 'ALREADY_LOCKED', mode)
+    const waiting = sema.acquire(file, { mode: 'shared', timeout: 20000 })
+    assert.equal(await pendingNow(waiting), 'pending')
+    assert.equal(spawnSync(REAL.bin, ['release', file]).status, 0)
+    const r = await waiting
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    await r.value.release()
+    const { child } = await u.shellWriteLock(file, { keep: true })
+    assert.equal((await sema.tryAcquire(file, { mode: 'shared' })).error.type, 'ALREADY_LOCKED')
+    child.kill('SIGKILL')
+    await u.waitExit(child, 10000)
+    fs.unlinkSync(file)
+    assert.deepEqual(tmp.left(file), [])
+  })
+
   test('bad combinations are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('bad')
     for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {

@@ -105,15 +105,16 @@ describe('limit: N on a lock file', () => {
 
   test('a semats-format holder (a shell script) of the base path takes one slot too; its death frees it by semats’ rule', async () => {
     const file = tmp.fresh('shell')
-    const { child } = await u.shellWriteLock(file, { tag: 'shell', keep: true })
-    const ours = await sema.tryAcquire(file, { limit: 2 })
+    // Written 10 s ago: old enough for the stale timeout below, so that only its pid's liveness decides.
+    const { child } = await u.shellWriteLock(file, { tag: 'shell', keep: true, timestamp: u.nowS() - 10 })
+    const ours = await sema.tryAcquire(file, { limit: 2, staleTimeout: 1000 })
     assert.equal(ours.ok, true)
-    assert.equal((await sema.tryAcquire(file, { limit: 2 })).error.type, 'ALREADY_LOCKED')
+    assert.equal((await sema.tryAcquire(file, { limit: 2, staleTimeout: 1000 })).error.type, 'ALREADY_LOCKED', 'its live pid holds')
     assert.equal((await sema.status(file, { limit: 2 })).holders, 2)
     child.kill('SIGKILL')
     await u.waitExit(child, 10000)
-    // semats' rule for a file without our identity: stale only when old AND its pid is gone (here: 0 ms old enough).
-    const after = await sema.tryAcquire(file, { limit: 2, staleTimeout: 0 })
+    // semats' rule for a file without our identity: stale only when old AND its pid is gone.
+    const after = await sema.tryAcquire(file, { limit: 2, staleTimeout: 1000 })
     assert.equal(after.ok, true, JSON.stringify(after.error))
     for (const l of [ours, after]) await l.value.release()
     assert.deepEqual(tmp.left(file), [])

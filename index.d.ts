@@ -79,6 +79,10 @@ export interface SemaphoreError {
   reply?: string | undefined
 }
 
+/**
+ * A result as a value (semats' shape): `{ ok: true, value }` on success, `{ ok: false, error }` on failure; never
+ * thrown.
+ */
 export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: SemaphoreError }
 
 /**
@@ -111,6 +115,7 @@ export declare class AcquireTimeoutError extends LockError {
 }
 /** The dflockd server refused the auth token. `code === 'AUTH_FAILED'`. */
 export declare class AuthError extends LockError {
+  /** Message defaults to the dflockd client's `authentication failed`. */
   constructor(message?: string)
 }
 
@@ -137,6 +142,10 @@ export declare function isProcessRunning(pid: number): boolean
 
 // ─────────────────────── semats-compatible class ───────────────────────
 
+/**
+ * Options of `new Semaphore(path, config)`, semats' names and defaults (all times in ms), plus `fsync` and
+ * `heartbeat`.
+ */
 export interface SemaphoreConfig {
   /** ms after which a lock whose holder is not running may be broken; `null` never breaks. Default 3_600_000. */
   staleTimeout?: number | null | undefined
@@ -156,6 +165,9 @@ export interface SemaphoreConfig {
   heartbeat?: number | null | false | undefined
 }
 
+/**
+ * What `Semaphore#status()` reports (semats' shape); `status()` of the target API extends it as {@link LockStatus}.
+ */
 export interface SemaphoreStatus {
   /** The lock file exists (also when it cannot be parsed: then `info` is null). */
   locked: boolean
@@ -176,22 +188,39 @@ export declare class Semaphore {
    * exist: …"), a LockError `INVALID_ARGUMENT` for a bad config value (e.g. `staleTimeout: '1h'`).
    */
   constructor(lockPath: string, config?: SemaphoreConfig)
+  /** `new Semaphore(lockPath)` with every default (semats' factory). */
   static withDefaults(lockPath: string): Semaphore
   /** Absolute path with symlinks resolved. */
   getPath(): string
+  /** Whether the lock file exists (whoever holds it, stale or not). */
   isLocked(): boolean
+  /** The lock file's `pid`, `timestamp` and `tag`, or null when there is no file or it cannot be parsed. */
   getLockInfo(): LockInfo | null
+  /**
+   * One attempt, synchronous: breaks a stale lock first; `ALREADY_LOCKED` (with the holder's pid and tag) when
+   * held.
+   */
   tryAcquire(tag?: string): SemaphoreResult<LockInfo>
   /** Records `info.pid` as the owner and `info.tag`; the timestamp written is the time of acquisition. */
   tryAcquireWithInfo(info: LockInfo): SemaphoreResult<LockInfo>
+  /**
+   * Waits for the lock up to `timeout` ms (default: the config's `acquireTimeout`, forever when null); `TIMEOUT` or
+   * `ABORTED` as a failed result.
+   */
   acquire(options?: { timeout?: number | undefined; tag?: string | undefined; signal?: AbortSignal | undefined }): Promise<SemaphoreResult<LockInfo>>
+  /** semats' form of `acquire({ timeout: timeoutMs, tag })`. */
   acquireTimeout(timeoutMs: number, tag?: string): Promise<SemaphoreResult<LockInfo>>
   /**
    * Releases a lock held by this process ("this process" as in `status().isOwnedByCurrentProcess`: token and host
    * identity, the pid alone only for files written by sema or semats); `force` removes anyone's.
    */
   release(force?: boolean): SemaphoreResult<void>
+  /** `release(true)`: removes the lock whoever holds it. */
   forceRelease(): SemaphoreResult<void>
+  /**
+   * Whether the lock is held, by whom (the file's `LockInfo`), whether it is stale and whether it is this
+   * process's.
+   */
   status(): SemaphoreStatus
   /** Removes the lock if it is stale (holder provably dead, or semats' rule for other tools' files). */
   cleanStale(): boolean
@@ -199,6 +228,7 @@ export declare class Semaphore {
 
 // ─────────────────────── one API over any target ───────────────────────
 
+/** Which backend a target names: a lock file (`'file'`) or a dflockd server (`'dflockd'`). */
 export type Backend = 'file' | 'dflockd'
 
 /**
@@ -219,6 +249,10 @@ export interface DflockdTlsOptions {
   key?: string | Buffer | undefined
 }
 
+/**
+ * Options of `acquire`, `tryAcquire` and `withLock`. Times in ms except `leaseTtl` (seconds); file-only and
+ * dflockd-only options on the other backend are refused with `INVALID_ARGUMENT`.
+ */
 export interface AcquireOptions {
   /**
    * ms to wait (>= 0; `Infinity` waits forever); `null`/undefined waits forever (file) or 10 s (dflockd, as its client).
@@ -320,6 +354,10 @@ export interface Lock extends LockInfo {
   release(): Promise<boolean>
 }
 
+/**
+ * What `status(target)` reports: semats' status shape, plus the target, the backend, when a file lock becomes
+ * reclaimable and, for dflockd, the server's view.
+ */
 export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
@@ -353,6 +391,7 @@ export interface LockStatus extends SemaphoreStatus {
   reclaimRule?: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null | undefined
 }
 
+/** Options of `status(target)`. */
 export interface StatusOptions {
   /** File: stale rule used for `isStale`. */
   staleTimeout?: number | null | undefined
@@ -372,6 +411,7 @@ export interface StatusOptions {
   socketTimeoutMs?: number | undefined
 }
 
+/** Options of `release(target)`. */
 export interface ReleaseOptions {
   /** File: remove the lock whoever holds it. */
   force?: boolean | undefined
@@ -410,6 +450,7 @@ export declare function withLock<T>(target: string, fn: (lock: Lock) => T | Prom
 
 // ─────────────────────── observing locks without taking them ───────────────────────
 
+/** Options of `wait(target)`: how long to wait for the lock to be free, and how to ask. */
 export interface WaitOptions extends StatusOptions {
   /** ms to wait (>= 0; `Infinity`, `null` or undefined: forever). 0 = one look. Fails with `TIMEOUT`. */
   timeout?: number | null | undefined
@@ -454,6 +495,103 @@ export interface QueriedLock {
  */
 export declare function query(): Promise<{ held: QueriedLock[]; pending: QueriedLock[] }>
 
+// ─── W3C Web Locks across processes and machines ───
+
+/** A Web Lock's mode: any number of `shared` holders, or one `exclusive`. */
+export type WebLockMode = 'exclusive' | 'shared'
+
+/** The lock a {@link WebLockManager.request} callback gets (the spec's `Lock`). */
+export interface WebLock {
+  readonly name: string
+  readonly mode: WebLockMode
+}
+
+/** The options of {@link WebLockManager.request} (the spec's `LockOptions`). */
+export interface WebLockOptions {
+  /** Default `'exclusive'`. `'shared'` needs a backend with shared locks (else the request rejects with `INVALID_ARGUMENT`). */
+  mode?: WebLockMode
+  /** Grant only if free now (no holder in any process, no request queued here): else the callback gets `null` at once. */
+  ifAvailable?: boolean
+  /**
+   * Take the lock from whoever holds it, in any process: the holder's request rejects with an `AbortError`
+   * `DOMException` (another process's within its loss detection: its lock file's heartbeat, 1 s by default). Not with
+   * `ifAvailable`, `mode: 'shared'` or `signal` (`NotSupportedError`). **Refused on dflockd** (`NotSupportedError`): its
+   * protocol has no command that evicts another client's holder.
+   */
+  steal?: boolean
+  /** Aborting it before the grant rejects the request with `signal.reason` (an `AbortError` by default); after, it does nothing. */
+  signal?: AbortSignal
+}
+
+/** One held or pending request in {@link WebLockManager.query}'s answer (the spec's `LockInfo`, plus facts). */
+export interface WebLockInfo {
+  /**
+   * The name. Another process's request on a name longer than 200 encoded characters (hashed in the file name or
+   * key) is listed only on a lock directory, from its holder's tag, and only up to 8000 encoded characters.
+   */
+  name: string
+  /**
+   * Known for this thread's requests and for other processes' holders (a lock directory: their lock's tag; dflockd:
+   * the key's mutex and reader slots); absent for other processes' pending requests.
+   */
+  mode?: WebLockMode
+  /** One per thread (the spec's client). Absent for other processes' pending requests and every dflockd request of another client. */
+  clientId?: string
+  /** The holder's (or requester's) pid, where known: this thread's requests, and holders of a lock directory. */
+  pid?: number
+  /** Its host name, where known (as `pid`). */
+  host?: string
+}
+
+/** {@link WebLockManager.query}'s answer: held and pending requests of every process using the base. */
+export interface WebLockManagerSnapshot {
+  held: WebLockInfo[]
+  pending: WebLockInfo[]
+}
+
+/**
+ * The W3C Web Locks `LockManager` (`navigator.locks`), across processes and machines. In each thread the spec's
+ * algorithm runs as written (FIFO per name, shared requests granted together); a request it grants then takes the
+ * backend lock of its name (one lock file, or one dflockd key, per granted request) and only then is its callback called.
+ */
+export interface WebLockManager {
+  /**
+   * Requests the lock `name` (any string; names starting with `-` are refused with `NotSupportedError`), calls
+   * `callback` with it once granted (or `null` with `ifAvailable` when it is not free), and releases it when the
+   * callback's promise settles. Resolves with the callback's result, rejects with its error, with an `AbortError` when
+   * the lock is stolen or lost (a dflockd lease that could not be renewed; `cause` is the LockError), with the
+   * signal's reason when aborted before the grant, with a `TypeError` for bad arguments, and with a {@link LockError}
+   * when the backend fails.
+   */
+  request<T>(name: string, callback: (lock: WebLock | null) => T | PromiseLike<T>): Promise<Awaited<T>>
+  /** As the form without options; `options` sets `mode`, `ifAvailable`, `steal` and `signal` as in the spec. */
+  request<T>(name: string, options: WebLockOptions, callback: (lock: WebLock | null) => T | PromiseLike<T>): Promise<Awaited<T>>
+  /**
+   * Held and pending requests: this thread's in full, then every other process's as its backend tells them. A lock
+   * directory: holders by name, mode, clientId, pid and host (from the lock files, as `sema-native ls`); waiting
+   * processes by name only (the engine counts them). dflockd: from the server's `stats`, holders by name and mode
+   * (from the key's mutex and, with shared mode, its reader slots), waiters by name; never who (the server does not say).
+   */
+  query(): Promise<WebLockManagerSnapshot>
+}
+
+/**
+ * A {@link WebLockManager} on `base`: an existing directory (name → lock file `wl-<encoded name>.lock` in it; the
+ * encoding is injective and safe for any name: `/`, `..`, `''`, NUL, unpaired surrogates) or
+ * `dflockd://[token@]host[:port][/prefix][?tls=1&ca=…]` (name → key `[prefix/]wl-<encoded name>`). Managers on the
+ * same base in one thread share one queue. Throws {@link LockError} `INVALID_ARGUMENT` for a bad base or any option
+ * (none are defined yet).
+ */
+export declare function createLockManager(base: string, options?: Record<string, never>): WebLockManager
+
+/**
+ * A ready {@link WebLockManager} on this user's directory of this machine (`/tmp/sema-native-locks-<uid>`, created
+ * 0700 on first use; `%LOCALAPPDATA%\sema-native\locks` on Windows): `locks.request('deploy', fn)` coordinates
+ * every process of the user, with no set-up. A directory that is a symlink, not owned by this user, or open to
+ * others is refused: every call rejects with {@link LockError} `INVALID_PATH`.
+ */
+export declare const locks: WebLockManager
+
 /**
  * node:diagnostics_channel (what APM agents and OpenTelemetry instrumentations subscribe to; nothing is published and
  * nothing allocated while nobody subscribes):
@@ -482,6 +620,7 @@ export interface AcquireTraceContext {
   lockedSince?: number
 }
 
+/** A held lock's facts as published on `diagnostics_channel` (never its token). */
 export interface LockFacts {
   target: string
   backend: Backend
@@ -490,6 +629,7 @@ export interface LockFacts {
   tag?: string
 }
 
+/** Published on the `sema-native:release` channel for every release. */
 export interface ReleaseMessage {
   target: string
   backend: Backend
@@ -500,6 +640,7 @@ export interface ReleaseMessage {
   tag?: string
 }
 
+/** Published on the `sema-native:lost` channel when a held lock is lost. */
 export interface LostMessage extends LockFacts {
   /** The LockError (code `LOCK_LOST`) the lock's `signal` was aborted with. */
   error: LockError
@@ -513,6 +654,10 @@ export type ShardingStrategy = (key: string, numServers: number) => number
 /** CRC-32/IEEE of the key's UTF-8 bytes, modulo `numServers` (same as the Go, Python and TS clients). */
 export declare function stableHashShard(key: string, numServers: number): number
 
+/**
+ * Options of `new DistributedLock(options)`: the dflockd TypeScript client's names and defaults (times in seconds,
+ * except the `…Ms` ones).
+ */
 export interface DistributedLockOptions {
   key: string
   /** Seconds to wait in `acquire()`. Default 10. */
@@ -544,11 +689,18 @@ export interface DistributedLockOptions {
   renewMaxIntervalMs?: number | undefined
 }
 
+/** Options of `new DistributedSemaphore(options)`: those of a lock, plus `limit`, the number of holders at once. */
 export interface DistributedSemaphoreOptions extends DistributedLockOptions {
   limit: number
 }
 
+/**
+ * An exclusive lock on a dflockd server key, with the dflockd TypeScript client's API. Renewal runs in the
+ * background while held; a loss aborts `signal` and calls `onLockLost`. Neither a held lock nor an idle instance
+ * keeps Node alive.
+ */
 export declare class DistributedLock {
+  /** Checks every option (`INVALID_ARGUMENT` naming it); connects only on `acquire` or `enqueue`. */
   constructor(options: DistributedLockOptions)
   readonly key: string
   readonly acquireTimeoutS: number
@@ -558,6 +710,7 @@ export declare class DistributedLock {
   readonly renewRatio: number
   readonly tls: DflockdTlsOptions | undefined
   readonly auth: string | undefined
+  /** Called once when a held lock is lost (renewal refused, connection dropped, lease clock ran out). */
   readonly onLockLost: ((key: string, token: string) => void) | undefined
   readonly connectTimeoutMs: number | undefined
   readonly socketTimeoutMs: number | undefined
@@ -581,42 +734,64 @@ export declare class DistributedLock {
    * same server and key are granted in call order (each enqueues once the one called before it was answered).
    */
   acquire(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<boolean>
+  /**
+   * Releases the held lock; the connection goes to the idle pool (2 s). Rejects `NOT_LOCKED` when nothing is held.
+   */
   release(): Promise<void>
+  /**
+   * Two-phase acquisition, first step: joins the key's queue; `'acquired'` when granted at once, else `'queued'`
+   * (then call `wait`).
+   */
   enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>
   /** true once granted; false when `timeoutS` (fractions allowed: the server gets the ceiling in whole seconds, the
    * client stops waiting at the exact deadline and drops the connection) passes first. */
   wait(timeoutS?: number, options?: { signal?: AbortSignal | undefined }): Promise<boolean>
+  /**
+   * Acquires (rejecting `AcquireTimeoutError` on timeout), runs `fn`, always releases; rejects `LOCK_LOST` if the
+   * lock was lost while `fn` ran.
+   */
   withLock<T>(fn: () => T | Promise<T>): Promise<T>
   /** Drops the connection without releasing (the server releases on disconnect). Idempotent. */
   close(): void
+  /** Releases a held lock and closes the connection (`await using lock = new DistributedLock(…)`). */
   [Symbol.asyncDispose](): Promise<void>
 }
 
+/**
+ * Up to `limit` holders at once of a dflockd server key (its `sl`/`sr`/`sn`/`se`/`sw` commands), with the same
+ * methods as {@link DistributedLock}.
+ */
 export declare class DistributedSemaphore extends DistributedLock {
+  /** As `DistributedLock`'s, plus `limit`. */
   constructor(options: DistributedSemaphoreOptions)
   readonly limit: number
 }
 
+/** A held lock in the server's `stats` (the server's own field names). */
 export interface StatsLock {
   key: string
   owner_conn_id: number
   lease_expires_in_s: number
   waiters: number
 }
+/** A semaphore with holders in the server's `stats`. */
 export interface StatsSemaphore {
   key: string
   limit: number
   holders: number
   waiters: number
 }
+/** A lock key kept by the server with no holder, and for how many seconds. */
 export interface StatsIdleLock {
   key: string
   idle_s: number
 }
+/** A semaphore key kept by the server with no holder, and for how many seconds. */
 export interface StatsIdleSemaphore {
   key: string
   idle_s: number
 }
+/** The dflockd server's `stats` reply: connections, held and idle locks and semaphores. */
 export interface Stats {
   connections: number
   locks: StatsLock[]
@@ -625,6 +800,7 @@ export interface Stats {
   idle_semaphores: StatsIdleSemaphore[]
 }
 
+/** Where and how to connect to a dflockd server (`127.0.0.1:6388` by default); times in ms. */
 export interface ConnectionOptions {
   host?: string | undefined
   port?: number | undefined
@@ -637,6 +813,7 @@ export interface ConnectionOptions {
 /** Server statistics (needs a server with the `stats` command). */
 export declare function stats(options?: ConnectionOptions): Promise<Stats>
 
+/** A granted lock or semaphore slot: its token and lease. */
 export interface Grant {
   token: string
   /** Seconds. */
@@ -645,22 +822,37 @@ export interface Grant {
 
 /** One dflockd connection, one method per protocol command. Replies other than the expected ones reject with LockError. */
 export declare class Connection {
+  /**
+   * Opens a connection (and sends `auth` first when given); rejects `CONNECTION_ERROR`, `AUTH_FAILED` or
+   * `TLS_MISMATCH`.
+   */
   static connect(options?: ConnectionOptions): Promise<Connection>
   /** Rejects with AcquireTimeoutError on `timeout`. */
   acquire(key: string, acquireTimeoutS: number, leaseTtlS?: number): Promise<Grant>
+  /** Releases a lock by its token (`r`). */
   release(key: string, token: string): Promise<void>
   /** Resolves the lease just applied, in seconds. */
   renew(key: string, token: string, leaseTtlS?: number): Promise<number>
+  /** Joins a lock's queue (`e`): granted at once, or queued for `waitForLock`. */
   enqueue(key: string, leaseTtlS?: number): Promise<{ status: 'acquired' | 'queued'; token: string | null; lease: number | null }>
+  /** Waits for a queued lock (`w`); rejects `AcquireTimeoutError` after `waitTimeoutS`. */
   waitForLock(key: string, waitTimeoutS: number): Promise<Grant>
+  /** Takes a semaphore slot (`sl`), waiting up to `acquireTimeoutS`; rejects `AcquireTimeoutError` on timeout. */
   semAcquire(key: string, acquireTimeoutS: number, limit: number, leaseTtlS?: number): Promise<Grant>
+  /** Releases a semaphore slot by its token (`sr`). */
   semRelease(key: string, token: string): Promise<void>
+  /** Renews a semaphore slot's lease (`sn`); resolves the lease applied, in seconds. */
   semRenew(key: string, token: string, leaseTtlS?: number): Promise<number>
+  /** Joins a semaphore's queue (`se`): granted at once, or queued for `semWaitForLock`. */
   semEnqueue(key: string, limit: number, leaseTtlS?: number): Promise<{ status: 'acquired' | 'queued'; token: string | null; lease: number | null }>
+  /** Waits for a queued semaphore slot (`sw`); rejects `AcquireTimeoutError` after `waitTimeoutS`. */
   semWaitForLock(key: string, waitTimeoutS: number): Promise<Grant>
+  /** The server's statistics on this connection. */
   stats(): Promise<Stats>
   /** Sends a raw request (validated framing) and resolves the reply line. */
   request(cmd: string, key: string, arg: string): Promise<string>
+  /** Closes the connection; the server releases what it held. Idempotent. */
   close(): void
+  /** Closes the connection (`await using conn = await Connection.connect(…)`). */
   [Symbol.asyncDispose](): Promise<void>
 }

@@ -6,6 +6,7 @@ const semaphore = require('./lib/file/semats')
 const target = require('./lib/target')
 const dflockd = require('./lib/dflockd')
 const observe = require('./lib/observe')
+const webLocks = require('./lib/locks')
 
 module.exports = {
   // errors
@@ -28,6 +29,9 @@ module.exports = {
   // observing locks
   wait: observe.wait,
   query: observe.query,
+  // W3C Web Locks across processes and machines
+  createLockManager: webLocks.createLockManager,
+  locks: webLocks.locks,
   // dflockd client
   DistributedLock: dflockd.DistributedLock,
   DistributedSemaphore: dflockd.DistributedSemaphore,

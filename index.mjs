@@ -20,6 +20,8 @@ export const {
   withLock,
   wait,
   query,
+  createLockManager,
+  locks,
   DistributedLock,
   DistributedSemaphore,
   Connection,

@@ -1,6 +1,7 @@
 'use strict'
 // dflockd: lock + release round trips against the real server installed by setup, for the addon, the Go
-// client's own cmd/bench (built by setup from the vendored source), a Go stand-in of the same shape, and a plain Node `net` loop.
+// client's own cmd/bench (built by setup from the vendored source), the TypeScript client (bench/vendor), a Go stand-in of
+// the same shape, and a plain Node `net` loop.
 
 const { spawn, spawnSync } = require('node:child_process')
 const fs = require('node:fs')
@@ -141,10 +142,37 @@ function describeGoFailure(why, lines) {
   return why.replace(/https?:\/\/\S+/g, '<url>').replace(/\s+/g, ' ').trim().slice(0, 200)
 }
 
+let tsClient = null
+/**
+ * The vendored TypeScript client (bench/vendor/dflockd-client-ts, not on npm) compiled once with the project's
+ * `tsc` into bench/results/dflockd-client-ts/client.js. Returns the path, or throws why it cannot be built.
+ */
+function tsClientModule() {
+  if (tsClient) return tsClient
+  const src = path.join(__dirname, 'vendor', 'dflockd-client-ts', 'client.ts')
+  const outDir = path.join(__dirname, 'results', 'dflockd-client-ts')
+  const out = path.join(outDir, 'client.js')
+  const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc')
+  const args = [tsc, '--module', 'commonjs', '--target', 'es2022', '--moduleResolution', 'node', '--skipLibCheck', '--types', 'node', '--outDir', outDir, src]
+  const r = spawnSync(process.execPath, args, { encoding: 'utf8' })
+  if (r.error || !fs.existsSync(out)) throw new Error(`tsc of the TS client failed: ${(r.error ? r.error.message : `${r.stdout}${r.stderr}`).trim().split('\n').pop()}`)
+  tsClient = out
+  return out
+}
+
+/** Client kinds that run in bench/workers/dflockd-client.js with extra settings: the TS client's module, or the
+ * addon's `Connection` kept off libuv (its tokio driver, as on Bun and Deno: the tokio path's own ceiling). */
+function kindSettings(kind) {
+  if (kind.startsWith('ts-')) return { cfg: { tsClient: tsClientModule() } }
+  if (kind === 'addon-connection-tokio') return { kind: 'addon-connection', env: { ...process.env, SEMA_NATIVE_LIBUV: 'off' } }
+  return {}
+}
+
 /** One client variant in its own process. */
 async function clientRun(kind, port, workers, seconds, extra = {}) {
-  const cfg = JSON.stringify({ kind, port, workers, seconds, ...extra })
-  const { result } = await runJson(process.execPath, [path.join(__dirname, 'workers', 'dflockd-client.js'), cfg], { timeoutMs: seconds * 1000 + 60_000 })
+  const k = kindSettings(kind)
+  const cfg = JSON.stringify({ kind: k.kind ?? kind, port, workers, seconds, ...k.cfg, ...extra })
+  const { result } = await runJson(process.execPath, [path.join(__dirname, 'workers', 'dflockd-client.js'), cfg], { timeoutMs: seconds * 1000 + 60_000, env: k.env })
   return result
 }
 

@@ -312,6 +312,10 @@ function contendedTable(rows) {
 const DFL_CLIENTS = [
   { id: 'addon-connection', label: 'addon `Connection` (acquire + release on one connection)' },
   { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release())' },
+  { id: 'addon-loop-shape', label: '`DistributedLock`\'s wire shape (`e` + `r`, a renew timer per hold) on the event-loop `Connection`: its ceiling on that driver' },
+  { id: 'addon-connection-tokio', label: 'addon `Connection` on its tokio driver (`SEMA_NATIVE_LIBUV=off`: the ceiling of a tokio-thread round trip)' },
+  { id: 'ts-lowlevel', label: 'TS client `dflockd-client` low-level `acquire`/`release` (one socket)' },
+  { id: 'ts-distributedlock', label: 'TS client `dflockd-client` `DistributedLock` reused (a connection per acquisition)' },
   { id: 'node-net', label: 'plain Node `net` loop (floor for a JS client)' },
   { id: 'go-standin', label: 'Go `net` loop, same shape as cmd/bench (stand-in, not the official client)' },
   { id: 'rust-floor', label: 'Rust blocking floor (std `TcpStream`, a thread per worker: the least any client costs)' },
@@ -541,6 +545,19 @@ function targets(res) {
       const gs = get('go-standin', w)
       if (a && go) add(`dflockd, ${w} workers: ≥ 0.8× Go cmd/bench`, ratio(a.opsPerSec, go.opsPerSec), a.opsPerSec >= 0.8 * go.opsPerSec)
       else if (a) add(`dflockd, ${w} workers: ≥ 0.8× Go cmd/bench`, `Go client unavailable; vs the Go stand-in: ${gs ? ratio(a.opsPerSec, gs.opsPerSec) : 'n/a'}`, null)
+    }
+    // Issue #24: DistributedLock (the API dflockd-client users and acquire('dflockd://…') call) against the TS client's
+    // low-level functions and the blocking floor (one socket and one thread per worker, no runtime).
+    const dl = (w) => get('addon-distributedlock', w)
+    const issue24 = [
+      [1, 'ts-lowlevel', 1.5, 'TS client low-level'],
+      [1, 'rust-floor', 1.0, 'blocking floor'],
+      [10, 'rust-floor', 0.9, 'blocking floor'],
+    ]
+    for (const [w, id, k, what] of issue24) {
+      const a = dl(w)
+      const b = get(id, w)
+      if (a && b) add(`dflockd \`DistributedLock\`, ${w} worker${w > 1 ? 's' : ''}: ≥ ${k.toFixed(1)}× ${what}`, `${ratio(a.opsPerSec, b.opsPerSec)} (${num(a.opsPerSec)} vs ${num(b.opsPerSec)})`, a.opsPerSec >= k * b.opsPerSec)
     }
     for (const w of P.dflockd.workers) {
       const a = get('addon-connection', w)

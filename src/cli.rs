@@ -22,3 +22,37 @@ pub fn hand_lock_to(token: String, pid: i64) -> napi::Result<bool> {
 pub fn process_command_line(pid: i64) -> Option<String> {
     lockfile::process::process_command_line(pid)
 }
+
+/// What the real `sema` reads from a lock file (`LockInfo::parse`): the `sema` front end's view.
+#[napi(object)]
+pub struct SemaLockInfo {
+    pub pid: u32,
+    pub timestamp: napi::bindgen_prelude::BigInt,
+    pub tag: Option<String>,
+}
+
+/// Parses lock-file bytes with the real `sema`'s rules; `null` where `sema` finds no lock info.
+#[napi]
+pub fn sema_lock_info(bytes: napi::bindgen_prelude::Buffer) -> Option<SemaLockInfo> {
+    lockfile::format::parse_sema_lock_info(&bytes).map(|i| SemaLockInfo {
+        pid: i.pid,
+        timestamp: napi::bindgen_prelude::BigInt::from(i.timestamp),
+        tag: i.tag,
+    })
+}
+
+/// How Rust's `std::io::Error` shows OS error `errno` (`No such file or directory (os error 2)`):
+/// the text `sema` prints, from the standard library that prints it rather than a copied table.
+#[napi]
+pub fn os_error_text(errno: i32) -> String {
+    std::io::Error::from_raw_os_error(errno).to_string()
+}
+
+/// Rust's `Path::parent` of `path` (`null` for a root or an empty path; `""` for a bare name):
+/// `sema` checks that this directory exists before it touches the lock.
+#[napi]
+pub fn path_parent(path: String) -> Option<String> {
+    std::path::Path::new(&path)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+}

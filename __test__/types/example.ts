@@ -22,8 +22,16 @@ import {
   Connection,
   stats,
   stableHashShard,
+  createLockManager,
+  locks,
 } from '../..'
 import type {
+  WebLock,
+  WebLockInfo,
+  WebLockManager,
+  WebLockManagerSnapshot,
+  WebLockMode,
+  WebLockOptions,
   AcquireOptions,
   AcquireTraceContext,
   LostMessage,
@@ -216,5 +224,24 @@ void fileTargets
 void semats
 void distributed
 void errors
+void webLocks
+
+async function webLocks(): Promise<void> {
+  const m: WebLockManager = createLockManager('/tmp/locks')
+  const n: number = await m.request('deploy', async (lock: WebLock | null) => (lock ? lock.name.length : 0))
+  const s: string = await locks.request('x', { mode: 'shared', ifAvailable: true }, (lock) => lock?.mode ?? 'none')
+  const mode: WebLockMode | undefined = (await m.query()).held[0]?.mode
+  const snap: WebLockManagerSnapshot = await locks.query()
+  const info: WebLockInfo | undefined = snap.pending[0]
+  const o: WebLockOptions = { steal: true }
+  console.log(n, s, mode, info?.clientId, info?.pid, info?.host, o)
+  createLockManager('dflockd://127.0.0.1:6388/app')
+  // @ts-expect-error mode is 'exclusive' or 'shared'
+  await m.request('x', { mode: 'read' }, () => 1)
+  // @ts-expect-error a callback is needed
+  await m.request('x', {})
+  // @ts-expect-error no options are defined yet
+  createLockManager('/tmp/locks', { dir: 1 })
+}
 new AcquireTimeoutError('k')
 new AuthError()

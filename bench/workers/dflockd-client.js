@@ -40,6 +40,51 @@ async function makeWorker(i) {
         close: () => lock.close(),
       }
     }
+    case 'addon-loop-shape': {
+      // DistributedLock's wire shape on the event-loop `Connection`: `e` (answered `acquired`) + `r`, with an unref'd
+      // renewal timer armed at the grant and cleared at the release. Not a lock API: the ceiling of a DistributedLock
+      // whose round trips ran on the event-loop driver (issue #24), measured before building it.
+      const { Connection } = require(root)
+      const conn = await Connection.connect({ host: '127.0.0.1', port: cfg.port })
+      return {
+        async round() {
+          const g = await conn.enqueue(key, 10)
+          if (g.status !== 'acquired') throw new Error(`not acquired: ${g.status}`)
+          const renew = setTimeout(() => {}, 5000)
+          renew.unref()
+          clearTimeout(renew)
+          await conn.release(key, g.token)
+        },
+        close: () => conn.close(),
+      }
+    }
+    case 'ts-lowlevel': {
+      // dflockd-client's low-level functions on one persistent socket (as its docs show them).
+      const ts = require(cfg.tsClient)
+      const net = require('node:net')
+      const sock = net.createConnection({ host: '127.0.0.1', port: cfg.port })
+      await new Promise((resolve, reject) => sock.once('connect', resolve).once('error', reject))
+      sock.setNoDelay(true)
+      return {
+        async round() {
+          const { token } = await ts.acquire(sock, key, 30, 10)
+          await ts.release(sock, key, token)
+        },
+        close: () => sock.destroy(),
+      }
+    }
+    case 'ts-distributedlock': {
+      // dflockd-client's DistributedLock reused (acquire() + release()): it opens a connection per acquisition.
+      const ts = require(cfg.tsClient)
+      const lock = new ts.DistributedLock({ key, servers: [['127.0.0.1', cfg.port]], acquireTimeoutS: 30, leaseTtlS: 10 })
+      return {
+        async round() {
+          if (!(await lock.acquire())) throw new Error('acquire timed out')
+          await lock.release()
+        },
+        close: () => lock.close(),
+      }
+    }
     case 'node-net': {
       const c = await NetClient.connect(cfg.port)
       return {

@@ -61,49 +61,18 @@ function formatDuration(ms) {
   return `${ms}ms`
 }
 
-// Texts of glibc's strerror(), which Rust's io::Error prints as "<text> (os error N)". libuv's own messages are
-// lower case and worded differently, so the common ones are spelled out here.
-const STRERROR = {
-  EPERM: 'Operation not permitted',
-  ENOENT: 'No such file or directory',
-  EIO: 'Input/output error',
-  EBADF: 'Bad file descriptor',
-  EAGAIN: 'Resource temporarily unavailable',
-  ENOMEM: 'Cannot allocate memory',
-  EACCES: 'Permission denied',
-  EBUSY: 'Device or resource busy',
-  EEXIST: 'File exists',
-  EXDEV: 'Invalid cross-device link',
-  ENOTDIR: 'Not a directory',
-  EISDIR: 'Is a directory',
-  EINVAL: 'Invalid argument',
-  ENFILE: 'Too many open files in system',
-  EMFILE: 'Too many open files',
-  ETXTBSY: 'Text file busy',
-  EFBIG: 'File too large',
-  ENOSPC: 'No space left on device',
-  EROFS: 'Read-only file system',
-  EMLINK: 'Too many links',
-  ENAMETOOLONG: 'File name too long',
-  ENOTEMPTY: 'Directory not empty',
-  ELOOP: 'Too many levels of symbolic links',
-  EDQUOT: 'Disk quota exceeded',
-  ESTALE: 'Stale file handle',
-}
-
-/** `No such file or directory (os error 2)`: how Rust's io::Error displays an OS error, from a Node error code. */
+/**
+ * `No such file or directory (os error 2)`: how Rust's io::Error (so `sema`) shows an OS error, from a Node error
+ * code. The text comes from Rust's standard library in the addon, the one that prints it for `sema`. On Windows
+ * the numbers Node gives (`os.constants.errno`) are POSIX-style, not the system error codes Rust shows, so the
+ * text there is libuv's.
+ */
 function rustIoText(code, fallback) {
   const errno = code ? os.constants.errno[code] : undefined
   if (errno === undefined) return fallback
-  let text = STRERROR[code]
-  if (!text) {
-    try {
-      const entry = require('node:util').getSystemErrorMap().get(-errno)
-      text = entry ? entry[1].charAt(0).toUpperCase() + entry[1].slice(1) : code
-    } catch {
-      text = code
-    }
-  }
+  if (process.platform !== 'win32') return require('../native').osErrorText(errno)
+  const entry = require('node:util').getSystemErrorMap().get(-errno)
+  const text = entry ? entry[1].charAt(0).toUpperCase() + entry[1].slice(1) : code
   return `${text} (os error ${errno})`
 }
 
@@ -342,19 +311,9 @@ function isDflockd(target) {
   return /^dflockd:\/\//i.test(target)
 }
 
-/**
- * Parent directory of a path as Rust's `Path::parent` sees it: '' for a bare file name (no check needed) and
- * null for the root.
- */
+/** Rust's `Path::parent` (`null` for a root, `''` for a bare name): the directory `sema` checks. */
 function rustParent(p) {
-  let s = p
-  while (s.length > 1 && s.endsWith('/')) s = s.slice(0, -1)
-  if (s === '/') return null
-  const i = s.lastIndexOf('/')
-  if (i < 0) return ''
-  let parent = s.slice(0, i)
-  while (parent.length > 1 && parent.endsWith('/')) parent = parent.slice(0, -1)
-  return parent === '' ? '/' : parent
+  return require('../native').pathParent(p)
 }
 
 function exists(p) {

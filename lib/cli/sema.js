@@ -129,40 +129,13 @@ function parse(args) {
   return o
 }
 
-// Rust's `str::trim`: Unicode White_Space (which has U+0085 and lacks U+FEFF, unlike String.prototype.trim).
-const RUST_WS = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000'
-const RUST_TRIM = new RegExp(`^[${RUST_WS}]+|[${RUST_WS}]+$`, 'g')
-
 /**
- * sema's `LockInfo::parse` over the raw bytes: strict UTF-8, `lines()`, strict u32 pid and u64 timestamp.
- * Returns {pid, timestamp (BigInt), tag|null} or null.
+ * sema's `LockInfo::parse` over the raw bytes (strict UTF-8, `lines()`, `trim()`, u32 pid, u64 timestamp), in Rust
+ * (crates/sema-core lockfile/format.rs). Returns {pid, timestamp (BigInt), tag|null} or null.
  */
 function parseStrict(bytes) {
-  let text
-  try {
-    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes)
-  } catch {
-    return null
-  }
-  let pid = null
-  let timestamp = null
-  let tag = null
-  const lines = text.split('\n')
-  if (lines.length && lines[lines.length - 1] === '') lines.pop()
-  for (let line of lines) {
-    if (line.endsWith('\r')) line = line.slice(0, -1)
-    line = line.replace(RUST_TRIM, '')
-    if (!line) continue
-    const eq = line.indexOf('=')
-    if (eq < 0) continue
-    const key = line.slice(0, eq)
-    const value = line.slice(eq + 1)
-    if (key === 'pid') pid = parseUnsigned(value, U32_MAX)
-    else if (key === 'timestamp') timestamp = parseUnsigned(value, U64_MAX)
-    else if (key === 'tag') tag = value
-  }
-  if (pid === null || timestamp === null) return null
-  return { pid: Number(pid), timestamp, tag }
+  const info = require('../native').semaLockInfo(bytes)
+  return info ? { pid: info.pid, timestamp: info.timestamp, tag: info.tag ?? null } : null
 }
 
 /** sema's `lock_info()`: null when the file is missing, unreadable or does not parse. */

@@ -44,7 +44,9 @@ function reportLosses(prim) {
   if (lossChannel === null) {
     lossChannel = new native.NativeDflockdLossChannel((id, token, reason) => {
       const handler = lossHandlers.get(id)
-      if (handler) handler(token, reason)
+      // Only while the primitive's object lives: a report can arrive after Deno's test runner finalized it at
+      // teardown (src/dflockd/primitive.rs LIVE_IDS), and reading it then would read freed memory.
+      if (handler && native.dflockdPrimitiveAlive(id)) handler(token, reason)
     })
   }
   const id = ++nextPrimitiveId >>> 0

@@ -14,6 +14,38 @@ pub struct NativeDflockdPrimitive {
     /// The loss callback set by `reportLossesTo` for the primitive's lifetime; `close()` puts
     /// it back in place of a per-primitive `onLost` callback.
     channel_cb: std::sync::Mutex<Option<core::LossCallback>>,
+    /// Its id on a loss channel (0: none), removed from [`LIVE_IDS`] when the object is finalized.
+    channel_id: std::sync::atomic::AtomicU32,
+}
+
+/// Ids (on a loss channel) of the primitives whose JS object is not finalized yet. A loss report
+/// already queued to the JS thread can arrive after its primitive was finalized: Deno's test
+/// runner finalizes every wrapped object at teardown and then keeps running the event loop
+/// (denoland/deno#36556), and a handler that then read the primitive would use freed memory
+/// (a SIGSEGV in `Primitive::token`, core dump of 2026-11-25). The JS handler asks
+/// [`dflockd_primitive_alive`] first; that is a function, not a method, so it reads no object.
+static LIVE_IDS: std::sync::Mutex<Option<std::collections::HashSet<u32>>> =
+    std::sync::Mutex::new(None);
+
+fn live_ids<R>(f: impl FnOnce(&mut std::collections::HashSet<u32>) -> R) -> R {
+    let mut guard = LIVE_IDS.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(Default::default))
+}
+
+/// Whether the primitive reporting on a loss channel as `id` still has its JS object (see
+/// [`LIVE_IDS`]): a loss channel's handler calls this before it touches the primitive.
+#[napi]
+pub fn dflockd_primitive_alive(id: u32) -> bool {
+    live_ids(|ids| ids.contains(&id))
+}
+
+impl Drop for NativeDflockdPrimitive {
+    fn drop(&mut self) {
+        let id = *self.channel_id.get_mut();
+        if id != 0 {
+            live_ids(|ids| ids.remove(&id));
+        }
+    }
 }
 
 /// One JS loss callback `(id, token, reason) => void` shared by many primitives, each reporting
@@ -63,6 +95,7 @@ impl NativeDflockdPrimitive {
         Ok(NativeDflockdPrimitive {
             inner: Arc::new(inner),
             channel_cb: std::sync::Mutex::new(None),
+            channel_id: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -73,6 +106,13 @@ impl NativeDflockdPrimitive {
         let notify = channel.notify.clone();
         let cb: core::LossCallback =
             Arc::new(move |_key: &str, token: &str, reason: &str| notify(id, token, reason));
+        live_ids(|ids| ids.insert(id));
+        let previous = self
+            .channel_id
+            .swap(id, std::sync::atomic::Ordering::Relaxed);
+        if previous != 0 && previous != id {
+            live_ids(|ids| ids.remove(&previous));
+        }
         *self.channel_cb.lock().unwrap_or_else(|p| p.into_inner()) = Some(cb.clone());
         self.inner.set_on_lost(Some(cb));
     }

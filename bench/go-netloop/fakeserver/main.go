@@ -1,5 +1,5 @@
 // A minimal stand-in dflockd server for client-bound measurements: it answers `l`/`sl` with
-// `ok <32 hex> <ttl>` and `r`/`sr` with `ok` at once, keeps no state and never blocks, so the clients'
+// `ok <32 hex> <ttl>`, `e`/`se` with `acquired <32 hex> <ttl>` and `r`/`sr` with `ok` at once, keeps no state and never blocks, so the clients'
 // own cost is what the benchmark measures. It is not dflockd; bench/run.js labels its rows as such.
 package main
 
@@ -53,6 +53,15 @@ func serve(c net.Conn, seq *atomic.Uint64) {
 				ttl = f[1]
 			}
 			fmt.Fprintf(w, "ok %032x %s\n", seq.Add(1), ttl)
+		case "e", "se":
+			// `e`/`se` never wait: always granted at once (`DistributedLock` sends `e` for a blocking acquire).
+			ttl := "33"
+			if f := strings.Fields(lines[2]); lines[0] == "e" && len(f) == 1 {
+				ttl = f[0]
+			} else if lines[0] == "se" && len(f) == 2 {
+				ttl = f[1]
+			}
+			fmt.Fprintf(w, "acquired %032x %s\n", seq.Add(1), ttl)
 		case "r", "sr":
 			w.WriteString("ok\n")
 		case "n", "sn":

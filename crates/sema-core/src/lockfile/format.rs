@@ -174,6 +174,39 @@ fn parse_strict_u64(value: &str) -> Option<u64> {
     value.parse().ok()
 }
 
+/// What the real `sema` 0.1.0 reads from a lock file (its `LockInfo::parse`): strict UTF-8,
+/// `str::lines`, `str::trim`, `u32`/`u64` by `str::parse` (so `+5` is 5 and `5x` is nothing), the
+/// last duplicate wins. The CLI's `sema` front end shows what `sema` would show, so it reads with
+/// sema's rules rather than ours: here, in Rust, where those rules are the language's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaLockInfo {
+    pub pid: u32,
+    pub timestamp: u64,
+    pub tag: Option<String>,
+}
+
+/// Parse lock-file bytes as `sema` does; `None` where `sema`'s `lock_info()` gives `None`.
+pub fn parse_sema_lock_info(bytes: &[u8]) -> Option<SemaLockInfo> {
+    let content = std::str::from_utf8(bytes).ok()?;
+    let (mut pid, mut timestamp, mut tag) = (None, None, None);
+    for line in content.lines() {
+        let line = line.trim();
+        if let Some((key, value)) = line.split_once('=') {
+            match key {
+                "pid" => pid = value.parse().ok(),
+                "timestamp" => timestamp = value.parse().ok(),
+                "tag" => tag = Some(value.to_string()),
+                _ => {}
+            }
+        }
+    }
+    Some(SemaLockInfo {
+        pid: pid?,
+        timestamp: timestamp?,
+        tag,
+    })
+}
+
 /// Parse lock-file content with semats' rules (see the module docs).
 pub fn parse_lock_info(content: &str) -> Result<LockInfo, ParseError> {
     // `Option<Option<..>>` would not express "last duplicate wins, a later bad value wipes an
@@ -423,5 +456,32 @@ mod tests {
         assert_eq!(sanitize_tag("a😀b", Some(3)), "a😀");
         assert_eq!(sanitize_tag("😀", Some(1)), "\u{FFFD}");
         assert_eq!(sanitize_tag("é", Some(1)), "é");
+    }
+
+    #[test]
+    fn sema_rules() {
+        let p = |b: &[u8]| parse_sema_lock_info(b);
+        let info = p(b"\xef\xbb\xbfx=1\r\npid=+7\ntimestamp=12\ntag= a=b \n").unwrap();
+        // A BOM makes the first line's key "\u{feff}x" (str::trim keeps U+FEFF); `+7` is 7.
+        assert_eq!((info.pid, info.timestamp), (7, 12));
+        assert_eq!(info.tag.as_deref(), Some(" a=b"));
+        assert_eq!(
+            p(b"pid=1\ntimestamp=2\npid=x\n"),
+            None,
+            "a later bad pid wipes the good one"
+        );
+        assert_eq!(p(b"pid=4294967296\ntimestamp=2\n"), None, "pid is a u32");
+        assert_eq!(
+            p(b"pid=1\ntimestamp=18446744073709551615\n")
+                .unwrap()
+                .timestamp,
+            u64::MAX
+        );
+        assert_eq!(p(b"pid=1\ntimestamp=2\xff\n"), None, "not UTF-8");
+        assert_eq!(
+            p("pid=1\u{85}\ntimestamp=2".as_bytes()).unwrap().pid,
+            1,
+            "U+0085 is trimmed"
+        );
     }
 }

@@ -85,8 +85,8 @@ mod watch;
 pub use acquire::{AcquireNow, Tried};
 pub use error::{Holder, LockError};
 pub use format::{
-    is_js_whitespace, js_trim, parse_js_int, parse_lock_info, read_lock_bytes_lossy, sanitize_tag,
-    LockInfo, ParseError, MAX_LOCK_FILE_BYTES,
+    is_js_whitespace, js_trim, parse_js_int, parse_lock_info, parse_sema_lock_info,
+    read_lock_bytes_lossy, sanitize_tag, LockInfo, ParseError, SemaLockInfo, MAX_LOCK_FILE_BYTES,
 };
 pub use held::HeldLock;
 pub use listing::{describe_lock, list_locks, ListedLock, ListedState};

@@ -1,0 +1,145 @@
+'use strict'
+// Web Locks on a dflockd server: one key per granted request, `[<path>/]wl-<encoded name>` (./names.js) under the
+// base `dflockd://[token@]host[:port][/<path>][?tls=1&ca=…]`, taken through the one-string API (lib/target.js:
+// FIFO queue on the server, lease renewal, loss detection). The URL is parsed and redacted by lib/dflockd/url.js.
+//
+// What the server cannot do, and so neither can this backend:
+// - steal: the protocol has no command that evicts a holder (`r`/`n` need the holder's token, which only the holder
+//   has; a lease ends only by expiry). `steal: true` is refused with a NotSupportedError.
+// - query() of other processes: `stats` tells per key whether it is held and how many wait, not by whom: their
+//   entries carry `name` (and `mode: 'exclusive'` for a held plain lock) but no clientId, pid or host.
+
+const target = require('../target')
+const { parseDflockdUrl, redactTarget } = require('../dflockd/url')
+const { stats } = require('../dflockd/connection')
+const { invalidArgument } = require('../errors')
+const { stemOf, nameOfStem } = require('./names')
+const { takeInMode } = require('./mode')
+
+class DflockdBackend {
+  constructor(base) {
+    const m = /^(dflockd:\/\/[^/?#]*)(\/[^?#]*)?(\?[^#]*)?$/i.exec(base)
+    if (!m) throw invalidArgument(`invalid dflockd base for a LockManager (dflockd://[token@]host[:port][/prefix]): ${redactTarget(base)}`)
+    this.origin = m[1]
+    this.prefix = m[2] && m[2] !== '/' ? `${decodeURIComponent(m[2].slice(1).replace(/\/$/, ''))}/` : ''
+    this.query = m[3] ?? ''
+    // Parsed now so that a bad base fails at createLockManager (with a stand-in key, which its message does not show).
+    const probe = this.url('x')
+    try {
+      this.server = parseDflockdUrl(probe)
+    } catch (e) {
+      if (typeof e.message === 'string') e.message = e.message.split(redactTarget(probe)).join(redactTarget(base))
+      throw e
+    }
+    this.id = `dflockd:${this.server.host.toLowerCase()}|${this.server.port}|${this.prefix}`
+    this.kind = 'dflockd'
+    /** false once the client refused the `mode` option (./mode.js) */
+    this.modes = undefined
+  }
+
+  key(name) {
+    return this.prefix + stemOf(name)
+  }
+
+  url(name) {
+    return `${this.origin}/${encodeURIComponent(typeof name === 'string' ? this.key(name) : name)}${this.query}`
+  }
+
+  async acquire(name, mode, { wait, signal }) {
+    const options = { signal, timeout: wait ? Infinity : undefined }
+    for (;;) {
+      const r = await takeInMode(wait ? target.acquire : target.tryAcquire, this.url(name), options, mode, this)
+      if (r.ok) return r
+      if (r.error.type === 'ALREADY_LOCKED') return { ok: false, unavailable: true }
+      // The server's longest wait ran out: a Web Lock waits until granted or aborted.
+      if (wait && r.error.type === 'TIMEOUT' && !signal?.aborted) continue
+      return { ok: false, error: lockError(r.error) }
+    }
+  }
+
+  /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock). */
+  get stealRefused() {
+    return (
+      'steal is not supported on a dflockd LockManager: the dflockd protocol has no command that evicts ' +
+      "another client's holder (release and renew need the holder's token, and a lease ends only when it expires)"
+    )
+  }
+
+  /**
+   * Other clients' requests, from the server's `stats`. A name's exclusive lock is the mutex on its key; with shared
+   * locks (lib/dflockd shared mode: a gate mutex on the key and the reader-slot semaphore `<key>/readers`, MAX_READERS
+   * slots, all taken by a writer) the slots tell the readers. What the gate holder is, is inferred: readers holding
+   * slots and the gate held = a writer waiting for them to leave (or a reader between its two steps).
+   */
+  async others(local) {
+    const u = this.server
+    const s = await stats({
+      host: u.host,
+      port: u.port,
+      ...(u.auth !== undefined ? { auth: u.auth } : {}),
+      ...(u.ca !== undefined ? { tls: { ca: u.ca } } : u.tls ? { tls: true } : {}),
+    })
+    const byName = new Map()
+    const at = (key) => {
+      if (typeof key !== 'string' || !key.startsWith(this.prefix)) return null
+      const rest = key.slice(this.prefix.length)
+      const slots = rest.endsWith(READERS_SUFFIX)
+      const name = nameOfStem(slots ? rest.slice(0, -READERS_SUFFIX.length) : rest)
+      if (name == null) return null
+      if (!byName.has(name)) byName.set(name, { gate: false, gateWaiters: 0, readers: 0, readerWaiters: 0 })
+      return { e: byName.get(name), slots }
+    }
+    for (const l of s.locks) {
+      const x = at(l.key)
+      if (!x || x.slots) continue
+      x.e.gate = Number(l.owner_conn_id) !== 0
+      x.e.gateWaiters = Number(l.waiters) || 0
+    }
+    for (const l of s.semaphores) {
+      const x = at(l.key)
+      if (!x || !x.slots) continue
+      x.e.readers = Number(l.holders) || 0
+      x.e.readerWaiters = Number(l.waiters) || 0
+    }
+    const held = []
+    const pending = []
+    for (const [name, e] of byName) {
+      const theirs = { held: [], pending: [] }
+      if (e.readers >= MAX_READERS && e.gate) theirs.held.push('exclusive')
+      else {
+        for (let i = 0; i < e.readers; i++) theirs.held.push('shared')
+        if (e.gate) (e.readers > 0 ? theirs.pending : theirs.held).push('exclusive')
+      }
+      for (let i = 0; i < e.gateWaiters + e.readerWaiters; i++) theirs.pending.push(undefined)
+      // This thread's own requests (held, or waiting at the server) are listed from its state: take them out, by
+      // mode where the server tells it; one still waiting here may already be granted at the server.
+      for (const r of local(name)) {
+        if (takeOut(r.state === 'held' ? theirs.held : theirs.pending, r.mode)) continue
+        if (r.state !== 'held') takeOut(theirs.held, r.mode)
+      }
+      for (const mode of theirs.held) held.push(mode ? { name, mode } : { name })
+      for (const mode of theirs.pending) pending.push(mode ? { name, mode } : { name })
+    }
+    return { held, pending }
+  }
+}
+
+/** Removes one entry of `mode` (else one of unknown mode) from `list`; false when there is none. */
+function takeOut(list, mode) {
+  let i = list.indexOf(mode)
+  if (i < 0) i = list.indexOf(undefined)
+  if (i < 0) return false
+  list.splice(i, 1)
+  return true
+}
+
+/** lib/dflockd's shared mode (sema-core dflockd/shared.rs): the reader-slot key's suffix and its limit. */
+const READERS_SUFFIX = '/readers'
+const MAX_READERS = 16
+
+function lockError(e) {
+  const { toLockError } = require('../errors')
+  return toLockError(e)
+}
+
+module.exports = { DflockdBackend }

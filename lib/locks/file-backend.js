@@ -1,0 +1,109 @@
+'use strict'
+// Web Locks on a lock directory: one lock file per granted request, `<dir>/wl-<encoded name>.lock` (./names.js),
+// taken through the one-string API (lib/target.js: the engine's FIFO line, reclaim of dead holders, loss
+// detection). The holder's tag says `web-lock mode=<mode> client=<clientId> name=<encoded>`, so query() in any
+// process can tell the name (also of a hashed long one), the mode and the client; the rest (pid, host, the number
+// of waiting processes) is the engine's listing (`sema-native ls`), never a second parse of lock files here.
+
+const nodePath = require('node:path')
+const target = require('../target')
+const { listDir } = require('../cli/ls')
+const { stemOf, nameOfStem, encodeName, decodeName } = require('./names')
+const { takeInMode } = require('./mode')
+
+const TAG = /^web-lock mode=(exclusive|shared) client=(\S+)(?: name=(\S*))?$/
+
+class FileBackend {
+  constructor(dir) {
+    this.dir = nodePath.resolve(dir)
+    this.id = `file:${this.dir}`
+    this.kind = 'file'
+    /** false once the engine refused the `mode` option (./mode.js) */
+    this.modes = undefined
+  }
+
+  path(name) {
+    return nodePath.join(this.dir, `${stemOf(name)}.lock`)
+  }
+
+  tag(name, mode, clientId) {
+    const encoded = encodeName(name)
+    // The default maxTagLength is 10 000: a longer name is not written (query shows it as unknown).
+    return `web-lock mode=${mode} client=${clientId}${encoded.length <= 8000 ? ` name=${encoded}` : ''}`
+  }
+
+  /** `{ok, value: Lock}` / `{ok: false, unavailable}` (tryAcquire found it taken) / `{ok: false, error}`. */
+  async acquire(name, mode, { wait, signal, clientId }) {
+    const options = { tag: this.tag(name, mode, clientId), signal }
+    return settle(await takeInMode(wait ? target.acquire : target.tryAcquire, this.path(name), options, mode, this))
+  }
+
+  /**
+   * Takes the name whoever holds it: the holder's file is removed (forced release) and ours created at once; a
+   * waiter of another process that slips in between is forced out the same way (each round's winner is evicted by
+   * the next), up to STEAL_ROUNDS times. The evicted holder's loss detection tells it (its request rejects with an
+   * AbortError).
+   */
+  async steal(name, { clientId }) {
+    const path = this.path(name)
+    let last
+    for (let i = 0; i < STEAL_ROUNDS; i++) {
+      const rel = await target.release(path, { force: true })
+      if (!rel.ok && rel.error.type !== 'NOT_LOCKED') return { ok: false, error: toError(rel.error) }
+      last = await takeInMode(target.tryAcquire, path, { tag: this.tag(name, 'exclusive', clientId) }, 'exclusive', this)
+      if (last.ok || last.error.type !== 'ALREADY_LOCKED') return settle(last)
+    }
+    return settle(last)
+  }
+
+  /** Other processes' held and pending requests, from the engine's listing of the directory. */
+  async others(local, clientId) {
+    const held = []
+    const pending = []
+    const listing = await listDir(this.dir)
+    if (listing.error) {
+      if (listing.error.message && /ENOENT|No such file|os error 2\)/.test(listing.error.message)) return { held, pending }
+      throw toError(listing.error)
+    }
+    for (const l of listing.locks) {
+      if (!l.name.endsWith('.lock')) continue
+      const stem = l.name.slice(0, -'.lock'.length)
+      let name = nameOfStem(stem)
+      if (name === null) continue
+      const tag = l.tag == null ? null : TAG.exec(l.tag)
+      if (name === undefined && tag?.[3] != null) name = decodeName(tag[3]) ?? undefined
+      if (name === undefined) continue // a hashed long name whose holder did not write it
+      // This thread's own requests are listed from its state (other threads of this process are other clients).
+      const mine = tag !== null && tag[2] === clientId
+      if (l.state === 'held' && !mine) {
+        const entry = { name }
+        if (tag) {
+          entry.mode = tag[1]
+          entry.clientId = tag[2]
+        }
+        held.push({ ...entry, pid: l.pid ?? undefined, host: l.host ?? undefined })
+      }
+      // The engine counts waiting processes, not requests; this thread stands in the line when one of its requests
+      // waits for the backend.
+      const waiting = (l.waiters ?? 0) - (local(name).some((r) => r.state === 'acquiring') ? 1 : 0)
+      for (let i = 0; i < waiting; i++) pending.push({ name })
+    }
+    return { held, pending }
+  }
+}
+
+/** Rounds of force-and-take in a steal (each lost round means another process's waiter took the lock first). */
+const STEAL_ROUNDS = 16
+
+function settle(r) {
+  if (r.ok) return r
+  if (r.error.type === 'ALREADY_LOCKED') return { ok: false, unavailable: true }
+  return { ok: false, error: toError(r.error) }
+}
+
+function toError(e) {
+  const { toLockError } = require('../errors')
+  return toLockError(e)
+}
+
+module.exports = { FileBackend }

@@ -1,0 +1,382 @@
+'use strict'
+// The W3C Web Locks `LockManager` (https://w3c.github.io/web-locks/) over a lock directory or a dflockd server, so
+// that its locks hold across processes and machines. In each process the spec's algorithm runs as written (one
+// "lock request queue" per name: FIFO, shared requests granted together, `ifAvailable`, `steal`, `signal`); a
+// request that the local algorithm grants then takes the backend lock of its name (one lock file or dflockd key
+// per granted request), and only then is it held and its callback called. So requests of one process are ordered
+// by the spec, and processes by the backend (the file engine's FIFO line, dflockd's FIFO queue).
+//
+// One state per base and thread (a registry): two managers created on the same base in one thread share their
+// queues, as two `navigator.locks` of one agent do. Backends: ./file-backend.js, ./dflockd-backend.js.
+
+const os = require('node:os')
+const { randomUUID } = require('node:crypto')
+const { threadId } = require('node:worker_threads')
+
+/** This thread's client id (the spec's clientId: one per "agent"), shared by every manager of the thread. */
+const CLIENT_ID = randomUUID()
+
+/** A held lock as the callback sees it (the spec's `Lock`: name and mode). */
+class Lock {
+  #name
+  #mode
+  constructor(name, mode) {
+    this.#name = name
+    this.#mode = mode
+  }
+  get name() {
+    return this.#name
+  }
+  get mode() {
+    return this.#mode
+  }
+  get [Symbol.toStringTag]() {
+    return 'Lock'
+  }
+}
+
+function notSupported(message) {
+  return new DOMException(message, 'NotSupportedError')
+}
+
+function abortError(message) {
+  return new DOMException(message, 'AbortError')
+}
+
+/** WebIDL `LockOptions` conversion: a TypeError for what is not a dictionary or has a bad member. */
+function lockOptions(options) {
+  if (options === undefined || options === null) return { mode: 'exclusive', ifAvailable: false, steal: false, signal: undefined }
+  if (typeof options !== 'object' && typeof options !== 'function') {
+    throw new TypeError('LockManager.request: options must be an object')
+  }
+  const rawMode = options.mode
+  const mode = rawMode === undefined ? 'exclusive' : String(rawMode)
+  if (mode !== 'exclusive' && mode !== 'shared') {
+    throw new TypeError(`LockManager.request: mode must be 'exclusive' or 'shared', got ${typeof rawMode === 'symbol' ? 'a symbol' : `'${mode}'`}`)
+  }
+  const signal = options.signal
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TypeError('LockManager.request: signal must be an AbortSignal')
+  }
+  return { mode, ifAvailable: Boolean(options.ifAvailable), steal: Boolean(options.steal), signal }
+}
+
+/** The state of one base in this thread: per name, the held requests and the queue (pending and acquiring). */
+class BaseState {
+  constructor(backend) {
+    this.backend = backend
+    /** name → {held: Request[], queue: Request[]} */
+    this.names = new Map()
+    /** name → the promise of the last steal */
+    this.steals = new Map()
+  }
+
+  entry(name) {
+    let e = this.names.get(name)
+    if (!e) {
+      e = { held: [], queue: [] }
+      this.names.set(name, e)
+    }
+    return e
+  }
+
+  tidy(name) {
+    const e = this.names.get(name)
+    if (e && e.held.length === 0 && e.queue.length === 0) this.names.delete(name)
+  }
+
+  /** The spec's "grantable" test for `req` at the head of what may be granted now. */
+  grantableNow(name, mode) {
+    const e = this.names.get(name)
+    if (!e) return true
+    if (e.queue.length > 0) return false
+    return mode === 'shared' ? e.held.every((r) => r.mode === 'shared') : e.held.length === 0
+  }
+
+  /** Starts the backend acquisition of every queued request the spec's algorithm grants now, in order. */
+  pump(name) {
+    const e = this.names.get(name)
+    if (!e) return
+    for (let i = 0; i < e.queue.length; i++) {
+      const req = e.queue[i]
+      const before = e.queue.slice(0, i)
+      const ok =
+        req.mode === 'exclusive'
+          ? e.held.length === 0 && i === 0
+          : e.held.every((r) => r.mode === 'shared') && before.every((r) => r.mode === 'shared' && r.state === 'acquiring')
+      if (!ok) break
+      if (req.state === 'pending') this.startAcquire(req, true)
+    }
+    this.tidy(name)
+  }
+
+  startAcquire(req, wait) {
+    req.state = 'acquiring'
+    const ctl = new AbortController()
+    req.internal = ctl
+    req.acquiring = this.backend
+      .acquire(req.name, req.mode, { wait, signal: ctl.signal, clientId: CLIENT_ID })
+      .then(
+        (r) => this.acquired(req, ctl, r),
+        (error) => this.acquired(req, ctl, { ok: false, error }),
+      )
+      .catch((e) => internalError(req, e))
+  }
+
+  async acquired(req, ctl, r) {
+    const e = this.entry(req.name)
+    req.acquiring = null
+    if (req.state !== 'acquiring' || ctl !== req.internal) {
+      // Aborted meanwhile (already rejected and dequeued): a lock taken anyway goes back at once.
+      if (r.ok) await r.value.release().catch(() => {})
+      return
+    }
+    remove(e.queue, req)
+    if (!r.ok) {
+      req.state = 'done'
+      if (r.unavailable) {
+        // ifAvailable and the backend lock is taken by another process: the callback gets null.
+        req.runCallback(null)
+      } else {
+        req.reject(r.error)
+      }
+      this.pump(req.name)
+      return
+    }
+    req.state = 'held'
+    req.handle = r.value
+    e.held.push(req)
+    const onLost = () => this.lost(req)
+    r.value.signal.addEventListener('abort', onLost, { once: true })
+    req.unwatch = () => r.value.signal.removeEventListener('abort', onLost)
+    req.runCallback(new Lock(req.name, req.mode))
+  }
+
+  /** The backend lock of a held request was taken from it (a steal in another process, or a forced release). */
+  lost(req) {
+    if (req.state !== 'held') return
+    this.dropHeld(req)
+    const why = req.handle.signal.reason
+    const error = abortError(
+      `the lock '${req.name}' was lost: ${why && why.message ? why.message : 'its backend lock was taken by another holder'} ` +
+        '(a steal in another process, a forced release, or a lease that could not be renewed)',
+    )
+    Object.defineProperty(error, 'cause', { value: why, configurable: true, writable: true })
+    req.reject(error)
+    this.pump(req.name)
+  }
+
+  dropHeld(req) {
+    req.state = 'done'
+    req.unwatch?.()
+    const e = this.entry(req.name)
+    remove(e.held, req)
+  }
+
+  /** The callback's promise settled: release the backend lock, then settle the request's promise. */
+  async release(req, settle) {
+    if (req.state !== 'held') return // stolen: already rejected
+    this.dropHeld(req)
+    try {
+      await req.handle.release()
+    } catch (e) {
+      process.emitWarning(`sema-native: releasing Web Lock '${req.name}' failed: ${e && e.message}`, 'SemaNativeWarning')
+    }
+    settle()
+    this.pump(req.name)
+  }
+
+  /** The user's signal aborted before the grant. */
+  aborted(req, reason, pump = true) {
+    if (req.state !== 'pending' && req.state !== 'acquiring') return
+    const e = this.entry(req.name)
+    remove(e.queue, req)
+    const wasAcquiring = req.state === 'acquiring'
+    req.state = 'done'
+    if (wasAcquiring) req.internal.abort()
+    req.reject(reason)
+    if (pump) this.pump(req.name)
+  }
+
+  /** Steals run one after the other per name, so that the last caller wins (each breaks the one before). */
+  steal(req) {
+    const before = this.steals.get(req.name) ?? Promise.resolve()
+    const mine = before.then(() => this.stealNow(req)).catch((e) => internalError(req, e))
+    this.steals.set(req.name, mine)
+    mine.then(() => {
+      if (this.steals.get(req.name) === mine) this.steals.delete(req.name)
+    })
+  }
+
+  async stealNow(req) {
+    const e = this.entry(req.name)
+    // The spec: every held lock of the name is released and its request rejects with an AbortError.
+    for (const h of [...e.held]) {
+      this.dropHeld(h)
+      h.reject(abortError(`the lock '${req.name}' was stolen by a request with steal: true`))
+      await h.handle.release().catch(() => {})
+    }
+    // Requests the spec's algorithm has granted here but that still wait for the backend lock count as held: broken
+    // too (their backend wait is cancelled; a lock it got anyway is given back). Pending ones stay queued, granted
+    // after the stealer.
+    const granted = e.queue.filter((q) => q.state === 'acquiring')
+    for (const q of granted) this.aborted(q, abortError(`the lock '${req.name}' was stolen by a request with steal: true`), false)
+    await Promise.all(granted.map((q) => q.acquiring))
+    e.queue.unshift(req)
+    req.state = 'acquiring'
+    let r
+    try {
+      r = await this.backend.steal(req.name, { clientId: CLIENT_ID })
+    } catch (error) {
+      r = { ok: false, error }
+    }
+    req.internal = null
+    await this.acquired(Object.assign(req, { state: 'acquiring' }), null, r)
+  }
+
+  /** `{held, pending}` of this thread, in the spec's shape plus pid/host. */
+  local() {
+    const held = []
+    const pending = []
+    const facts = { pid: process.pid, host: os.hostname() }
+    for (const [name, e] of this.names) {
+      for (const r of e.held) held.push({ name, mode: r.mode, clientId: CLIENT_ID, ...facts })
+      for (const r of e.queue) pending.push({ name, mode: r.mode, clientId: CLIENT_ID, ...facts })
+    }
+    return { held, pending }
+  }
+
+  /** This thread's requests for `name` that hold or wait in the backend: `[{state: 'held'|'acquiring', mode}]`. */
+  atBackend(name) {
+    const e = this.names.get(name)
+    if (!e) return []
+    return [...e.held, ...e.queue.filter((r) => r.state === 'acquiring')].map((r) => ({ state: r.state, mode: r.mode }))
+  }
+}
+
+function remove(list, item) {
+  const i = list.indexOf(item)
+  if (i >= 0) list.splice(i, 1)
+}
+
+class LockManager {
+  #state
+
+  constructor(state) {
+    this.#state = state
+  }
+
+  /**
+   * `request(name, callback)` or `request(name, options, callback)`: the spec's method. Resolves with what the
+   * callback returns (after the lock is released), rejects with what it throws, with an AbortError when the lock is
+   * stolen or the signal aborts before the grant, and with the backend's LockError when the backend fails.
+   */
+  request(name, options, callback) {
+    const state = this.#state
+    return new Promise((resolve, reject) => {
+      if (arguments.length < 2) throw new TypeError('LockManager.request needs a name and a callback')
+      if (arguments.length === 2) {
+        callback = options
+        options = undefined
+      }
+      if (typeof name === 'symbol') throw new TypeError('LockManager.request: name must be a string')
+      name = String(name)
+      const o = lockOptions(options)
+      if (typeof callback !== 'function') throw new TypeError('LockManager.request: callback must be a function')
+      if (name.startsWith('-')) throw notSupported(`lock names starting with '-' are reserved: '${name}'`)
+      if (o.steal && o.ifAvailable) throw notSupported("the 'steal' and 'ifAvailable' options are mutually exclusive")
+      if (o.steal && o.mode !== 'exclusive') throw notSupported("the 'steal' option may only be used with exclusive locks")
+      if (o.signal && (o.steal || o.ifAvailable)) {
+        throw notSupported("the 'signal' option may not be used with 'steal' or 'ifAvailable'")
+      }
+      if (o.signal?.aborted) {
+        reject(o.signal.reason)
+        return
+      }
+      const req = {
+        name,
+        mode: o.mode,
+        state: 'pending',
+        internal: null,
+        acquiring: null,
+        handle: null,
+        unwatch: null,
+        reject,
+        runCallback: (lock) => runCallback(state, req, callback, lock, resolve, reject),
+      }
+      if (o.signal) {
+        const onAbort = () => state.aborted(req, o.signal.reason)
+        o.signal.addEventListener('abort', onAbort, { once: true })
+        const settle = (f) => (v) => {
+          o.signal.removeEventListener('abort', onAbort)
+          f(v)
+        }
+        req.reject = settle(reject)
+        resolve = settle(resolve)
+        reject = req.reject
+      }
+      if (o.steal) {
+        if (state.backend.stealRefused) {
+          reject(notSupported(state.backend.stealRefused))
+          return
+        }
+        state.steal(req)
+        return
+      }
+      if (o.ifAvailable) {
+        if (!state.grantableNow(name, o.mode)) {
+          req.state = 'done'
+          queueMicrotask(() => req.runCallback(null))
+          return
+        }
+        state.entry(name).queue.push(req)
+        state.startAcquire(req, false)
+        return
+      }
+      state.entry(name).queue.push(req)
+      state.pump(name)
+    })
+  }
+
+  /**
+   * `{held, pending}`: this thread's requests (name, mode, clientId, pid, host), then those of every other process
+   * using the base, as far as the backend tells them (see the backend's `others`).
+   */
+  async query() {
+    const state = this.#state
+    const mine = state.local()
+    const others = await state.backend.others((name) => state.atBackend(name), CLIENT_ID)
+    return { held: [...mine.held, ...others.held], pending: [...mine.pending, ...others.pending] }
+  }
+
+  get [Symbol.toStringTag]() {
+    return 'LockManager'
+  }
+}
+
+function runCallback(state, req, callback, lock, resolve, reject) {
+  let p
+  try {
+    p = Promise.resolve(callback(lock))
+  } catch (e) {
+    p = Promise.reject(e)
+  }
+  p.then(
+    (v) => (lock === null ? resolve(v) : state.release(req, () => resolve(v))),
+    (e) => (lock === null ? reject(e) : state.release(req, () => reject(e))),
+  )
+}
+
+const states = new Map()
+
+/** The manager of `backend` (its state shared with every manager of the same base in this thread). */
+function managerFor(backend) {
+  let state = states.get(backend.id)
+  if (!state) {
+    state = new BaseState(backend)
+    states.set(backend.id, state)
+  }
+  return new LockManager(state)
+}
+
+module.exports = { LockManager, Lock, managerFor, CLIENT_ID, threadId }

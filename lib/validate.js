@@ -205,7 +205,7 @@ function checkBackend(snapshot, backend) {
     throw invalidArgument("option 'pid' cannot be combined with mode 'shared' (the readers' heartbeat needs a live process)")
   }
   if (snapshot.mode === 'shared' && !SHARED_ON.has(backend)) {
-    throw invalidArgument(`mode 'shared' is not available on ${backend === 'file' ? 'file' : 'dflockd://'} targets in this version`)
+    throw invalidArgument(`option 'mode': 'shared' is not available on ${backend === 'file' ? 'file' : 'dflockd://'} targets in this version`)
   }
 }
 

@@ -311,13 +311,16 @@ async function acquireShared(target, path, options, { wait }) {
       const seen = readBase(base)
       if (seen.kind === 'other') return null
       const reader = `${base}.reader-${hex()}`
-      const reg = await acquireMutex(target, reader, memberOptions(options), { wait: false })
+      // The reader's file carries the caller's tag: each shared holder can be told apart (query()).
+      const reg = await acquireMutex(target, reader, { ...memberOptions(options), tag: options.tag }, { wait: false })
       if (!reg.ok) return reg
       try {
         if (seen.kind === 'absent') writeBase(base, process.pid, options.tag, false, options.fsync !== false)
         else if (!native.isProcessRunning(seen.pid)) writeBase(base, process.pid, options.tag, true, options.fsync !== false)
       } catch (e) {
         await reg.value.release()
+        // A mutex holder (which takes the path without the guard) created it first: busy.
+        if (e.code === 'EEXIST') return null
         return { ok: false, error: { type: 'IO_ERROR', message: `cannot write the shared lock '${base}': ${e.message}` } }
       }
       return reg
@@ -333,39 +336,54 @@ async function acquireShared(target, path, options, { wait }) {
   }
 }
 
-/** mode: 'exclusive': the mutex, aware of readers (waits for them; breaks a shared base whose readers all died). */
+/**
+ * mode: 'exclusive': the mutex, aware of readers. One attempt under the guard (a shared path whose readers all died
+ * is removed first: reclaimed at once); then, announced as a waiting writer, the engine's own wait for the path (its
+ * FIFO line within and across processes, counted by `ls`), while a janitor removes a shared path once its readers
+ * have all died (the engine alone would wait out the stale timeout for it).
+ */
 async function acquireExclusive(target, path, options, { wait }) {
   if (options.limit != null) return require('./slots').acquireSlot(target, path, options, { wait })
   const base = nodePath.resolve(path)
   const deadline = wait ? deadlineOf(options) : null
   const signal = options.signal ?? null
-  let announced = null
-  try {
-    for (;;) {
-      const r = await withGuard(base, options, deadline, signal, async () => {
-        const seen = readBase(base)
-        if (seen.kind === 'shared') {
-          if ((await liveMembers(base, 'reader', options)).length > 0) return null
-          removeBase(base, seen) // every reader died: reclaimed at once
-        }
-        const t = await acquireMutex(target, base, options, { wait: false })
-        return !t.ok && t.error.type === 'ALREADY_LOCKED' ? null : t
-      })
-      if (!r.ok) return r
-      if (r.value !== null) return r.value
-      if (!wait) return { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held` } }
-      if (announced === null) {
-        // Writer preference: from now on no reader joins (see the module comment).
-        const w = await acquireMutex(target, `${base}.writer-${hex()}`, memberOptions(options), { wait: false })
-        if (!w.ok) return w
-        announced = w.value
-      }
-      const why = await nextChange(base, options, deadline, signal)
-      if (why !== 'woken') return ended(why, options, signal)
+  const first = await withGuard(base, options, deadline, signal, async () => {
+    if ((await clearDeadShared(base, options)) === 'readers') return null
+    return acquireMutex(target, base, options, { wait: false })
+  })
+  if (!first.ok) return first
+  const tried = first.value
+  if (tried !== null && (tried.ok || tried.error.type !== 'ALREADY_LOCKED')) return tried
+  if (!wait) return tried ?? { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held by shared holders` } }
+  // Writer preference: from now on no reader joins (see the module comment).
+  const w = await acquireMutex(target, `${base}.writer-${hex()}`, memberOptions(options), { wait: false })
+  if (!w.ok) return w
+  const stop = new AbortController()
+  const janitor = (async () => {
+    while (!stop.signal.aborted) {
+      if ((await nextChange(base, options, null, stop.signal)) !== 'woken') return
+      await withGuard(base, options, null, stop.signal, () => clearDeadShared(base, options))
     }
+  })()
+  try {
+    const timeout = deadline === null ? options.timeout : Math.max(0, deadline - Date.now())
+    const r = await acquireMutex(target, base, { ...options, timeout }, { wait: true })
+    if (!r.ok && r.error.type === 'TIMEOUT') r.error.message = `Timeout waiting for lock after ${options.timeout}ms`
+    return r
   } finally {
-    if (announced) await announced.release().catch(() => {})
+    stop.abort()
+    await janitor.catch(() => {})
+    await w.value.release().catch(() => {})
   }
+}
+
+/** Under the guard: removes a shared path whose readers all died. 'readers' while live ones hold it. */
+async function clearDeadShared(base, options) {
+  const seen = readBase(base)
+  if (seen.kind !== 'shared') return 'none'
+  if ((await liveMembers(base, 'reader', options)).length > 0) return 'readers'
+  removeBase(base, seen)
+  return 'cleared'
 }
 
 function deadlineOf(options) {
@@ -401,6 +419,19 @@ function heldAs(path) {
   return { name: slot ? slot[1] : path, mode: 'exclusive' }
 }
 
+/** The live shared holders of `path`: `{ pid, tag, timestamp }` each (none when it is not a shared lock). */
+async function readersOf(path) {
+  const { statusMutex } = require('./lock')
+  const base = nodePath.resolve(path)
+  if (readBase(base).kind !== 'shared') return []
+  const out = []
+  for (const p of members(base, 'reader')) {
+    const s = await statusMutex(p, p, {}).catch(() => null)
+    if (s && s.locked && !s.isStale && s.info) out.push({ pid: s.info.pid, tag: s.info.tag ?? null, timestamp: s.info.timestamp })
+  }
+  return out
+}
+
 /** Facts for status: `{ mode: 'shared', holders }` when P is a shared base, else null. */
 async function sharedFacts(path, options) {
   const base = nodePath.resolve(path)
@@ -410,4 +441,4 @@ async function sharedFacts(path, options) {
   return { mode: 'shared', holders }
 }
 
-module.exports = { acquireShared, acquireExclusive, sharedFacts, releaseSharedByPath, heldAs }
+module.exports = { acquireShared, acquireExclusive, sharedFacts, releaseSharedByPath, heldAs, readersOf }

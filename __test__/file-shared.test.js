@@ -269,6 +269,19 @@ describe("mode: 'shared' on a lock file", () => {
     assert.deepEqual(tmp.left(file), [])
   })
 
+  test('the shared path removed under its readers (a forced release): each hold hears LOCK_LOST', async () => {
+    const file = tmp.fresh('forced')
+    const a = await sema.acquire(file, { mode: 'shared' })
+    const b = await sema.acquire(file, { mode: 'shared' })
+    const heard = new Promise((resolve) => b.value.signal.addEventListener('abort', () => resolve(b.value.signal.reason), { once: true }))
+    assert.equal((await sema.release(file, { force: true })).ok, true)
+    const reason = await u.within(heard, 10000, 'loss of the shared hold')
+    assert.equal(reason.code, 'LOCK_LOST')
+    assert.equal(a.value.signal.aborted, true)
+    assert.equal(await a.value.release(), false)
+    await u.whenFile(file, () => tmp.left(file).length === 0, 10000, 'reader files released')
+  })
+
   test('bad combinations are INVALID_ARGUMENT', async () => {
     const file = tmp.fresh('bad')
     for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {

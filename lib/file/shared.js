@@ -186,6 +186,13 @@ class SharedFileLock extends LockHandle {
     }
   }
 
+  /** The shared path is gone: this hold is lost (told at once), its reader file released. */
+  _lose(reason) {
+    forget(this, this.#base)
+    this._markLost(reason)
+    this.#inner.release().catch(() => {})
+  }
+
   async _release() {
     const base = this.#base
     forget(this, base)
@@ -285,12 +292,18 @@ async function refreshAll() {
     for (const [base, set] of heldShared) {
       const [any] = set
       const options = any ? any._options : {}
-      await withGuard(base, options, Date.now() + HEARTBEAT_MS, null, () => {
+      const r = await withGuard(base, options, Date.now() + HEARTBEAT_MS, null, () => {
         const seen = readBase(base)
-        if (seen.kind !== 'shared') return
+        // Under the guard a held shared lock always has its shared path: removed or replaced (a forced release, a
+        // Web Locks steal), the hold is lost.
+        if (seen.kind !== 'shared') return 'gone'
         const pid = native.isProcessRunning(seen.pid) ? seen.pid : process.pid
         writeBase(base, pid, options.tag, true, false)
-      }).catch(() => {})
+        return 'kept'
+      }).catch(() => null)
+      if (r?.ok && r.value === 'gone') {
+        for (const h of [...set]) h._lose('the shared lock file was removed or replaced')
+      }
     }
   } finally {
     refreshing = false

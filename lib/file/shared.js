@@ -134,14 +134,14 @@ function memberOptions(options) {
 /**
  * Runs `fn()` holding P's guard. `{ ok: true, value }`, or the guard's failure (TIMEOUT at the deadline, ABORTED).
  */
-async function withGuard(base, options, deadline, signal, fn) {
+async function withGuard(base, options, deadline, signal, fn, oneTry = false) {
   const guard = `${base}.rw-guard`
   // No deadline (tryAcquire, release): the guard is held for a few file operations, so waiting for it is no wait
-  // for the lock; a bound still ends a wait on a guard that never frees.
-  const timeout = deadline === null ? GUARD_BOUND_MS : Math.max(0, deadline - Date.now())
+  // for the lock; a bound still ends a wait on a guard that never frees. `oneTry`: a busy guard is `value: null`.
+  const timeout = oneTry ? 0 : deadline === null ? GUARD_BOUND_MS : Math.max(0, deadline - Date.now())
   const g = await acquireMutex(guard, guard, { ...memberOptions(options), timeout, signal }, { wait: true })
   if (!g.ok) {
-    if (g.error.type === 'TIMEOUT') return ended('timeout', options, signal)
+    if (g.error.type === 'TIMEOUT') return oneTry ? { ok: true, value: null } : ended('timeout', options, signal)
     return g
   }
   try {
@@ -149,6 +149,22 @@ async function withGuard(base, options, deadline, signal, fn) {
   } finally {
     await g.value.release()
   }
+}
+
+/**
+ * This thread's first attempts of shared and exclusive acquisitions, one after the other in call order, whatever
+ * their paths: requests made together are granted in the order they were made (the Web Locks spec's order, which
+ * the LockManager passes on), not in the order their file operations happen to finish. Only the first attempt: a
+ * request that has to wait leaves the line (a busy guard counts as busy here, and the wait takes it).
+ */
+let firstAttempts = Promise.resolve()
+function inCallOrder(fn) {
+  const run = firstAttempts.then(fn, fn)
+  firstAttempts = run.then(
+    () => {},
+    () => {},
+  )
+  return run
 }
 
 /** Waits for a change next to P (file event or poll): 'woken' | 'timeout' | 'aborted'. */
@@ -318,8 +334,8 @@ async function acquireShared(target, path, options, { wait }) {
   const base = nodePath.resolve(path)
   const deadline = wait ? deadlineOf(options) : null
   const signal = options.signal ?? null
-  for (;;) {
-    const r = await withGuard(base, options, deadline, signal, async () => {
+  for (let attempt = 0; ; attempt++) {
+    const join = () => withGuard(base, options, deadline, signal, async () => {
       if ((await liveMembers(base, 'writer', options)).length > 0) return null
       const seen = readBase(base)
       if (seen.kind === 'other') return null
@@ -337,7 +353,8 @@ async function acquireShared(target, path, options, { wait }) {
         return { ok: false, error: { type: 'IO_ERROR', message: `cannot write the shared lock '${base}': ${e.message}` } }
       }
       return reg
-    })
+    }, wait && attempt === 0)
+    const r = attempt === 0 ? await inCallOrder(join) : await join()
     if (!r.ok) return r
     if (r.value !== null) {
       if (!r.value.ok) return r.value
@@ -360,10 +377,19 @@ async function acquireExclusive(target, path, options, { wait }) {
   const base = nodePath.resolve(path)
   const deadline = wait ? deadlineOf(options) : null
   const signal = options.signal ?? null
-  const first = await withGuard(base, options, deadline, signal, async () => {
-    if ((await clearDeadShared(base, options)) === 'readers') return null
-    return acquireMutex(target, base, options, { wait: false })
-  })
+  const first = await inCallOrder(() =>
+    withGuard(
+      base,
+      options,
+      deadline,
+      signal,
+      async () => {
+        if ((await clearDeadShared(base, options)) === 'readers') return null
+        return acquireMutex(target, base, options, { wait: false })
+      },
+      wait,
+    ),
+  )
   if (!first.ok) return first
   const tried = first.value
   if (tried !== null && (tried.ok || tried.error.type !== 'ALREADY_LOCKED')) return tried

@@ -259,6 +259,10 @@ describe('limit: N on a lock file', () => {
     assert.equal(reader.ok, true, 'a reader of the main thread joins the worker’s')
     await reader.value.release()
     await w.terminate()
+    // Node and Bun release a terminated worker's locks before terminate() resolves, Deno 2.9 just after: wait for it.
+    await u.whenFile(file, (t) => t === null, 10000, 'the worker’s slot file removed')
+    const readerLeft = () => fs.readdirSync(path.dirname(shared)).some((n) => n.startsWith(`${path.basename(shared)}.reader-`))
+    await u.whenFile(shared, () => !readerLeft(), 10000, 'the worker’s reader file removed')
     const again = await sema.tryAcquire(file, { limit: 2 })
     assert.equal(again.ok, true, 'the worker’s slot was released when it was terminated')
     const x = await sema.tryAcquire(shared, { mode: 'exclusive' })

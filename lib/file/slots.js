@@ -10,7 +10,7 @@
 // `status` reports).
 //
 // Waiting: this process's waiters on one base path queue in call order (FIFO); the head takes a ticket in the
-// cross-process line (a lock file `<base>.queue-<monotonic ns>-<hex>`: FIFO between processes, a dead waiter's
+// cross-process line (a lock file `<base>.queue-<wall-clock µs>-<hex>`: FIFO between processes, a dead waiter's
 // ticket judged dead at once) and tries every slot when its ticket is the oldest live one, then sleeps until a file
 // event in the directory names the base or a sibling, or `retryInterval` (a crashed holder leaves its file behind:
 // the poll is what finds it dead and reclaims it), the deadline or the signal.
@@ -66,12 +66,16 @@ async function mismatch(base, limit, isLive) {
   return null
 }
 
-// ─── the cross-process line: one ticket lock file per waiting process, `<base>.queue-<monotonic ns>-<hex>` ───
+// ─── the cross-process line: one ticket lock file per waiting process, `<base>.queue-<wall-clock µs>-<hex>` ───
 
-/** A new ticket's path: named by the system-wide monotonic clock (shared by the processes of this machine). */
+/**
+ * A new ticket's path, named by the wall clock in microseconds (process.hrtime is system-wide under Node but counts
+ * from the process's start under Bun, so it cannot order processes). A clock step only reorders the waiters of that
+ * moment: order is fairness here, never exclusion.
+ */
 function ticketPath(base) {
-  const ns = String(process.hrtime.bigint()).padStart(20, '0')
-  return `${base}.queue-${ns}-${crypto.randomBytes(4).toString('hex')}`
+  const us = Math.floor((performance.timeOrigin + performance.now()) * 1000)
+  return `${base}.queue-${String(us).padStart(20, '0')}-${crypto.randomBytes(4).toString('hex')}`
 }
 
 const TICKET_NAME = /^\.queue-\d{20}-[0-9a-f]{8}$/

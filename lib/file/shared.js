@@ -29,7 +29,7 @@ const native = require('../native')
 const { LockHandle } = require('../lock-handle')
 const { acquireMutex } = require('./lock')
 const { acquireTimeoutMs, engineOptions, DEFAULT_CONFIG, beforeExitRelease } = require('./engine')
-const { waitFor, watchSiblings, ended, isLive } = require('./slots')
+const { changes, ended, isLive } = require('./slots')
 
 /** The readers' refresh of P's timestamp (the mutex's default heartbeat: a 1 s age for `sema --stale` >= 1 s). */
 const HEARTBEAT_MS = 1000
@@ -165,11 +165,6 @@ function inCallOrder(fn) {
     () => {},
   )
   return run
-}
-
-/** Waits for a change next to P (file event or poll): 'woken' | 'timeout' | 'aborted'. */
-function nextChange(base, options, deadline, signal) {
-  return waitFor(deadline, signal, (wake) => watchSiblings(base, options.retryInterval ?? 100, wake))
 }
 
 // ─── shared ───
@@ -334,6 +329,16 @@ async function acquireShared(target, path, options, { wait }) {
   const base = nodePath.resolve(path)
   const deadline = wait ? deadlineOf(options) : null
   const signal = options.signal ?? null
+  // Watched before the first attempt: a change while an attempt runs wakes the sleep after it.
+  const watch = wait ? changes(base, options.retryInterval ?? 100) : null
+  try {
+    return await joinLoop(target, base, options, wait, deadline, signal, watch)
+  } finally {
+    watch?.close()
+  }
+}
+
+async function joinLoop(target, base, options, wait, deadline, signal, watch) {
   for (let attempt = 0; ; attempt++) {
     const join = () => withGuard(base, options, deadline, signal, async () => {
       if ((await liveMembers(base, 'writer', options)).length > 0) return null
@@ -361,7 +366,8 @@ async function acquireShared(target, path, options, { wait }) {
       return { ok: true, value: new SharedFileLock(r.value.value, target, base, options) }
     }
     if (!wait) return { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held exclusively, or an exclusive request waits` } }
-    const why = await nextChange(base, options, deadline, signal)
+    if (deadline !== null && Date.now() >= deadline) return ended('timeout', options, signal)
+    const why = await watch.next(deadline, signal)
     if (why !== 'woken') return ended(why, options, signal)
   }
 }
@@ -398,9 +404,10 @@ async function acquireExclusive(target, path, options, { wait }) {
   const w = await acquireMutex(target, `${base}.writer-${hex()}`, memberOptions(options), { wait: false })
   if (!w.ok) return w
   const stop = new AbortController()
+  const watch = changes(base, options.retryInterval ?? 100)
   const janitor = (async () => {
     while (!stop.signal.aborted) {
-      if ((await nextChange(base, options, null, stop.signal)) !== 'woken') return
+      if ((await watch.next(null, stop.signal)) !== 'woken') return
       await withGuard(base, options, null, stop.signal, () => clearDeadShared(base, options))
     }
   })()
@@ -412,6 +419,7 @@ async function acquireExclusive(target, path, options, { wait }) {
   } finally {
     stop.abort()
     await janitor.catch(() => {})
+    watch.close()
     await w.value.release().catch(() => {})
   }
 }

@@ -141,6 +141,7 @@ async function acquireSlot(target, path, options, { wait }) {
   const me = { wake: null }
   line.push(me)
   let ticket = null
+  let watch = null
   try {
     if (line[0] !== me) {
       const turn = await waitFor(deadline, signal, (wake) => {
@@ -148,6 +149,8 @@ async function acquireSlot(target, path, options, { wait }) {
       })
       if (turn !== 'woken') return ended(turn, options, signal)
     }
+    // Watched before the first attempt: a slot freed while an attempt runs wakes the sleep after it.
+    watch = changes(base, options.retryInterval ?? 100)
     for (;;) {
       if (signal?.aborted) return ended('aborted', options, signal)
       // Across processes: a newcomer tries only when nobody queues; a queued waiter only when its ticket is first.
@@ -163,10 +166,11 @@ async function acquireSlot(target, path, options, { wait }) {
         ticket = t.value
         continue // the line may have emptied meanwhile: look again before sleeping
       }
-      const why = await waitFor(deadline, signal, (wake) => watchSiblings(base, options.retryInterval ?? 100, wake))
+      const why = await watch.next(deadline, signal)
       if (why !== 'woken') return ended(why, options, signal)
     }
   } finally {
+    watch?.close()
     if (ticket) await ticket.release().catch(() => {})
     const at = line.indexOf(me)
     if (at >= 0) line.splice(at, 1)
@@ -207,24 +211,49 @@ function waitFor(deadline, signal, arm) {
 }
 
 /**
- * Wakes on a file event naming `base` or one of its siblings (`<base>.…`: slots, readers), or after `retryMs`;
- * returns the stop function.
+ * The file events naming `base` or one of its siblings (`<base>.…`), watched from now on: `next(deadline, signal)`
+ * resolves like waitFor, at once when an event came since the last `next()` (so that a change between an attempt
+ * and the sleep after it is not missed), else at the next event or after `retryMs`. `close()` when done.
  */
-function watchSiblings(base, retryMs, wake) {
+function changes(base, retryMs) {
   const name = nodePath.basename(base)
-  const poll = setTimeout(() => wake('woken'), retryMs)
+  let dirty = false
+  let wake = null
   let watcher = null
   try {
     watcher = fs.watch(nodePath.dirname(base), { persistent: false }, (_event, file) => {
-      if (file === null || file === name || file.startsWith(`${name}.`)) wake('woken')
+      if (file !== null && file !== name && !file.startsWith(`${name}.`)) return
+      // The shared lock's guard and temporary files change on every attempt (ours too): no news for a waiter.
+      if (file !== null && file.startsWith(`${name}.rw-`)) return
+      dirty = true
+      wake?.()
     })
     watcher.on('error', () => {}) // the poll goes on
   } catch {
     // No watcher (a file system without events): the poll alone.
   }
-  return () => {
-    clearTimeout(poll)
-    watcher?.close()
+  return {
+    next(deadline, signal) {
+      return waitFor(deadline, signal, (woken) => {
+        if (dirty) {
+          dirty = false
+          woken('woken')
+          return undefined
+        }
+        wake = () => {
+          dirty = false
+          woken('woken')
+        }
+        const poll = setTimeout(() => woken('woken'), retryMs)
+        return () => {
+          clearTimeout(poll)
+          wake = null
+        }
+      })
+    },
+    close() {
+      watcher?.close()
+    },
   }
 }
 
@@ -260,4 +289,4 @@ async function statusSlots(target, path, options) {
   return { ...all[0], locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
 }
 
-module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots, waitFor, watchSiblings, ended, isLive }
+module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots, waitFor, changes, ended, isLive }

@@ -36,6 +36,11 @@ export type SemaphoreErrorType =
   | 'UNSUPPORTED_PLATFORM'
   /** A binary is published for this platform, but its package is missing or would not load (thrown by `require('sema-native')`). */
   | 'NATIVE_LOAD_FAILED'
+  /**
+   * A counting semaphore (`limit`) asked for with another limit than its live holders took it with: a lock file's
+   * slot files name their limit (`<path>.slot-<i>-of-<N>`).
+   */
+  | 'LIMIT_MISMATCH'
 
 /** A failure as a value (semats' shape). */
 export interface SemaphoreError {
@@ -279,13 +284,27 @@ export interface AcquireOptions {
   pid?: number | undefined
   /** dflockd: lease in whole seconds, the protocol's unit and `?leaseTtl=`'s (overrides it); errors name `leaseTtl`. */
   leaseTtl?: number | undefined
-  /** dflockd: semaphore slots (overrides `?limit=`). */
+  /**
+   * A counting semaphore: at most `limit` holders at once (a positive integer; absent = a mutex). dflockd: the key's
+   * slots (overrides `?limit=`). File: slot 0 is the path itself, slots 1…N-1 sibling lock files
+   * `<path>.slot-<i>-of-<N>`, each with the mutex's guarantees; a tool that knows only the lock-file format (`sema`,
+   * `semats`, a shell) and takes the path takes one slot. A live slot taken with another limit fails the call with
+   * `LIMIT_MISMATCH`. Waiters are served in the order they started waiting, also across processes (a ticket file
+   * `<path>.queue-…` per waiting process); a freed slot is seen by a file event, a crashed holder's within
+   * `retryInterval`. See docs/lock-kinds.md.
+   */
   limit?: number | undefined
   /**
-   * dflockd: a shared (reader/writer) lock on the key (overrides `?mode=`): `'shared'` = one of up to 16 readers,
-   * `'exclusive'` = the only holder, after the readers in place leave; waiting writers are not starved (readers that
-   * come after one wait behind it). Absent: the plain mutex on the key, which does not wait for readers. Does not
-   * combine with `limit`. See docs/lock-kinds.md.
+   * `'shared'`: one of many shared holders, or one `'exclusive'` holder. Writer preference: while an exclusive request
+   * waits, no new shared holder joins (a stream of readers cannot starve it); readers arriving then wait behind it.
+   * Absent: the plain mutex, which does not wait for shared holders as such (writers should pass `'exclusive'`).
+   * File: while any shared holder holds, the path exists in the lock-file format (a `mode=shared` line), names a
+   * live shared holder and is kept young by their heartbeat, so `sema`/`semats` wait and `sema try` is refused;
+   * each shared holder also holds a sibling `<path>.reader-<hex>`; a crashed one is reclaimed at once by
+   * `'shared'`/`'exclusive'` acquirers (by other tools and the plain mutex only after `staleTimeout`). Not with
+   * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). dflockd (overrides `?mode=`): a gate mutex on the key
+   * and reader slots `<key>/readers`, at most 16 readers at once; does not combine with `limit`. See
+   * docs/lock-kinds.md.
    */
   mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: TLS options (implies TLS). */
@@ -343,12 +362,20 @@ export interface Lock extends LockInfo {
 export interface LockStatus extends SemaphoreStatus {
   target: string
   backend: Backend
-  /** dflockd: slots held now (a key held in `mode: 'shared'`: its readers; by a writer: 1). */
+  /**
+   * Holders now. dflockd: slots held (a key held in `mode: 'shared'`: its readers; by a writer: 1). File, with
+   * `limit` in the options: slot files present (taken); a shared lock: live shared holders.
+   */
   holders?: number | undefined
   /** dflockd: clients queued. */
   waiters?: number | undefined
-  /** dflockd: the key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). */
+  /**
+   * dflockd: the key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). File:
+   * the `limit` asked for.
+   */
   limit?: number | undefined
+  /** File: `'shared'` when shared holders hold the path (then `holders` counts them). */
+  mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined
   /**
@@ -375,6 +402,16 @@ export interface LockStatus extends SemaphoreStatus {
 export interface StatusOptions {
   /** File: stale rule used for `isStale`. */
   staleTimeout?: number | null | undefined
+  /**
+   * File: the counting semaphore's limit, to report `holders` over its `limit` slots (`locked` when any is taken,
+   * `info` the path's holder or else the first taken slot's).
+   */
+  limit?: number | undefined
+  /**
+   * Accepted with the names of {@link AcquireOptions} (checked, not used): a file's status reports `mode: 'shared'`
+   * and the shared `holders` whenever shared holders hold it.
+   */
+  mode?: 'shared' | 'exclusive' | undefined
   tls?: DflockdTlsOptions | true | undefined
   auth?: string | undefined
   connectTimeoutMs?: number | undefined
@@ -391,6 +428,11 @@ export interface ReleaseOptions {
    * same pid in another container is another process.
    */
   pid?: number | undefined
+  /**
+   * File: the counting semaphore's limit: release the first of its slots held by this process (or `pid`). A shared
+   * lock needs nothing: `release(path)` releases this thread's shared holds on it.
+   */
+  limit?: number | undefined
 }
 
 /**

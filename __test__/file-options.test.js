@@ -33,6 +33,7 @@ const ACQUIRE_VALUES = {
   pid: undefined,
   leaseTtl: undefined,
   limit: undefined,
+  mode: undefined,
   tls: undefined,
   auth: undefined,
   connectTimeoutMs: undefined,

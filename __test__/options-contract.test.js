@@ -96,12 +96,12 @@ describe('every entry point refuses a misspelt name, a wrong type and a wrong un
     assert.match(e.message, /unknown option 'leaseTTL' \(did you mean 'leaseTtl'\?\)/)
   })
 
-  test("an option of the other backend is refused, not dropped (a file given limit: 2 is no semaphore)", async () => {
+  test("an option of the other backend is refused, not dropped (a file given leaseTtl: 5 has no lease)", async () => {
     const f = file()
     for (const call of [(o) => sema.acquire(f, o), (o) => sema.tryAcquire(f, o), (o) => sema.withLock(f, () => 'ran', o)]) {
-      const e = await codedError(() => call({ limit: 2 }))
+      const e = await codedError(() => call({ leaseTtl: 5 }))
       assert.equal(e.code, 'INVALID_ARGUMENT')
-      assert.match(e.message, /option 'limit' applies to dflockd:\/\/ targets only/)
+      assert.match(e.message, /option 'leaseTtl' applies to dflockd:\/\/ targets only/)
     }
     assert.equal(fs.existsSync(f), false, 'no lock file was written')
     for (const [options, key] of [

@@ -100,9 +100,13 @@ function queryEntry(name, backend, mode, extra) {
 async function query() {
   const { heldHandles } = require('./dflockd/target')
   const { redactTarget } = require('./dflockd/url')
-  const held = native.heldLockFacts().map((f) =>
-    queryEntry(f.path, 'file', 'exclusive', { pid: f.pid, timestamp: f.timestamp, ...(f.tag != null ? { tag: f.tag } : {}) }),
-  )
+  const { heldAs } = require('./file/shared')
+  const held = []
+  for (const f of native.heldLockFacts()) {
+    // A slot or a shared hold by its lock's path; the files of waiters and guards are no holds.
+    const as = heldAs(f.path)
+    if (as) held.push(queryEntry(as.name, 'file', as.mode, { pid: f.pid, timestamp: f.timestamp, ...(f.tag != null ? { tag: f.tag } : {}) }))
+  }
   for (const h of heldHandles()) {
     held.push(queryEntry(redactTarget(h.target), 'dflockd', 'exclusive', { pid: h.pid, timestamp: h.timestamp }))
   }

@@ -105,6 +105,7 @@ const check = {
       )
     }
   },
+  /** A lock's mode (Web Locks' names). */
   mode: (name, v) => {
     if (v !== 'shared' && v !== 'exclusive') throw refuse(name, "'shared' or 'exclusive'", v)
   },
@@ -148,10 +149,12 @@ const ACQUIRE = {
   renewMaxIntervalMs: check.positiveMs,
 }
 
-const RELEASE = { force: check.force, pid: check.pid }
+const RELEASE = { force: check.force, pid: check.pid, limit: check.positiveInteger }
 
 const STATUS = {
   staleTimeout: check.staleTimeout,
+  limit: check.positiveInteger,
+  mode: check.mode,
   tls: check.tls,
   auth: check.string,
   connectTimeoutMs: check.positiveMs,
@@ -182,9 +185,6 @@ const BACKEND_ONLY = {
   pid: 'file',
   force: 'file',
   leaseTtl: 'dflockd',
-  limit: 'dflockd',
-  // Until file locks have modes (branch filekinds): refused for a file rather than ignored.
-  mode: 'dflockd',
   tls: 'dflockd',
   auth: 'dflockd',
   connectTimeoutMs: 'dflockd',
@@ -198,15 +198,19 @@ function checkBackend(snapshot, backend) {
   for (const key of Object.keys(snapshot)) {
     const only = BACKEND_ONLY[key]
     if (only === undefined || only === backend || snapshot[key] === undefined || snapshot[key] === null) continue
-    const hint =
-      key === 'limit'
-        ? ' (a file lock has one holder; counting semaphores are a dflockd feature for now)'
-        : only === 'file'
-          ? ' (the dflockd server keeps the lock: it has no lock file to judge or write)'
-          : ''
+    const hint = only === 'file' ? ' (the dflockd server keeps the lock: it has no lock file to judge or write)' : ''
     throw invalidArgument(`option '${key}' applies to ${only === 'file' ? 'file' : 'dflockd://'} targets only, not to a ${backend} target${hint}`)
   }
+  if (snapshot.mode === 'shared' && backend === 'file' && snapshot.pid != null) {
+    throw invalidArgument("option 'pid' cannot be combined with mode 'shared' (the readers' heartbeat needs a live process)")
+  }
+  if (snapshot.mode === 'shared' && !SHARED_ON.has(backend)) {
+    throw invalidArgument(`option 'mode': 'shared' is not available on ${backend === 'file' ? 'file' : 'dflockd://'} targets in this version`)
+  }
 }
+
+/** The backends with shared (reader) locks: refused elsewhere rather than silently taken exclusive. */
+const SHARED_ON = new Set(['file', 'dflockd'])
 
 /** Checked where it is used (the native layer, or the dflockd modules): listed so that its name is known. */
 const checkedLater = () => {}

@@ -295,6 +295,7 @@ function exitCodeFor(error) {
     case 'ALREADY_LOCKED':
     case 'TIMEOUT':
     case 'NOT_LOCKED':
+    case 'LIMIT_MISMATCH':
       return EXIT_CODES.LOCK_STATE
     case 'PERMISSION_DENIED':
       // The lock's owner (semats' message, the engine's LockError::PermissionDenied), not the OS.

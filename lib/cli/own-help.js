@@ -33,6 +33,9 @@ Options:
                      in scripts; under npx or npm scripts use run: see acquire --help)
   --stale <time>     Locks of other tools older than this whose pid is gone may be
                      broken (default 1h; 0 or off: never by age)
+  --limit <n>        A counting semaphore of n slots (acquire, try-acquire, run, status,
+                     release); files: slot files <path>.slot-<i>-of-<n> beside <path>
+  --mode <mode>      run: shared (any number of shared holders at once) or exclusive
   --force            release: remove the lock whoever holds it
   --ca <file>        dflockd: PEM CA for TLS (implies TLS)
   --json             One line of JSON on stdout, also for failures
@@ -55,7 +58,7 @@ Docs: docs/cli.md
 `
 
 const COMMAND_HELP = {
-  acquire: `Usage: ${PROG} acquire <target> [--timeout <time>] [--tag <text>] [--pid <pid>] [--stale <time>] [-v] [--json] [-q]
+  acquire: `Usage: ${PROG} acquire <target> [--timeout <time>] [--tag <text>] [--pid <pid>] [--stale <time>] [--limit <n>] [-v] [--json] [-q]
 
 Waits for the lock and leaves it in place when this command exits. The lock is recorded
 for --pid, or else for this command's parent process (the shell that ran it), and lasts
@@ -76,22 +79,24 @@ connection that holds it closes, which is when this command exits. Use \`${PROG}
 
 Exit: 0 acquired, 1 timed out, 2 usage, 3 error.
 `,
-  'try-acquire': `Usage: ${PROG} try-acquire <target> [--tag <text>] [--pid <pid>] [--stale <time>] [--json] [-q]
+  'try-acquire': `Usage: ${PROG} try-acquire <target> [--tag <text>] [--pid <pid>] [--stale <time>] [--limit <n>] [--json] [-q]
 
 One attempt at the lock, without waiting; otherwise as \`${PROG} acquire\`.
 
 Exit: 0 acquired, 1 held by someone else, 2 usage, 3 error.
 `,
-  release: `Usage: ${PROG} release <target> [--pid <pid>] [--force] [--json] [-q]
+  release: `Usage: ${PROG} release <target> [--pid <pid>] [--force] [--limit <n>] [--json] [-q]
 
 Releases the lock if it is recorded for --pid (default: this command's parent process,
-the shell that ran it, as for acquire). --force removes it whoever holds it.
+the shell that ran it, as for acquire). --force removes it whoever holds it. With
+--limit n: the first of the n slots that is released.
 
 Exit: 0 released, 1 held by another owner or not locked, 2 usage, 3 error.
 `,
-  status: `Usage: ${PROG} status <target> [--stale <time>] [--ca <file>] [--json]
+  status: `Usage: ${PROG} status <target> [--stale <time>] [--ca <file>] [--limit <n>] [--json]
 
-Shows whether the lock is held, by whom, since when and whether it is stale.
+Shows whether the lock is held, by whom, since when and whether it is stale. With
+--limit n: also how many of the n slots are held.
 
 Exit: 0 the status was read (held or free), 2 usage, 3 error.
 `,
@@ -130,7 +135,7 @@ until the process is ended.
 
 Exit: 0 quit, 2 usage, 3 the directory cannot be read.
 `,
-  run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [-v] -- <command> [args...]
+  run: `Usage: ${PROG} run <target> [--timeout <time>] [--tag <text>] [--stale <time>] [--ca <file>] [--limit <n>] [--mode shared|exclusive] [-v] -- <command> [args...]
 
 Acquires the lock, runs <command> with this terminal's stdin/stdout/stderr, holds the
 lock (renewed automatically) for the command's whole life, releases it, and exits with

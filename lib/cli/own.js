@@ -36,20 +36,20 @@ const { startWaitingLine } = require('./waiting-line')
 
 /** Options each command accepts (besides --json, --quiet and --help, which every command accepts). */
 const ACCEPTS = {
-  acquire: ['timeout', 'tag', 'pid', 'stale', 'verbose'],
-  'try-acquire': ['tag', 'pid', 'stale'],
-  release: ['pid', 'force'],
-  status: ['stale', 'ca'],
+  acquire: ['timeout', 'tag', 'pid', 'stale', 'limit', 'verbose'],
+  'try-acquire': ['tag', 'pid', 'stale', 'limit'],
+  release: ['pid', 'force', 'limit'],
+  status: ['stale', 'ca', 'limit'],
   clean: ['stale'],
   wait: ['timeout', 'ca'],
-  run: ['timeout', 'tag', 'stale', 'ca', 'verbose'],
+  run: ['timeout', 'tag', 'stale', 'ca', 'limit', 'mode', 'verbose'],
   ls: ['stale'],
   top: ['stale'],
 }
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
 const NOT_FOR = { run: ['json'], top: ['json'] }
-const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca']
+const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca', 'limit', 'mode']
 const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
 /** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
 const PARSE_OPTIONS = Object.fromEntries(
@@ -119,6 +119,15 @@ function pidOption(o) {
     throw new UsageError(`--pid: '${o.pid}' is not a process id`)
   }
   return Number(o.pid)
+}
+
+/** --limit N: a counting semaphore of N slots (files and dflockd). */
+function limitOption(o) {
+  if (o.limit === undefined) return undefined
+  if (!/^[0-9]+$/.test(o.limit) || !Number.isSafeInteger(Number(o.limit)) || Number(o.limit) < 1) {
+    throw new UsageError(`--limit: '${o.limit}' is not a positive integer`)
+  }
+  return Number(o.limit)
 }
 
 function caOption(o) {
@@ -221,7 +230,7 @@ async function acquireWithNotice(target, options, verbose, shown, quiet) {
 /** The options of a status call for the waiting line, from acquire's (dflockd: TLS and auth). */
 function lineStatusOptions(options) {
   const out = {}
-  for (const k of ['staleTimeout', 'tls', 'auth']) if (options[k] !== undefined) out[k] = options[k]
+  for (const k of ['staleTimeout', 'tls', 'auth', 'limit']) if (options[k] !== undefined) out[k] = options[k]
   return out
 }
 
@@ -246,7 +255,7 @@ function ownerPid(o) {
 
 async function cmdAcquire(o, rep, wait) {
   const pid = ownerPid(o)
-  const options = { pid, tag: o.tag }
+  const options = { pid, tag: o.tag, limit: limitOption(o) }
   const stale = durationOption(o, 'stale')
   if (stale !== undefined) options.staleTimeout = stale
   if (wait) {
@@ -278,7 +287,7 @@ async function cmdRelease(o, rep) {
   const target = apiTarget(o.target)
   if (o.force) {
     if (o.pid !== undefined) throw new UsageError('--force and --pid cannot be combined')
-    const r = await api().release(target, { force: true })
+    const r = await api().release(target, { force: true, limit: limitOption(o) })
     if (!r.ok) {
       rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
       return failureCode(r.error)
@@ -287,7 +296,7 @@ async function cmdRelease(o, rep) {
     return 0
   }
   const pid = pidOption(o) ?? process.ppid
-  const r = await api().release(target, { pid })
+  const r = await api().release(target, { pid, limit: limitOption(o) })
   if (!r.ok) {
     const e = r.error
     let text
@@ -308,6 +317,11 @@ function statusOptions(o) {
   if (stale !== undefined) options.staleTimeout = stale
   const tls = caOption(o)
   if (tls) options.tls = tls
+  const limit = limitOption(o)
+  if (limit !== undefined) options.limit = limit
+  // run only (acquire/try-acquire leave a lock behind, which a shared holder cannot: its heartbeat needs a live
+  // process); the value is checked with the API's options.
+  if (o.mode !== undefined) options.mode = o.mode
   return options
 }
 
@@ -342,6 +356,7 @@ function statusText(target, f) {
   if (f.locked && f.backend === 'file') lines.push(`  stale: ${f.isStale ? 'yes' : 'no'}`)
   const reclaim = f.locked && f.backend === 'file' ? reclaimText({ ...f, pid: f.info?.pid }) : null
   if (reclaim) lines.push(`  reclaimable: ${reclaim}`)
+  if (f.backend === 'file' && f.holders !== null) lines.push(`  holders: ${f.holders}/${f.limit} slots`)
   if (f.backend === 'dflockd') {
     if (f.holders !== null) lines.push(`  holders: ${f.holders}${f.limit !== null ? `/${f.limit}` : ''}`)
     if (f.waiters !== null) lines.push(`  waiters: ${f.waiters}`)

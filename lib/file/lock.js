@@ -126,7 +126,19 @@ function unexpected(error) {
   return error.code !== 'ALREADY_LOCKED' && error.code !== 'TIMEOUT' && error.code !== 'ABORTED'
 }
 
-async function acquireFile(target, path, options = {}, { wait }) {
+/**
+ * acquire / tryAcquire of a file target: a counting semaphore when `limit` is given (./slots.js, whose slots are
+ * each taken by acquireMutex), else the mutex.
+ */
+function acquireFile(target, path, options = {}, how) {
+  if (options.mode === 'shared') return require('./shared').acquireShared(target, path, options, how)
+  if (options.mode === 'exclusive') return require('./shared').acquireExclusive(target, path, options, how)
+  if (options.limit != null) return require('./slots').acquireSlot(target, path, options, how)
+  return acquireMutex(target, path, options, how)
+}
+
+/** One lock file, as a mutex. */
+async function acquireMutex(target, path, options = {}, { wait }) {
   let r = await acquireWith(openFile(path, options), options, wait, true)
   if (r.retry) {
     fileCache.delete(r.retry)
@@ -157,7 +169,25 @@ async function acquireWith({ file, key, error }, options, wait, mayRetry) {
   return r
 }
 
+/**
+ * release by path: with `limit`, the first of the slots that is released (a slot of another owner or a free one is
+ * passed over; the last slot's refusal is the answer when none is); without, the one lock file.
+ */
 async function releaseFile(path, options = {}) {
+  const shared = await require('./shared').releaseSharedByPath(path, options)
+  if (shared) return shared
+  if (options.limit == null) return releaseMutex(path, options)
+  const { slotPath } = require('./slots')
+  const base = nodePath.resolve(path)
+  let r
+  for (let i = 0; i < options.limit; i++) {
+    r = await releaseMutex(slotPath(base, i, options.limit), options)
+    if (r.ok || (r.error.type !== 'NOT_LOCKED' && r.error.type !== 'PERMISSION_DENIED')) return r
+  }
+  return r
+}
+
+async function releaseMutex(path, options = {}) {
   let { file, key, error } = openFile(path)
   if (error) return { ok: false, error }
   let r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
@@ -182,7 +212,16 @@ function markReleasedByPath(path) {
   }
 }
 
+/** status of a file target: of its slots when `limit` is given (./slots.js), else of the one lock file. */
 async function statusFile(target, path, options = {}) {
+  if (options.limit != null) return require('./slots').statusSlots(target, path, options)
+  const s = await statusMutex(target, path, options)
+  // A shared lock's path names one reader: say how many hold it.
+  const shared = s.locked ? await require('./shared').sharedFacts(path, options) : null
+  return shared ? { ...s, ...shared } : s
+}
+
+async function statusMutex(target, path, options = {}) {
   const { file, error } = openFile(path, options, true)
   if (error) throw toLockError(error)
   const s = await file.statusAsync()
@@ -198,4 +237,4 @@ async function statusFile(target, path, options = {}) {
   }
 }
 
-module.exports = { FileLock, acquireFile, releaseFile, statusFile }
+module.exports = { FileLock, acquireFile, acquireMutex, releaseFile, statusFile, statusMutex }

@@ -10,6 +10,7 @@ const target = require('../target')
 const { listDir } = require('../cli/ls')
 const { stemOf, nameOfStem, encodeName, decodeName } = require('./names')
 const { takeInMode } = require('./mode')
+const { readersOf } = require('../file/shared')
 
 const TAG = /^web-lock mode=(exclusive|shared) client=(\S+)(?: name=(\S*))?$/
 
@@ -75,7 +76,14 @@ class FileBackend {
       if (name === undefined) continue // a hashed long name whose holder did not write it
       // This thread's own requests are listed from its state (other threads of this process are other clients).
       const mine = tag !== null && tag[2] === clientId
-      if (l.state === 'held' && !mine) {
+      if (l.state === 'held' && tag?.[1] === 'shared') {
+        // A shared lock file names one of its holders: each one (its own file beside it) is listed instead.
+        for (const r of await readersOf(nodePath.join(this.dir, l.name))) {
+          const rt = r.tag == null ? null : TAG.exec(r.tag)
+          if (rt !== null && rt[2] === clientId) continue
+          held.push({ name, ...(rt ? { mode: rt[1], clientId: rt[2] } : { mode: 'shared' }), pid: r.pid, host: l.host ?? undefined })
+        }
+      } else if (l.state === 'held' && !mine) {
         const entry = { name }
         if (tag) {
           entry.mode = tag[1]

@@ -47,11 +47,14 @@ pub enum ErrorCode {
     /// (raised by the JavaScript loader, which runs before any binary does; listed here so that
     /// the one list holds every code the package produces).
     NativeLoadFailed,
+    /// A counting semaphore asked for with a limit other than the one its live holders took it
+    /// with (a lock file's slots taken with another `limit`; dflockd's `error_limit_mismatch`).
+    LimitMismatch,
 }
 
 impl ErrorCode {
     /// Every code, semats' eight first, in the order of the TypeScript union.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::AlreadyLocked,
         ErrorCode::InvalidPath,
         ErrorCode::IoError,
@@ -70,6 +73,7 @@ impl ErrorCode {
         ErrorCode::InvalidArgument,
         ErrorCode::UnsupportedPlatform,
         ErrorCode::NativeLoadFailed,
+        ErrorCode::LimitMismatch,
     ];
 
     /// The code as JavaScript sees it.
@@ -93,6 +97,7 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::UnsupportedPlatform => "UNSUPPORTED_PLATFORM",
             ErrorCode::NativeLoadFailed => "NATIVE_LOAD_FAILED",
+            ErrorCode::LimitMismatch => "LIMIT_MISMATCH",
         }
     }
 }

@@ -1,0 +1,327 @@
+'use strict'
+// Shared (reader/writer) locks on lock files (`mode: 'shared' | 'exclusive'`), with real child processes and the
+// real `sema`: 4 readers at once and an exclusive waiting for them; while readers hold, the path exists and names a
+// live reader, so `sema try` is refused (also after the named reader released or was SIGKILLed); crashed readers
+// are reclaimed at once; a waiting exclusive is not starved by readers arriving after it (writer preference); a
+// symlink planted by another user at the sibling files is never followed.
+
+const { describe, test } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const { spawnSync } = require('node:child_process')
+const u = require('./helpers/file-util')
+const { readSema } = require('../scripts/sema-tool')
+const sema = require('..')
+
+const tmp = u.testDir('shared-', { own: true })
+const REAL = readSema()
+
+/** A child holding `file` with `options` (file-holder.js); resolves once it holds. */
+async function holder(file, options) {
+  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
+  const out = u.lines(child)
+  const held = JSON.parse((await out.next(/^held /, 15000)).slice(5))
+  return { child, out, held }
+}
+
+/** A child waiting for `file`; `held` resolves when it holds. */
+function waiter(file, options) {
+  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
+  const out = u.lines(child)
+  return { child, out, held: out.next(/^held /, 30000) }
+}
+
+async function release(h) {
+  h.child.stdin.write('release\n')
+  await h.out.next(/^released true/)
+}
+
+const pidIn = (file) => Number(/^pid=(\d+)$/m.exec(fs.readFileSync(file, 'utf8'))?.[1])
+
+function semaTry(file) {
+  return spawnSync(REAL.bin, ['try', file], { encoding: 'utf8' }).status
+}
+
+/** Settles as 'pending' if `p` has not settled by the next turn of the event loop. */
+const pendingNow = (p) => Promise.race([p.then(() => 'settled', () => 'settled'), new Promise((r) => setImmediate(() => r('pending')))])
+
+/** Resolves once a live exclusive request has announced itself next to `file` (its `.writer-` file). */
+function writerAnnounced(file) {
+  return u.whenFile(file, () => fs.readdirSync(path.dirname(file)).some((n) => n.startsWith(`${path.basename(file)}.writer-`)), 10000, 'writer announced')
+}
+
+describe("mode: 'shared' on a lock file", () => {
+  test('4 readers hold at once; an exclusive waits for all of them; sema try is refused meanwhile', { skip: REAL.reason }, async () => {
+    const file = tmp.fresh('four')
+    const readers = await Promise.all([1, 2, 3, 4].map(() => holder(file, { mode: 'shared' })))
+    const s = await sema.status(file)
+    assert.equal(s.mode, 'shared')
+    assert.equal(s.holders, 4)
+    assert.ok(readers.some((r) => r.held.pid === s.info.pid), 'the path names one of the readers')
+    const before = fs.readFileSync(file, 'utf8')
+    assert.notEqual(semaTry(file), 0, 'sema try is refused while readers hold')
+    assert.match(fs.readFileSync(file, 'utf8'), /mode=shared/, 'and it changed nothing')
+    assert.equal(before.split('\n')[0], fs.readFileSync(file, 'utf8').split('\n')[0])
+    const plain = await sema.tryAcquire(file)
+    assert.equal(plain.error.type, 'ALREADY_LOCKED', 'the plain mutex sees it held')
+    const exclusive = sema.acquire(file, { mode: 'exclusive', timeout: 30000 })
+    for (const r of readers.slice(0, 3)) {
+      await release(r)
+      assert.equal(await pendingNow(exclusive), 'pending', 'the exclusive waits while any reader holds')
+      assert.notEqual(semaTry(file), 0)
+    }
+    await release(readers[3])
+    const x = await exclusive
+    assert.equal(x.ok, true, JSON.stringify(x.error))
+    assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /mode=shared/)
+    await x.value.release()
+    assert.deepEqual(tmp.left(file), [], 'no file left')
+  })
+
+  test('the first reader (named in the path) releases, then the next named one is SIGKILLed: sema try stays refused', { skip: REAL.reason }, async () => {
+    const file = tmp.fresh('named')
+    const a = await holder(file, { mode: 'shared' })
+    assert.equal(pidIn(file), a.held.pid)
+    const b = await holder(file, { mode: 'shared' })
+    const c = await holder(file, { mode: 'shared' })
+    await release(a)
+    const named = pidIn(file)
+    assert.ok([b.held.pid, c.held.pid].includes(named), `the path names a live reader (${named})`)
+    assert.notEqual(semaTry(file), 0)
+    const [dead, alive] = named === b.held.pid ? [b, c] : [c, b]
+    dead.child.kill('SIGKILL')
+    await u.waitExit(dead.child, 10000)
+    assert.notEqual(semaTry(file), 0, 'refused while a reader still reads')
+    // The survivor's heartbeat names itself (the path names a live holder again).
+    await u.whenFile(file, (t) => t !== null && Number(/^pid=(\d+)$/m.exec(t)?.[1]) === alive.held.pid, 10000, 'named the live reader')
+    assert.notEqual(semaTry(file), 0)
+    await release(alive)
+    assert.equal(fs.existsSync(file), false, 'the last reader removed the path')
+    assert.equal(semaTry(file), 0, 'sema takes it once no reader holds')
+  })
+
+  test('crashed readers are reclaimed at once: an exclusive gets the lock without waiting for staleness', async () => {
+    const file = tmp.fresh('crash')
+    const readers = await Promise.all([1, 2].map(() => holder(file, { mode: 'shared' })))
+    const x = sema.acquire(file, { mode: 'exclusive', timeout: 20000 }) // default staleTimeout: 1 h
+    assert.equal(await pendingNow(x), 'pending')
+    for (const r of readers) r.child.kill('SIGKILL')
+    const got = await x
+    assert.equal(got.ok, true, JSON.stringify(got.error))
+    assert.equal(pidIn(file), process.pid)
+    await got.value.release()
+    // A reader left by a crash is no member either: a new reader adopts a base whose readers all died.
+    const r = await holder(file, { mode: 'shared' })
+    r.child.kill('SIGKILL')
+    await u.waitExit(r.child, 10000)
+    const again = await sema.tryAcquire(file, { mode: 'shared' })
+    assert.equal(again.ok, true, JSON.stringify(again.error))
+    assert.equal(pidIn(file), process.pid, 'the path names the live reader')
+    await again.value.release()
+    assert.deepEqual(tmp.left(file), [])
+  })
+
+  test('writer preference: readers arriving after a waiting exclusive wait behind it', async () => {
+    const file = tmp.fresh('starve')
+    const first = await holder(file, { mode: 'shared' })
+    const w = waiter(file, { mode: 'exclusive' })
+    await writerAnnounced(file)
+    // Without the policy these would join the readers' group at once and the stream could go on forever.
+    const refused = await sema.tryAcquire(file, { mode: 'shared' })
+    assert.equal(refused.error.type, 'ALREADY_LOCKED')
+    const late = waiter(file, { mode: 'shared' })
+    assert.equal(await pendingNow(late.held), 'pending')
+    await release(first)
+    await w.held
+    assert.equal(await pendingNow(late.held), 'pending', 'the late reader still waits while the exclusive holds')
+    assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /mode=shared/)
+    w.child.stdin.write('release\n')
+    await w.out.next(/^released true/)
+    await late.held
+    assert.match(fs.readFileSync(file, 'utf8'), /mode=shared/)
+    late.child.stdin.write('release\n')
+    await late.out.next(/^released true/)
+  })
+
+  test('a reader waits while an exclusive holds; timeout and abort end the wait with nothing left behind', async () => {
+    const file = tmp.fresh('wait')
+    const x = await holder(file, { mode: 'exclusive' })
+    const t = await sema.acquire(file, { mode: 'shared', timeout: 200 })
+    assert.equal(t.error.type, 'TIMEOUT')
+    const ac = new AbortController()
+    const aborted = sema.acquire(file, { mode: 'shared', signal: ac.signal })
+    ac.abort()
+    assert.equal((await aborted).error.type, 'ABORTED')
+    const r = sema.acquire(file, { mode: 'shared', timeout: 20000 })
+    await release(x)
+    const got = await r
+    assert.equal(got.ok, true, JSON.stringify(got.error))
+    await got.value.release()
+    assert.deepEqual(tmp.left(file), [])
+  })
+
+  test('release(path) releases this process’s shared hold only: the path stays for the other reader', async () => {
+    const file = tmp.fresh('bypath')
+    const other = await holder(file, { mode: 'shared' })
+    const mine = await sema.acquire(file, { mode: 'shared' })
+    assert.equal(mine.ok, true)
+    const r = await sema.release(file)
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.equal(mine.value.released, true)
+    assert.equal(pidIn(file), other.held.pid, 'the path names the remaining reader')
+    assert.equal((await sema.status(file)).holders, 1)
+    await release(other)
+    assert.deepEqual(tmp.left(file), [])
+  })
+
+  test('a reader ended by SIGTERM, or exiting without release, leaves its group (no path left naming it)', { skip: REAL.reason }, async () => {
+    const file = tmp.fresh('exit')
+    const alone = await holder(file, { mode: 'shared' })
+    alone.child.kill('SIGTERM')
+    assert.equal((await u.waitExit(alone.child, 10000)).signal, 'SIGTERM', 'it still dies of the signal')
+    assert.equal(fs.existsSync(file), false, 'the last reader removed the path on its way out')
+    assert.deepEqual(tmp.left(file), [])
+    const b = await holder(file, { mode: 'shared' })
+    const c = await holder(file, { mode: 'shared' })
+    assert.equal(pidIn(file), b.held.pid)
+    b.child.stdin.write('exit\n')
+    await u.waitExit(b.child, 10000)
+    assert.equal(pidIn(file), c.held.pid, 'the path names the reader still reading')
+    assert.notEqual(semaTry(file), 0)
+    await release(c)
+    assert.equal(semaTry(file), 0)
+  })
+
+  test('4 processes, 30 mixed shared/exclusive rounds each: an exclusive holder is always alone, no reader beside a writer', async () => {
+    const file = tmp.fresh('mixed')
+    const marks = path.join(path.dirname(file), 'inside')
+    fs.mkdirSync(marks)
+    // Marks are made after the grant and removed before the release: what a holder sees is a subset of the holders.
+    const script = `
+      const fs = require('node:fs'), path = require('node:path')
+      const sema = require(${JSON.stringify(path.resolve(__dirname, '..'))})
+      const [marks, seed] = [${JSON.stringify(marks)}, Number(process.argv[1])]
+      let x = seed
+      const rnd = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648
+      ;(async () => {
+        const out = { alone: 0, notAlone: 0, readerWithWriter: 0, readersTogether: 0 }
+        for (let i = 0; i < 30; i++) {
+          const mode = rnd() < 0.7 ? 'shared' : 'exclusive'
+          const r = await sema.acquire(${JSON.stringify(file)}, { mode, timeout: 60000 })
+          if (!r.ok) { console.log('failed ' + JSON.stringify(r.error)); process.exit(1) }
+          const me = path.join(marks, mode[0] + '-' + process.pid)
+          fs.writeFileSync(me, '')
+          const others = fs.readdirSync(marks).filter((n) => n !== path.basename(me))
+          if (mode === 'exclusive') others.length ? out.notAlone++ : out.alone++
+          else if (others.some((n) => n.startsWith('e-'))) out.readerWithWriter++
+          else if (others.length) out.readersTogether++
+          await new Promise((res) => setTimeout(res, rnd() * 5)) // work while held, not synchronisation
+          fs.unlinkSync(me)
+          await r.value.release()
+        }
+        console.log('done ' + JSON.stringify(out))
+      })()`
+    const kids = [1, 2, 3, 4].map((seed) => u.spawnTracked(process.execPath, ['-e', script, String(seed)]))
+    const results = await Promise.all(kids.map((k) => u.waitExit(k, 120000, 'mixed child')))
+    const sum = { alone: 0, notAlone: 0, readerWithWriter: 0, readersTogether: 0 }
+    for (const r of results) {
+      assert.equal(r.code, 0, r.stdout + r.stderr)
+      const o = JSON.parse(/^done (.*)$/m.exec(r.stdout)[1])
+      for (const k of Object.keys(sum)) sum[k] += o[k]
+    }
+    assert.equal(sum.notAlone, 0, `an exclusive holder saw others: ${JSON.stringify(sum)}`)
+    assert.equal(sum.readerWithWriter, 0, `a reader saw an exclusive holder: ${JSON.stringify(sum)}`)
+    assert.ok(sum.alone > 0, 'exclusive rounds ran')
+    assert.deepEqual(tmp.left(file).filter((n) => n !== 'inside'), [], 'no lock, reader, writer or guard file left')
+  })
+
+  test('query() lists a shared hold and a slot by their lock path and mode, and no internal file', async () => {
+    const file = tmp.fresh('query')
+    const slots = tmp.fresh('query-slots')
+    const r = await sema.acquire(file, { mode: 'shared', tag: 'reads' })
+    const s1 = await sema.acquire(slots, { limit: 2 })
+    const s2 = await sema.acquire(slots, { limit: 2 })
+    const { held } = await sema.query()
+    const mine = held.filter((h) => h.name.startsWith(path.dirname(file)) || h.name.startsWith(path.dirname(slots)))
+    assert.deepEqual(
+      mine.map((h) => [h.name, h.mode]).sort(),
+      [[file, 'shared'], [slots, 'exclusive'], [slots, 'exclusive']].sort(),
+    )
+    for (const l of [r, s1, s2]) await l.value.release()
+  })
+
+  test('a sema or semats-format holder of the path keeps readers and writers out until it is gone', { skip: REAL.reason }, async () => {
+    const file = tmp.fresh('foreign')
+    assert.equal(semaTry(file), 0)
+    for (const mode of ['shared', 'exclusive']) assert.equal((await sema.tryAcquire(file, { mode })).error.type, 'ALREADY_LOCKED', mode)
+    const waiting = sema.acquire(file, { mode: 'shared', timeout: 20000 })
+    assert.equal(await pendingNow(waiting), 'pending')
+    assert.equal(spawnSync(REAL.bin, ['release', file]).status, 0)
+    const r = await waiting
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    await r.value.release()
+    const { child } = await u.shellWriteLock(file, { keep: true })
+    assert.equal((await sema.tryAcquire(file, { mode: 'shared' })).error.type, 'ALREADY_LOCKED')
+    child.kill('SIGKILL')
+    await u.waitExit(child, 10000)
+    fs.unlinkSync(file)
+    assert.deepEqual(tmp.left(file), [])
+  })
+
+  test('the shared path removed under its readers (a forced release): each hold hears LOCK_LOST', async () => {
+    const file = tmp.fresh('forced')
+    const a = await sema.acquire(file, { mode: 'shared' })
+    const b = await sema.acquire(file, { mode: 'shared' })
+    const heard = new Promise((resolve) => b.value.signal.addEventListener('abort', () => resolve(b.value.signal.reason), { once: true }))
+    assert.equal((await sema.release(file, { force: true })).ok, true)
+    const reason = await u.within(heard, 10000, 'loss of the shared hold')
+    assert.equal(reason.code, 'LOCK_LOST')
+    assert.equal(a.value.signal.aborted, true)
+    assert.equal(await a.value.release(), false)
+    await u.whenFile(file, () => tmp.left(file).length === 0, 10000, 'reader files released')
+  })
+
+  test('bad combinations are INVALID_ARGUMENT', async () => {
+    const file = tmp.fresh('bad')
+    for (const o of [{ mode: 'read' }, { mode: 'shared', pid: process.pid }]) {
+      assert.equal((await sema.tryAcquire(file, o)).error.type, 'INVALID_ARGUMENT', JSON.stringify(o))
+    }
+    assert.equal((await sema.tryAcquire(file, { mode: 'shared', limit: 2 })).error.type, 'INVALID_ARGUMENT')
+    assert.deepEqual(tmp.left(file), [])
+  })
+})
+
+const linux = process.platform === 'linux'
+const root = typeof process.getuid === 'function' && process.getuid() === 0
+describe('symlinks planted next to a shared lock by another user', { skip: !linux ? 'Linux only' : !root ? 'needs root' : false }, () => {
+  test('at the guard: refused (INVALID_PATH); at the path: held, never followed', async () => {
+    const shared = fs.realpathSync(u.mkTmp('shared-sticky-'))
+    fs.chmodSync(shared, 0o1777)
+    const mine = fs.realpathSync(u.mkTmp('shared-victim-'))
+    fs.chmodSync(mine, 0o755)
+    try {
+      const victim = path.join(mine, 'secret.txt')
+      fs.writeFileSync(victim, 'secret\n', { mode: 0o600 })
+      const mtime = fs.statSync(victim).mtimeMs
+      const asNobody = (...args) => assert.equal(spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...args]).status, 0)
+      const a = path.join(shared, 'a.lock')
+      asNobody('ln', '-s', victim, `${a}.rw-guard`)
+      for (const mode of ['shared', 'exclusive']) {
+        const r = await sema.tryAcquire(a, { mode })
+        assert.equal(r.error.type, 'INVALID_PATH', JSON.stringify(r.error))
+        assert.match(r.error.message, /symbolic link/)
+      }
+      const b = path.join(shared, 'b.lock')
+      asNobody('ln', '-s', victim, b)
+      const r = await sema.tryAcquire(b, { mode: 'shared' })
+      assert.equal(r.error.type, 'ALREADY_LOCKED', JSON.stringify(r.error))
+      assert.equal(fs.readFileSync(victim, 'utf8'), 'secret\n')
+      assert.equal(fs.statSync(victim).mtimeMs, mtime)
+      assert.ok(fs.lstatSync(b).isSymbolicLink())
+    } finally {
+      u.rmTmp(shared)
+      u.rmTmp(mine)
+    }
+  })
+})

@@ -23,7 +23,10 @@ const resultsDir = path.join(__dirname, 'results')
 const SECTIONS = ['file', 'contended', 'dflockd', 'kinds', 'memory', 'diagnostics']
 // The lock kinds' own scripts (counting semaphores and shared locks, against the mutex of the same backend), each
 // printing a markdown table that the report embeds; a non-zero exit (an overlap, a failure) fails the run.
-const KIND_SCRIPTS = [['dflockd shared and exclusive vs the mutex (bench/dflockd-shared.js)', 'dflockd-shared.js']]
+const KIND_SCRIPTS = [
+  ['File lock kinds: limit 2, shared and exclusive vs the mutex (bench/kinds.js)', 'kinds.js'],
+  ['dflockd shared and exclusive vs the mutex (bench/dflockd-shared.js)', 'dflockd-shared.js'],
+]
 
 const argv = process.argv.slice(2)
 const smoke = argv.includes('--smoke')

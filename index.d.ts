@@ -38,7 +38,7 @@ export type SemaphoreErrorType =
   | 'NATIVE_LOAD_FAILED'
   /**
    * A counting semaphore (`limit`) asked for with another limit than its live holders took it with: a lock file's
-   * slot files name their limit (`<path>.slot-<i>-of-<N>`).
+   * slot files name their limit (`<path>.slot-<i>-of-<N>`); dflockd answers `error_limit_mismatch` (kept in `reply`).
    */
   | 'LIMIT_MISMATCH'
 
@@ -75,7 +75,7 @@ export interface SemaphoreError {
   /** dflockd `ALREADY_LOCKED`: waiters queued on the key (from `stats`, as `leaseExpiresInS`). */
   waiters?: number | undefined
   cause?: Error | undefined
-  /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`). */
+  /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`) and LIMIT_MISMATCH. */
   reply?: string | undefined
 }
 

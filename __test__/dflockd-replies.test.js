@@ -10,7 +10,7 @@ const { LockError, AcquireTimeoutError, AuthError } = require('../lib/errors')
 const skip = d.skipReason()
 const goOnly = d.goOnly()
 const TOKEN = /^[0-9a-f]{32}$/
-const serverError = (reply) => (e) => e instanceof LockError && e.code === 'SERVER_ERROR' && e.reply === reply
+const serverError = (reply, code = 'SERVER_ERROR') => (e) => e instanceof LockError && e.code === code && e.reply === reply
 
 after(() => d.stopAll())
 
@@ -259,9 +259,9 @@ describe('Go-only replies', () => {
     const sem = new DistributedSemaphore({ key: 'go-mm', limit: 3, servers: [[s.host, s.port]] })
     assert.equal(await sem.acquire(), true)
     const l = new DistributedLock({ key: 'go-mm', servers: [[s.host, s.port]], acquireTimeoutS: 0 })
-    await assert.rejects(l.acquire(), serverError('error_limit_mismatch'))
+    await assert.rejects(l.acquire(), serverError('error_limit_mismatch', 'LIMIT_MISMATCH'))
     const other = new DistributedSemaphore({ key: 'go-mm', limit: 2, servers: [[s.host, s.port]], acquireTimeoutS: 0 })
-    await assert.rejects(other.acquire(), serverError('error_limit_mismatch'))
+    await assert.rejects(other.acquire(), serverError('error_limit_mismatch', 'LIMIT_MISMATCH'))
     await sem.release()
   })
 

@@ -91,7 +91,12 @@ mod dflockd {
             let e = lock_once(&fake.connect_options())
                 .await
                 .expect_err("server error");
-            assert_eq!(e.code(), ErrorCode::ServerError, "{word}");
+            let code = if word == "error_limit_mismatch" {
+                ErrorCode::LimitMismatch
+            } else {
+                ErrorCode::ServerError
+            };
+            assert_eq!(e.code(), code, "{word}");
             assert_eq!(e.reply(), Some(word));
         }
     }

@@ -105,6 +105,7 @@ mod dflockd {
         let l = prim(server.lock_options(&k));
         let e = l.acquire().await.expect_err("limit mismatch");
         assert_eq!(e.reply(), Some("error_limit_mismatch"));
+        assert_eq!(e.code(), ErrorCode::LimitMismatch);
         b.release().await.expect("b");
         c.release().await.expect("c");
     }

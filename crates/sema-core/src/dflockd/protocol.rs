@@ -401,7 +401,8 @@ pub enum EnqueueReply {
 }
 
 /// `error` or `error_*` → `SERVER_ERROR` keeping the reply (`error_auth`, sent when a server
-/// requires auth and got none, → `AUTH_FAILED`); `None` for other lines.
+/// requires auth and got none, → `AUTH_FAILED`; `error_limit_mismatch` → `LIMIT_MISMATCH`, the
+/// code a lock file's slots taken with another limit give); `None` for other lines.
 pub fn server_error(line: &str, what: &str) -> Option<DflockdError> {
     let word = line.split(' ').next().unwrap_or("");
     if word == "error" || word.starts_with("error_") {
@@ -426,10 +427,10 @@ pub fn server_error(line: &str, what: &str) -> Option<DflockdError> {
             "error_auth" => format!("{what}: authentication required or rejected (error_auth)"),
             other => format!("{what}: server error '{other}'"),
         };
-        let code = if word == "error_auth" {
-            ErrorCode::AuthFailed
-        } else {
-            ErrorCode::ServerError
+        let code = match word {
+            "error_auth" => ErrorCode::AuthFailed,
+            "error_limit_mismatch" => ErrorCode::LimitMismatch,
+            _ => ErrorCode::ServerError,
         };
         return Some(DflockdError::new(code, msg).with_reply(line));
     }

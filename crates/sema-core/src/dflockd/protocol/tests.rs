@@ -138,16 +138,17 @@ fn parses_replies_exactly() {
         let e = parse_acquire_reply(bad, "l").err().map(|e| e.code());
         assert_eq!(e, Some(ErrorCode::ProtocolError), "{bad:?}");
     }
-    for srv in [
-        "error",
-        "error_max_locks",
-        "error_limit_mismatch",
-        "error_new_thing",
-    ] {
+    for srv in ["error", "error_max_locks", "error_new_thing"] {
         let e = parse_acquire_reply(srv, "l").err();
         assert_eq!(e.as_ref().map(|e| e.code()), Some(ErrorCode::ServerError));
         assert_eq!(e.as_ref().and_then(|e| e.reply()), Some(srv));
     }
+    let e = parse_acquire_reply("error_limit_mismatch", "l").err();
+    assert_eq!(e.as_ref().map(|e| e.code()), Some(ErrorCode::LimitMismatch));
+    assert_eq!(
+        e.as_ref().and_then(|e| e.reply()),
+        Some("error_limit_mismatch")
+    );
     assert_eq!(parse_renew_reply("ok 32", "n").ok(), Some(Some(32)));
     assert_eq!(parse_renew_reply("ok", "n").ok(), Some(None));
     assert!(parse_renew_reply("okay", "n").is_err());

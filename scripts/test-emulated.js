@@ -25,7 +25,7 @@ const { name, version } = require('../package.json')
 
 // The suites that run emulated, chosen to fit CI's time budget: the file-lock engine's behaviour (API, queueing,
 // contention between processes, stale breaking, heartbeat, interop with the other tools' files) and the CLI's
-// own commands. Measured on a 2-core machine: see the README's platform table.
+// own commands. Measured on a 2-core machine: see CONTRIBUTING.md (emulated suites) for the counts and times.
 const DEFAULT_SUITES = ['file-api', 'file-input', 'file-stale', 'file-semats', 'file-interop', 'file-contention', 'file-heartbeat', 'file-queue', 'file-abort-exit', 'cli-own', 'cli-run']
 
 const PLATFORMS = {

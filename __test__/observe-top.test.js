@@ -83,4 +83,18 @@ describe('top', () => {
     const r = await u.waitExit(view, 10000, 'top')
     assert.equal(r.code, 0)
   })
+
+  test("hand-offs/s counts new holders, not the heartbeat's refresh of the holder's timestamp", () => {
+    const { History } = require('../lib/cli/top')
+    const h = new History()
+    const t0 = 1_000_000
+    const row = (pid, since) => ({ name: 'a.lock', state: 'held', pid, host: 'vm', since, waiters: 1 })
+    // One holder for 5 s, its file refreshed every second (our default heartbeat): `since` moves, no hand-off.
+    let last
+    for (let i = 0; i <= 5; i++) h.update([(last = row(7, 1000 + i))], t0 + i * 1000)
+    assert.equal(last.handoffsPerS, 0)
+    // Another process takes it: one hand-off in the 10 s window.
+    h.update([(last = row(8, 1006))], t0 + 6000)
+    assert.equal(last.handoffsPerS, 0.1)
+  })
 })

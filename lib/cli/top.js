@@ -18,8 +18,13 @@ const TICK_MS = 1000
 /** The window of hand-offs per second. */
 const RATE_WINDOW_MS = 10_000
 
+/**
+ * Who holds a lock, for counting hand-offs: its pid on its host. Not its `since`: for our own files that moves with
+ * the heartbeat's in-place refresh (every second by default), which is no hand-off (CI run of 2026-11-25: 1.0
+ * hand-offs/s shown for one holder that never let go).
+ */
 function holderKey(l) {
-  return l.state === 'held' && l.pid !== null ? `${l.pid}:${l.since}` : null
+  return l.state === 'held' && l.pid !== null ? `${l.pid}@${l.host ?? ''}` : null
 }
 
 /** Per lock: the holders seen (for hand-offs/s) and when its line was first seen with waiters. */

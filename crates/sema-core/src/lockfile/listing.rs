@@ -208,13 +208,15 @@ fn fill_holder(listed: &mut ListedLock, info: &LockInfo, meta: Option<&std::fs::
 /// rewrites the file in place, so `timestamp=`, the mtime and the ctime are the last refresh
 /// (or the link, which comes right after the last write of the prepared file: same tick). The
 /// birth time is when the holder made the file, before linking it, possibly when it began to
-/// wait. So: a ctime within the default heartbeat period (10 s) of the birth cannot be a
+/// wait. So: a ctime within the default heartbeat period (1 s) of the birth cannot be a
 /// refresh under the default heartbeat: it is the link itself, exact. Otherwise the birth time
 /// (which may include the holder's own wait before it got the lock; a heartbeat shorter than
 /// the default makes a refresh look like the link). The last refresh when the system keeps no
 /// birth time.
 fn acquired_at(meta: &std::fs::Metadata) -> Option<i64> {
-    const DEFAULT_HEARTBEAT_SECS: i64 = 10;
+    // `LockOptions::default_heartbeat` of the default stale timeout (1 h): 1 s. With the 10 s this
+    // was written for, `since` was the last refresh for a holder's first 10 s.
+    const DEFAULT_HEARTBEAT_SECS: i64 = 1;
     let born = birth(meta)?;
     let changed = changed_secs(meta).unwrap_or(born);
     Some(if changed - born < DEFAULT_HEARTBEAT_SECS {

@@ -29,7 +29,7 @@ const native = require('../native')
 const { LockHandle } = require('../lock-handle')
 const { acquireMutex } = require('./lock')
 const { acquireTimeoutMs, engineOptions, DEFAULT_CONFIG, beforeExitRelease } = require('./engine')
-const { changes, ended, isLive } = require('./slots')
+const { changes, ended, isLive, siblings, keepLive } = require('./slots')
 
 /** The readers' refresh of P's timestamp (the mutex's default heartbeat: a 1 s age for `sema --stale` >= 1 s). */
 const HEARTBEAT_MS = 1000
@@ -93,31 +93,12 @@ function writeBase(base, pid, tag, replace, fsync) {
 
 /** The sibling files `P.<kind>-<hex>` (kind 'reader' | 'writer'), live or dead. */
 function members(base, kind) {
-  const dir = nodePath.dirname(base)
-  const prefix = `${nodePath.basename(base)}.${kind}-`
-  let names
-  try {
-    names = fs.readdirSync(dir)
-  } catch {
-    return []
-  }
-  return names.filter((n) => n.startsWith(prefix) && /^[0-9a-f]{16}$/.test(n.slice(prefix.length))).map((n) => nodePath.join(dir, n))
+  return siblings(base, new RegExp(`^\\.${kind}-[0-9a-f]{16}$`)).map((s) => s.path)
 }
 
 /** The live members of a kind; dead ones' files are removed (only under the guard). */
-async function liveMembers(base, kind, options) {
-  const live = []
-  for (const p of members(base, kind)) {
-    if (await isLive(p, options)) live.push(p)
-    else removeDead(p)
-  }
-  return live
-}
-
-function removeDead(p) {
-  try {
-    if (fs.lstatSync(p).isFile()) fs.unlinkSync(p)
-  } catch {}
+function liveMembers(base, kind, options) {
+  return keepLive(members(base, kind), options)
 }
 
 /** Removes P if it is still the shared base `seen` (same inode). */

@@ -29,8 +29,11 @@ function slotPath(base, i, limit) {
   return i === 0 ? base : `${base}.slot-${i}-of-${limit}`
 }
 
-/** The sibling slot files of `base` present now: `{ path, index, limit }` (any limit). */
-function siblingSlots(base) {
+/**
+ * The files beside `base` named `<basename of base><suffix>` with `suffix` matching `pattern`, in name order:
+ * `{ path, match }` (none when the directory cannot be read). Slots, tickets and shared members are all named so.
+ */
+function siblings(base, pattern) {
   const dir = nodePath.dirname(base)
   const name = nodePath.basename(base)
   let names
@@ -40,12 +43,30 @@ function siblingSlots(base) {
     return []
   }
   const out = []
-  for (const n of names) {
-    if (!n.startsWith(name)) continue
-    const m = SLOT_NAME.exec(n.slice(name.length))
-    if (m) out.push({ path: nodePath.join(dir, n), index: Number(m[1]), limit: Number(m[2]) })
+  for (const n of names.sort()) {
+    const match = n.startsWith(name) ? pattern.exec(n.slice(name.length)) : null
+    if (match) out.push({ path: nodePath.join(dir, n), match })
   }
   return out
+}
+
+/** The live ones of `paths`, in order, as the engine judges them; a dead one's file (a regular file only) is removed. */
+async function keepLive(paths, options) {
+  const live = []
+  for (const p of paths) {
+    if (await isLive(p, options)) live.push(p)
+    else {
+      try {
+        if (fs.lstatSync(p).isFile()) fs.unlinkSync(p)
+      } catch {}
+    }
+  }
+  return live
+}
+
+/** The sibling slot files of `base` present now: `{ path, index, limit }` (any limit). */
+function siblingSlots(base) {
+  return siblings(base, SLOT_NAME).map(({ path, match }) => ({ path, index: Number(match[1]), limit: Number(match[2]) }))
 }
 
 /**
@@ -84,26 +105,8 @@ const TICKET_NAME = /^\.queue-\d{20}-[0-9a-f]{8}$/
 const TICKET_OPTIONS = (o) => ({ staleTimeout: o.staleTimeout, fsync: false, heartbeat: o.heartbeat, retryInterval: o.retryInterval })
 
 /** The live tickets of `base`, oldest first (a dead waiter's ticket is removed). */
-async function liveTickets(base, options) {
-  const dir = nodePath.dirname(base)
-  const name = nodePath.basename(base)
-  let names
-  try {
-    names = fs.readdirSync(dir)
-  } catch {
-    return []
-  }
-  const live = []
-  for (const n of names.filter((n) => n.startsWith(name) && TICKET_NAME.test(n.slice(name.length))).sort()) {
-    const p = nodePath.join(dir, n)
-    if (await isLive(p, options)) live.push(p)
-    else {
-      try {
-        if (fs.lstatSync(p).isFile()) fs.unlinkSync(p)
-      } catch {}
-    }
-  }
-  return live
+function liveTickets(base, options) {
+  return keepLive(siblings(base, TICKET_NAME).map((s) => s.path), options)
 }
 
 /** Per absolute base path: this process's waiters in call order; the head is the one trying. */
@@ -289,4 +292,4 @@ async function statusSlots(target, path, options) {
   return { ...all[0], locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
 }
 
-module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots, waitFor, changes, ended, isLive }
+module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots, siblings, keepLive, waitFor, changes, ended, isLive }

@@ -9,6 +9,7 @@ mod cli;
 mod dflockd;
 mod event_loop;
 mod file;
+mod js_callback;
 mod owner;
 mod result;
 

@@ -17,7 +17,8 @@ use super::on_loop::Conn;
 use super::on_tokio::TokioConn;
 use super::ops::{NativeCallResult, Op};
 use super::*;
-use crate::event_loop::{loop_unusable, JsCallback};
+use crate::event_loop::loop_unusable;
+use crate::js_callback::JsCallback;
 
 /// The driver of one connection.
 enum Driver {

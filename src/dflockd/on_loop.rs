@@ -11,7 +11,8 @@ use sema_core::dflockd::connection::NonBlockingStream;
 
 use super::ops::{NativeCallResult, Op};
 use super::*;
-use crate::event_loop::{JsCallback, SocketWatch, WatchHandler};
+use crate::event_loop::{SocketWatch, WatchHandler};
+use crate::js_callback::JsCallback;
 
 pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
     DflockdError::new(

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
 use super::ops::{NativeCallResult, Op};
 use super::*;
-use crate::event_loop::JsCallback;
+use crate::js_callback::JsCallback;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
 type Deliver = ThreadsafeFunction<(u64, NativeCallResult), (), (), napi::Status, false, true>;

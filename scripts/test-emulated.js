@@ -173,7 +173,18 @@ function runSuites(key, p, suites, dflockdPort) {
   fs.mkdirSync(path.join(root, 'dist'), { recursive: true })
   fs.writeFileSync(path.join(root, 'dist', `emulated-${key}.tap`), r.out)
   const count = (k) => Number(r.out.match(new RegExp(`^# ${k} (\\d+)`, 'm'))?.[1] ?? NaN)
-  const failed = r.out.split('\n').filter((l) => /^\s*not ok /.test(l) && !/# SKIP/.test(l))
+  const lines = r.out.split('\n')
+  const failed = []
+  lines.forEach((l, i) => {
+    if (!/^\s*not ok /.test(l) || /# SKIP/.test(l)) return
+    // The name, then the first lines of its YAML block (the error, the child's output), so that a CI log says why.
+    const block = []
+    for (const d of lines.slice(i + 1, i + 13)) {
+      if (/^\s*(ok|not ok) |^\s*\.\.\.$/.test(d)) break
+      block.push(`   ${d.trim()}`)
+    }
+    failed.push(l, ...block)
+  })
   const skips = r.out.split('\n').filter((l) => /^\s*ok .*# SKIP/.test(l)).map((l) => l.trim())
   return { status: r.status, pass: count('pass'), fail: count('fail'), skipped: count('skipped'), failed, skips, out: r.out }
 }

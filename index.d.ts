@@ -470,7 +470,10 @@ export interface WaitOptions extends StatusOptions {
 /**
  * Resolves when `target` is free, without taking it (async-mutex's `waitForUnlock`): `value.waitedMs` is how long
  * it waited. A lock file is free when it is gone or stale (its holder died: the next `acquire` breaks it); the wait
- * is woken by the file events of its directory and creates no file. dflockd has no command that waits without
+ * is woken by the file events of its directory and creates no file. With `limit: N` it waits for a free slot (a
+ * sibling slot taken with another limit fails with `LIMIT_MISMATCH`, as `acquire`); with `mode: 'shared'` until no
+ * exclusive holder holds it or waits (readers do not keep a reader out); with `mode: 'exclusive'` until no holder of
+ * either kind is left. dflockd has no command that waits without
  * queueing for the lock, so a dflockd target is free when the server's `stats` show a free slot, asked every 200 ms.
  * The lock may be taken again by someone else by the time you act: `wait` is for "tell me when", not exclusion.
  * Fails (never throws) like `acquire`: `INVALID_ARGUMENT`/`INVALID_PATH`, `TIMEOUT`, `ABORTED`, `IO_ERROR`.

@@ -99,6 +99,63 @@ describe('wait() on a lock file', () => {
   })
 })
 
+describe('wait() with limit or mode on a lock file: the kind acquire would take', () => {
+  test('limit 2: one slot held elsewhere → free at once; both held → TIMEOUT; one released → resolves; nothing created', async () => {
+    const file = fresh()
+    const a = await holder(file, { limit: 2 }) // slot 0: the path itself
+    const one = await sema.wait(file, { limit: 2, timeout: 0 })
+    assert.equal(one.ok, true, `a second slot is free: ${JSON.stringify(one.error)}`)
+    const b = await holder(file, { limit: 2 })
+    const full = await sema.wait(file, { limit: 2, timeout: 0 })
+    assert.equal(full.ok, false)
+    assert.equal(full.error.type, 'TIMEOUT')
+    const before = left(file)
+    const waiting = sema.wait(file, { limit: 2 })
+    b.child.stdin.write('release\n')
+    await b.out.next(/^released true/)
+    const r = await u.within(waiting, 10000, 'wait({limit: 2}) after a release')
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.ok(left(file).every((n) => before.includes(n)), `wait() created nothing: ${left(file)} vs ${before}`)
+    a.child.stdin.write('release\n')
+    await a.out.next(/^released true/)
+  })
+
+  test('limit 2 while the path is held with limit 3 (a sibling slot taken): LIMIT_MISMATCH, as acquire', async () => {
+    const file = fresh()
+    const a = await holder(file, { limit: 3 })
+    const b = await holder(file, { limit: 3 })
+    const r = await sema.wait(file, { limit: 2, timeout: 0 })
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'LIMIT_MISMATCH')
+    for (const h of [a, b]) {
+      h.child.stdin.write('release\n')
+      await h.out.next(/^released true/)
+    }
+  })
+
+  test("mode 'shared': free while another process reads, not while one writes; 'exclusive' waits for the readers", async () => {
+    const file = fresh()
+    const reader = await holder(file, { mode: 'shared' })
+    const shared = await sema.wait(file, { mode: 'shared', timeout: 0 })
+    assert.equal(shared.ok, true, `a reader does not keep out another: ${JSON.stringify(shared.error)}`)
+    const excl = await sema.wait(file, { mode: 'exclusive', timeout: 0 })
+    assert.equal(excl.ok, false)
+    assert.equal(excl.error.type, 'TIMEOUT')
+    const waiting = sema.wait(file, { mode: 'exclusive' })
+    reader.child.stdin.write('release\n')
+    await reader.out.next(/^released true/)
+    const r = await u.within(waiting, 10000, "wait({mode: 'exclusive'}) after the last reader left")
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    const writer = await holder(file, { mode: 'exclusive' })
+    const blocked = await sema.wait(file, { mode: 'shared', timeout: 0 })
+    assert.equal(blocked.ok, false)
+    assert.equal(blocked.error.type, 'TIMEOUT')
+    writer.child.stdin.write('release\n')
+    await writer.out.next(/^released true/)
+    assert.deepEqual(left(file), [])
+  })
+})
+
 describe('wait() on dflockd', () => {
   const skip = d.skipReason() || d.goOnly()
   let s

@@ -44,6 +44,7 @@ async function wait(target, options) {
 async function waitFile(path, options) {
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { ok: false, error: fileError(checked.error, path) }
+  if ((options.limit != null && options.limit > 1) || options.mode != null) return waitFileKind(checked.path, options)
   const config = { ...DEFAULT_CONFIG }
   if (options.staleTimeout !== undefined) config.staleTimeout = options.staleTimeout
   if (options.retryInterval != null) config.retryInterval = options.retryInterval
@@ -54,6 +55,34 @@ async function waitFile(path, options) {
   if (r.ok) return r
   if (r.error.code === 'TIMEOUT') return timeoutFailure(options.timeout)
   return { ok: false, error: fileError(r.error, checked.path) }
+}
+
+/**
+ * wait() for a counting semaphore (`limit`) or in a `mode` on a file: until an acquire of that kind would take it
+ * (a free slot; no exclusive holder or waiting writer for shared; no holder at all for exclusive), looked at again on
+ * each file event in the lock's directory naming it or a sibling, and every `retryInterval` (a crashed holder leaves
+ * its file behind: the poll finds it dead).
+ */
+async function waitFileKind(path, options) {
+  const { slotFree, changes } = require('./file/slots')
+  const { freeFor } = require('./file/shared')
+  const timeoutMs = acquireTimeoutMs(options.timeout)
+  const deadline = timeoutMs === null ? null : Date.now() + timeoutMs
+  const signal = options.signal ?? null
+  const judged = { staleTimeout: options.staleTimeout ?? DEFAULT_CONFIG.staleTimeout, limit: options.limit }
+  const watch = changes(path, options.retryInterval ?? DEFAULT_CONFIG.retryInterval)
+  try {
+    for (;;) {
+      if (signal?.aborted) return failureOf(abortedResult(signal))
+      const free = options.limit != null && options.limit > 1 ? await slotFree(path, judged) : { ok: true, value: await freeFor(path, options.mode, judged) }
+      if (!free.ok || free.value) return free.ok ? { ok: true } : free
+      const why = await watch.next(deadline, signal)
+      if (why === 'timeout') return timeoutFailure(options.timeout)
+      if (why === 'aborted') return failureOf(abortedResult(signal))
+    }
+  } finally {
+    watch.close()
+  }
 }
 
 async function waitDflockd(target, options) {

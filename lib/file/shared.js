@@ -460,6 +460,24 @@ async function readersOf(path) {
   return out
 }
 
+/**
+ * Whether an acquire in `mode` would take P now, judged without changing anything (for wait()): shared when no
+ * exclusive request waits (writer preference) and P is absent, a shared base, or held by a holder the engine would
+ * reclaim; exclusive when P is absent, reclaimable, or a shared base whose readers have all died.
+ */
+async function freeFor(path, mode, options) {
+  const base = nodePath.resolve(path)
+  const any = async (kind) => {
+    for (const p of members(base, kind)) if (await isLive(p, options)) return true
+    return false
+  }
+  if (mode === 'shared' && (await any('writer'))) return false
+  const seen = readBase(base)
+  if (seen.kind === 'absent') return true
+  if (seen.kind === 'shared') return mode === 'shared' || !(await any('reader'))
+  return !(await isLive(base, options))
+}
+
 /** Facts for status: `{ mode: 'shared', holders }` when P is a shared base, else null. */
 async function sharedFacts(path, options) {
   const base = nodePath.resolve(path)
@@ -469,4 +487,4 @@ async function sharedFacts(path, options) {
   return { mode: 'shared', holders }
 }
 
-module.exports = { acquireShared, acquireExclusive, sharedFacts, releaseSharedByPath, heldAs, readersOf }
+module.exports = { acquireShared, acquireExclusive, freeFor, sharedFacts, releaseSharedByPath, heldAs, readersOf }

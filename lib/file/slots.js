@@ -279,6 +279,19 @@ async function isLive(path, options) {
 }
 
 /**
+ * Whether an acquire with `limit` would take a slot now, judged without changing anything (for wait()): a slot file
+ * absent or its holder reclaimable. `{ ok: true, value }`, or LIMIT_MISMATCH as acquire reports it.
+ */
+async function slotFree(path, options) {
+  const base = nodePath.resolve(path)
+  const live = (p) => isLive(p, options)
+  const wrong = await mismatch(base, options.limit, live)
+  if (wrong) return wrong
+  for (let i = 0; i < options.limit; i++) if (!(await live(slotPath(base, i, options.limit)))) return { ok: true, value: true }
+  return { ok: true, value: false }
+}
+
+/**
  * status with `limit`: the base's status, with `holders` (slots whose file exists: taken, by a live holder or one
  * not yet reclaimed) and `limit`; `locked` when any slot is taken, `info` the base's holder or else the first held
  * slot's.
@@ -292,4 +305,4 @@ async function statusSlots(target, path, options) {
   return { ...all[0], locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
 }
 
-module.exports = { acquireSlot, statusSlots, slotPath, siblingSlots, siblings, keepLive, waitFor, changes, ended, isLive }
+module.exports = { acquireSlot, slotFree, statusSlots, slotPath, siblingSlots, siblings, keepLive, waitFor, changes, ended, isLive }

@@ -14,7 +14,7 @@ const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 
 const BIN = path.join(u.ROOT, 'bin', 'sema-native.js')
-const { oneCommandShell, splitWindowsCommandLine } = require('../lib/cli/common')
+const { oneCommandShell } = require('../lib/cli/common')
 const hasNpm = spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0
 const WINDOWS = process.platform === 'win32'
 
@@ -130,9 +130,5 @@ test('which command lines are shells that run only this command (sh, cmd.exe, Po
     ['node', '-c', 'x'],
   ]
   for (const args of goesOn) assert.equal(oneCommandShell(args), null, `goes on: ${JSON.stringify(args)}`)
-  // How the system's copy of a Windows command line is split (the C runtime's rules, as Node and cmd.exe see it).
-  assert.deepEqual(splitWindowsCommandLine('C:\\WINDOWS\\system32\\cmd.exe /d /s /c ""C:\\n\\node.exe" "C:\\a b\\x.js" acquire y"'), [
-    'C:\\WINDOWS\\system32\\cmd.exe', '/d', '/s', '/c', 'C:\\n\\node.exe C:\\a', 'b\\x.js acquire y',
-  ])
-  assert.deepEqual(splitWindowsCommandLine('a\\\\"b c" d\\"e "f""g" h\\i\t j'), ['a\\b c', 'd"e', 'f"g', 'h\\i', 'j'])
+  // How a Windows command line is split: crates/sema-core/src/lockfile/process/windows_args.rs (its unit tests).
 })

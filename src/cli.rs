@@ -16,11 +16,11 @@ pub fn hand_lock_to(token: String, pid: i64) -> napi::Result<bool> {
     })
 }
 
-/// The command line of process `pid` as one string, where only a system call can tell it (Windows); `null`
-/// elsewhere or when it cannot be read. The CLI's owner check reads it of its parent process.
+/// The command line of process `pid` as words, where the system tells it (Linux `/proc`; Windows, split as the C
+/// runtime splits it); `null` elsewhere or when it cannot be read. The CLI's owner check reads it of its parent.
 #[napi]
-pub fn process_command_line(pid: i64) -> Option<String> {
-    lockfile::process::process_command_line(pid)
+pub fn process_args(pid: i64) -> Option<Vec<String>> {
+    lockfile::process::process_args(pid)
 }
 
 /// What the real `sema` reads from a lock file (`LockInfo::parse`): the `sema` front end's view.

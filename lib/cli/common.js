@@ -95,69 +95,15 @@ function errnoCode(error) {
 const { redactTarget: displayTarget } = require('../dflockd/url')
 
 /**
- * The words of a Windows command line, split as the C runtime and CommandLineToArgvW do: blanks separate words
- * outside double quotes; 2n backslashes before a quote are n backslashes and the quote opens or closes, 2n+1 are
- * n backslashes and a literal quote; other backslashes are literal; `""` inside quotes is a literal quote.
- */
-function splitWindowsCommandLine(line) {
-  const words = []
-  let word = ''
-  let inWord = false
-  let quoted = false
-  for (let i = 0; i < line.length; i++) {
-    const ch = line[i]
-    if (ch === '\\') {
-      let n = 0
-      while (line[i] === '\\') {
-        n++
-        i++
-      }
-      if (line[i] === '"') {
-        word += '\\'.repeat(n >> 1)
-        if (n % 2) word += '"'
-        else i-- // the quote is handled by the next turn
-      } else {
-        word += '\\'.repeat(n)
-        i--
-      }
-      inWord = true
-    } else if (ch === '"') {
-      if (quoted && line[i + 1] === '"') {
-        word += '"'
-        i++
-      } else {
-        quoted = !quoted
-      }
-      inWord = true
-    } else if ((ch === ' ' || ch === '\t') && !quoted) {
-      if (inWord) words.push(word)
-      word = ''
-      inWord = false
-    } else {
-      word += ch
-      inWord = true
-    }
-  }
-  if (inWord) words.push(word)
-  return words
-}
-
-/**
- * The command line of process `pid` as words, or null when it cannot be read. Linux: /proc; Windows: the system's
- * copy of the process's command line (the native addon), split as the C runtime does; elsewhere `ps`.
+ * The command line of process `pid` as words, or null when it cannot be read: the engine's (Linux /proc; Windows, the
+ * system's copy split as the C runtime splits it), elsewhere `ps` (whose answer is one line, split at blanks).
  */
 function processArgs(pid) {
-  if (process.platform === 'win32') {
-    try {
-      const line = require('../native').processCommandLine(pid)
-      return line ? splitWindowsCommandLine(line) : null
-    } catch {
-      return null
-    }
-  }
   try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`).toString('utf8').split('\0').filter(Boolean)
+    const words = require('../native').processArgs(pid)
+    if (words) return words
   } catch {}
+  if (process.platform === 'win32' || process.platform === 'linux') return null
   const r = require('node:child_process').spawnSync('ps', ['-o', 'args=', '-p', String(pid)], { encoding: 'utf8' })
   return r.status === 0 && r.stdout.trim() ? r.stdout.trim().split(/\s+/) : null
 }
@@ -396,7 +342,6 @@ module.exports = {
   exitCodeFor,
   shortLivedOwner,
   oneCommandShell,
-  splitWindowsCommandLine,
   rustParent,
   exists,
   api,

@@ -11,6 +11,9 @@ mod windows;
 #[cfg(windows)]
 use windows as os;
 
+mod windows_args;
+pub use windows_args::split_windows_command_line;
+
 #[cfg(not(any(unix, windows)))]
 mod portable;
 #[cfg(not(any(unix, windows)))]
@@ -57,7 +60,8 @@ pub fn process_command_line(pid: i64) -> Option<String> {
 }
 
 /// The command line of process `pid` as words, where the system tells it: Linux reads
-/// `/proc/<pid>/cmdline`, Windows gives one string (one word here); `None` elsewhere, when the
+/// `/proc/<pid>/cmdline`, Windows splits its one string as the C runtime does
+/// ([`split_windows_command_line`]); `None` elsewhere, when the
 /// process is gone, or when it may not be queried.
 pub fn process_args(pid: i64) -> Option<Vec<String>> {
     os::process_args(pid)

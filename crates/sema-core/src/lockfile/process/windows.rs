@@ -115,9 +115,10 @@ pub(crate) fn process_command_line(pid: i64) -> Option<String> {
     command_line_query(pid).or_else(|| command_line_from_peb(pid))
 }
 
-/// The command line as one word: Windows keeps it as one string (split by each program's C runtime).
+/// The command line as words: Windows keeps it as one string, split as each program's C runtime
+/// splits it.
 pub(crate) fn process_args(pid: i64) -> Option<Vec<String>> {
-    process_command_line(pid).map(|line| vec![line])
+    process_command_line(pid).map(|line| super::split_windows_command_line(&line))
 }
 
 /// `NtQueryInformationProcess(ProcessCommandLineInformation)`: needs only

@@ -27,7 +27,8 @@
 //
 // Keys on the server (its --max-locks budget counts them, idle ones too for --gc-max-idle, 60 s): a client's
 // mailbox is 2 keys, plus 1 per time it is rung (the re-armed token's name); a steal adds 2 (intent, confirmation)
-// and rings each other client once (1 key each). Grants create none.
+// and rings each other client of the prefix once (1 key each; again every RERING_MS while nobody answers, so at most
+// 4 times). Grants create none.
 
 const { createHash } = require('node:crypto')
 const { Wire } = require('./dflockd-wire')
@@ -44,6 +45,8 @@ const WATCH_S = 3600
 const ANSWER_MS = 2000
 /** The stealer's poll of `stats` for the answer, during a steal only. */
 const POLL_MS = 25
+/** A client rung without an answer is rung again after this (a lost look at stats): at most 4 rings per steal. */
+const RERING_MS = 500
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
@@ -155,7 +158,8 @@ class Steals {
         box.watcher = old.wire
         await old.wire.release(old.nameKey, old.nameToken)
         this.#arm(box)
-        await this.#rung()
+        // A failed look (stats) loses this ring only: the stealer rings again while it waits.
+        await this.#rung().catch(() => {})
       })
       .catch(() => this.#broken(box))
   }
@@ -235,7 +239,8 @@ class Steals {
         () => [{ key: intentKey, token: intent }],
         () => {},
       )
-      const rung = new Set()
+      /** clientId → when it was last rung */
+      const rung = new Map()
       const deadline = Date.now() + ANSWER_MS
       const boxes = new RegExp(`^${escape(this.prefix)}wl~mbox~([0-9a-f-]{36})~(\\S+)$`)
       for (;;) {
@@ -265,9 +270,9 @@ class Steals {
         }
         for (const k of held) {
           const m = boxes.exec(k)
-          if (!m || m[1] === this.clientId || rung.has(m[1])) continue
+          if (!m || m[1] === this.clientId || Date.now() - (rung.get(m[1]) ?? -Infinity) < RERING_MS) continue
           // A stale token (the client was rung meanwhile and re-armed) fails: rung again on the next round.
-          if (await w.release(`${this.prefix}wl~mbox~${m[1]}`, m[2])) rung.add(m[1])
+          if (await w.release(`${this.prefix}wl~mbox~${m[1]}`, m[2])) rung.set(m[1], Date.now())
         }
         await sleep(POLL_MS)
       }

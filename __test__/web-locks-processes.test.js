@@ -212,6 +212,43 @@ function suite(ctx) {
       assert.equal(await ctx.locks.request(name, (lock) => lock.name), name)
     })
 
+    test('steal of a name held in shared mode by other processes: NotSupportedError at once; the readers keep it', async () => {
+      const name = uniqueName('steal-shared')
+      const a = await holder(ctx.base, name, { mode: 'shared' })
+      try {
+        await assert.rejects(ctx.locks.request(name, { steal: true }, () => assert.fail('granted')), (e) => {
+          assert.equal(e.name, 'NotSupportedError')
+          assert.match(e.message, /shared mode/)
+          return true
+        })
+        assert.deepEqual(named((await ctx.locks.query()).held, name).map((h) => h.mode), ['shared'])
+        assert.equal(a.child.exitCode, null)
+      } finally {
+        a.child.kill('SIGKILL')
+        await a.child.exited
+      }
+    })
+
+    test('steal on a server that wants an auth token (the hand-over connections authenticate too)', async () => {
+      const s = await d.startServer({ args: ['--auth-token', 'steal-secret'] })
+      const base = `dflockd://steal-secret@127.0.0.1:${s.port}/auth`
+      const locks = createLockManager(base)
+      const name = uniqueName('steal-auth')
+      const a = await holder(base, name)
+      try {
+        const got = await locks.request(name, { steal: true }, async (lock) => {
+          assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
+          return lock.name
+        })
+        assert.equal(got, name)
+        assert.equal((await u.waitExit(a.child, 15000, 'holder')).code, 0)
+      } finally {
+        a.child.kill('SIGKILL')
+        await a.child.exited
+        await s.stop()
+      }
+    })
+
     test("the steal machinery's keys: a client's mailbox is made once; grants create no new keys", async () => {
       const { stats } = require('..')
       const keys = async () => {

@@ -99,8 +99,8 @@ class Steals {
     this.mbox = `${prefix}wl~mbox~${clientId}`
     /** The mailbox: a promise of {holder: {wire, token, nameKey, nameToken}, watcher: wire}, or null. */
     this.opening = null
-    /** Intent keys this client answered, → the proxy (so that a second ring does not answer twice). */
-    this.proxies = new Map()
+    /** Intent keys this client is answering or keeping a lock for (a second ring does not answer twice). */
+    this.proxies = new Set()
   }
 
   /** Opens the mailbox once (again after a failure); never rejects (a client without one is not answered). */
@@ -121,7 +121,7 @@ class Steals {
       b = await Wire.open(this.server)
       const token = await a.lock(this.mbox, 0, BELL_TTL_S)
       if (token === null) throw new LockError(`mailbox ${this.mbox} is taken`, 'ALREADY_LOCKED')
-      const box = { holder: null, watcher: b, stop: null }
+      const box = { holder: null, watcher: b, stop: null, broken: false }
       box.holder = await this.#publish(a, token)
       box.stop = renewing(
         () => box.holder.wire,
@@ -164,7 +164,10 @@ class Steals {
       .catch(() => this.#broken(box))
   }
 
+  /** A mailbox connection failed: closed; the next acquisition opens a new one. */
   #broken(box) {
+    if (box.broken) return
+    box.broken = true
     box.stop?.()
     box.holder?.wire.close()
     box.watcher?.close()
@@ -187,7 +190,7 @@ class Steals {
 
   /** Gives `key` to the stealer of `intentKey`: holds it for them until the intent is released. */
   async #answer(key, intentKey, confirmKey) {
-    this.proxies.set(intentKey, true)
+    this.proxies.add(intentKey)
     let p
     let q
     try {
@@ -207,8 +210,10 @@ class Steals {
       )
       // The lock is now the stealer's: this process stays alive while it holds it for them.
       const lost = new Promise((r) => handle.signal.addEventListener('abort', r, { once: true }))
+      // Ends when the stealer releases its intent (or dies), when the lock is lost, or when the watch's connection
+      // fails: then too the lock and the confirmation are released, so the stealer hears of it (its watch is granted).
       const done = watch(q, intentKey, true).then((t) => q.release(intentKey, t))
-      await Promise.race([done, lost])
+      await Promise.race([done.catch(() => {}), lost])
       stop()
       await handle.release().catch(() => {})
       await p.release(confirmKey, confirm).catch(() => {})
@@ -220,8 +225,8 @@ class Steals {
   }
 
   /**
-   * Steals `key` (held by another client): `{ok: true, value: handle}` (signal, release()), `{ok: false, error}`,
-   * or `{ok: false, free: true}` when nobody holds it (the caller takes it itself).
+   * Steals `key` from the client that holds it: `{ok: true, value: handle}` (signal, release()) or `{ok: false,
+   * error}`. When nobody holds it, `tryTake()` takes it (its result is returned).
    */
   async steal(key, tryTake) {
     await this.ready()

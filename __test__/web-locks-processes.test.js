@@ -229,12 +229,13 @@ function suite(ctx) {
       }
     })
 
-    test('steal on a server that wants an auth token (the hand-over connections authenticate too)', async () => {
-      const s = await d.startServer({ args: ['--auth-token', 'steal-secret'] })
-      const base = `dflockd://steal-secret@127.0.0.1:${s.port}/auth`
-      const locks = createLockManager(base)
-      const name = uniqueName('steal-auth')
-      const a = await holder(base, name)
+    /** A steal from a child holder on a server started with `args`, through `base(port)`. */
+    async function stealOn(args, base, label) {
+      const s = await d.startServer({ args })
+      const b = base(s.port)
+      const locks = createLockManager(b)
+      const name = uniqueName(label)
+      const a = await holder(b, name)
       try {
         const got = await locks.request(name, { steal: true }, async (lock) => {
           assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
@@ -247,6 +248,16 @@ function suite(ctx) {
         await a.child.exited
         await s.stop()
       }
+    }
+
+    test('steal on a server that wants an auth token (the hand-over connections authenticate too)', async () => {
+      await stealOn(['--auth-token', 'steal-secret'], (port) => `dflockd://steal-secret@127.0.0.1:${port}/auth`, 'steal-auth')
+    })
+
+    const self = d.makeSelfSigned()
+    test('steal on a TLS server (the hand-over connections verify it with the base\'s ca=)', { skip: self.skip || false }, async () => {
+      const ca = encodeURIComponent(self.certFile)
+      await stealOn(['--tls-cert', self.certFile, '--tls-key', self.keyFile], (port) => `dflockd://127.0.0.1:${port}/tls?ca=${ca}`, 'steal-tls')
     })
 
     test("the steal machinery's keys: a client's mailbox is made once; grants create no new keys", async () => {

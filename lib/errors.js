@@ -109,7 +109,7 @@ function toLockError(error, key) {
   return new LockError(error.message, code, error)
 }
 
-let stableCodes
+const stableCodes = new Set(Object.values(ErrorCode))
 /**
  * A LockError from a synchronous native throw (bad options, key or shard count): the binding throws an Error whose
  * `code` is one of the stable codes; anything else it throws (a JS value of the wrong type, with napi's own codes
@@ -117,7 +117,6 @@ let stableCodes
  */
 function fromNativeThrow(e) {
   if (e instanceof LockError) return e
-  stableCodes = stableCodes ?? new Set(require('./native').errorCodes())
   const code = e && stableCodes.has(e.code) ? e.code : ErrorCode.INVALID_ARGUMENT
   return new LockError(String((e && e.message) || e), code, { cause: e })
 }

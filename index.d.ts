@@ -42,6 +42,12 @@ export type SemaphoreErrorType =
    */
   | 'LIMIT_MISMATCH'
 
+/**
+ * Every {@link SemaphoreErrorType} as a constant, so that code compares against a name the compiler checks rather
+ * than a string: `if (r.error.type === ErrorCode.TIMEOUT)`. Each value is its own name; the object is frozen.
+ */
+export declare const ErrorCode: { readonly [K in SemaphoreErrorType]: K }
+
 /** A failure as a value (semats' shape). */
 export interface SemaphoreError {
   type: SemaphoreErrorType
@@ -77,6 +83,19 @@ export interface SemaphoreError {
   cause?: Error | undefined
   /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`) and LIMIT_MISMATCH. */
   reply?: string | undefined
+  /**
+   * A failure the OS reported (lock files: `IO_ERROR`, or `PERMISSION_DENIED` when the OS refused us): the OS's own
+   * error number, as the OS gives it (on Linux 13 for a permission refused, 2 for a file or directory not found; on
+   * Windows the system error code). Positive, unlike the negated `errno` of Node's fs errors; compare it with
+   * `os.constants.errno`. The message says the same in words.
+   */
+  errno?: number | undefined
+  /**
+   * The name of {@link SemaphoreError.errno} (`'EACCES'`, `'ENOENT'`), as Node's fs errors give it in `code`. Set on
+   * platforms where Node knows the numbers the OS reports (not on Windows, whose system error codes have no such
+   * names).
+   */
+  errnoName?: string | undefined
 }
 
 /**
@@ -107,6 +126,10 @@ export declare class LockError extends Error {
   /** See {@link SemaphoreError.isOwnedByCurrentProcess}. */
   readonly isOwnedByCurrentProcess?: boolean | undefined
   readonly reply?: string | undefined
+  /** See {@link SemaphoreError.errno}. */
+  readonly errno?: number | undefined
+  /** See {@link SemaphoreError.errnoName}. */
+  readonly errnoName?: string | undefined
 }
 /** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
 export declare class AcquireTimeoutError extends LockError {

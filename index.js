@@ -2,6 +2,7 @@
 // sema-native: the public JS layer over the native binding. index.d.ts is its contract.
 
 const errors = require('./lib/errors')
+const { ErrorCode } = require('./lib/codes')
 const semaphore = require('./lib/file/semats')
 const target = require('./lib/target')
 const dflockd = require('./lib/dflockd')
@@ -10,6 +11,7 @@ const webLocks = require('./lib/locks')
 
 module.exports = {
   // errors
+  ErrorCode,
   LockError: errors.LockError,
   AcquireTimeoutError: errors.AcquireTimeoutError,
   AuthError: errors.AuthError,

@@ -4,6 +4,7 @@
 import cjs from './index.js'
 
 export const {
+  ErrorCode,
   LockError,
   AcquireTimeoutError,
   AuthError,

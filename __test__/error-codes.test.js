@@ -21,6 +21,18 @@ test('SemaphoreErrorType in index.d.ts lists exactly the engine error codes', ()
   assert.deepEqual(typed, native.errorCodes())
 })
 
+test('ErrorCode (lib/codes.js, exported by the package) lists exactly the engine error codes, each as its own name', () => {
+  const { ErrorCode } = require('..')
+  assert.equal(ErrorCode, require('../lib/codes').ErrorCode)
+  assert.deepEqual(Object.keys(ErrorCode), native.errorCodes())
+  for (const [k, v] of Object.entries(ErrorCode)) assert.equal(v, k)
+  assert.ok(Object.isFrozen(ErrorCode))
+  assert.throws(() => {
+    'use strict'
+    ErrorCode.TIMEOUT = 'x'
+  }, TypeError)
+})
+
 function jsFiles(dir) {
   return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
     const p = path.join(dir, e.name)
@@ -28,7 +40,7 @@ function jsFiles(dir) {
   })
 }
 
-test('every code-like string literal in lib/, bin/ and index.js is an engine error code or an OS name', () => {
+test('every code-like string literal and ErrorCode.X in lib/, bin/ and index.js is an engine error code or an OS name', () => {
   const codes = new Set(native.errorCodes())
   const osNames = new Set([...Object.keys(os.constants.signals), ...Object.keys(os.constants.errno), 'SIGBREAK', 'MODULE_NOT_FOUND'])
   const files = [...jsFiles(path.join(root, 'lib')), ...jsFiles(path.join(root, 'bin')), path.join(root, 'index.js')]
@@ -45,6 +57,11 @@ test('every code-like string literal in lib/, bin/ and index.js is an engine err
     for (const name of literals) {
       if (codes.has(name)) seen++
       else if (!osNames.has(name)) unknown.push(`${path.relative(root, file)}: '${name}'`)
+    }
+    // The constants: every ErrorCode.X names a code (a typo would be undefined at run time, a silent mismatch).
+    for (const m of src.matchAll(/\bErrorCode\.([A-Za-z_]\w*)/g)) {
+      if (codes.has(m[1])) seen++
+      else unknown.push(`${path.relative(root, file)}: ErrorCode.${m[1]}`)
     }
   }
   assert.deepEqual(unknown, [])

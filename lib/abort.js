@@ -7,6 +7,7 @@
 // is an INVALID_ARGUMENT result before the wait starts, and a throw while detaching once the wait is over is
 // ignored, so that a lock taken meanwhile is always handed to the caller (never held with no handle).
 
+const { ErrorCode } = require('./codes')
 const native = require('./native')
 
 function abortedResult(signal) {
@@ -14,12 +15,12 @@ function abortedResult(signal) {
   try {
     why = signal && signal.reason instanceof Error ? `: ${signal.reason.message}` : ''
   } catch {}
-  return { ok: false, error: { code: 'ABORTED', message: `Lock acquisition was aborted${why}` } }
+  return { ok: false, error: { code: ErrorCode.ABORTED, message: `Lock acquisition was aborted${why}` } }
 }
 
 function unusableSignal(e) {
   const text = e instanceof Error ? e.message : String(e)
-  return { ok: false, error: { code: 'INVALID_ARGUMENT', message: `signal is not a usable AbortSignal: ${text}` } }
+  return { ok: false, error: { code: ErrorCode.INVALID_ARGUMENT, message: `signal is not a usable AbortSignal: ${text}` } }
 }
 
 /** Runs `start(cancelId)` (a native wait) so that aborting `signal` cancels it. */

@@ -2,6 +2,7 @@
 // The `Lock` handle both backends return: LockInfo fields, `signal` (aborted on loss), `onLost`, an idempotent
 // `release()` and `Symbol.asyncDispose`. Backends subclass it and implement `_release()`.
 
+const { ErrorCode } = require('./codes')
 const { LockError } = require('./errors')
 const diagnostics = require('./diagnostics')
 
@@ -40,7 +41,7 @@ class LockHandle {
   _markLost(message) {
     if (this.#state !== 'held') return
     this.#state = 'lost'
-    const error = new LockError(message, 'LOCK_LOST')
+    const error = new LockError(message, ErrorCode.LOCK_LOST)
     this.#controller.abort(error)
     diagnostics.lost(this, error)
     if (typeof this.#onLost !== 'function') return

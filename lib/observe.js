@@ -4,6 +4,7 @@
 // command that waits without enqueueing (`l`/`e`/`w` all take the lock), so a dflockd wait asks the server's
 // `stats` every poll interval until the key has a free slot, bounded by the timeout and the signal.
 
+const { ErrorCode } = require('./codes')
 const { setTimeout: sleep } = require('node:timers/promises')
 const native = require('./native')
 const { parseTarget } = require('./target')
@@ -20,7 +21,7 @@ const WAIT = { ...STATUS, timeout: ACQUIRE.timeout, signal: ACQUIRE.signal, retr
 const DFLOCKD_POLL_MS = 200
 
 function timeoutFailure(timeout) {
-  return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock to be released after ${timeout}ms` } }
+  return { ok: false, error: { type: ErrorCode.TIMEOUT, message: `Timeout waiting for lock to be released after ${timeout}ms` } }
 }
 
 /**
@@ -53,7 +54,7 @@ async function waitFile(path, options) {
     native.waitLockFree(checked.path, engineOptions(config), timeoutMs, cancelId ?? undefined),
   )
   if (r.ok) return r
-  if (r.error.code === 'TIMEOUT') return timeoutFailure(options.timeout)
+  if (r.error.code === ErrorCode.TIMEOUT) return timeoutFailure(options.timeout)
   return { ok: false, error: fileError(r.error, checked.path) }
 }
 
@@ -97,7 +98,7 @@ async function waitDflockd(target, options) {
     try {
       s = await dflockd.statusTarget(target, statusOptions)
     } catch (e) {
-      return { ok: false, error: { type: e.code ?? 'IO_ERROR', message: e.message } }
+      return { ok: false, error: { type: e.code ?? ErrorCode.IO_ERROR, message: e.message } }
     }
     if ((s.holders ?? 0) < (s.limit ?? 1)) return { ok: true }
     const left = deadline - Date.now()

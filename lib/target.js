@@ -2,6 +2,7 @@
 // One API over any target string: a path, a file:// URL or a dflockd:// URL. Switching a service from one
 // machine to many is a change of this string, nothing else.
 
+const { ErrorCode } = require('./codes')
 const { AsyncLocalStorage } = require('node:async_hooks')
 const nodePath = require('node:path')
 const { fileURLToPath } = require('node:url')
@@ -21,7 +22,7 @@ function parseTarget(target) {
     try {
       return { backend: 'file', path: fileURLToPath(target) }
     } catch (e) {
-      throw new LockError(`Invalid file URL: ${e.message}`, 'INVALID_PATH')
+      throw new LockError(`Invalid file URL: ${e.message}`, ErrorCode.INVALID_PATH)
     }
   }
   const unsupported = unsupportedScheme(target)
@@ -113,9 +114,9 @@ async function release(target, options) {
     try {
       return (await target.release())
         ? { ok: true, value: undefined }
-        : { ok: false, error: { type: 'NOT_LOCKED', message: 'Lock not held' } }
+        : { ok: false, error: { type: ErrorCode.NOT_LOCKED, message: 'Lock not held' } }
     } catch (e) {
-      return { ok: false, error: { type: e.code ?? 'IO_ERROR', message: e.message } }
+      return { ok: false, error: { type: e.code ?? ErrorCode.IO_ERROR, message: e.message } }
     }
   }
   const { parsed, failed } = resolve(target)
@@ -165,12 +166,12 @@ async function withLock(target, fn, options) {
     throw new LockError(
       `withLock('${redactTarget(target)}'): this async call chain already holds ` +
         'this lock (a nested withLock on the same target would wait for itself forever)',
-      'ALREADY_LOCKED',
+      ErrorCode.ALREADY_LOCKED,
     )
   }
   const r = await acquire(target, options)
   if (!r.ok) {
-    if (r.error.type === 'TIMEOUT') throw new AcquireTimeoutError(target, r.error.message, r.error)
+    if (r.error.type === ErrorCode.TIMEOUT) throw new AcquireTimeoutError(target, r.error.message, r.error)
     throw toLockError(r.error)
   }
   const lock = r.value
@@ -188,7 +189,7 @@ async function withLock(target, fn, options) {
   }
   const released = await lock.release()
   if (!released && (lock._lost || lock.signal.aborted)) {
-    throw lock.signal.reason instanceof LockError ? lock.signal.reason : new LockError('Lock was lost', 'LOCK_LOST')
+    throw lock.signal.reason instanceof LockError ? lock.signal.reason : new LockError('Lock was lost', ErrorCode.LOCK_LOST)
   }
   return result
 }

@@ -9,6 +9,7 @@
 // and everything after it reads only the snapshot. A getter is called exactly once, so one that answers differently
 // on a second read cannot slip a value past the check, and one that throws is an INVALID_ARGUMENT naming the option.
 
+const { ErrorCode } = require('./codes')
 const { LockError, invalidArgument } = require('./errors')
 
 /** A value as shown in a message: strings quoted, objects by their kind. */
@@ -364,7 +365,7 @@ function one(kind, value, name = kind) {
  * LockError with its code) is an INVALID_ARGUMENT: the type is never undefined.
  */
 function asFailure(e) {
-  const type = e instanceof LockError && typeof e.code === 'string' ? e.code : 'INVALID_ARGUMENT'
+  const type = e instanceof LockError && typeof e.code === 'string' ? e.code : ErrorCode.INVALID_ARGUMENT
   return { ok: false, error: { type, message: e && typeof e.message === 'string' ? e.message : errorText(e) } }
 }
 

@@ -23,6 +23,8 @@ pub struct NativeError {
     pub holder_tag: Option<String>,
     /// Lock files: the lock that blocked us is this process's own.
     pub is_owned_by_current_process: Option<bool>,
+    /// An OS failure: the OS's error number (`errno` on Unix, the system error code on Windows).
+    pub errno: Option<i32>,
 }
 
 impl NativeError {
@@ -35,6 +37,7 @@ impl NativeError {
             locked_since: None,
             holder_tag: None,
             is_owned_by_current_process: None,
+            errno: None,
         }
     }
 }
@@ -52,6 +55,7 @@ impl From<&LockError> for NativeError {
             locked_since: e.locked_since(),
             holder_tag: e.holder().and_then(|h| h.tag.clone()),
             is_owned_by_current_process: e.holder().and_then(|h| h.is_current_process),
+            errno: e.errno(),
             ..NativeError::of(e.code(), e.to_string())
         }
     }

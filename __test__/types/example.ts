@@ -15,6 +15,7 @@ import {
   isLockStale,
   isProcessRunning,
   LockError,
+  ErrorCode,
   AcquireTimeoutError,
   AuthError,
   DistributedLock,
@@ -222,6 +223,16 @@ function errors(e: unknown): void {
   if (e instanceof LockError) {
     const code: SemaphoreErrorType = e.code
     console.log(code, e.type, e.holderPid, e.lockedSince, e.reply)
+    if (e.code === ErrorCode.LOCK_LOST) console.log(e.message)
+    const errno: number | undefined = e.errno
+    const errnoName: string | undefined = e.errnoName
+    console.log(errno, errnoName)
+    const t: 'TIMEOUT' = ErrorCode.TIMEOUT
+    console.log(t)
+    // @ts-expect-error ErrorCode lists only the stable codes
+    console.log(ErrorCode.EACCES)
+    // @ts-expect-error ErrorCode is read-only
+    ErrorCode.TIMEOUT = 'TIMEOUT'
   }
   throw new LockError('bad', 'INVALID_ARGUMENT', { holderPid: 1 })
 }

@@ -2,6 +2,7 @@
 // Helpers shared by the three CLI front ends (lib/cli/own.js, semats.js, sema.js): output that is never lost on
 // exit, durations with unit suffixes, the text of OS errors as Rust prints them, and how a target is shown.
 
+const { ErrorCode } = require('../codes')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
@@ -79,15 +80,11 @@ function rustIoText(code, fallback) {
 /** The errno code (`ENOENT`) inside an error value or its cause/message, if any. */
 function errnoCode(error) {
   if (!error) return undefined
+  if (typeof error.errnoName === 'string') return error.errnoName
   if (error.cause && typeof error.cause.code === 'string') return error.cause.code
   if (typeof error.code === 'string' && /^E[A-Z0-9]+$/.test(error.code)) return error.code
   const m = /\b(E[A-Z]{2,}[A-Z0-9]*)\b/.exec(error.message ?? '')
   if (m && os.constants.errno[m[1]] !== undefined) return m[1]
-  const n = /\(os error (\d+)\)/.exec(error.message ?? '')
-  if (n) {
-    const num = Number(n[1])
-    return Object.keys(os.constants.errno).find((k) => os.constants.errno[k] === num)
-  }
   return undefined
 }
 
@@ -238,15 +235,15 @@ const EXIT_CODES = Object.freeze({ OK: 0, LOCK_STATE: 1, USAGE: 2, ERROR: 3 })
 /** The exit code of a failed SemaphoreResult's error, by the table above. */
 function exitCodeFor(error) {
   switch (error.type) {
-    case 'ALREADY_LOCKED':
-    case 'TIMEOUT':
-    case 'NOT_LOCKED':
-    case 'LIMIT_MISMATCH':
+    case ErrorCode.ALREADY_LOCKED:
+    case ErrorCode.TIMEOUT:
+    case ErrorCode.NOT_LOCKED:
+    case ErrorCode.LIMIT_MISMATCH:
       return EXIT_CODES.LOCK_STATE
-    case 'PERMISSION_DENIED':
+    case ErrorCode.PERMISSION_DENIED:
       // The lock's owner (semats' message, the engine's LockError::PermissionDenied), not the OS.
       return /^Lock held by different process/.test(error.message ?? '') ? EXIT_CODES.LOCK_STATE : EXIT_CODES.ERROR
-    case 'INVALID_ARGUMENT':
+    case ErrorCode.INVALID_ARGUMENT:
       return EXIT_CODES.USAGE
     default:
       return EXIT_CODES.ERROR

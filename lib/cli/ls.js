@@ -4,6 +4,7 @@
 
 const path = require('node:path')
 const native = require('../native')
+const { semaphoreError } = require('../errors')
 const { engineOptions, DEFAULT_CONFIG } = require('../file/engine')
 
 /** Engine options for looking only: the stale rule is the one thing that changes a judgement. */
@@ -36,10 +37,10 @@ function record(n, nowS = Math.floor(Date.now() / 1000)) {
   }
 }
 
-/** `{locks}` or `{error}` (a SemaphoreError-shaped `{type, message}`) for the directory `dir`. */
+/** `{locks}` or `{error}` (a SemaphoreError: `{type, message}`, and `errno`/`errnoName` from the OS) for `dir`. */
 async function listDir(dir, staleTimeout) {
   const r = await native.listLocks(path.resolve(dir), lookOptions(staleTimeout))
-  if (!r.ok) return { error: { type: r.error.code, message: r.error.message } }
+  if (!r.ok) return { error: semaphoreError(r.error) }
   const now = Math.floor(Date.now() / 1000)
   return { locks: r.value.map((n) => record(n, now)) }
 }

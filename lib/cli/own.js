@@ -5,6 +5,7 @@
 // Exit codes: 0 success (a query that answered, whatever the answer), 1 busy / timed out / refused / not held,
 // 2 usage error, 3 I/O, connection or other error. `run` exits with its command's status instead.
 
+const { ErrorCode } = require('../codes')
 const fs = require('node:fs')
 const path = require('node:path')
 const { parseArgs } = require('node:util')
@@ -184,7 +185,7 @@ const failureCode = exitCodeFor
 
 function describeFailure(error, target) {
   switch (error.type) {
-    case 'ALREADY_LOCKED':
+    case ErrorCode.ALREADY_LOCKED:
       return error.holderPid !== undefined
         ? `${target} is locked by pid ${error.holderPid}${since(error.lockedSince)}`
         : `${target} is locked (holder unknown)`
@@ -215,7 +216,7 @@ NO_DFLOCKD['try-acquire'] = NO_DFLOCKD.acquire
 async function acquireWithNotice(target, options, verbose, shown, quiet) {
   if (verbose) {
     const first = await api().tryAcquire(target, options)
-    if (first.ok || first.error.type !== 'ALREADY_LOCKED') return first
+    if (first.ok || first.error.type !== ErrorCode.ALREADY_LOCKED) return first
     const e = first.error
     err(`${PROG}: waiting for ${shown}${e.holderPid !== undefined ? ` (held by pid ${e.holderPid}${since(e.lockedSince)})` : ''}\n`)
   }
@@ -269,10 +270,10 @@ async function cmdAcquire(o, rep, wait) {
     : await api().tryAcquire(target, options)
   if (!r.ok) {
     let error = r.error
-    if (error.type === 'TIMEOUT') {
+    if (error.type === ErrorCode.TIMEOUT) {
       error = { ...error, message: `Timeout waiting for lock after ${formatDuration(options.timeout)}` }
     }
-    rep.fail(error, error.type === 'TIMEOUT' ? `${rep.target}: ${error.message}${heldBy(error)}` : describeFailure(error, rep.target))
+    rep.fail(error, error.type === ErrorCode.TIMEOUT ? `${rep.target}: ${error.message}${heldBy(error)}` : describeFailure(error, rep.target))
     return failureCode(error)
   }
   const lock = r.value // recorded for `pid`: the package's exit hook leaves it in place
@@ -289,7 +290,7 @@ async function cmdRelease(o, rep) {
     if (o.pid !== undefined) throw new UsageError('--force and --pid cannot be combined')
     const r = await api().release(target, { force: true, limit: limitOption(o) })
     if (!r.ok) {
-      rep.fail(r.error, r.error.type === 'NOT_LOCKED' ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
+      rep.fail(r.error, r.error.type === ErrorCode.NOT_LOCKED ? `${rep.target} is not locked` : describeFailure(r.error, rep.target))
       return failureCode(r.error)
     }
     rep.ok({ released: true }, `released ${rep.target}`)
@@ -300,8 +301,8 @@ async function cmdRelease(o, rep) {
   if (!r.ok) {
     const e = r.error
     let text
-    if (e.type === 'NOT_LOCKED') text = `${rep.target} is not locked`
-    else if (e.type === 'PERMISSION_DENIED' && e.holderPid !== undefined) {
+    if (e.type === ErrorCode.NOT_LOCKED) text = `${rep.target} is not locked`
+    else if (e.type === ErrorCode.PERMISSION_DENIED && e.holderPid !== undefined) {
       text = `${rep.target} is held by pid ${e.holderPid}, not by pid ${pid} (pass --pid ${e.holderPid}, or --force)`
     } else text = describeFailure(e, rep.target)
     rep.fail(e, text)
@@ -408,12 +409,12 @@ async function cmdWait(o, rep) {
     stop()
   }
   if (!r.ok) {
-    if (r.error.type !== 'TIMEOUT') {
+    if (r.error.type !== ErrorCode.TIMEOUT) {
       rep.fail(r.error, describeFailure(r.error, rep.target))
       return failureCode(r.error.type)
     }
     const message = `Timeout waiting for lock to be released after ${formatDuration(timeout)}`
-    rep.fail({ type: 'TIMEOUT', message }, `${rep.target}: ${message}`)
+    rep.fail({ type: ErrorCode.TIMEOUT, message }, `${rep.target}: ${message}`)
     return 1
   }
   rep.ok({ free: true, waitedMs: r.value.waitedMs }, `free ${rep.target}`)
@@ -513,7 +514,7 @@ async function main(args) {
   } catch (e) {
     if (e instanceof UsageError) return usageFailure(o, e.message)
     // Thrown by the API: a bad target (INVALID_ARGUMENT → 2) or anything else that went wrong (3).
-    const error = { type: e && e.code ? e.code : 'IO_ERROR', message: e && e.message ? e.message : String(e) }
+    const error = { type: e && e.code ? e.code : ErrorCode.IO_ERROR, message: e && e.message ? e.message : String(e) }
     rep.fail(error, `${rep.target ?? command}: ${error.message}`)
     return exit(exitCodeFor(error))
   }
@@ -522,7 +523,7 @@ async function main(args) {
 function usageFailure(o, message) {
   if (o.json) {
     const target = o.target === undefined || o.target === null ? null : shownTarget(o.target)
-    const error = { type: 'INVALID_ARGUMENT', message, ...holderFields({}) }
+    const error = { type: ErrorCode.INVALID_ARGUMENT, message, ...holderFields({}) }
     out(JSON.stringify({ ok: false, command: o.command ?? null, target, error }) + '\n')
   } else {
     const hint = o.command && COMMAND_HELP[o.command] ? `${o.command} --help` : '--help'

@@ -23,6 +23,7 @@
 // is passed on (Node's child.kill() would be TerminateProcess there); the wrapper only has to survive them (Node's
 // default for SIGBREAK is to die) and wait for the command, then release and pass its exit code through.
 
+const { ErrorCode } = require('../codes')
 const { spawn } = require('node:child_process')
 const native = require('../native')
 const { UsageError, err, exit, signalExitCode, formatDuration, heldBy, EXIT_CODES, exitCodeFor } = require('./common')
@@ -71,7 +72,7 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
   }
   if (!r.ok) {
     const e = r.error
-    const timedOut = e.type === 'TIMEOUT' || e.type === 'ALREADY_LOCKED'
+    const timedOut = e.type === ErrorCode.TIMEOUT || e.type === ErrorCode.ALREADY_LOCKED
     const message = timedOut
       ? `Timeout waiting for lock after ${formatDuration(options.timeout ?? 0)}`
       : e.message

@@ -10,6 +10,7 @@
 // for this CLI's parent (the calling shell): the lock stays held after this process and its parent exit, judged
 // by age as sema judges it (see takeLock), so no way of running this command hands the lock to the next caller.
 
+const { ErrorCode } = require('../codes')
 const fs = require('node:fs')
 const path = require('node:path')
 const { out, err, exit, api, rustIoText, errnoCode, rustParent, exists, waitFor } = require('./common')
@@ -155,8 +156,12 @@ function pathProblem(lockPath) {
   return null
 }
 
-/** `IO error: <text> (os error N)` from one of our API's failures. */
+/**
+ * `IO error: <text> (os error N)` from one of our API's failures: from its `errno` (the OS's own number, so Rust's
+ * text on every platform) where it has one, else from a Node error code.
+ */
 function ioError(error) {
+  if (typeof error.errno === 'number') return `IO error: ${require('../native').osErrorText(error.errno)}`
   return `IO error: ${rustIoText(errnoCode(error), error.message)}`
 }
 
@@ -208,7 +213,7 @@ async function cmdTry(o) {
     if (!o.quiet) out(`Lock acquired: ${o.lockPath}\n`)
     return 0
   }
-  if (r.error.type === 'ALREADY_LOCKED') {
+  if (r.error.type === ErrorCode.ALREADY_LOCKED) {
     const info = readInfo(o.lockPath)
     if (o.json) {
       out(`{"locked":true,"pid":${info ? info.pid : 0},"since":${info ? info.timestamp : 0}}\n`)
@@ -233,7 +238,7 @@ async function cmdAcquire(o) {
     if (!o.quiet) out(`Lock acquired: ${o.lockPath}\n`)
     return 0
   }
-  if (r.error.type === 'TIMEOUT' || r.error.type === 'ALREADY_LOCKED') {
+  if (r.error.type === ErrorCode.TIMEOUT || r.error.type === ErrorCode.ALREADY_LOCKED) {
     if (!o.quiet) err('Timeout waiting for lock\n')
     return 1
   }
@@ -249,7 +254,7 @@ async function cmdRelease(o) {
   }
   // sema's release is always forced, and succeeds when there is nothing to release.
   const r = await api().release(fileTarget(o.lockPath), { force: true })
-  if (!r.ok && r.error.type !== 'NOT_LOCKED') {
+  if (!r.ok && r.error.type !== ErrorCode.NOT_LOCKED) {
     err(`Error: ${ioError(r.error)}\n`)
     return 3
   }

@@ -9,6 +9,7 @@
 // the short-lived CLI process. Everything the user sees keeps semats' meaning: `release` without --force is still refused (the lock is not the CLI process's own) and
 // `isOwnedByCurrentProcess` is still false.
 
+const { ErrorCode } = require('../codes')
 const { out, err, exit, api, sleep } = require('./common')
 
 const USAGE = `Usage: semats <command> [options]
@@ -86,17 +87,17 @@ function format(data, json) {
 function failed(error) {
   const e = { status: 'failed', type: error.type, message: error.message }
   switch (error.type) {
-    case 'ALREADY_LOCKED':
+    case ErrorCode.ALREADY_LOCKED:
       e.holderPid = error.holderPid
       e.lockedSince = error.lockedSince
       break
-    case 'PERMISSION_DENIED':
+    case ErrorCode.PERMISSION_DENIED:
       e.holderPid = error.holderPid
       break
-    case 'NOT_LOCKED':
-    case 'TIMEOUT':
+    case ErrorCode.NOT_LOCKED:
+    case ErrorCode.TIMEOUT:
       break
-    case 'IO_ERROR':
+    case ErrorCode.IO_ERROR:
       e.cause = error.cause instanceof Error ? error.cause : undefined
       break
     default:
@@ -115,9 +116,9 @@ async function acquireLoop(sem, info, timeout) {
   const start = Date.now()
   for (;;) {
     const r = sem.tryAcquireWithInfo(info)
-    if (r.ok || r.error.type !== 'ALREADY_LOCKED') return r
+    if (r.ok || r.error.type !== ErrorCode.ALREADY_LOCKED) return r
     if (timeout !== null && Date.now() - start >= timeout) {
-      return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${timeout}ms` } }
+      return { ok: false, error: { type: ErrorCode.TIMEOUT, message: `Timeout waiting for lock after ${timeout}ms` } }
     }
     await sleep(RETRY_MS)
   }

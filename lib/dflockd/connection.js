@@ -2,6 +2,7 @@
 // The low-level Connection (one request at a time per connection, the dflockd TypeScript client's functions) and
 // stats(). Replies are parsed natively; this module maps them to the client's values and errors.
 
+const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { validate, SERVER } = require('../validate')
 const { LockError, AcquireTimeoutError, AuthError, toLockError } = require('../errors')
@@ -15,9 +16,9 @@ function parseStatsJson(json) {
   try {
     s = JSON.parse(json)
   } catch {
-    throw new LockError(`stats: malformed JSON response: '${json}'`, 'PROTOCOL_ERROR')
+    throw new LockError(`stats: malformed JSON response: '${json}'`, ErrorCode.PROTOCOL_ERROR)
   }
-  if (s === null || typeof s !== 'object') throw new LockError(`stats: malformed JSON response: '${json}'`, 'PROTOCOL_ERROR')
+  if (s === null || typeof s !== 'object') throw new LockError(`stats: malformed JSON response: '${json}'`, ErrorCode.PROTOCOL_ERROR)
   for (const k of ['locks', 'semaphores', 'idle_locks', 'idle_semaphores']) if (!Array.isArray(s[k])) s[k] = []
   return s
 }
@@ -32,9 +33,9 @@ function serverOptions(options) {
  * `error_auth`, and for other `error*` replies the dflockd-client message `<label> failed: '<reply>'`.
  */
 function callError(error, label, key) {
-  if (error.code === 'TIMEOUT' && error.reply === 'timeout') return new AcquireTimeoutError(key)
-  if (error.code === 'SERVER_ERROR' && error.reply != null) {
-    return new LockError(`${label} failed: '${error.reply}'`, 'SERVER_ERROR', { reply: error.reply.split(' ')[0] })
+  if (error.code === ErrorCode.TIMEOUT && error.reply === 'timeout') return new AcquireTimeoutError(key)
+  if (error.code === ErrorCode.SERVER_ERROR && error.reply != null) {
+    return new LockError(`${label} failed: '${error.reply}'`, ErrorCode.SERVER_ERROR, { reply: error.reply.split(' ')[0] })
   }
   return toLockError(error)
 }
@@ -102,7 +103,7 @@ class Connection {
 
   /** Runs one native call; resolves its result, rejects with the mapped LockError. */
   async #call(label, key, start) {
-    if (this.#closed) throw new LockError('connection closed', 'CONNECTION_ERROR')
+    if (this.#closed) throw new LockError('connection closed', ErrorCode.CONNECTION_ERROR)
     let r = nativeSync(start)
     if (typeof r === 'number') r = await this.#pending.push(this.#native)
     if (!r.ok) throw callError(r.error, label, key)
@@ -182,8 +183,8 @@ async function stats(options) {
   const o = serverOptions(options)
   const r = await nativeSync(() => native.dflockdStats(o))
   if (!r.ok) {
-    if (r.error && r.error.code === 'SERVER_ERROR') {
-      throw new LockError(`stats failed: '${r.error.reply ?? r.error.message}'`, 'SERVER_ERROR', {
+    if (r.error && r.error.code === ErrorCode.SERVER_ERROR) {
+      throw new LockError(`stats failed: '${r.error.reply ?? r.error.message}'`, ErrorCode.SERVER_ERROR, {
         reply: r.error.reply ?? 'error',
       })
     }

@@ -3,6 +3,7 @@
 // status through lib/target.js), with milliseconds as the file targets have them. The auth token in a URL is never
 // shown: messages and `target` fields carry it masked.
 
+const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { LockError, toLockError, semaphoreError, failure } = require('../errors')
 const { LockHandle } = require('../lock-handle')
@@ -76,12 +77,12 @@ class DflockdLock extends LockHandle {
     }
     if (r.ok) return true
     const code = r.error.code
-    if (code === 'LOCK_LOST') {
+    if (code === ErrorCode.LOCK_LOST) {
       // Lost before the release got through (e.g. a renewal unconfirmed within the lease): reported as a loss.
       this._markLost(`dflockd lock '${this.target}' lost: ${r.error.message}`)
       return false
     }
-    if (code === 'NOT_LOCKED' || code === 'LOCK_LOST' || (code === 'SERVER_ERROR' && r.error.reply === 'error')) return false
+    if (code === ErrorCode.NOT_LOCKED || code === ErrorCode.LOCK_LOST || (code === ErrorCode.SERVER_ERROR && r.error.reply === 'error')) return false
     throw toLockError(r.error)
   }
 }
@@ -135,7 +136,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   try {
     cfg = targetConfig(url, options, wait)
     signal = checkSignal(options && options.signal)
-    if (signal && signal.aborted) return failure('ABORTED', 'acquire aborted')
+    if (signal && signal.aborted) return failure(ErrorCode.ABORTED, 'acquire aborted')
     prim = nativeSync(() => new native.NativeDflockdPrimitive(cfg.prim))
   } catch (e) {
     if (e instanceof LockError) return { ok: false, error: semaphoreError(e) }
@@ -150,9 +151,9 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   const r = await cancellable(prim, () => prim.acquire(), signal).promise
   if (!r.ok) {
     prim.close()
-    if (r.error.code === 'ABORTED') return failure('ABORTED', 'acquire aborted')
+    if (r.error.code === ErrorCode.ABORTED) return failure(ErrorCode.ABORTED, 'acquire aborted')
     // A try (timeout 0) that got no answer is a TIMEOUT, never ALREADY_LOCKED: nobody said the key was held.
-    if (r.error.code === 'TIMEOUT' && wait) return await timeoutResult(cfg, wait)
+    if (r.error.code === ErrorCode.TIMEOUT && wait) return await timeoutResult(cfg, wait)
     return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {
@@ -192,7 +193,7 @@ async function timeoutResult(cfg, wait) {
     if (mine.tag !== undefined) facts.holderTag = mine.tag
   }
   const own = mine ? ` (held by this process, pid ${mine.pid}, since ${new Date(mine.timestamp * 1000).toISOString()})` : ''
-  if (wait) return failure('TIMEOUT', `timeout acquiring '${cfg.key}'${own}`, facts)
+  if (wait) return failure(ErrorCode.TIMEOUT, `timeout acquiring '${cfg.key}'${own}`, facts)
   try {
     const r = await native.dflockdStats({
       server: { host: cfg.host, port: cfg.port },
@@ -210,7 +211,7 @@ async function timeoutResult(cfg, wait) {
   } catch {
     // The facts are a courtesy: a server without `stats` (Python) or a slow one leaves them out.
   }
-  return failure('ALREADY_LOCKED', 'Lock already held', facts)
+  return failure(ErrorCode.ALREADY_LOCKED, 'Lock already held', facts)
 }
 
 /** Releases the lock(s) this process holds on `url` through acquireTarget. */
@@ -223,18 +224,18 @@ async function releaseTarget(url, _options) {
     throw e
   }
   const set = held.get(id)
-  if (!set || set.size === 0) return failure('NOT_LOCKED', 'Lock not held')
+  if (!set || set.size === 0) return failure(ErrorCode.NOT_LOCKED, 'Lock not held')
   let released = false
   let error
   for (const handle of [...set]) {
     try {
       if (await handle.release()) released = true
     } catch (e) {
-      error = error ?? semaphoreError(e instanceof LockError ? e : new LockError(String(e && e.message), 'IO_ERROR'))
+      error = error ?? semaphoreError(e instanceof LockError ? e : new LockError(String(e && e.message), ErrorCode.IO_ERROR))
     }
   }
   if (released) return { ok: true, value: undefined }
-  return { ok: false, error: error ?? { type: 'NOT_LOCKED', message: 'Lock not held' } }
+  return { ok: false, error: error ?? { type: ErrorCode.NOT_LOCKED, message: 'Lock not held' } }
 }
 
 /** What `url` looks like now, from the server's `stats` (Go server only). */
@@ -248,11 +249,11 @@ async function statusTarget(url, options) {
   })
   const r = await nativeSync(() => native.dflockdStats({ server: { host: u.host, port: u.port }, ...conn }))
   if (!r.ok) {
-    if (r.error.code === 'SERVER_ERROR') {
+    if (r.error.code === ErrorCode.SERVER_ERROR) {
       throw new LockError(
         `dflockd server at ${u.host}:${u.port} has no stats command (it answered '${r.error.reply ?? 'error'}'; ` +
           'status needs the Go dflockd server)',
-        'SERVER_ERROR',
+        ErrorCode.SERVER_ERROR,
         { reply: r.error.reply ?? 'error' },
       )
     }

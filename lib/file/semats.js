@@ -3,6 +3,7 @@
 // defaults (ms), error types and message strings. The engine underneath is the Rust core (lock files written
 // atomically, safe stale breaking, heartbeat, event-driven waiting); this file only maps shapes.
 
+const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { semaphoreError, fileError, failure, toLockError, holderFacts, invalidArgument } = require('../errors')
 const { withAbort } = require('../abort')
@@ -50,7 +51,7 @@ class Semaphore {
     const checked = native.checkLockPath(lockPath, true)
     if (!checked.ok) {
       // semats throws a plain Error for a bad path; a platform without file locks gets its stable code.
-      if (checked.error.code === 'UNSUPPORTED_PLATFORM') throw toLockError(checked.error)
+      if (checked.error.code === ErrorCode.UNSUPPORTED_PLATFORM) throw toLockError(checked.error)
       throw new Error(checked.error.message)
     }
     this.#path = checked.path
@@ -121,9 +122,9 @@ class Semaphore {
       this.#file.acquire(options.tag ?? undefined, undefined, timeout ?? undefined, cancelId ?? undefined),
     )
     if (!r.ok) {
-      if (r.error.code === 'TIMEOUT') {
+      if (r.error.code === ErrorCode.TIMEOUT) {
         const message = `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`
-        return failure('TIMEOUT', message, holderFacts(r.error))
+        return failure(ErrorCode.TIMEOUT, message, holderFacts(r.error))
       }
       return { ok: false, error: fileError(r.error, this.#path) }
     }

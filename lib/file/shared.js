@@ -22,6 +22,7 @@
 // takes P with the engine, and otherwise waits until the last reader's leave removes P. A mutex acquire without
 // `mode` does not read the `mode=shared` line: it waits while P exists, and after a crash until the stale timeout.
 
+const { ErrorCode } = require('../codes')
 const fs = require('node:fs')
 const crypto = require('node:crypto')
 const nodePath = require('node:path')
@@ -122,7 +123,7 @@ async function withGuard(base, options, deadline, signal, fn, oneTry = false) {
   const timeout = oneTry ? 0 : deadline === null ? GUARD_BOUND_MS : Math.max(0, deadline - Date.now())
   const g = await acquireMutex(guard, guard, { ...memberOptions(options), timeout, signal }, { wait: true })
   if (!g.ok) {
-    if (g.error.type === 'TIMEOUT') return oneTry ? { ok: true, value: null } : ended('timeout', options, signal)
+    if (g.error.type === ErrorCode.TIMEOUT) return oneTry ? { ok: true, value: null } : ended('timeout', options, signal)
     return g
   }
   try {
@@ -305,7 +306,7 @@ async function refreshAll() {
 /** mode: 'shared'. Same result shape as acquireFile. */
 async function acquireShared(target, path, options, { wait }) {
   if (options.limit != null) {
-    return { ok: false, error: { type: 'INVALID_ARGUMENT', message: "limit with mode 'shared' is not available on file targets in this version" } }
+    return { ok: false, error: { type: ErrorCode.INVALID_ARGUMENT, message: "limit with mode 'shared' is not available on file targets in this version" } }
   }
   const base = nodePath.resolve(path)
   const deadline = wait ? deadlineOf(options) : null
@@ -336,7 +337,7 @@ async function joinLoop(target, base, options, wait, deadline, signal, watch) {
         await reg.value.release()
         // A mutex holder (which takes the path without the guard) created it first: busy.
         if (e.code === 'EEXIST') return null
-        return { ok: false, error: { type: 'IO_ERROR', message: `cannot write the shared lock '${base}': ${e.message}` } }
+        return { ok: false, error: { type: ErrorCode.IO_ERROR, message: `cannot write the shared lock '${base}': ${e.message}` } }
       }
       return reg
     }, wait && attempt === 0)
@@ -346,7 +347,7 @@ async function joinLoop(target, base, options, wait, deadline, signal, watch) {
       if (!r.value.ok) return r.value
       return { ok: true, value: new SharedFileLock(r.value.value, target, base, options) }
     }
-    if (!wait) return { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held exclusively, or an exclusive request waits` } }
+    if (!wait) return { ok: false, error: { type: ErrorCode.ALREADY_LOCKED, message: `'${base}' is held exclusively, or an exclusive request waits` } }
     if (deadline !== null && Date.now() >= deadline) return ended('timeout', options, signal)
     const why = await watch.next(deadline, signal)
     if (why !== 'woken') return ended(why, options, signal)
@@ -379,8 +380,8 @@ async function acquireExclusive(target, path, options, { wait }) {
   )
   if (!first.ok) return first
   const tried = first.value
-  if (tried !== null && (tried.ok || tried.error.type !== 'ALREADY_LOCKED')) return tried
-  if (!wait) return tried ?? { ok: false, error: { type: 'ALREADY_LOCKED', message: `'${base}' is held by shared holders` } }
+  if (tried !== null && (tried.ok || tried.error.type !== ErrorCode.ALREADY_LOCKED)) return tried
+  if (!wait) return tried ?? { ok: false, error: { type: ErrorCode.ALREADY_LOCKED, message: `'${base}' is held by shared holders` } }
   // Writer preference: from now on no reader joins (see the module comment).
   const w = await acquireMutex(target, `${base}.writer-${hex()}`, memberOptions(options), { wait: false })
   if (!w.ok) return w
@@ -395,7 +396,7 @@ async function acquireExclusive(target, path, options, { wait }) {
   try {
     const timeout = deadline === null ? options.timeout : Math.max(0, deadline - Date.now())
     const r = await acquireMutex(target, base, { ...options, timeout }, { wait: true })
-    if (!r.ok && r.error.type === 'TIMEOUT') r.error.message = `Timeout waiting for lock after ${options.timeout}ms`
+    if (!r.ok && r.error.type === ErrorCode.TIMEOUT) r.error.message = `Timeout waiting for lock after ${options.timeout}ms`
     return r
   } finally {
     stop.abort()

@@ -15,6 +15,7 @@
 // event in the directory names the base or a sibling, or `retryInterval` (a crashed holder leaves its file behind:
 // the poll is what finds it dead and reclaims it), the deadline or the signal.
 
+const { ErrorCode } = require('../codes')
 const fs = require('node:fs')
 const crypto = require('node:crypto')
 const nodePath = require('node:path')
@@ -79,7 +80,7 @@ async function mismatch(base, limit, isLive) {
     return {
       ok: false,
       error: {
-        type: 'LIMIT_MISMATCH',
+        type: ErrorCode.LIMIT_MISMATCH,
         message: `lock '${base}' is held with limit ${s.limit}, not ${limit} (a slot file '${nodePath.basename(s.path)}' is held)`,
       },
     }
@@ -124,7 +125,7 @@ async function acquireSlot(target, path, options, { wait }) {
   const tryAll = async () => {
     for (let i = 0; i < limit; i++) {
       const r = await acquireMutex(target, slotPath(base, i, limit), options, { wait: false })
-      if (r.ok || r.error.type !== 'ALREADY_LOCKED') return r
+      if (r.ok || r.error.type !== ErrorCode.ALREADY_LOCKED) return r
     }
     return null
   }
@@ -132,7 +133,7 @@ async function acquireSlot(target, path, options, { wait }) {
     return (
       (await tryAll()) ?? {
         ok: false,
-        error: { type: 'ALREADY_LOCKED', message: `All ${limit} slots of '${base}' are held` },
+        error: { type: ErrorCode.ALREADY_LOCKED, message: `All ${limit} slots of '${base}' are held` },
       }
     )
   }
@@ -265,7 +266,7 @@ function ended(why, options, signal) {
     const { error } = abortedResult(signal)
     return { ok: false, error: { type: error.code, message: error.message } }
   }
-  return { ok: false, error: { type: 'TIMEOUT', message: `Timeout waiting for lock after ${options.timeout}ms` } }
+  return { ok: false, error: { type: ErrorCode.TIMEOUT, message: `Timeout waiting for lock after ${options.timeout}ms` } }
 }
 
 /** A slot file held by a live holder (our engine's judgement: present and not reclaimable now). */

@@ -130,6 +130,16 @@ impl LockError {
         self.holder().and_then(|h| h.since)
     }
 
+    /// The OS's own number for an I/O failure (`errno` on Unix, the system error code on
+    /// Windows, as `std::io::Error::raw_os_error` gives it), so that a binding can carry it as a
+    /// field instead of a caller reading it back out of the message.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            LockError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(context: &str, source: std::io::Error) -> LockError {
         LockError::Io {
             context: context.to_string(),
@@ -141,6 +151,18 @@ impl LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errno_of_os_failures_only() {
+        let denied = LockError::io(
+            "Failed to create lock",
+            std::io::Error::from_raw_os_error(13),
+        );
+        assert_eq!(denied.errno(), Some(13));
+        let made_up = LockError::io("Failed to create lock", std::io::Error::other("boom"));
+        assert_eq!(made_up.errno(), None);
+        assert_eq!(LockError::NotLocked.errno(), None);
+    }
 
     #[test]
     fn kinds_and_messages() {

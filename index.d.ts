@@ -860,7 +860,10 @@ export interface Grant {
   lease: number
 }
 
-/** One dflockd connection, one method per protocol command. Replies other than the expected ones reject with LockError. */
+/**
+ * One dflockd connection, one method per protocol command. Replies other than the expected ones reject with LockError.
+ * A `leaseTtlS` argument follows the `leaseTtl` rule: whole seconds, 1 to 3600 (`INVALID_ARGUMENT` naming the unit).
+ */
 export declare class Connection {
   /**
    * Opens a connection (and sends `auth` first when given); rejects `CONNECTION_ERROR`, `AUTH_FAILED` or

@@ -234,6 +234,15 @@ describe('low-level Connection refuses bad input before sending', () => {
     await assert.rejects(conn.request('l', 'k\nr', '1'), isInvalid)
     await assert.rejects(conn.request('l\r', 'k', '1'), isInvalid)
   })
+  test('an implausible lease (30000: milliseconds meant) is refused by every method, the unit named, as leaseTtl is', async () => {
+    const unit = (e) => isInvalid(e) && /leaseTtlS is in seconds: 30000 s is over 8 hours/.test(e.message)
+    await assert.rejects(conn.acquire('k', 1, 30000), unit)
+    await assert.rejects(conn.enqueue('k', 30000), unit)
+    await assert.rejects(conn.renew('k', 'tok', 30000), unit)
+    await assert.rejects(conn.semAcquire('k', 1, 2, 30000), unit)
+    await assert.rejects(conn.semEnqueue('k', 2, 30000), unit)
+    await assert.rejects(conn.semRenew('k', 'tok', 30000), unit)
+  })
   test('nothing was sent on the connection', async () => {
     await graceForStrayConnections()
     assert.equal(fake.received, '')

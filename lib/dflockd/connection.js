@@ -4,7 +4,7 @@
 
 const { ErrorCode } = require('../codes')
 const native = require('../native')
-const { validate, SERVER } = require('../validate')
+const { validate, one, SERVER } = require('../validate')
 const { LockError, AcquireTimeoutError, AuthError, toLockError } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
 const { DEFAULT_HOST, DEFAULT_PORT, connectOptions, hostOption, nativeSync, opt } = require('./common')
@@ -48,6 +48,11 @@ const kConnection = Symbol('Connection')
  * the object is not collected under a pending request; the native side keeps the process alive meanwhile (its socket
  * is ref'd only while a request is pending) and keeps each reply deadline.
  */
+/** A lease argument by validate.js's one leaseTtl rule (whole seconds, at most an hour, the unit named); null = the server's default. */
+function ttl(leaseTtlS) {
+  return opt(one('leaseTtl', leaseTtlS, 'leaseTtlS'))
+}
+
 class ReplyQueue {
   #resolvers = []
   #head = 0
@@ -116,7 +121,7 @@ class Connection {
   }
 
   async acquire(key, acquireTimeoutS, leaseTtlS) {
-    return grant(await this.#call('acquire', key, () => this.#native.lock(key, acquireTimeoutS, opt(leaseTtlS))))
+    return grant(await this.#call('acquire', key, () => this.#native.lock(key, acquireTimeoutS, ttl(leaseTtlS))))
   }
 
   async release(key, token) {
@@ -124,11 +129,11 @@ class Connection {
   }
 
   async renew(key, token, leaseTtlS) {
-    return (await this.#call('renew', key, () => this.#native.renew(key, token, opt(leaseTtlS), false))).lease
+    return (await this.#call('renew', key, () => this.#native.renew(key, token, ttl(leaseTtlS), false))).lease
   }
 
   async enqueue(key, leaseTtlS) {
-    return enqueued(await this.#call('enqueue', key, () => this.#native.enqueue(key, opt(leaseTtlS))))
+    return enqueued(await this.#call('enqueue', key, () => this.#native.enqueue(key, ttl(leaseTtlS))))
   }
 
   async waitForLock(key, waitTimeoutS) {
@@ -136,7 +141,7 @@ class Connection {
   }
 
   async semAcquire(key, acquireTimeoutS, limit, leaseTtlS) {
-    return grant(await this.#call('sem_acquire', key, () => this.#native.lock(key, acquireTimeoutS, opt(leaseTtlS), limit)))
+    return grant(await this.#call('sem_acquire', key, () => this.#native.lock(key, acquireTimeoutS, ttl(leaseTtlS), limit)))
   }
 
   async semRelease(key, token) {
@@ -144,11 +149,11 @@ class Connection {
   }
 
   async semRenew(key, token, leaseTtlS) {
-    return (await this.#call('sem_renew', key, () => this.#native.renew(key, token, opt(leaseTtlS), true))).lease
+    return (await this.#call('sem_renew', key, () => this.#native.renew(key, token, ttl(leaseTtlS), true))).lease
   }
 
   async semEnqueue(key, limit, leaseTtlS) {
-    return enqueued(await this.#call('sem_enqueue', key, () => this.#native.enqueue(key, opt(leaseTtlS), limit)))
+    return enqueued(await this.#call('sem_enqueue', key, () => this.#native.enqueue(key, ttl(leaseTtlS), limit)))
   }
 
   async semWaitForLock(key, waitTimeoutS) {

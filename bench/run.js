@@ -277,9 +277,9 @@ function floorCompareTable(rows) {
   }
   const floor = (r) => rows.find((x) => x.kind === 'floor' && x.procs === r.procs && !x.error)
   return table(
-    ['lock', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'lost updates'],
+    ['lock', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'CPU µs per hand-off (all processes)', 'lost updates'],
     rows.map((r) => {
-      if (r.error) return [label[r.kind], `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '']
+      if (r.error) return [label[r.kind], `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '', '']
       const fl = floor(r)
       return [
         label[r.kind],
@@ -288,6 +288,7 @@ function floorCompareTable(rows) {
         num(1000 / r.opsPerSec, 3),
         r.kind === 'floor' ? '1.00×' : fl ? ratio(r.opsPerSec, fl.opsPerSec) : '–',
         r.handoffP50Ms === undefined ? '' : num(r.handoffP50Ms, 3),
+        r.cpuUsPerOp === undefined ? '' : num(r.cpuUsPerOp, 0),
         String(r.overlaps + (r.intervalOverlaps || 0)),
       ]
     }),

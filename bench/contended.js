@@ -67,14 +67,16 @@ async function floorRun(cfg) {
   const bin = path.join(__dirname, 'floor', 'target', 'release', 'file-contended-floor')
   const order = cfg.kind === 'floor-after' ? 'after' : 'before'
   const { result } = await runJson(bin, [cfg.dir, String(cfg.procs), String(cfg.rounds), order], { timeoutMs: cfg.timeoutMs ?? 300_000 })
-  return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0 }
+  return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0, cpuUsPerOp: result.cpuUsPerOp }
 }
 
 function analyse(cfg, results) {
   const holds = []
   let markerOverlaps = 0
+  let cpuUs = 0
   for (const r of results) {
     markerOverlaps += r.overlaps
+    cpuUs += r.cpuUs || 0
     for (let i = 0; i < r.times.length; i += 4) {
       holds.push({ pid: r.pid, called: r.times[i], acquired: r.times[i + 1], releaseCalled: r.times[i + 2], released: r.times[i + 3] })
     }
@@ -111,6 +113,9 @@ function analyse(cfg, results) {
     overlaps: markerOverlaps,
     intervalOverlaps,
     sameHolderShare: holds.length > 1 ? sameHolder / (holds.length - 1) : 0,
+    // CPU (user + system, every thread of every contender) per hand-off: on a machine with few cores a hand-off
+    // that costs more CPU than the floor's cannot go as fast, whatever its latency.
+    cpuUsPerOp: cpuUs / holds.length,
   }
 }
 

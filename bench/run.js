@@ -257,6 +257,17 @@ async function runFloorCompare(dirs) {
   return out
 }
 
+/**
+ * Where a hand-off's time goes beyond the floor's system calls (bench/file-hops.js, issue 24): the JS ↔ native
+ * crossings and thread hops alone, against the lock cycle with its attempt on tokio, on the JS thread, and the floor.
+ */
+function runFileHops(dirs) {
+  if (!dirs.disk) return null
+  const r = spawnSync(process.execPath, [path.join(__dirname, 'file-hops.js'), dirs.disk, `--n=${smoke ? 50 : 3000}`], { encoding: 'utf8', timeout: 300_000 })
+  if (r.status !== 0) return { error: fail('file-hops', new Error(`exit ${r.status ?? r.signal}: ${(r.stderr || '').trim().slice(-500)}`)).error }
+  return { table: r.stdout.trim() }
+}
+
 function floorCompareTable(rows) {
   const label = {
     floor: 'floor: the same protocol in Rust (O_TMPFILE + fsync, linkat, fsync(dir), inotify wake-up; no queue)',
@@ -266,9 +277,9 @@ function floorCompareTable(rows) {
   }
   const floor = (r) => rows.find((x) => x.kind === 'floor' && x.procs === r.procs && !x.error)
   return table(
-    ['lock', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'lost updates'],
+    ['lock', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'CPU µs per hand-off (all processes)', 'lost updates'],
     rows.map((r) => {
-      if (r.error) return [label[r.kind], `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '']
+      if (r.error) return [label[r.kind], `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '', '']
       const fl = floor(r)
       return [
         label[r.kind],
@@ -277,6 +288,7 @@ function floorCompareTable(rows) {
         num(1000 / r.opsPerSec, 3),
         r.kind === 'floor' ? '1.00×' : fl ? ratio(r.opsPerSec, fl.opsPerSec) : '–',
         r.handoffP50Ms === undefined ? '' : num(r.handoffP50Ms, 3),
+        r.cpuUsPerOp === undefined ? '' : num(r.cpuUsPerOp, 0),
         String(r.overlaps + (r.intervalOverlaps || 0)),
       ]
     }),
@@ -637,7 +649,10 @@ async function main() {
         fail('file', e)
       }
     }
-    if (only.includes('contended')) res.contended = [...(await runContended(dirs)), ...(await runFloorCompare(dirs))]
+    if (only.includes('contended')) {
+      res.contended = [...(await runContended(dirs)), ...(await runFloorCompare(dirs))]
+      res.fileHops = runFileHops(dirs)
+    }
     if (only.includes('dflockd')) {
       try {
         res.dflockd = await runDflockd()
@@ -696,6 +711,10 @@ function render(res) {
     parts.push('### File lock, contended (real processes, one lock)', '', contendedTable(res.contended.filter((r) => r.work !== 'counter')), '')
     const vsFloor = res.contended.filter((r) => r.work === 'counter')
     if (vsFloor.length) parts.push('### File lock against its floor (same protocol and durability, disk, counter work)', '', floorCompareTable(vsFloor), '')
+  }
+  if (res.fileHops) {
+    const body = res.fileHops.error ? `error: ${res.fileHops.error}` : res.fileHops.table
+    parts.push('### Where a file hand-off goes beyond the floor: crossings and thread hops alone (bench/file-hops.js)', '', body, '')
   }
   if (res.dflockd) {
     if (res.dflockd.error) parts.push('### dflockd', '', `error: ${res.dflockd.error}`, '')

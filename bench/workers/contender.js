@@ -2,7 +2,7 @@
 // One contending process (forked by bench/contended.js). Waits at the barrier (IPC 'go'), then does `rounds`
 // times: acquire the lock (waiting) → critical section with an O_EXCL marker-file overlap detector → release.
 // Sends back, per round, four CLOCK_MONOTONIC times in ns relative to the parent's base: acquire called,
-// acquired, release called, released; and the number of overlaps its detector saw.
+// acquired, release called, released; the number of overlaps its detector saw; and its CPU time over the rounds.
 // process.hrtime is CLOCK_MONOTONIC on Linux (libuv uv_hrtime), one clock for every process on the host.
 
 const fs = require('node:fs')
@@ -108,6 +108,7 @@ async function run(base) {
   const times = new Float64Array(cfg.rounds * 4)
   let overlaps = 0
   const now = () => Number(process.hrtime.bigint() - base)
+  const cpu0 = process.cpuUsage() // this process's CPU (every thread: JS, tokio, inotify...) over the rounds
   for (let i = 0; i < cfg.rounds; i++) {
     times[i * 4] = now()
     const release = await lock()
@@ -135,7 +136,8 @@ async function run(base) {
     await release()
     times[i * 4 + 3] = now()
   }
-  return { times: Array.from(times), overlaps }
+  const cpu = process.cpuUsage(cpu0)
+  return { times: Array.from(times), overlaps, cpuUs: cpu.user + cpu.system }
 }
 
 let base = null

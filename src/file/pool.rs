@@ -19,3 +19,17 @@ pub fn off_thread<'env, J: ToNapiValue + Send + 'static>(
             .map_err(|e| napi::Error::from_reason(format!("a blocking file call failed: {e}")))
     })
 }
+
+/// Nothing, resolved from the tokio runtime: the cost of a promise round trip through it (JS → a tokio worker →
+/// the threadsafe completion → the promise), which every waiting acquire pays once. For bench/file-hops.js.
+#[napi_derive::napi]
+pub fn bench_tokio_round_trip(env: &Env) -> napi::Result<PromiseRaw<'_, u32>> {
+    env.spawn_future(async { Ok(0) })
+}
+
+/// Nothing, from the blocking pool: [`bench_tokio_round_trip`] plus the hop to a blocking thread and back (what
+/// `off_thread` adds). For bench/file-hops.js.
+#[napi_derive::napi]
+pub fn bench_blocking_round_trip(env: &Env) -> napi::Result<PromiseRaw<'_, u32>> {
+    off_thread(env, || 0)
+}

@@ -12,8 +12,9 @@
 //!
 //! The parent spawns N copies of itself; each opens everything, prints `ready`, and starts on a `go` line on its
 //! stdin (the clock starts once every process is loaded). Each prints its first acquire call and last release on
-//! CLOCK_MONOTONIC (one clock for the host); the parent prints one JSON object: ops, seconds (first call → last
-//! release), ops/s and the counter's final value, which must be procs × rounds (a lost update = two holders).
+//! CLOCK_MONOTONIC (one clock for the host) and its CPU time over the rounds; the parent prints one JSON object:
+//! ops, seconds (first call → last release), ops/s, CPU µs per hand-off (all processes) and the counter's final
+//! value, which must be procs × rounds (a lost update = two holders).
 //!
 //! Usage: `file-contended-floor <dir> <procs> <rounds> [before|after]`: `after` syncs the lock content after the
 //! link (with the directory), the engine's order today, instead of before the wait: what that order costs.
@@ -200,6 +201,16 @@ impl Contender {
     }
 }
 
+/// This process's CPU time (user + system), µs.
+fn cpu_us() -> u64 {
+    // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
 fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
     let c = Contender::open(dir, name, sync_after_link);
     println!("ready");
@@ -208,12 +219,13 @@ fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
         std::process::exit(1)
     }
     let start = now_ns();
+    let cpu0 = cpu_us();
     for _ in 0..rounds {
         let fd = c.acquire();
         c.work();
         c.release(fd);
     }
-    println!("done {start} {}", now_ns());
+    println!("done {start} {} {}", now_ns(), cpu_us() - cpu0);
 }
 
 fn main() {
@@ -262,7 +274,7 @@ fn main() {
     for c in &mut children {
         let _ = c.stdin.as_mut().expect("piped").write_all(b"go\n");
     }
-    let (mut first, mut last) = (u64::MAX, 0u64);
+    let (mut first, mut last, mut cpu) = (u64::MAX, 0u64, 0u64);
     for out in &mut outs {
         let mut line = String::new();
         let _ = out.read_line(&mut line);
@@ -271,12 +283,13 @@ fn main() {
             .skip(1)
             .filter_map(|s| s.parse().ok())
             .collect();
-        if parts.len() != 2 {
+        if parts.len() != 3 {
             eprintln!("file-contended-floor: a child failed");
             std::process::exit(1)
         }
         first = first.min(parts[0]);
         last = last.max(parts[1]);
+        cpu += parts[2];
     }
     for c in &mut children {
         let _ = c.wait();
@@ -289,8 +302,9 @@ fn main() {
     let ops = procs as u64 * rounds;
     let seconds = (last - first) as f64 / 1e9;
     println!(
-        "{{\"procs\":{procs},\"rounds\":{rounds},\"ops\":{ops},\"seconds\":{seconds},\"opsPerSec\":{},\"counter\":{final_count},\"lostUpdates\":{}}}",
+        "{{\"procs\":{procs},\"rounds\":{rounds},\"ops\":{ops},\"seconds\":{seconds},\"opsPerSec\":{},\"counter\":{final_count},\"lostUpdates\":{},\"cpuUsPerOp\":{}}}",
         ops as f64 / seconds,
-        ops.saturating_sub(final_count)
+        ops.saturating_sub(final_count),
+        cpu as f64 / ops as f64
     );
 }

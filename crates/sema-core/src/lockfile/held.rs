@@ -135,7 +135,10 @@ impl HeldInner {
     /// heartbeat list.
     pub(super) fn finish(&self, state: &mut HeldState) {
         state.finished = true;
-        state.file = None;
+        // The inode's last reference: its freeing is left to the closer thread (see `closer`).
+        if let Some(file) = state.file.take() {
+            super::closer::close_later(file);
+        }
         state.turn = None;
         if let Some(t) = &state.stop {
             t.cancel();

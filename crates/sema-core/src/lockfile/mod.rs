@@ -62,6 +62,7 @@
 mod acquire;
 mod attempt;
 mod breaking;
+mod closer;
 pub mod error;
 mod fifo;
 pub mod format;

@@ -10,6 +10,7 @@ const { LockHandle } = require('../lock-handle')
 const { fileError, toLockError, holderFacts } = require('../errors')
 const { withAbort } = require('../abort')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
+const { ErrorCode } = require('../codes')
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
@@ -123,7 +124,7 @@ function openFile(path, options = {}, fresh = false) {
 
 /** Failures a cached handle may owe to a changed file system (a removed directory...): retried with a fresh check. */
 function unexpected(error) {
-  return error.code !== 'ALREADY_LOCKED' && error.code !== 'TIMEOUT' && error.code !== 'ABORTED'
+  return error.code !== ErrorCode.ALREADY_LOCKED && error.code !== ErrorCode.TIMEOUT && error.code !== ErrorCode.ABORTED
 }
 
 /**
@@ -146,9 +147,9 @@ async function acquireMutex(target, path, options = {}, { wait }) {
   }
   if (r.failed) return r.failed
   if (!r.ok) {
-    if (r.error.code === 'TIMEOUT') {
+    if (r.error.code === ErrorCode.TIMEOUT) {
       const message = `Timeout waiting for lock after ${options.timeout}ms`
-      return { ok: false, error: { type: 'TIMEOUT', message, ...holderFacts(r.error) } }
+      return { ok: false, error: { type: ErrorCode.TIMEOUT, message, ...holderFacts(r.error) } }
     }
     return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }
@@ -182,7 +183,7 @@ async function releaseFile(path, options = {}) {
   let r
   for (let i = 0; i < options.limit; i++) {
     r = await releaseMutex(slotPath(base, i, options.limit), options)
-    if (r.ok || (r.error.type !== 'NOT_LOCKED' && r.error.type !== 'PERMISSION_DENIED')) return r
+    if (r.ok || (r.error.type !== ErrorCode.NOT_LOCKED && r.error.type !== ErrorCode.PERMISSION_DENIED)) return r
   }
   return r
 }
@@ -191,7 +192,7 @@ async function releaseMutex(path, options = {}) {
   let { file, key, error } = openFile(path)
   if (error) return { ok: false, error }
   let r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
-  if (!r.ok && key !== null && r.error.code !== 'NOT_LOCKED' && r.error.code !== 'PERMISSION_DENIED') {
+  if (!r.ok && key !== null && r.error.code !== ErrorCode.NOT_LOCKED && r.error.code !== ErrorCode.PERMISSION_DENIED) {
     fileCache.delete(key)
     ;({ file, error } = openFile(path, {}, true))
     if (error) return { ok: false, error }

@@ -4,10 +4,9 @@
 // cases as node:test tests, one describe per WPT file, run against createLockManager on a lock directory and on the
 // real Go dflockd server, in one process (web-locks-processes.test.js puts the holder in another process).
 //
-// Cases that need shared locks skip, with the backend's reason printed, while the backend refuses `mode`
-// (detected by the error code of a probe, INVALID_ARGUMENT naming 'mode'). On dflockd, steal is refused by design
-// (the protocol cannot evict a holder): the steal cases check that refusal instead. Worker cases use worker_threads
-// as the "other context".
+// Both backends take shared locks (no case skips for them). On dflockd, steal is the cooperative
+// hand-over of lib/locks/dflockd-steal.js; a holder that cannot answer (not a LockManager) is tested below. Worker
+// cases use worker_threads as the "other context".
 
 const { describe, test, before, after, afterEach } = require('node:test')
 const assert = require('node:assert/strict')
@@ -15,7 +14,8 @@ const { Worker } = require('node:worker_threads')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
 const u = require('./helpers/file-util')
-const { createLockManager } = require('..')
+const { createLockManager, acquire } = require('..')
+const { stemOf } = require('../lib/locks/names')
 
 const never = new Promise(() => {})
 let counter = 0
@@ -48,17 +48,6 @@ function rejectsExactly(p, value) {
 const modes = (list, name) => list.filter((i) => i.name === name).map((i) => i.mode)
 const clients = (list, name) => list.filter((i) => i.name === name).map((i) => i.clientId)
 
-/** Why shared requests cannot run on `locks`, or false: the backend's refusal of `mode`, by its error code. */
-async function sharedRefused(locks) {
-  try {
-    await locks.request(uniqueName('probe'), { mode: 'shared' }, () => {})
-    return false
-  } catch (e) {
-    if (e && e.code === 'INVALID_ARGUMENT' && /mode/.test(e.message)) return `shared locks refused by this backend: ${e.message}`
-    throw e
-  }
-}
-
 /** The WPT cases against one backend. `ctx.locks` is its manager, `ctx.kind` 'file' or 'dflockd'. */
 function wptSuites(ctx) {
   /** WPT's requestLockAndHold: held until the test ends. */
@@ -71,20 +60,6 @@ function wptSuites(ctx) {
   const releaseHolds = () => {
     for (const r of holds.splice(0)) r()
   }
-  const shared = (t) => {
-    if (ctx.noShared) {
-      t.skip(ctx.noShared)
-      return false
-    }
-    return true
-  }
-  const steal = (t) => {
-    if (ctx.kind === 'dflockd') {
-      t.skip('steal is refused on dflockd (see "steal on dflockd is refused")')
-      return false
-    }
-    return true
-  }
 
   describe('acquire', () => {
     afterEach(releaseHolds)
@@ -93,12 +68,11 @@ function wptSuites(ctx) {
       await assert.rejects(ctx.locks.request(), TypeError)
       await assert.rejects(ctx.locks.request(res), TypeError)
     })
-    test('mode must be "shared" or "exclusive"', async (t) => {
+    test('mode must be "shared" or "exclusive"', async () => {
       const res = uniqueName('a2')
       await assert.rejects(ctx.locks.request(res, { mode: 'foo' }, () => {}), TypeError)
       await assert.rejects(ctx.locks.request(res, { mode: null }, () => {}), TypeError)
       assert.equal(await ctx.locks.request(res, { mode: 'exclusive' }, (l) => l.mode), 'exclusive')
-      if (!shared(t)) return
       assert.equal(await ctx.locks.request(res, { mode: 'shared' }, (l) => l.mode), 'shared')
     })
     test("the 'steal' and 'ifAvailable' options are mutually exclusive", async () => {
@@ -214,8 +188,7 @@ function wptSuites(ctx) {
       })
       assert.ok(called)
     })
-    test('shared lock request with ifAvailable - shared lock held', async (t) => {
-      if (!shared(t)) return
+    test('shared lock request with ifAvailable - shared lock held', async () => {
       const res = uniqueName('i5')
       let called = false
       await ctx.locks.request(res, { mode: 'shared' }, async () => {
@@ -226,8 +199,7 @@ function wptSuites(ctx) {
       })
       assert.ok(called)
     })
-    test('exclusive lock request with ifAvailable - shared lock held', async (t) => {
-      if (!shared(t)) return
+    test('exclusive lock request with ifAvailable - shared lock held', async () => {
       const res = uniqueName('i6')
       let called = false
       await ctx.locks.request(res, { mode: 'shared' }, async () => {
@@ -238,8 +210,7 @@ function wptSuites(ctx) {
       })
       assert.ok(called)
     })
-    test('shared lock request with ifAvailable - exclusive lock held', async (t) => {
-      if (!shared(t)) return
+    test('shared lock request with ifAvailable - exclusive lock held', async () => {
       const res = uniqueName('i7')
       let called = false
       await ctx.locks.request(res, async () => {
@@ -328,16 +299,14 @@ function wptSuites(ctx) {
   })
 
   describe('mode-shared', () => {
-    test('lock requests are granted in order', async (t) => {
-      if (!shared(t)) return
+    test('lock requests are granted in order', async () => {
       const granted = []
       const log = (n) => () => granted.push(n)
       const [a, b, c] = [uniqueName('s1a'), uniqueName('s1b'), uniqueName('s1c')]
       await Promise.all([a, b, c, a, b, c].map((n, i) => ctx.locks.request(n, { mode: 'shared' }, log(i + 1))))
       assert.deepEqual(granted, [1, 2, 3, 4, 5, 6])
     })
-    test('shared locks are not exclusive', async (t) => {
-      if (!shared(t)) return
+    test('shared locks are not exclusive', async () => {
       const a = uniqueName('s2')
       let again = false
       await ctx.locks.request(a, { mode: 'shared' }, async () => {
@@ -351,8 +320,7 @@ function wptSuites(ctx) {
 
   describe('mode-mixed', () => {
     afterEach(releaseHolds)
-    test('lock requests are granted in order', async (t) => {
-      if (!shared(t)) return
+    test('lock requests are granted in order', async () => {
       const a = uniqueName('m1a')
       const b = uniqueName('m1b')
       let unblock
@@ -382,8 +350,7 @@ function wptSuites(ctx) {
       assert.equal(exclusiveLock.mode, 'exclusive')
       assert.deepEqual(granted, ['a-shared-1', 'a-shared-2', 'a-shared-3', 'b-exclusive', 'a-exclusive'])
     })
-    test('releasing exclusive lock grants multiple shared locks', async (t) => {
-      if (!shared(t)) return
+    test('releasing exclusive lock grants multiple shared locks', async () => {
       const res = uniqueName('m2')
       const [promise, resolve] = makePromiseAndResolveFunc()
       let held
@@ -433,18 +400,16 @@ function wptSuites(ctx) {
         })
       })
     })
-    test('query() reports individual held locks', async (t) => {
+    test('query() reports individual held locks', async () => {
       const res = uniqueName('q2')
       await ctx.locks.request(res, async () => {
         assert.deepEqual(modes((await ctx.locks.query()).held, res), ['exclusive'])
       })
-      if (!shared(t)) return
       await ctx.locks.request(res, { mode: 'shared' }, async () => {
         assert.deepEqual(modes((await ctx.locks.query()).held, res), ['shared'])
       })
     })
-    test('query() reports multiple held locks', async (t) => {
-      if (!shared(t)) return
+    test('query() reports multiple held locks', async () => {
       const [res1, res2] = [uniqueName('q3a'), uniqueName('q3b')]
       await ctx.locks.request(res1, async () => {
         await ctx.locks.request(res2, { mode: 'shared' }, async () => {
@@ -470,8 +435,7 @@ function wptSuites(ctx) {
         })
       })
     })
-    test('query() reports held shared locks with appropriate count', async (t) => {
-      if (!shared(t)) return
+    test('query() reports held shared locks with appropriate count', async () => {
       const res = uniqueName('q5')
       await ctx.locks.request(res, { mode: 'shared' }, async () => {
         await ctx.locks.request(res, { mode: 'shared' }, async () => {
@@ -479,8 +443,7 @@ function wptSuites(ctx) {
         })
       })
     })
-    test('query() reports pending shared locks with appropriate count', async (t) => {
-      if (!shared(t)) return
+    test('query() reports pending shared locks with appropriate count', async () => {
       const res = uniqueName('q6')
       await ctx.locks.request(res, async () => {
         let a2 = false
@@ -686,8 +649,7 @@ function wptSuites(ctx) {
 
   describe('steal', () => {
     afterEach(releaseHolds)
-    test('lock available', async (t) => {
-      if (!steal(t)) return
+    test('lock available', async () => {
       let called = false
       await ctx.locks.request(uniqueName('t1'), { steal: true }, (lock) => {
         called = true
@@ -695,8 +657,7 @@ function wptSuites(ctx) {
       })
       assert.ok(called)
     })
-    test('lock not available', async (t) => {
-      if (!steal(t)) return
+    test('lock not available', async () => {
       const res = uniqueName('t2')
       ctx.locks.request(res, () => never).catch(() => {})
       let called = false
@@ -706,16 +667,14 @@ function wptSuites(ctx) {
       })
       assert.ok(called)
     })
-    test("broken lock's release promise rejects", async (t) => {
-      if (!steal(t)) return
+    test("broken lock's release promise rejects", async () => {
       const res = uniqueName('t3')
       const promise = ctx.locks.request(res, () => never)
       const assertion = rejectsDom(promise, 'AbortError')
       await ctx.locks.request(res, { steal: true }, () => {})
       await assertion
     })
-    test("requested lock's release promise is deferred", async (t) => {
-      if (!steal(t)) return
+    test("requested lock's release promise is deferred", async () => {
       const res = uniqueName('t4')
       ctx.locks.request(res, () => never).catch(() => {})
       let granted = false
@@ -728,8 +687,7 @@ function wptSuites(ctx) {
       await promise
       assert.ok(granted)
     })
-    test('last caller wins', async (t) => {
-      if (!steal(t)) return
+    test('last caller wins', async () => {
       const res = uniqueName('t5')
       ctx.locks.request(res, () => never).catch(() => {})
       let sawAbort = false
@@ -757,8 +715,6 @@ describe('createLockManager on a lock directory', () => {
     ctx.base = dir
     ctx.locks = createLockManager(dir)
     ctx.fresh = () => createLockManager(u.mkTmp('web-locks-empty-'))
-    ctx.noShared = await sharedRefused(ctx.locks)
-    if (ctx.noShared) console.log(`# web-locks-wpt (file): shared cases skipped: ${ctx.noShared}`)
   })
   after(() => u.rmTmp(dir))
   wptSuites(ctx)
@@ -768,27 +724,33 @@ describe('createLockManager on dflockd', { skip: d.goOnly() }, () => {
   const ctx = { kind: 'dflockd' }
   before(async () => {
     const s = await d.startServer()
+    ctx.port = s.port
     ctx.base = `dflockd://127.0.0.1:${s.port}/wpt`
     ctx.locks = createLockManager(ctx.base)
     ctx.fresh = () => createLockManager(`dflockd://127.0.0.1:${s.port}/empty`)
-    ctx.noShared = await sharedRefused(ctx.locks)
-    if (ctx.noShared) console.log(`# web-locks-wpt (dflockd): shared cases skipped: ${ctx.noShared}`)
   })
   after(() => d.stopAll())
   wptSuites(ctx)
 
-  test('steal on dflockd is refused with NotSupportedError, and nothing held is touched', async () => {
+  test('steal from a holder that is not a LockManager client: NotSupportedError after the bounded wait; it keeps the lock', async () => {
     const res = uniqueName('dsteal')
-    const [p, release] = makePromiseAndResolveFunc()
-    const holder = ctx.locks.request(res, () => p)
-    while (modes((await ctx.locks.query()).held, res).length === 0) await new Promise((r) => setTimeout(r, 5))
-    await assert.rejects(ctx.locks.request(res, { steal: true }, () => assert.fail('callback ran')), (e) => {
-      assert.equal(e.name, 'NotSupportedError')
-      assert.match(e.message, /no command that evicts/)
-      return true
-    })
-    assert.deepEqual(modes((await ctx.locks.query()).held, res), ['exclusive'])
-    release('kept')
-    assert.equal(await holder, 'kept')
+    // A DistributedLock-style holder (the one-string API) of the name's key: it has no mailbox and cannot answer.
+    const key = `wpt/${stemOf(res)}`
+    const held = await acquire(`dflockd://127.0.0.1:${ctx.port}/${encodeURIComponent(key)}`)
+    assert.ok(held.ok, JSON.stringify(held.error))
+    try {
+      const t0 = Date.now()
+      await assert.rejects(ctx.locks.request(res, { steal: true }, () => assert.fail('callback ran')), (e) => {
+        assert.equal(e.name, 'NotSupportedError')
+        assert.match(e.message, /did not answer within 2000 ms/)
+        return true
+      })
+      console.log(`# the steal gave up after ${Date.now() - t0} ms`)
+      assert.equal(held.value.signal.aborted, false)
+      assert.equal(await ctx.locks.request(res, { ifAvailable: true }, (l) => l), null)
+    } finally {
+      await held.value.release()
+    }
+    assert.equal(await ctx.locks.request(res, { steal: true }, (l) => l.name), res)
   })
 })

@@ -3,9 +3,10 @@
 // base `dflockd://[token@]host[:port][/<path>][?tls=1&ca=…]`, taken through the one-string API (lib/target.js:
 // FIFO queue on the server, lease renewal, loss detection). The URL is parsed and redacted by lib/dflockd/url.js.
 //
+// steal: the protocol has no command that evicts a holder, so a steal is a cooperative hand-over among LockManager
+// clients (./dflockd-steal.js: a mailbox per client, the holder keeps the lock on its connection for the stealer).
+//
 // What the server cannot do, and so neither can this backend:
-// - steal: the protocol has no command that evicts a holder (`r`/`n` need the holder's token, which only the holder
-//   has; a lease ends only by expiry). `steal: true` is refused with a NotSupportedError.
 // - query() of other processes: `stats` tells per key whether it is held and how many wait, not by whom: their
 //   entries carry `name` (and `mode: 'exclusive'` for a held plain lock) but no clientId, pid or host.
 
@@ -14,7 +15,7 @@ const { parseDflockdUrl, redactTarget } = require('../dflockd/url')
 const { stats } = require('../dflockd/connection')
 const { invalidArgument } = require('../errors')
 const { stemOf, nameOfStem } = require('./names')
-const { takeInMode } = require('./mode')
+const { Steals } = require('./dflockd-steal')
 
 class DflockdBackend {
   constructor(base) {
@@ -33,8 +34,24 @@ class DflockdBackend {
     }
     this.id = `dflockd:${this.server.host.toLowerCase()}|${this.server.port}|${this.prefix}`
     this.kind = 'dflockd'
-    /** false once the client refused the `mode` option (./mode.js) */
-    this.modes = undefined
+    /** The manager's state of this base in this thread (./manager.js BaseState), for the steal hand-over. */
+    this.state = null
+    this.steals = null
+  }
+
+  attach(state) {
+    this.state = state
+  }
+
+  /** This client's steal machinery (its mailbox is opened by its first acquisition). */
+  stealsOf(clientId) {
+    if (!this.steals) {
+      this.steals = new Steals(this.server, this.prefix, clientId, {
+        exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
+        surrender: (key) => this.state.surrender((name) => this.key(name) === key),
+      })
+    }
+    return this.steals
   }
 
   key(name) {
@@ -45,10 +62,13 @@ class DflockdBackend {
     return `${this.origin}/${encodeURIComponent(typeof name === 'string' ? this.key(name) : name)}${this.query}`
   }
 
-  async acquire(name, mode, { wait, signal }) {
-    const options = { signal, timeout: wait ? Infinity : undefined }
+  async acquire(name, mode, { wait, signal, clientId }) {
+    // Other clients can steal from this one only once its mailbox exists (opened once per client, 2 keys).
+    if (clientId !== undefined) await this.stealsOf(clientId).ready()
+    // `mode` also on exclusive requests: a plain mutex on the key would not wait for shared holders.
+    const options = { signal, timeout: wait ? Infinity : undefined, mode }
     for (;;) {
-      const r = await takeInMode(wait ? target.acquire : target.tryAcquire, this.url(name), options, mode, this)
+      const r = await (wait ? target.acquire : target.tryAcquire)(this.url(name), options)
       if (r.ok) return r
       if (r.error.type === 'ALREADY_LOCKED') return { ok: false, unavailable: true }
       // The server's longest wait ran out: a Web Lock waits until granted or aborted.
@@ -57,12 +77,20 @@ class DflockdBackend {
     }
   }
 
-  /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock). */
+  /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock), or null. */
   get stealRefused() {
-    return (
-      'steal is not supported on a dflockd LockManager: the dflockd protocol has no command that evicts ' +
-      "another client's holder (release and renew need the holder's token, and a lease ends only when it expires)"
-    )
+    // The mailboxes and the hand-over keys live on one server; a fleet shards names over several.
+    return this.server.servers ? 'steal is not supported on a dflockd LockManager over several servers' : null
+  }
+
+  /** A local exclusive holder's backend lock is given to the stealer as it is (the server's queue keeps its order). */
+  get adoptsHeld() {
+    return true
+  }
+
+  /** Steals `name` from another client (./dflockd-steal.js); takes it at once when nobody holds it. */
+  async steal(name, { clientId }) {
+    return this.stealsOf(clientId).steal(this.key(name), () => this.acquire(name, 'exclusive', { wait: false, clientId }))
   }
 
   /**

@@ -9,7 +9,6 @@ const nodePath = require('node:path')
 const target = require('../target')
 const { listDir } = require('../cli/ls')
 const { stemOf, nameOfStem, encodeName, decodeName } = require('./names')
-const { takeInMode } = require('./mode')
 const { readersOf } = require('../file/shared')
 
 const TAG = /^web-lock mode=(exclusive|shared) client=(\S+)(?: name=(\S*))?$/
@@ -19,8 +18,6 @@ class FileBackend {
     this.dir = nodePath.resolve(dir)
     this.id = `file:${this.dir}`
     this.kind = 'file'
-    /** false once the engine refused the `mode` option (./mode.js) */
-    this.modes = undefined
   }
 
   path(name) {
@@ -35,8 +32,8 @@ class FileBackend {
 
   /** `{ok, value: Lock}` / `{ok: false, unavailable}` (tryAcquire found it taken) / `{ok: false, error}`. */
   async acquire(name, mode, { wait, signal, clientId }) {
-    const options = { tag: this.tag(name, mode, clientId), signal }
-    return settle(await takeInMode(wait ? target.acquire : target.tryAcquire, this.path(name), options, mode, this))
+    const options = { tag: this.tag(name, mode, clientId), signal, mode }
+    return settle(await (wait ? target.acquire : target.tryAcquire)(this.path(name), options))
   }
 
   /**
@@ -51,7 +48,7 @@ class FileBackend {
     for (let i = 0; i < STEAL_ROUNDS; i++) {
       const rel = await target.release(path, { force: true })
       if (!rel.ok && rel.error.type !== 'NOT_LOCKED') return { ok: false, error: toError(rel.error) }
-      last = await takeInMode(target.tryAcquire, path, { tag: this.tag(name, 'exclusive', clientId) }, 'exclusive', this)
+      last = await target.tryAcquire(path, { tag: this.tag(name, 'exclusive', clientId), mode: 'exclusive' })
       if (last.ok || last.error.type !== 'ALREADY_LOCKED') return settle(last)
     }
     return settle(last)

@@ -69,6 +69,31 @@ class BaseState {
     this.names = new Map()
     /** name → the promise of the last steal */
     this.steals = new Map()
+    backend.attach?.(this)
+  }
+
+  /** The backend keys (`keyOf(name)`) of the names held here in exclusive mode. */
+  heldKeys(keyOf) {
+    const out = []
+    for (const [name, e] of this.names) if (e.held.some((r) => r.mode === 'exclusive')) out.push(keyOf(name))
+    return out
+  }
+
+  /**
+   * A steal by another process (the backend's hand-over): the exclusive holder of the name that `match`es rejects
+   * with an AbortError, and its backend lock is returned to the backend (which keeps it for the stealer), or null.
+   */
+  surrender(match) {
+    for (const [name, e] of this.names) {
+      if (!match(name)) continue
+      const h = e.held.find((r) => r.mode === 'exclusive')
+      if (!h) return null
+      this.dropHeld(h)
+      h.reject(abortError(`the lock '${name}' was stolen by a request with steal: true in another process`))
+      this.pump(name)
+      return h.handle
+    }
+    return null
   }
 
   entry(name) {
@@ -210,11 +235,15 @@ class BaseState {
 
   async stealNow(req) {
     const e = this.entry(req.name)
-    // The spec: every held lock of the name is released and its request rejects with an AbortError.
+    // The spec: every held lock of the name is released and its request rejects with an AbortError. A backend that
+    // adopts a held lock (dflockd: a release would hand it to the next waiter of the server's queue) gives an
+    // exclusive one to the stealer as it is.
+    let adopted = null
     for (const h of [...e.held]) {
       this.dropHeld(h)
       h.reject(abortError(`the lock '${req.name}' was stolen by a request with steal: true`))
-      await h.handle.release().catch(() => {})
+      if (!adopted && this.backend.adoptsHeld && h.mode === 'exclusive') adopted = h.handle
+      else await h.handle.release().catch(() => {})
     }
     // Requests the spec's algorithm has granted here but that still wait for the backend lock count as held: broken
     // too (their backend wait is cancelled; a lock it got anyway is given back). Pending ones stay queued, granted
@@ -226,7 +255,7 @@ class BaseState {
     req.state = 'acquiring'
     let r
     try {
-      r = await this.backend.steal(req.name, { clientId: CLIENT_ID })
+      r = adopted ? { ok: true, value: adopted } : await this.backend.steal(req.name, { clientId: CLIENT_ID })
     } catch (error) {
       r = { ok: false, error }
     }

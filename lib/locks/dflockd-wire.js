@@ -1,0 +1,145 @@
+'use strict'
+// A minimal dflockd connection over Node's own socket, for the steal protocol's bells (./dflockd-steal.js) only.
+// Why not lib/dflockd's Connection: a bell's watcher sits in a blocking `l` for minutes, and the native connection
+// keeps the process alive while a request is pending (right for a user's acquire, wrong for a LockManager's idle
+// mailbox); a Node socket can be unref'd (keepAlive(false)). An idle one never keeps the process alive. It speaks
+// `l`, `r`, `n`, `auth` and `stats`, requests answered in order, on keys ./dflockd-steal.js builds itself.
+
+const net = require('node:net')
+const tls = require('node:tls')
+const { LockError } = require('../errors')
+
+/** The protocol's line limit (256 bytes, excluding the newline) and key rule (no space, tab, CR, LF; not empty). */
+const MAX_LINE = 256
+
+class Wire {
+  #socket
+  #buffer = ''
+  /** FIFO of {resolve, reject} of the requests sent, one reply line each. */
+  #waiting = []
+  #closed = false
+  #error = null
+  #ref = true
+
+  constructor(socket) {
+    this.#socket = socket
+    socket.setEncoding('utf8')
+    socket.setNoDelay(true)
+    socket.on('data', (chunk) => this.#data(chunk))
+    socket.on('error', (e) => this.#fail(new LockError(`dflockd steal connection failed: ${e.message}`, 'CONNECTION_ERROR')))
+    socket.on('close', () => this.#fail(new LockError('dflockd steal connection closed', 'CONNECTION_ERROR')))
+    socket.unref()
+  }
+
+  /** Connects to `server` ({host, port, auth?, tls?, ca?} as lib/dflockd/url.js parses it); authenticates. */
+  static async open(server) {
+    const socket = await new Promise((resolve, reject) => {
+      const o = { host: server.host, port: server.port }
+      const s = server.tls ? tls.connect({ ...o, servername: net.isIP(server.host) ? undefined : server.host, ...(server.ca ? { ca: server.ca } : {}) }) : net.connect(o)
+      const ready = server.tls ? 'secureConnect' : 'connect'
+      s.once(ready, () => {
+        s.removeListener('error', reject)
+        resolve(s)
+      })
+      s.once('error', (e) => reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: ${e.message}`, 'CONNECTION_ERROR')))
+    })
+    const wire = new Wire(socket)
+    if (server.auth !== undefined) {
+      const r = await wire.request('auth', '_', server.auth).catch((e) => e)
+      if (r !== 'ok') {
+        wire.close()
+        // Never the token itself in a message.
+        throw new LockError('dflockd refused the auth token (steal connection)', 'AUTH_ERROR')
+      }
+    }
+    return wire
+  }
+
+  #data(chunk) {
+    this.#buffer += chunk
+    let i
+    while ((i = this.#buffer.indexOf('\n')) >= 0) {
+      const line = this.#buffer.slice(0, i).replace(/\r$/, '')
+      this.#buffer = this.#buffer.slice(i + 1)
+      const w = this.#waiting.shift()
+      if (w) w.resolve(line)
+      this.#refresh()
+    }
+    if (this.#buffer.length > 1 << 20) this.#fail(new LockError('dflockd reply exceeded 1 MiB', 'PROTOCOL_ERROR'))
+  }
+
+  #fail(error) {
+    if (!this.#error) this.#error = error
+    this.#closed = true
+    this.#socket.destroy()
+    for (const w of this.#waiting.splice(0)) w.reject(this.#error)
+  }
+
+  /** Keep the process alive while a request is pending, if `keepAlive(true)` asked for it. */
+  #refresh() {
+    if (this.#ref && this.#waiting.length > 0) this.#socket.ref()
+    else this.#socket.unref()
+  }
+
+  /** Whether a pending request keeps the process alive (default: yes; a bell's watcher says no). */
+  keepAlive(on) {
+    this.#ref = on
+    if (!this.#closed) this.#refresh()
+  }
+
+  get closed() {
+    return this.#closed
+  }
+
+  /** Sends `cmd\nkey\narg\n`; resolves the reply line. */
+  request(cmd, key, arg) {
+    if (this.#closed) return Promise.reject(this.#error ?? new LockError('dflockd steal connection closed', 'CONNECTION_ERROR'))
+    for (const line of [cmd, key, arg]) {
+      if (/[\r\n]/.test(line) || Buffer.byteLength(line) > MAX_LINE) {
+        return Promise.reject(new LockError(`invalid dflockd request line for a steal: '${line.slice(0, 40)}'`, 'INVALID_ARGUMENT'))
+      }
+    }
+    return new Promise((resolve, reject) => {
+      this.#waiting.push({ resolve, reject })
+      this.#refresh()
+      this.#socket.write(`${cmd}\n${key}\n${arg}\n`)
+    })
+  }
+
+  /** `l key timeout ttl`: the token, or null on `timeout`; throws on any other reply. */
+  async lock(key, timeoutS, ttlS) {
+    const r = await this.request('l', key, `${timeoutS} ${ttlS}`)
+    if (r === 'timeout') return null
+    const m = /^ok (\S+)/.exec(r)
+    if (!m) throw new LockError(`dflockd refused a steal key (l): '${r}'`, 'SERVER_ERROR', { reply: r.split(' ')[0] })
+    return m[1]
+  }
+
+  /** `r key token`: true when released, false when the token holds nothing (any other reply too). */
+  async release(key, token) {
+    return (await this.request('r', key, token)) === 'ok'
+  }
+
+  /** `n key token ttl`: true when renewed. */
+  async renew(key, token, ttlS) {
+    return /^ok\b/.test(await this.request('n', key, `${token} ${ttlS}`))
+  }
+
+  async stats() {
+    const r = await this.request('stats', '_', '')
+    if (!r.startsWith('ok ')) throw new LockError(`stats failed: '${r}'`, 'SERVER_ERROR', { reply: r.split(' ')[0] })
+    const s = JSON.parse(r.slice(3))
+    for (const k of ['locks', 'semaphores', 'idle_locks', 'idle_semaphores']) if (!Array.isArray(s[k])) s[k] = []
+    return s
+  }
+
+  close() {
+    if (this.#closed) return
+    this.#closed = true
+    this.#error = new LockError('dflockd steal connection closed', 'CONNECTION_ERROR')
+    this.#socket.destroy()
+    for (const w of this.#waiting.splice(0)) w.reject(this.#error)
+  }
+}
+
+module.exports = { Wire }

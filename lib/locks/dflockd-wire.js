@@ -7,7 +7,7 @@
 
 const net = require('node:net')
 const tls = require('node:tls')
-const { LockError } = require('../errors')
+const { LockError, AuthError } = require('../errors')
 
 /** The protocol's line limit (256 bytes, excluding the newline) and key rule (no space, tab, CR, LF; not empty). */
 const MAX_LINE = 256
@@ -49,7 +49,7 @@ class Wire {
       if (r !== 'ok') {
         wire.close()
         // Never the token itself in a message.
-        throw new LockError('dflockd refused the auth token (steal connection)', 'AUTH_ERROR')
+        throw new AuthError('dflockd refused the auth token (steal connection)')
       }
     }
     return wire

@@ -43,13 +43,20 @@ class DflockdBackend {
     this.state = state
   }
 
-  /** This client's steal machinery (its mailbox is opened by its first acquisition). */
+  /** This client's steal machinery (its mailbox is opened when it holds a lock). */
   stealsOf(clientId) {
     if (!this.steals) {
-      this.steals = new Steals(this.server, this.prefix, clientId, {
-        exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
-        surrender: (key) => this.state.surrender((name) => this.key(name) === key),
-      })
+      this.steals = new Steals(
+        this.server,
+        this.prefix,
+        clientId,
+        {
+          exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
+          surrender: (key) => this.state.surrender((name) => this.key(name) === key),
+        },
+        // The intent and the confirmation: native held locks with the names' query (their leaseTtl: the same lease).
+        (key, leaseTtl) => target.tryAcquire(`${this.origin}/${encodeURIComponent(key)}${this.query}`, leaseTtl ? { leaseTtl } : undefined),
+      )
     }
     return this.steals
   }
@@ -63,8 +70,15 @@ class DflockdBackend {
   }
 
   async acquire(name, mode, { wait, signal, clientId }) {
-    // Other clients can steal from this one only once its mailbox exists (opened once per client, 2 keys).
-    if (clientId !== undefined) await this.stealsOf(clientId).ready()
+    const r = await this.take(name, mode, { wait, signal })
+    // Other clients can steal from this one once its mailbox exists: opened (once, 2 keys) in the background when it
+    // first holds a lock, never waited for (a server that does not answer fails the acquisition, not the mailbox),
+    // never where steal is refused (several servers).
+    if (r.ok && clientId !== undefined && !this.stealRefused) this.stealsOf(clientId).ready()
+    return r
+  }
+
+  async take(name, mode, { wait, signal }) {
     // `mode` also on exclusive requests: a plain mutex on the key would not wait for shared holders.
     const options = { signal, timeout: wait ? Infinity : undefined, mode }
     for (;;) {

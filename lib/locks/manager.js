@@ -174,6 +174,12 @@ class BaseState {
     const onLost = () => this.lost(req)
     r.value.signal.addEventListener('abort', onLost, { once: true })
     req.unwatch = () => r.value.signal.removeEventListener('abort', onLost)
+    // Lost before we listened (e.g. a stolen lock whose hand-over ended, or an adopted one lost meanwhile): the
+    // request rejects instead of running its callback.
+    if (r.value.signal.aborted) {
+      this.lost(req)
+      return
+    }
     req.runCallback(new Lock(req.name, req.mode))
   }
 

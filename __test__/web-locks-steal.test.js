@@ -158,3 +158,64 @@ describe('dflockd steal connections on a server that never answers', () => {
     }
   })
 })
+
+describe('dflockd steal mailbox lifetime', { skip: d.goOnly() }, () => {
+  let port
+  before(async () => {
+    port = (await d.startServer()).port
+  })
+  after(() => d.stopAll())
+
+  test('a client that holds nothing closes its mailbox (its keys released: nobody rings it) and opens it again when it holds', async () => {
+    const server = { host: '127.0.0.1', port, tls: false }
+    const prefix = `idle${process.pid}/`
+    const steals = new Steals(server, prefix, randomUUID(), { exclusiveKeys: () => [], surrender: () => null }, () => {
+      throw new Error('not used')
+    })
+    const probe = await Wire.open(server)
+    const mailboxHeld = async () => {
+      const s = await probe.stats()
+      return s.locks.filter((l) => l.key.startsWith(`${prefix}wl~mbox~`) && Number(l.owner_conn_id) !== 0).length
+    }
+    const until = async (pred, what) => {
+      for (let i = 0; i < 400; i++) {
+        if (pred(await mailboxHeld())) return
+        await new Promise((r) => setTimeout(r, 25))
+      }
+      assert.fail(`${what}: not seen within 400 looks`)
+    }
+    try {
+      assert.ok(await steals.ready())
+      assert.equal(await mailboxHeld(), 2, 'the mailbox and its published token')
+      steals.idle(0)
+      await until((n) => n === 0, 'the mailbox closed')
+      // Holding again: a new mailbox (the old one's close is awaited first, so its key is free).
+      assert.ok(await steals.ready())
+      assert.equal(await mailboxHeld(), 2)
+      // Idle, then holding again before the delay: the mailbox stays.
+      steals.idle(60000)
+      assert.ok(await steals.ready())
+      assert.equal(steals.idleTimer, null)
+      steals.idle(0)
+      await until((n) => n === 0, 'the mailbox closed again')
+    } finally {
+      probe.close()
+    }
+  })
+})
+
+describe('dflockd steal mailboxes of two bases of one server and prefix', { skip: d.goOnly() }, () => {
+  after(() => d.stopAll())
+
+  test('two backends of the same server and prefix in one thread each open their own mailbox', async () => {
+    const { DflockdBackend } = require('../lib/locks/dflockd-backend')
+    const { port } = await d.startServer()
+    // As `localhost` and `127.0.0.1` would be: two states of one thread (one CLIENT_ID).
+    const a = new DflockdBackend(`dflockd://127.0.0.1:${port}/two`)
+    const b = new DflockdBackend(`dflockd://127.0.0.1:${port}/two`)
+    assert.ok(await a.stealsOf().ready(), 'the first mailbox opened')
+    assert.ok(await b.stealsOf().ready(), 'the second mailbox opened')
+    a.steals.idle(0)
+    b.steals.idle(0)
+  })
+})

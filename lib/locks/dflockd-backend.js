@@ -10,6 +10,7 @@
 // - query() of other processes: `stats` tells per key whether it is held and how many wait, not by whom: their
 //   entries carry `name` (and `mode: 'exclusive'` for a held plain lock) but no clientId, pid or host.
 
+const { randomUUID } = require('node:crypto')
 const target = require('../target')
 const { parseDflockdUrl, redactTarget } = require('../dflockd/url')
 const { stats } = require('../dflockd/connection')
@@ -43,13 +44,17 @@ class DflockdBackend {
     this.state = state
   }
 
-  /** This client's steal machinery (its mailbox is opened when it holds a lock). */
-  stealsOf(clientId) {
+  /**
+   * This client's steal machinery (its mailbox is opened when it holds a lock). Its id is this backend's own, not the
+   * thread's `clientId`: two bases of one server and prefix spelt differently (`localhost`, `127.0.0.1`) are two
+   * states here, each needing its own mailbox.
+   */
+  stealsOf() {
     if (!this.steals) {
       this.steals = new Steals(
         this.server,
         this.prefix,
-        clientId,
+        randomUUID(),
         {
           exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
           surrender: (key) => this.state.surrender((name) => this.key(name) === key),
@@ -74,7 +79,7 @@ class DflockdBackend {
     // Other clients can steal from this one once its mailbox exists: opened (once, 2 keys) in the background when it
     // first holds a lock, never waited for (a server that does not answer fails the acquisition, not the mailbox),
     // never where steal is refused (several servers).
-    if (r.ok && clientId !== undefined && !this.stealRefused) this.stealsOf(clientId).ready()
+    if (r.ok && clientId !== undefined && !this.stealRefused) this.stealsOf().ready()
     return r
   }
 
@@ -91,6 +96,11 @@ class DflockdBackend {
     }
   }
 
+  /** The manager's state here holds no lock: the steal mailbox closes if it stays so (./dflockd-steal.js). */
+  idle() {
+    this.steals?.idle()
+  }
+
   /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock), or null. */
   get stealRefused() {
     // The mailboxes and the hand-over keys live on one server; a fleet shards names over several.
@@ -104,7 +114,10 @@ class DflockdBackend {
 
   /** Steals `name` from another client (./dflockd-steal.js); takes it at once when nobody holds it. */
   async steal(name, { clientId }) {
-    return this.stealsOf(clientId).steal(this.key(name), () => this.acquire(name, 'exclusive', { wait: false, clientId }))
+    const r = await this.stealsOf().steal(this.key(name), () => this.acquire(name, 'exclusive', { wait: false, clientId }))
+    // A stolen lock can be stolen in turn: its holder needs a mailbox too.
+    if (r.ok) this.steals.ready()
+    return r
   }
 
   /**

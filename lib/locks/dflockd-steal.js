@@ -7,8 +7,8 @@
 // connection): the watcher is granted, so its process wakes, with no polling. The token is published in the NAME of a
 // second held key, `<bell>~<token>`, which `stats` lists.
 //
-// - MAILBOX, one per client (thread) per server and prefix, opened in the background once the client holds a lock:
-//   the bell `<prefix>wl~mbox~<clientId>`. Rung, the client reads `stats` once for steal intents on names it holds,
+// - MAILBOX, one per client (a thread's state of one base), opened in the background while the client holds a lock
+//   (closed after MAILBOX_IDLE_MS holding nothing): the bell `<prefix>wl~mbox~<client id>`. Rung, the client reads `stats` once for steal intents on names it holds,
 //   and re-arms (the granted watcher becomes the holder and publishes its token; the old holder becomes the watcher).
 // - A STEAL of the key K by the client S: S holds the intent `<prefix>wl~steal~<h>~<S>~<nonce>` (h = a hash of K, a
 //   new nonce per steal) and rings every other mailbox of the prefix. The client H that holds K exclusively answers:
@@ -52,6 +52,9 @@ const ANSWER_MS = 2000
 const POLL_MS = 25
 /** A client rung without an answer is rung again after this (a lost look at stats): at most 4 rings per steal. */
 const RERING_MS = 500
+/** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
+ * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
+const MAILBOX_IDLE_MS = 10000
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
@@ -101,6 +104,36 @@ class Steals {
     this.opening = null
     /** Intent keys this client is answering or keeping a lock for (a second ring does not answer twice). */
     this.proxies = new Set()
+    /** The pending close of an idle mailbox (a timer), and the close under way (a promise). */
+    this.idleTimer = null
+    this.closing = null
+  }
+
+  /** This client holds nothing now: its mailbox closes after `ms` unless it holds a lock again meanwhile. */
+  idle(ms = MAILBOX_IDLE_MS) {
+    if (!this.opening || this.idleTimer) return
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null
+      const opening = this.opening
+      this.opening = null
+      this.closing = this.#close(opening).finally(() => {
+        this.closing = null
+      })
+    }, ms)
+    this.idleTimer.unref()
+  }
+
+  /** Closes the mailbox `opening` resolves to: its keys released (not left to a lease where a disconnect keeps them). */
+  async #close(opening) {
+    const box = await opening
+    if (!box || box.broken) return
+    box.broken = true
+    clearInterval(box.timer)
+    box.watcher.close()
+    const h = box.holder
+    await h.wire.release(h.nameKey, h.nameToken).catch(() => {})
+    await h.wire.release(this.mbox, h.token).catch(() => {})
+    h.wire.close()
   }
 
   /**
@@ -109,6 +142,8 @@ class Steals {
    * not open (yet) is not answered, so a steal of its lock is refused (NotSupportedError).
    */
   ready() {
+    clearTimeout(this.idleTimer)
+    this.idleTimer = null
     if (!this.opening) {
       this.opening = this.#open().catch(() => {
         this.opening = null
@@ -119,6 +154,8 @@ class Steals {
   }
 
   async #open() {
+    // An idle mailbox still closing holds the key this one takes.
+    await this.closing
     const a = await Wire.open(this.server)
     let b
     try {

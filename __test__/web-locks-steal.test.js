@@ -219,3 +219,29 @@ describe('dflockd steal mailboxes of two bases of one server and prefix', { skip
     b.steals.idle(0)
   })
 })
+
+describe('LockManager: a backend lock already lost when it is granted', () => {
+  test('the request rejects with an AbortError (cause: the loss) instead of running its callback', async () => {
+    // A backend that hands out a lock whose loss was reported before the manager listened (the race of a stolen
+    // lock's hand-over ending, or an adopted lock lost meanwhile): a stand-in, the race cannot be hit on cue.
+    const { managerFor } = require('../lib/locks/manager')
+    const ctl = new AbortController()
+    ctl.abort(Object.assign(new Error('lost before the grant was seen'), { code: 'LOCK_LOST' }))
+    const backend = {
+      id: `lost-before-listen-${process.pid}`,
+      acquire: async () => ({ ok: true, value: { signal: ctl.signal, release: async () => {} } }),
+    }
+    let ran = false
+    await assert.rejects(
+      managerFor(backend).request('n', () => {
+        ran = true
+      }),
+      (e) => {
+        assert.equal(e.name, 'AbortError')
+        assert.equal(e.cause?.code, 'LOCK_LOST')
+        return true
+      },
+    )
+    assert.equal(ran, false)
+  })
+})

@@ -309,10 +309,11 @@ function suite(ctx) {
     })
 
     test('a holder killed on a server that keeps leases after a disconnect: the stealer loses the lock before any waiter gets it', async () => {
-      // --auto-release-on-disconnect=false: the killed holder's lease on the name runs out (6 s); its confirmation,
-      // whose lease is a third of it, ends first, and the stealer hears of it then.
+      // --auto-release-on-disconnect=false: the killed holder's lease on the name runs out (9 s, renewed every 4.5 s:
+      // it lives ≥ 4.5 s after the kill); its confirmation, whose lease is a third of it (3 s, renewed every 1.5 s),
+      // ends first, and the stealer hears of it then.
       const s = await d.startServer({ args: ['--auto-release-on-disconnect=false'] })
-      const b = `dflockd://127.0.0.1:${s.port}/kept?leaseTtl=6`
+      const b = `dflockd://127.0.0.1:${s.port}/kept?leaseTtl=9`
       const locks = createLockManager(b)
       const name = uniqueName('steal-kept')
       const a = await holder(b, name)

@@ -549,9 +549,10 @@ export interface WebLockOptions {
    * Take the lock from whoever holds it, in any process: the holder's request rejects with an `AbortError`
    * `DOMException` (another process's within its loss detection: its lock file's heartbeat, 1 s by default). Not with
    * `ifAvailable`, `mode: 'shared'` or `signal` (`NotSupportedError`). On dflockd, a hand-over among LockManager
-   * clients (the old holder's connection keeps the lock for the stealer, so the server's queue keeps its order): a
-   * holder that does not answer within 2 s (not a LockManager) or holds in shared mode makes it reject with
-   * `NotSupportedError`, nothing taken. See docs/lock-kinds.md#steal.
+   * clients (the old holder's connection keeps the lock for the stealer, so the server's queue keeps its order; the
+   * stealer's request rejects with an `AbortError` if that holder dies or loses it): a holder that does not answer
+   * within 2 s (not a LockManager) or holds in shared mode makes it reject with `NotSupportedError`, nothing taken.
+   * Cooperative: for clients that trust each other. See docs/lock-kinds.md#steal.
    */
   steal?: boolean
   /** Aborting it before the grant rejects the request with `signal.reason` (an `AbortError` by default); after, it does nothing. */

@@ -260,6 +260,93 @@ function suite(ctx) {
       await stealOn(['--tls-cert', self.certFile, '--tls-key', self.keyFile], (port) => `dflockd://127.0.0.1:${port}/tls?ca=${ca}`, 'steal-tls')
     })
 
+    test('a script that only steals (nothing else keeps it alive) runs its callback, releases and exits 0', async () => {
+      const name = uniqueName('steal-alone')
+      const a = await holder(ctx.base, name)
+      try {
+        const child = u.spawnNode('web-locks-stealer.js', [ctx.base, name])
+        const { code, stdout } = await u.waitExit(child, 15000, 'stealer')
+        assert.equal(stdout, 'held\nunblocked\nresolved 42\n')
+        assert.equal(code, 0)
+        assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
+        // Released by the stealer: the lock is free.
+        assert.equal(await ctx.locks.request(name, { ifAvailable: true }, (lock) => lock && lock.name), name)
+      } finally {
+        a.child.kill('SIGKILL')
+        await a.child.exited
+      }
+    })
+
+    test("a stealer whose event loop is blocked past the server's read timeout keeps the lock: no waiter gets it meanwhile", async () => {
+      // The keys the stolen lock depends on (the stealer's intent, the holder's confirmation) are native locks,
+      // renewed off the JS thread: a blocked event loop loses nothing. Read timeout 5 s, leases of 6 s (renewed every
+      // 3 s), the stealer's callback blocks 8 s.
+      const s = await d.startServer({ args: ['--read-timeout', '5'] })
+      const b = `dflockd://127.0.0.1:${s.port}/blocked?leaseTtl=6`
+      const name = uniqueName('steal-blocked')
+      const a = await holder(b, name)
+      let w
+      let st
+      try {
+        st = u.spawnNode('web-locks-stealer.js', [b, name, '8000', 'alive'])
+        const out = u.lines(st)
+        await out.next(/^held$/, 15000)
+        assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
+        // Queued behind the stealer at the server: granted only once the stealer's callback has returned.
+        w = await holder(b, name, { wait: false })
+        // What the stealer had said when the waiter said `held` (read as the line arrives).
+        let stealerSaid
+        await w.out.next((line) => line === 'held' && (stealerSaid = [...st.lineLog]), 60000)
+        assert.ok(stealerSaid.includes('unblocked'), `a waiter got the lock while the stealer's callback ran: ${JSON.stringify(stealerSaid)}`)
+        const { code, stdout } = await u.waitExit(st, 15000, 'stealer')
+        assert.equal(stdout, 'held\nunblocked\nresolved 42\n')
+        assert.equal(code, 0)
+      } finally {
+        for (const c of [a.child, w?.child, st]) c?.kill('SIGKILL')
+        await Promise.all([a.child.exited, w?.child.exited, st?.exited])
+        await s.stop()
+      }
+    })
+
+    test('a holder killed on a server that keeps leases after a disconnect: the stealer loses the lock before any waiter gets it', async () => {
+      // --auto-release-on-disconnect=false: the killed holder's lease on the name runs out (9 s, renewed every 4.5 s:
+      // it lives ≥ 4.5 s after the kill); its confirmation, whose lease is a third of it (3 s, renewed every 1.5 s),
+      // ends first, and the stealer hears of it then.
+      const s = await d.startServer({ args: ['--auto-release-on-disconnect=false'] })
+      const b = `dflockd://127.0.0.1:${s.port}/kept?leaseTtl=9`
+      const locks = createLockManager(b)
+      const name = uniqueName('steal-kept')
+      const a = await holder(b, name)
+      let w
+      try {
+        let lost = false
+        let lostThen
+        let wHeld
+        const request = locks.request(name, { steal: true }, async () => {
+          assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
+          w = await holder(b, name, { wait: false })
+          // Whether the stealer had heard of its loss when the waiter said `held` (read as the line arrives).
+          wHeld = w.out.next((line) => line === 'held' && ((lostThen = lost), true), 60000)
+          await queryUntil(locks, (x) => named(x.pending, name).length === 1, 'the waiting process')
+          a.child.kill('SIGKILL')
+          return new Promise(() => {})
+        })
+        const rejected = assert.rejects(request, (e) => {
+          assert.equal(e.name, 'AbortError')
+          assert.equal(e.cause?.code, 'LOCK_LOST')
+          lost = true
+          return true
+        })
+        await rejected
+        await wHeld
+        assert.equal(lostThen, true, 'the waiter got the lock before the stealer heard it was lost')
+      } finally {
+        for (const c of [a.child, w?.child]) c?.kill('SIGKILL')
+        await Promise.all([a.child.exited, w?.child.exited])
+        await s.stop()
+      }
+    })
+
     test("the steal machinery's keys: a client's mailbox is made once; grants create no new keys", async () => {
       const { stats } = require('..')
       const keys = async () => {
@@ -268,7 +355,15 @@ function suite(ctx) {
       }
       const name = uniqueName('budget')
       await ctx.locks.request(name, () => {})
-      const before = await keys()
+      // The mailbox is opened in the background once this client holds a lock: the snapshot is taken when it is there.
+      // (Held mailbox keys: this process's; other tests' children are gone, their keys idle.)
+      let before
+      for (let i = 0; i < 400; i++) {
+        const s = await stats({ host: '127.0.0.1', port: ctx.port })
+        before = await keys()
+        if (s.locks.filter((l) => /wl~mbox~/.test(l.key) && Number(l.owner_conn_id) !== 0).length >= 2) break
+        await new Promise((r) => setTimeout(r, 25))
+      }
       for (let i = 0; i < 20; i++) await ctx.locks.request(name, () => {})
       const after = await keys()
       const added = [...after].filter((k) => !before.has(k))

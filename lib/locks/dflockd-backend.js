@@ -10,6 +10,7 @@
 // - query() of other processes: `stats` tells per key whether it is held and how many wait, not by whom: their
 //   entries carry `name` (and `mode: 'exclusive'` for a held plain lock) but no clientId, pid or host.
 
+const { randomUUID } = require('node:crypto')
 const target = require('../target')
 const { parseDflockdUrl, redactTarget } = require('../dflockd/url')
 const { stats } = require('../dflockd/connection')
@@ -43,13 +44,24 @@ class DflockdBackend {
     this.state = state
   }
 
-  /** This client's steal machinery (its mailbox is opened by its first acquisition). */
-  stealsOf(clientId) {
+  /**
+   * This client's steal machinery (its mailbox is opened when it holds a lock). Its id is this backend's own, not the
+   * thread's `clientId`: two bases of one server and prefix spelt differently (`localhost`, `127.0.0.1`) are two
+   * states here, each needing its own mailbox.
+   */
+  stealsOf() {
     if (!this.steals) {
-      this.steals = new Steals(this.server, this.prefix, clientId, {
-        exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
-        surrender: (key) => this.state.surrender((name) => this.key(name) === key),
-      })
+      this.steals = new Steals(
+        this.server,
+        this.prefix,
+        randomUUID(),
+        {
+          exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
+          surrender: (key) => this.state.surrender((name) => this.key(name) === key),
+        },
+        // The intent and the confirmation: native held locks with the names' query (their leaseTtl: the same lease).
+        (key, leaseTtl) => target.tryAcquire(`${this.origin}/${encodeURIComponent(key)}${this.query}`, leaseTtl ? { leaseTtl } : undefined),
+      )
     }
     return this.steals
   }
@@ -63,8 +75,15 @@ class DflockdBackend {
   }
 
   async acquire(name, mode, { wait, signal, clientId }) {
-    // Other clients can steal from this one only once its mailbox exists (opened once per client, 2 keys).
-    if (clientId !== undefined) await this.stealsOf(clientId).ready()
+    const r = await this.take(name, mode, { wait, signal })
+    // Other clients can steal from this one once its mailbox exists: opened (once, 2 keys) in the background when it
+    // first holds a lock, never waited for (a server that does not answer fails the acquisition, not the mailbox),
+    // never where steal is refused (several servers).
+    if (r.ok && clientId !== undefined && !this.stealRefused) this.stealsOf().ready()
+    return r
+  }
+
+  async take(name, mode, { wait, signal }) {
     // `mode` also on exclusive requests: a plain mutex on the key would not wait for shared holders.
     const options = { signal, timeout: wait ? Infinity : undefined, mode }
     for (;;) {
@@ -75,6 +94,11 @@ class DflockdBackend {
       if (wait && r.error.type === 'TIMEOUT' && !signal?.aborted) continue
       return { ok: false, error: lockError(r.error) }
     }
+  }
+
+  /** The manager's state here holds no lock: the steal mailbox closes if it stays so (./dflockd-steal.js). */
+  idle() {
+    this.steals?.idle()
   }
 
   /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock), or null. */
@@ -90,7 +114,10 @@ class DflockdBackend {
 
   /** Steals `name` from another client (./dflockd-steal.js); takes it at once when nobody holds it. */
   async steal(name, { clientId }) {
-    return this.stealsOf(clientId).steal(this.key(name), () => this.acquire(name, 'exclusive', { wait: false, clientId }))
+    const r = await this.stealsOf().steal(this.key(name), () => this.acquire(name, 'exclusive', { wait: false, clientId }))
+    // A stolen lock can be stolen in turn: its holder needs a mailbox too.
+    if (r.ok) this.steals.ready()
+    return r
   }
 
   /**

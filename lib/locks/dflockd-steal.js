@@ -7,35 +7,40 @@
 // connection): the watcher is granted, so its process wakes, with no polling. The token is published in the NAME of a
 // second held key, `<bell>~<token>`, which `stats` lists.
 //
-// - MAILBOX, one per client (thread) per server and prefix: the bell `<prefix>wl~mbox~<clientId>`. Rung, the client
-//   reads `stats` once for steal intents on names it holds, and re-arms (the granted watcher becomes the holder and
-//   publishes its token; the old holder becomes the watcher).
-// - A STEAL of the key K by the client S: S holds the intent `<prefix>wl~steal~<h>~<S>` (h = a hash of K) and rings
-//   every other mailbox of the prefix. The client H that holds K exclusively answers: its request rejects with an
-//   AbortError, and it holds `<prefix>wl~stolen~<h>~<S>` (the confirmation) and watches S's intent. From then on H's
-//   connection keeps holding K (and renewing it) FOR S: dflockd ties a lease to its connection (a disconnect
-//   releases it) and has no command to move it, so a hand-over of the token alone would not survive H's connection.
-//   S watches the confirmation. When S is done it releases its intent: H's watch is granted and H releases K, so the
-//   server grants K to the next waiter of its FIFO queue (waiters queued before the steal keep their order, after S).
-//   If H dies, its confirmation is released by the disconnect and S's watch is granted: S has lost the lock (its
-//   request rejects with an AbortError). If S dies, its intent is released the same way and H releases K.
-//   While it holds a lock for a stealer, H's process stays alive (its watch of the intent is ref'd): the lock dies
-//   with H's connection.
+// - MAILBOX, one per client (a thread's state of one base), opened in the background while the client holds a lock
+//   (closed after MAILBOX_IDLE_MS holding nothing): the bell `<prefix>wl~mbox~<client id>`. Rung, the client reads `stats` once for steal intents on names it holds,
+//   and re-arms (the granted watcher becomes the holder and publishes its token; the old holder becomes the watcher).
+// - A STEAL of the key K by the client S: S holds the intent `<prefix>wl~steal~<h>~<S>~<nonce>` (h = a hash of K, a
+//   new nonce per steal) and rings every other mailbox of the prefix. The client H that holds K exclusively answers:
+//   its request rejects with an AbortError, and it holds `<prefix>wl~stolen~<h>~<S>~<nonce>` (the confirmation) and
+//   watches S's intent. From then on H's connection keeps holding K (and renewing it) FOR S: dflockd ties a lease to
+//   its connection (a disconnect releases it) and has no command to move it, so a hand-over of the token alone would
+//   not survive H's connection. S takes the lock once it sees its confirmation AND K held, and watches the
+//   confirmation. When S is done it releases its intent: H's watch is granted and H releases K, its confirmation, and
+//   the intent last, so the server grants K to the next waiter of its FIFO queue (waiters queued before the steal
+//   keep their order, after S). If H dies or loses K, its confirmation ends and S's watch is granted: S has lost the
+//   lock (its request rejects with an AbortError). If S dies, its intent ends the same way and H releases K.
+//   The intent and the confirmation are native held locks (renewed off the JS thread, so a blocked event loop loses
+//   neither); the confirmation's lease is a third of K's, so it ends before K can when H is killed on a server that
+//   keeps leases after a disconnect. While it holds a lock for a stealer, H's process stays alive (its watch of the
+//   intent is ref'd); so does S's during the steal and its release.
 // - Nobody answers within ANSWER_MS (the holder is not a LockManager client — a DistributedLock, another dflockd
 //   client — or it is stuck): the steal rejects with a NotSupportedError and nothing is taken. K held in shared mode
 //   by another process is refused at once (NotSupportedError): steal of readers is not built (see lock-kinds.md).
 //
 // Keys on the server (its --max-locks budget counts them, idle ones too for --gc-max-idle, 60 s): a client's
 // mailbox is 2 keys, plus 1 per time it is rung (the re-armed token's name); a steal adds 2 (intent, confirmation)
-// and rings each other client of the prefix once (1 key each; again every RERING_MS while nobody answers, so at most
-// 4 times). Grants create none.
+// and rings each other client of the prefix that has a mailbox once (1 key each; again every RERING_MS while nobody
+// answers, so at most 4 times). Grants create none.
 
-const { createHash } = require('node:crypto')
+const { createHash, randomBytes } = require('node:crypto')
 const { Wire } = require('./dflockd-wire')
 const { LockError } = require('../errors')
 
-/** Lease of every bell key; renewed every RENEW_MS, which also keeps the holding connection under the server's
- * 23 s read timeout. */
+/** Lease of the mailbox's bell keys; renewed every RENEW_MS, which also keeps the holding connection under the
+ * server's 23 s read timeout. Only the mailbox is renewed from JS: a mailbox that misses a renewal (a blocked event
+ * loop) loses nobody's lock, its client is just not answered (the steal is refused). The keys a lock depends on (the
+ * intent, the confirmation) are native held locks, renewed off the JS thread. */
 const BELL_TTL_S = 60
 const RENEW_MS = 10000
 /** A watcher's blocking `l`, re-issued when it times out. */
@@ -47,10 +52,14 @@ const ANSWER_MS = 2000
 const POLL_MS = 25
 /** A client rung without an answer is rung again after this (a lost look at stats): at most 4 rings per steal. */
 const RERING_MS = 500
+/** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
+ * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
+const MAILBOX_IDLE_MS = 10000
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms).unref())
+/** A timer that keeps the process alive while a steal runs (a steal is a pending request, like an acquire). */
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 /** The held (owner_conn_id ≠ 0) lock keys of a stats snapshot. */
 function heldKeys(s) {
@@ -59,22 +68,13 @@ function heldKeys(s) {
   return out
 }
 
-/** Renews `parts()` ([{key, token}]) on `wire()` every RENEW_MS (unref'd); returns the stop function. */
-function renewing(wire, parts, onFail) {
-  const t = setInterval(() => {
-    const on = wire()
-    Promise.all(parts().map((p) => on.renew(p.key, p.token, BELL_TTL_S))).then(
-      (ok) => ok.every(Boolean) || onFail(new LockError('a steal key could not be renewed', 'LOCK_LOST')),
-      onFail,
-    )
-  }, RENEW_MS)
-  t.unref()
-  return () => clearInterval(t)
-}
+/** A promise resolved when `signal` aborts (at once when it already has). */
+const aborted = (signal) =>
+  new Promise((r) => (signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true })))
 
 /**
  * Blocks in `l key` on `wire` until granted (re-issued on the server's timeout); resolves the token. The wait keeps
- * the process alive only when `keepAlive` (a holder keeping a lock for a stealer).
+ * the process alive only when `keepAlive`.
  */
 async function watch(wire, key, keepAlive = false) {
   wire.keepAlive(keepAlive)
@@ -90,21 +90,60 @@ class Steals {
    * @param prefix the LockManager's key prefix
    * @param clientId this thread's client id
    * @param owner {exclusiveKeys(): string[], surrender(key): handle|null} (the manager's state, via the backend)
+   * @param hold (key, leaseTtlS?) → Promise<SemaphoreResult>: a native tryAcquire of `key` with the base's query
+   *   (default lease: the base's, as the names' locks), renewed off-thread, `signal` aborted on loss
    */
-  constructor(server, prefix, clientId, owner) {
+  constructor(server, prefix, clientId, owner, hold) {
     this.server = server
     this.prefix = prefix
     this.clientId = clientId
     this.owner = owner
+    this.hold = hold
     this.mbox = `${prefix}wl~mbox~${clientId}`
     /** The mailbox: a promise of {holder: {wire, token, nameKey, nameToken}, watcher: wire}, or null. */
     this.opening = null
     /** Intent keys this client is answering or keeping a lock for (a second ring does not answer twice). */
     this.proxies = new Set()
+    /** The pending close of an idle mailbox (a timer), and the close under way (a promise). */
+    this.idleTimer = null
+    this.closing = null
   }
 
-  /** Opens the mailbox once (again after a failure); never rejects (a client without one is not answered). */
+  /** This client holds nothing now: its mailbox closes after `ms` unless it holds a lock again meanwhile. */
+  idle(ms = MAILBOX_IDLE_MS) {
+    if (!this.opening || this.idleTimer) return
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null
+      const opening = this.opening
+      this.opening = null
+      this.closing = this.#close(opening).finally(() => {
+        this.closing = null
+      })
+    }, ms)
+    this.idleTimer.unref()
+  }
+
+  /** Closes the mailbox `opening` resolves to: its keys released (not left to a lease where a disconnect keeps them). */
+  async #close(opening) {
+    const box = await opening
+    if (!box || box.broken) return
+    box.broken = true
+    clearInterval(box.timer)
+    box.watcher.close()
+    const h = box.holder
+    await h.wire.release(h.nameKey, h.nameToken).catch(() => {})
+    await h.wire.release(this.mbox, h.token).catch(() => {})
+    h.wire.close()
+  }
+
+  /**
+   * Opens the mailbox once (again after a failure), in the background: called when this client holds a lock (a client
+   * that holds none needs none, and is not rung). Never rejects, and nothing waits for it: a client whose mailbox is
+   * not open (yet) is not answered, so a steal of its lock is refused (NotSupportedError).
+   */
   ready() {
+    clearTimeout(this.idleTimer)
+    this.idleTimer = null
     if (!this.opening) {
       this.opening = this.#open().catch(() => {
         this.opening = null
@@ -115,22 +154,26 @@ class Steals {
   }
 
   async #open() {
+    // An idle mailbox still closing holds the key this one takes.
+    await this.closing
     const a = await Wire.open(this.server)
     let b
     try {
       b = await Wire.open(this.server)
+      a.keepAlive(false)
+      b.keepAlive(false)
       const token = await a.lock(this.mbox, 0, BELL_TTL_S)
       if (token === null) throw new LockError(`mailbox ${this.mbox} is taken`, 'ALREADY_LOCKED')
-      const box = { holder: null, watcher: b, stop: null, broken: false }
+      const box = { holder: null, watcher: b, timer: null, broken: false }
       box.holder = await this.#publish(a, token)
-      box.stop = renewing(
-        () => box.holder.wire,
-        () => [
-          { key: this.mbox, token: box.holder.token },
-          { key: box.holder.nameKey, token: box.holder.nameToken },
-        ],
-        () => this.#broken(box),
-      )
+      box.timer = setInterval(() => {
+        const h = box.holder
+        Promise.all([h.wire.renew(this.mbox, h.token, BELL_TTL_S), h.wire.renew(h.nameKey, h.nameToken, BELL_TTL_S)]).then(
+          (ok) => ok.every(Boolean) || this.#broken(box),
+          () => this.#broken(box),
+        )
+      }, RENEW_MS)
+      box.timer.unref()
       this.#arm(box)
       return box
     } catch (e) {
@@ -164,11 +207,11 @@ class Steals {
       .catch(() => this.#broken(box))
   }
 
-  /** A mailbox connection failed: closed; the next acquisition opens a new one. */
+  /** A mailbox connection failed: closed; the next grant opens a new one. */
   #broken(box) {
     if (box.broken) return
     box.broken = true
-    box.stop?.()
+    clearInterval(box.timer)
     box.holder?.wire.close()
     box.watcher?.close()
     this.opening = null
@@ -180,46 +223,61 @@ class Steals {
     if (!box) return
     const held = heldKeys(await box.holder.wire.stats())
     const mine = new Map(this.owner.exclusiveKeys().map((k) => [hashOf(k), k]))
-    const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})$`)
+    const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~([0-9a-f]{16})$`)
     for (const k of held) {
       const m = intent.exec(k)
       if (!m || m[2] === this.clientId || this.proxies.has(k) || !mine.has(m[1])) continue
-      this.#answer(mine.get(m[1]), k, `${this.prefix}wl~stolen~${m[1]}~${m[2]}`).catch(() => {})
+      this.#answer(mine.get(m[1]), k, confirmKeyOf(this.prefix, m[1], m[2], m[3])).catch(() => {})
     }
   }
 
-  /** Gives `key` to the stealer of `intentKey`: holds it for them until the intent is released. */
+  /**
+   * Gives `key` to the stealer of `intentKey`: holds it for them until the intent is released (or lost), and holds
+   * the confirmation (a native lock with the names' lease) only while it holds `key` for them.
+   */
   async #answer(key, intentKey, confirmKey) {
     this.proxies.add(intentKey)
-    let p
     let q
+    let handle = null
+    let confirm = null
+    let intentToken = null
     try {
-      p = await Wire.open(this.server)
       q = await Wire.open(this.server)
-      const handle = this.owner.surrender(key)
+      handle = this.owner.surrender(key)
       if (!handle) return
-      const confirm = await p.lock(confirmKey, 0, BELL_TTL_S)
-      if (confirm === null) {
-        await handle.release().catch(() => {})
+      // Attached now, before any await: a loss of `key` from here on ends the hand-over (the confirmation goes, so
+      // the stealer hears of it).
+      const lost = aborted(handle.signal)
+      // The confirmation must end before `key` can: a holder killed on a server that keeps leases after a disconnect
+      // (--auto-release-on-disconnect=false) stops renewing both, and the stealer must hear of it (the confirmation
+      // expires) before the server can grant `key` to a waiter. `key` was renewed at most 2/3 of its lease before
+      // (lib/dflockd's renewer), so it lives ≥ 1/3 of its lease after the last renewal: the confirmation's lease is a
+      // third of it. A lock whose lease is not known (not a native dflockd lock) is not handed over.
+      const lease = Number(handle.lease)
+      if (!(lease > 0)) return
+      const c = await this.hold(confirmKey, Math.max(1, Math.floor(lease / 3)))
+      if (!c.ok || handle.signal.aborted) {
+        if (c.ok) await c.value.release().catch(() => {})
         return
       }
-      const stop = renewing(
-        () => p,
-        () => [{ key: confirmKey, token: confirm }],
+      confirm = c.value
+      // The lock is now the stealer's: this process stays alive while it holds it for them (the watch is ref'd).
+      // Ends when the stealer releases its intent (or dies, or loses it), when `key` or the confirmation is lost, or
+      // when the watch's connection fails: then too the lock and the confirmation are released.
+      const done = watch(q, intentKey, true).then(
+        (t) => {
+          intentToken = t
+        },
         () => {},
       )
-      // The lock is now the stealer's: this process stays alive while it holds it for them.
-      const lost = new Promise((r) => handle.signal.addEventListener('abort', r, { once: true }))
-      // Ends when the stealer releases its intent (or dies), when the lock is lost, or when the watch's connection
-      // fails: then too the lock and the confirmation are released, so the stealer hears of it (its watch is granted).
-      const done = watch(q, intentKey, true).then((t) => q.release(intentKey, t))
-      await Promise.race([done.catch(() => {}), lost])
-      stop()
-      await handle.release().catch(() => {})
-      await p.release(confirmKey, confirm).catch(() => {})
+      await Promise.race([done, lost, aborted(confirm.signal)])
     } finally {
+      // `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it is over), and the
+      // intent LAST: while we hold it, no later steal by that client can reuse its name.
+      await handle?.release().catch(() => {})
+      await confirm?.release().catch(() => {})
+      if (intentToken !== null) await q.release(intentKey, intentToken).catch(() => {})
       this.proxies.delete(intentKey)
-      p?.close()
       q?.close()
     }
   }
@@ -229,40 +287,39 @@ class Steals {
    * error}`. When nobody holds it, `tryTake()` takes it (its result is returned).
    */
   async steal(key, tryTake) {
-    await this.ready()
     const h = hashOf(key)
-    const intentKey = `${this.prefix}wl~steal~${h}~${this.clientId}`
-    const confirmKey = `${this.prefix}wl~stolen~${h}~${this.clientId}`
-    const w = await Wire.open(this.server)
-    let watcher
-    let stopIntent = () => {}
+    // One name per steal: a confirmation left by an earlier steal (still held while its holder lets go) is not ours.
+    const nonce = randomBytes(8).toString('hex')
+    const intentKey = `${this.prefix}wl~steal~${h}~${this.clientId}~${nonce}`
+    const confirmKey = confirmKeyOf(this.prefix, h, this.clientId, nonce)
+    let w = null
+    let watcher = null
+    let intent = null
     try {
-      const intent = await w.lock(intentKey, 0, BELL_TTL_S)
-      if (intent === null) throw new LockError(`a steal of this name by this client is already in progress`, 'ALREADY_LOCKED')
-      stopIntent = renewing(
-        () => w,
-        () => [{ key: intentKey, token: intent }],
-        () => {},
-      )
+      const i = await this.hold(intentKey)
+      if (!i.ok) throw i.error ?? new LockError('the steal intent could not be taken', 'ALREADY_LOCKED')
+      intent = i.value
+      w = await Wire.open(this.server)
       /** clientId → when it was last rung */
       const rung = new Map()
       const deadline = Date.now() + ANSWER_MS
       const boxes = new RegExp(`^${escape(this.prefix)}wl~mbox~([0-9a-f-]{36})~(\\S+)$`)
       for (;;) {
+        if (intent.signal.aborted) throw intentLost(key, intent)
         const s = await w.stats()
         const held = heldKeys(s)
-        if (held.has(confirmKey)) break
+        // Answered: the confirmation of THIS steal, and `key` still held (by the holder's side: we do not hold it).
+        if (held.has(confirmKey) && held.has(key)) break
         const readers = s.semaphores.find((x) => x.key === `${key}${READERS_SUFFIX}`)
         const sharedHolders = Number(readers?.holders) || 0
-        if (!held.has(key) && sharedHolders === 0) {
+        if (!held.has(key) && !held.has(confirmKey) && sharedHolders === 0) {
           const r = await tryTake()
           if (r.ok || !r.unavailable) {
-            stopIntent()
-            await w.release(intentKey, intent).catch(() => {})
+            await intent.release().catch(() => {})
             w.close()
             return r
           }
-          continue
+          // Taken meanwhile: looked at again after POLL_MS, within the same deadline.
         }
         if (!held.has(key) && sharedHolders > 0) {
           throw notSupported('it is held in shared mode by another process (steal breaks only an exclusive holder on dflockd)')
@@ -281,42 +338,74 @@ class Steals {
         }
         await sleep(POLL_MS)
       }
-      // Answered: the holder's connection holds `key` for us until we release the intent.
+      w.close()
+      w = null
+      // Answered: the holder's connection holds `key` for us until we release the intent. Its confirmation lives
+      // exactly as long (its lease is the names' lease): our watch of it is granted when it ends.
       watcher = await Wire.open(this.server)
       const ctl = new AbortController()
       let releasing = false
-      const over = watch(watcher, confirmKey).then(
+      const ended = watch(watcher, confirmKey).then(
         (t) => watcher.release(confirmKey, t).catch(() => {}),
         () => {},
       )
-      over.then(() => {
-        if (releasing) return
-        stopIntent()
-        w.close()
+      const finish = (reason) => {
+        if (releasing || ctl.signal.aborted) return
         watcher.close()
-        ctl.abort(new LockError(`lock '${key}' lost: the process it was stolen from (which keeps it on its connection) is gone`, 'LOCK_LOST'))
-      })
+        intent.release().catch(() => {})
+        ctl.abort(reason)
+      }
+      ended.then(() =>
+        finish(
+          new LockError(
+            `lock '${key}' lost: the process it was stolen from, which keeps it on its connection for this one, ` +
+              'released it (it lost it, or its connection or process ended)',
+            'LOCK_LOST',
+          ),
+        ),
+      )
+      // Our intent is what keeps the lock ours: lost (a renewal failed), the holder lets go of the lock.
+      aborted(intent.signal).then(() => finish(intentLost(key, intent)))
       const handle = {
         signal: ctl.signal,
+        /** A stolen lock stolen again: the lease its intent has (the lock ends when the intent ends). */
+        get lease() {
+          return intent.lease
+        },
         async release() {
           if (releasing) return
           releasing = true
-          stopIntent()
-          await w.release(intentKey, intent).catch(() => {})
+          // While the hand-over ends, its connection keeps the process alive (a release is a pending request).
+          watcher.keepAlive(true)
+          await intent.release().catch(() => {})
           // The holder releases the lock, then its confirmation: our watch is granted (bounded, in case it hangs).
-          await Promise.race([over, sleep(ANSWER_MS)])
-          w.close()
+          let t
+          await Promise.race([ended, new Promise((r) => (t = setTimeout(r, ANSWER_MS)))])
+          clearTimeout(t)
           watcher.close()
         },
       }
+      if (intent.signal.aborted) finish(intentLost(key, intent))
       return { ok: true, value: handle }
     } catch (e) {
-      stopIntent()
-      w.close()
+      await intent?.release().catch(() => {})
+      w?.close()
       watcher?.close()
       return { ok: false, error: e }
     }
   }
+}
+
+function confirmKeyOf(prefix, h, clientId, nonce) {
+  return `${prefix}wl~stolen~${h}~${clientId}~${nonce}`
+}
+
+function intentLost(key, intent) {
+  const why = intent.signal.reason
+  return new LockError(
+    `lock '${key}' lost: this steal's intent key, which keeps the lock ours, was lost${why && why.message ? ` (${why.message})` : ''}`,
+    'LOCK_LOST',
+  )
 }
 
 function notSupported(why) {

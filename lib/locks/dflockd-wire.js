@@ -11,6 +11,9 @@ const { LockError, AuthError } = require('../errors')
 
 /** The protocol's line limit (256 bytes, excluding the newline) and key rule (no space, tab, CR, LF; not empty). */
 const MAX_LINE = 256
+/** The native connection's defaults (lib/dflockd): a connect (and TLS handshake, and auth) within 10 s, a reply within
+ * 30 s (plus the server-side wait of a blocking `l`). A silent server fails the request, never hangs it. */
+const TIMEOUTS = { connectMs: 10000, replyMs: 30000 }
 
 class Wire {
   #socket
@@ -20,9 +23,11 @@ class Wire {
   #closed = false
   #error = null
   #ref = true
+  #replyMs
 
-  constructor(socket) {
+  constructor(socket, replyMs = TIMEOUTS.replyMs) {
     this.#socket = socket
+    this.#replyMs = replyMs
     socket.setEncoding('utf8')
     socket.setNoDelay(true)
     socket.on('data', (chunk) => this.#data(chunk))
@@ -31,21 +36,35 @@ class Wire {
     socket.unref()
   }
 
-  /** Connects to `server` ({host, port, auth?, tls?, ca?} as lib/dflockd/url.js parses it); authenticates. */
-  static async open(server) {
+  /**
+   * Connects to `server` ({host, port, auth?, tls?, ca?} as lib/dflockd/url.js parses it); authenticates.
+   * `timeouts` (tests): {connectMs, replyMs}, default TIMEOUTS.
+   */
+  static async open(server, timeouts = TIMEOUTS) {
+    const { connectMs = TIMEOUTS.connectMs, replyMs = TIMEOUTS.replyMs } = timeouts
     const socket = await new Promise((resolve, reject) => {
       const o = { host: server.host, port: server.port }
       const s = server.tls ? tls.connect({ ...o, servername: net.isIP(server.host) ? undefined : server.host, ...(server.ca ? { ca: server.ca } : {}) }) : net.connect(o)
       const ready = server.tls ? 'secureConnect' : 'connect'
+      const timer = setTimeout(() => {
+        s.destroy()
+        reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: no connection within ${connectMs} ms`, 'TIMEOUT'))
+      }, connectMs)
+      timer.unref()
       s.once(ready, () => {
-        s.removeListener('error', reject)
+        clearTimeout(timer)
+        s.removeAllListeners('error')
         resolve(s)
       })
-      s.once('error', (e) => reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: ${e.message}`, 'CONNECTION_ERROR')))
+      s.once('error', (e) => {
+        clearTimeout(timer)
+        reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: ${e.message}`, 'CONNECTION_ERROR'))
+      })
     })
-    const wire = new Wire(socket)
+    const wire = new Wire(socket, replyMs)
     if (server.auth !== undefined) {
       const r = await wire.request('auth', '_', server.auth).catch((e) => e)
+      if (r instanceof LockError && r.code === 'TIMEOUT') throw r
       if (r !== 'ok') {
         wire.close()
         // Never the token itself in a message.
@@ -62,7 +81,10 @@ class Wire {
       const line = this.#buffer.slice(0, i).replace(/\r$/, '')
       this.#buffer = this.#buffer.slice(i + 1)
       const w = this.#waiting.shift()
-      if (w) w.resolve(line)
+      if (w) {
+        clearTimeout(w.timer)
+        w.resolve(line)
+      }
       this.#refresh()
     }
     if (this.#buffer.length > 1 << 20) this.#fail(new LockError('dflockd reply exceeded 1 MiB', 'PROTOCOL_ERROR'))
@@ -72,7 +94,10 @@ class Wire {
     if (!this.#error) this.#error = error
     this.#closed = true
     this.#socket.destroy()
-    for (const w of this.#waiting.splice(0)) w.reject(this.#error)
+    for (const w of this.#waiting.splice(0)) {
+      clearTimeout(w.timer)
+      w.reject(this.#error)
+    }
   }
 
   /** Keep the process alive while a request is pending, if `keepAlive(true)` asked for it. */
@@ -91,8 +116,9 @@ class Wire {
     return this.#closed
   }
 
-  /** Sends `cmd\nkey\narg\n`; resolves the reply line. */
-  request(cmd, key, arg) {
+  /** Sends `cmd\nkey\narg\n`; resolves the reply line. `waitS`: how long the server may wait before it replies (a
+   * blocking `l`), added to the reply deadline; past it the connection fails (TIMEOUT). */
+  request(cmd, key, arg, waitS = 0) {
     if (this.#closed) return Promise.reject(this.#error ?? new LockError('dflockd steal connection closed', 'CONNECTION_ERROR'))
     for (const line of [cmd, key, arg]) {
       if (/[\r\n]/.test(line) || Buffer.byteLength(line) > MAX_LINE) {
@@ -100,7 +126,13 @@ class Wire {
       }
     }
     return new Promise((resolve, reject) => {
-      this.#waiting.push({ resolve, reject })
+      // Unref'd: whether a pending request keeps the process alive is the socket's business (#refresh).
+      const timer = setTimeout(
+        () => this.#fail(new LockError(`dflockd did not answer '${cmd}' within ${waitS * 1000 + this.#replyMs} ms (steal connection)`, 'TIMEOUT')),
+        waitS * 1000 + this.#replyMs,
+      )
+      timer.unref()
+      this.#waiting.push({ resolve, reject, timer })
       this.#refresh()
       this.#socket.write(`${cmd}\n${key}\n${arg}\n`)
     })
@@ -108,7 +140,7 @@ class Wire {
 
   /** `l key timeout ttl`: the token, or null on `timeout`; throws on any other reply. */
   async lock(key, timeoutS, ttlS) {
-    const r = await this.request('l', key, `${timeoutS} ${ttlS}`)
+    const r = await this.request('l', key, `${timeoutS} ${ttlS}`, timeoutS)
     if (r === 'timeout') return null
     const m = /^ok (\S+)/.exec(r)
     if (!m) throw new LockError(`dflockd refused a steal key (l): '${r}'`, 'SERVER_ERROR', { reply: r.split(' ')[0] })
@@ -138,8 +170,11 @@ class Wire {
     this.#closed = true
     this.#error = new LockError('dflockd steal connection closed', 'CONNECTION_ERROR')
     this.#socket.destroy()
-    for (const w of this.#waiting.splice(0)) w.reject(this.#error)
+    for (const w of this.#waiting.splice(0)) {
+      clearTimeout(w.timer)
+      w.reject(this.#error)
+    }
   }
 }
 
-module.exports = { Wire }
+module.exports = { Wire, TIMEOUTS }

@@ -69,6 +69,8 @@ class BaseState {
     this.names = new Map()
     /** name → the promise of the last steal */
     this.steals = new Map()
+    /** Requests held here, all names (pushed to `held` only by acquired(), dropped only by dropHeld()). */
+    this.heldCount = 0
     backend.attach?.(this)
   }
 
@@ -171,9 +173,16 @@ class BaseState {
     req.state = 'held'
     req.handle = r.value
     e.held.push(req)
+    this.heldCount++
     const onLost = () => this.lost(req)
     r.value.signal.addEventListener('abort', onLost, { once: true })
     req.unwatch = () => r.value.signal.removeEventListener('abort', onLost)
+    // Lost before we listened (e.g. a stolen lock whose hand-over ended, or an adopted one lost meanwhile): the
+    // request rejects instead of running its callback.
+    if (r.value.signal.aborted) {
+      this.lost(req)
+      return
+    }
     req.runCallback(new Lock(req.name, req.mode))
   }
 
@@ -195,7 +204,11 @@ class BaseState {
     req.state = 'done'
     req.unwatch?.()
     const e = this.entry(req.name)
-    remove(e.held, req)
+    const i = e.held.indexOf(req)
+    if (i < 0) return
+    e.held.splice(i, 1)
+    // Nothing held here any more: the backend may let go of what only holders need (dflockd: the steal mailbox).
+    if (--this.heldCount === 0) this.backend.idle?.()
   }
 
   /** The callback's promise settled: release the backend lock, then settle the request's promise. */

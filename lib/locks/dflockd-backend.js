@@ -17,6 +17,7 @@ const { stats } = require('../dflockd/connection')
 const { invalidArgument } = require('../errors')
 const { stemOf, nameOfStem } = require('./names')
 const { Steals } = require('./dflockd-steal')
+const { ErrorCode } = require('../codes')
 
 class DflockdBackend {
   constructor(base) {
@@ -89,9 +90,9 @@ class DflockdBackend {
     for (;;) {
       const r = await (wait ? target.acquire : target.tryAcquire)(this.url(name), options)
       if (r.ok) return r
-      if (r.error.type === 'ALREADY_LOCKED') return { ok: false, unavailable: true }
+      if (r.error.type === ErrorCode.ALREADY_LOCKED) return { ok: false, unavailable: true }
       // The server's longest wait ran out: a Web Lock waits until granted or aborted.
-      if (wait && r.error.type === 'TIMEOUT' && !signal?.aborted) continue
+      if (wait && r.error.type === ErrorCode.TIMEOUT && !signal?.aborted) continue
       return { ok: false, error: lockError(r.error) }
     }
   }

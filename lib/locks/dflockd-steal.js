@@ -36,6 +36,7 @@
 const { createHash, randomBytes } = require('node:crypto')
 const { Wire } = require('./dflockd-wire')
 const { LockError } = require('../errors')
+const { ErrorCode } = require('../codes')
 
 /** Lease of the mailbox's bell keys; renewed every RENEW_MS, which also keeps the holding connection under the
  * server's 23 s read timeout. Only the mailbox is renewed from JS: a mailbox that misses a renewal (a blocked event
@@ -163,7 +164,7 @@ class Steals {
       a.keepAlive(false)
       b.keepAlive(false)
       const token = await a.lock(this.mbox, 0, BELL_TTL_S)
-      if (token === null) throw new LockError(`mailbox ${this.mbox} is taken`, 'ALREADY_LOCKED')
+      if (token === null) throw new LockError(`mailbox ${this.mbox} is taken`, ErrorCode.ALREADY_LOCKED)
       const box = { holder: null, watcher: b, timer: null, broken: false }
       box.holder = await this.#publish(a, token)
       box.timer = setInterval(() => {
@@ -187,7 +188,7 @@ class Steals {
   async #publish(wire, token) {
     const nameKey = `${this.mbox}~${token}`
     const nameToken = await wire.lock(nameKey, 0, BELL_TTL_S)
-    if (nameToken === null) throw new LockError(`mailbox name ${nameKey} is taken`, 'ALREADY_LOCKED')
+    if (nameToken === null) throw new LockError(`mailbox name ${nameKey} is taken`, ErrorCode.ALREADY_LOCKED)
     return { wire, token, nameKey, nameToken }
   }
 
@@ -297,7 +298,7 @@ class Steals {
     let intent = null
     try {
       const i = await this.hold(intentKey)
-      if (!i.ok) throw i.error ?? new LockError('the steal intent could not be taken', 'ALREADY_LOCKED')
+      if (!i.ok) throw i.error ?? new LockError('the steal intent could not be taken', ErrorCode.ALREADY_LOCKED)
       intent = i.value
       w = await Wire.open(this.server)
       /** clientId → when it was last rung */
@@ -360,7 +361,7 @@ class Steals {
           new LockError(
             `lock '${key}' lost: the process it was stolen from, which keeps it on its connection for this one, ` +
               'released it (it lost it, or its connection or process ended)',
-            'LOCK_LOST',
+            ErrorCode.LOCK_LOST,
           ),
         ),
       )
@@ -404,7 +405,7 @@ function intentLost(key, intent) {
   const why = intent.signal.reason
   return new LockError(
     `lock '${key}' lost: this steal's intent key, which keeps the lock ours, was lost${why && why.message ? ` (${why.message})` : ''}`,
-    'LOCK_LOST',
+    ErrorCode.LOCK_LOST,
   )
 }
 

@@ -8,6 +8,7 @@
 const net = require('node:net')
 const tls = require('node:tls')
 const { LockError, AuthError } = require('../errors')
+const { ErrorCode } = require('../codes')
 
 /** The protocol's line limit (256 bytes, excluding the newline) and key rule (no space, tab, CR, LF; not empty). */
 const MAX_LINE = 256
@@ -31,8 +32,8 @@ class Wire {
     socket.setEncoding('utf8')
     socket.setNoDelay(true)
     socket.on('data', (chunk) => this.#data(chunk))
-    socket.on('error', (e) => this.#fail(new LockError(`dflockd steal connection failed: ${e.message}`, 'CONNECTION_ERROR')))
-    socket.on('close', () => this.#fail(new LockError('dflockd steal connection closed', 'CONNECTION_ERROR')))
+    socket.on('error', (e) => this.#fail(new LockError(`dflockd steal connection failed: ${e.message}`, ErrorCode.CONNECTION_ERROR)))
+    socket.on('close', () => this.#fail(new LockError('dflockd steal connection closed', ErrorCode.CONNECTION_ERROR)))
     socket.unref()
   }
 
@@ -48,7 +49,7 @@ class Wire {
       const ready = server.tls ? 'secureConnect' : 'connect'
       const timer = setTimeout(() => {
         s.destroy()
-        reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: no connection within ${connectMs} ms`, 'TIMEOUT'))
+        reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: no connection within ${connectMs} ms`, ErrorCode.TIMEOUT))
       }, connectMs)
       timer.unref()
       s.once(ready, () => {
@@ -58,13 +59,13 @@ class Wire {
       })
       s.once('error', (e) => {
         clearTimeout(timer)
-        reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: ${e.message}`, 'CONNECTION_ERROR'))
+        reject(new LockError(`cannot connect to dflockd ${server.host}:${server.port} for a steal: ${e.message}`, ErrorCode.CONNECTION_ERROR))
       })
     })
     const wire = new Wire(socket, replyMs)
     if (server.auth !== undefined) {
       const r = await wire.request('auth', '_', server.auth).catch((e) => e)
-      if (r instanceof LockError && r.code === 'TIMEOUT') throw r
+      if (r instanceof LockError && r.code === ErrorCode.TIMEOUT) throw r
       if (r !== 'ok') {
         wire.close()
         // Never the token itself in a message.
@@ -87,7 +88,7 @@ class Wire {
       }
       this.#refresh()
     }
-    if (this.#buffer.length > 1 << 20) this.#fail(new LockError('dflockd reply exceeded 1 MiB', 'PROTOCOL_ERROR'))
+    if (this.#buffer.length > 1 << 20) this.#fail(new LockError('dflockd reply exceeded 1 MiB', ErrorCode.PROTOCOL_ERROR))
   }
 
   #fail(error) {
@@ -119,16 +120,16 @@ class Wire {
   /** Sends `cmd\nkey\narg\n`; resolves the reply line. `waitS`: how long the server may wait before it replies (a
    * blocking `l`), added to the reply deadline; past it the connection fails (TIMEOUT). */
   request(cmd, key, arg, waitS = 0) {
-    if (this.#closed) return Promise.reject(this.#error ?? new LockError('dflockd steal connection closed', 'CONNECTION_ERROR'))
+    if (this.#closed) return Promise.reject(this.#error ?? new LockError('dflockd steal connection closed', ErrorCode.CONNECTION_ERROR))
     for (const line of [cmd, key, arg]) {
       if (/[\r\n]/.test(line) || Buffer.byteLength(line) > MAX_LINE) {
-        return Promise.reject(new LockError(`invalid dflockd request line for a steal: '${line.slice(0, 40)}'`, 'INVALID_ARGUMENT'))
+        return Promise.reject(new LockError(`invalid dflockd request line for a steal: '${line.slice(0, 40)}'`, ErrorCode.INVALID_ARGUMENT))
       }
     }
     return new Promise((resolve, reject) => {
       // Unref'd: whether a pending request keeps the process alive is the socket's business (#refresh).
       const timer = setTimeout(
-        () => this.#fail(new LockError(`dflockd did not answer '${cmd}' within ${waitS * 1000 + this.#replyMs} ms (steal connection)`, 'TIMEOUT')),
+        () => this.#fail(new LockError(`dflockd did not answer '${cmd}' within ${waitS * 1000 + this.#replyMs} ms (steal connection)`, ErrorCode.TIMEOUT)),
         waitS * 1000 + this.#replyMs,
       )
       timer.unref()
@@ -143,7 +144,7 @@ class Wire {
     const r = await this.request('l', key, `${timeoutS} ${ttlS}`, timeoutS)
     if (r === 'timeout') return null
     const m = /^ok (\S+)/.exec(r)
-    if (!m) throw new LockError(`dflockd refused a steal key (l): '${r}'`, 'SERVER_ERROR', { reply: r.split(' ')[0] })
+    if (!m) throw new LockError(`dflockd refused a steal key (l): '${r}'`, ErrorCode.SERVER_ERROR, { reply: r.split(' ')[0] })
     return m[1]
   }
 
@@ -159,7 +160,7 @@ class Wire {
 
   async stats() {
     const r = await this.request('stats', '_', '')
-    if (!r.startsWith('ok ')) throw new LockError(`stats failed: '${r}'`, 'SERVER_ERROR', { reply: r.split(' ')[0] })
+    if (!r.startsWith('ok ')) throw new LockError(`stats failed: '${r}'`, ErrorCode.SERVER_ERROR, { reply: r.split(' ')[0] })
     const s = JSON.parse(r.slice(3))
     for (const k of ['locks', 'semaphores', 'idle_locks', 'idle_semaphores']) if (!Array.isArray(s[k])) s[k] = []
     return s
@@ -168,7 +169,7 @@ class Wire {
   close() {
     if (this.#closed) return
     this.#closed = true
-    this.#error = new LockError('dflockd steal connection closed', 'CONNECTION_ERROR')
+    this.#error = new LockError('dflockd steal connection closed', ErrorCode.CONNECTION_ERROR)
     this.#socket.destroy()
     for (const w of this.#waiting.splice(0)) {
       clearTimeout(w.timer)

@@ -10,6 +10,7 @@ const target = require('../target')
 const { listDir } = require('../cli/ls')
 const { stemOf, nameOfStem, encodeName, decodeName } = require('./names')
 const { readersOf } = require('../file/shared')
+const { ErrorCode } = require('../codes')
 
 const TAG = /^web-lock mode=(exclusive|shared) client=(\S+)(?: name=(\S*))?$/
 
@@ -47,9 +48,9 @@ class FileBackend {
     let last
     for (let i = 0; i < STEAL_ROUNDS; i++) {
       const rel = await target.release(path, { force: true })
-      if (!rel.ok && rel.error.type !== 'NOT_LOCKED') return { ok: false, error: toError(rel.error) }
+      if (!rel.ok && rel.error.type !== ErrorCode.NOT_LOCKED) return { ok: false, error: toError(rel.error) }
       last = await target.tryAcquire(path, { tag: this.tag(name, 'exclusive', clientId), mode: 'exclusive' })
-      if (last.ok || last.error.type !== 'ALREADY_LOCKED') return settle(last)
+      if (last.ok || last.error.type !== ErrorCode.ALREADY_LOCKED) return settle(last)
     }
     return settle(last)
   }
@@ -60,7 +61,7 @@ class FileBackend {
     const pending = []
     const listing = await listDir(this.dir)
     if (listing.error) {
-      if (listing.error.message && /ENOENT|No such file|os error 2\)/.test(listing.error.message)) return { held, pending }
+      if (listing.error.errnoName === 'ENOENT') return { held, pending }
       throw toError(listing.error)
     }
     for (const l of listing.locks) {
@@ -102,7 +103,7 @@ const STEAL_ROUNDS = 16
 
 function settle(r) {
   if (r.ok) return r
-  if (r.error.type === 'ALREADY_LOCKED') return { ok: false, unavailable: true }
+  if (r.error.type === ErrorCode.ALREADY_LOCKED) return { ok: false, unavailable: true }
   return { ok: false, error: toError(r.error) }
 }
 

@@ -12,6 +12,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { LockError } = require('../errors')
+const { ErrorCode } = require('../codes')
 
 function defaultDir(root) {
   if (process.platform === 'win32') {
@@ -22,7 +23,7 @@ function defaultDir(root) {
 }
 
 function refuse(dir, why) {
-  return new LockError(`refusing the per-user lock directory ${dir}: ${why}`, 'INVALID_PATH')
+  return new LockError(`refusing the per-user lock directory ${dir}: ${why}`, ErrorCode.INVALID_PATH)
 }
 
 /** Creates or checks the per-user directory (under `root`, for tests) and returns its path. Throws LockError. */
@@ -35,7 +36,7 @@ function userLocksDir(root) {
   try {
     fs.mkdirSync(dir, { mode: 0o700 })
   } catch (e) {
-    if (e.code !== 'EEXIST') throw new LockError(`cannot create the per-user lock directory ${dir}: ${e.message}`, 'IO_ERROR')
+    if (e.code !== 'EEXIST') throw new LockError(`cannot create the per-user lock directory ${dir}: ${e.message}`, ErrorCode.IO_ERROR)
   }
   const st = fs.lstatSync(dir)
   if (st.isSymbolicLink()) throw refuse(dir, 'it is a symbolic link (another user may have planted it)')

@@ -54,6 +54,27 @@ function reportLosses(prim) {
   return id
 }
 
+/** Results of the primitives' event-loop calls (acquireOnLoop/releaseOnLoop), by primitive id: one call at a time
+ * per primitive, its resolver set before the call and removed when it settles. One function for every primitive:
+ * the native side holds it strongly, so it must not reach an instance (which would then never be collected). */
+const settleHandlers = new Map()
+function onLoopSettle(r) {
+  const resolve = settleHandlers.get(r.id)
+  if (resolve === undefined) return
+  settleHandlers.delete(r.id)
+  resolve(r)
+}
+
+/** Runs `onLoop()` (true = started on the event loop, its result to onLoopSettle) or else `fallback()` (a promise). */
+function loopCall(id, onLoop, fallback) {
+  let resolve
+  const p = new Promise((r) => (resolve = r))
+  settleHandlers.set(id, resolve)
+  if (onLoop()) return p
+  settleHandlers.delete(id)
+  return fallback()
+}
+
 class DistributedLock {
   #key
   #limit
@@ -76,6 +97,8 @@ class DistributedLock {
   #prim = null
   #primIdx = -1
   #primId = 0
+  /** The primitive runs its round trips on this thread's event loop (else on tokio: TLS, shared mode, Bun, Deno). */
+  #onLoop = false
   /** The default strategy's answer, computed once (it depends on the key and the server count only). */
   #defaultIdx = -1
   /** An acquisition is live: connecting, acquiring, queued or held. */
@@ -155,6 +178,7 @@ class DistributedLock {
     this.#prim = prim
     this.#primIdx = idx
     this.#primId = reportLosses(prim)
+    this.#onLoop = prim.useEventLoop(onLoopSettle)
     return prim
   }
 
@@ -335,10 +359,20 @@ class DistributedLock {
     }
     this.#interrupt = stop
     try {
-      return await promise
+      const r = await promise
+      // Aborted by the signal: the interrupted primitive's late end closes it (cancellable), so it must not serve
+      // the next acquisition (which the event-loop driver can start before that end arrives).
+      if (!r.ok && r.error.code === 'ABORTED' && this.#prim === prim) this.#discard()
+      return r
     } finally {
       if (this.#interrupt === stop) this.#interrupt = null
     }
+  }
+
+  /** The native acquire: on the event loop when the primitive can (an `e` answered `queued` goes on on tokio). */
+  #startAcquire(prim) {
+    if (!this.#onLoop) return prim.acquire()
+    return loopCall(this.#primId, () => prim.acquireOnLoop(), () => prim.acquire()).then((r) => (r.queued ? prim.continueAcquire() : r))
   }
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
@@ -347,7 +381,7 @@ class DistributedLock {
     checkSignal(signal)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
-    const r = await this.#run(prim, () => prim.acquire(), signal)
+    const r = await this.#run(prim, () => this.#startAcquire(prim), signal)
     if (!this.#settle(prim, gen, r, 'acquire')) {
       this.#drop(prim, gen)
       return false
@@ -419,7 +453,8 @@ class DistributedLock {
     this.#end()
     if (held) {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
-      await prim.release()
+      if (this.#onLoop) await loopCall(this.#primId, () => prim.releaseOnLoop(), () => prim.release())
+      else await prim.release()
     } else {
       if (interrupt) interrupt()
       prim.cancel()

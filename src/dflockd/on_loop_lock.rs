@@ -28,6 +28,7 @@ use super::*;
 
 mod held;
 mod pool;
+mod queued;
 
 use crate::event_loop::{SocketWatch, WatchHandler};
 use crate::js_callback::JsCallback;
@@ -599,63 +600,6 @@ impl LoopLock {
         }
     }
 
-    fn queued(&self, op: ExternalOp, started: Instant, sent: Instant) {
-        let Some(c) = self.conn.borrow_mut().take() else {
-            return;
-        };
-        c.watch.close();
-        *self.stage.borrow_mut() = Stage::Queued {
-            op,
-            stream: c.stream,
-            started,
-            sent,
-        };
-        self.call(NativeLoopSettle {
-            id: self.id,
-            ok: true,
-            value: None,
-            queued: Some(true),
-            error: None,
-        });
-    }
-
-    /// The rest of a queued acquisition, on tokio (see the module comment).
-    pub(super) fn continue_queued(
-        &self,
-        done: impl FnOnce(core::Result<bool>) + Send + 'static,
-    ) -> napi::Result<()> {
-        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
-        let Stage::Queued {
-            op,
-            stream,
-            started,
-            sent,
-        } = stage
-        else {
-            *self.stage.borrow_mut() = stage;
-            done(Err(aborted_error()));
-            return Ok(());
-        };
-        let prim = self.prim.clone();
-        let opts = prim.options().connect.clone();
-        napi::bindgen_prelude::spawn(async move {
-            match Connection::from_nonblocking(stream, &opts) {
-                Some(conn) => {
-                    prim.external_queued_then(op, conn, started, sent, done)
-                        .await
-                }
-                None => {
-                    let r = prim.external_end(op).and(Err(DflockdError::new(
-                        core::ErrorCode::ConnectionError,
-                        "the queued connection could not be handed over",
-                    )));
-                    done(r);
-                }
-            }
-        });
-        Ok(())
-    }
-
     /// `cancel()`: abort an acquisition in progress (it settles `ABORTED`).
     pub(super) fn cancel(&self) {
         if matches!(
@@ -663,25 +607,6 @@ impl LoopLock {
             Stage::Connecting { .. } | Stage::Asking { .. } | Stage::Queued { .. }
         ) {
             self.fail_acquire(aborted_error());
-        }
-    }
-
-    /// `close()`: drop everything without a release (the server releases on disconnect); a
-    /// release in flight settles `LOCK_LOST` as on tokio.
-    pub(super) fn close(&self) {
-        self.cancel();
-        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
-        self.close_conn();
-        match stage {
-            Stage::Releasing { .. } => self.call_void(Err(DflockdError::new(
-                core::ErrorCode::LockLost,
-                "the lock was lost before release (its connection was closed)",
-            ))),
-            Stage::Held { release: true, .. } => self.call_void(Err(DflockdError::new(
-                core::ErrorCode::LockLost,
-                "the lock was lost before release (its connection was closed)",
-            ))),
-            _ => {}
         }
     }
 

@@ -274,4 +274,22 @@ impl LoopLock {
         }
         true
     }
+    /// `close()`: drop everything without a release (the server releases on disconnect); a
+    /// release in flight settles `LOCK_LOST` as on tokio.
+    pub(in crate::dflockd) fn close(&self) {
+        self.cancel();
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        self.close_conn();
+        match stage {
+            Stage::Releasing { .. } => self.call_void(Err(DflockdError::new(
+                core::ErrorCode::LockLost,
+                "the lock was lost before release (its connection was closed)",
+            ))),
+            Stage::Held { release: true, .. } => self.call_void(Err(DflockdError::new(
+                core::ErrorCode::LockLost,
+                "the lock was lost before release (its connection was closed)",
+            ))),
+            _ => {}
+        }
+    }
 }

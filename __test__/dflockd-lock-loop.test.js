@@ -10,7 +10,8 @@ const path = require('node:path')
 const d = require('./helpers/dflockd')
 const { spawnTracked, waitExit } = require('./helpers/file-util')
 const native = require('../lib/native')
-const { DistributedLock, DistributedSemaphore, LockError } = require('..')
+const { Worker } = require('node:worker_threads')
+const { DistributedLock, DistributedSemaphore, LockError, stats } = require('..')
 
 const skip = d.skipReason()
 const pkg = path.resolve(__dirname, '..')
@@ -24,6 +25,16 @@ function runChild(code, boundMs, env = process.env) {
   const child = spawnTracked(process.execPath, ['-e', code], { cwd: pkg, env })
   child.stdin.end()
   return waitExit(child, boundMs, 'child')
+}
+
+/** Resolves once the server's stats show a waiter on `key` (lock or semaphore). */
+async function queuedOn(key) {
+  for (;;) {
+    const st = await stats({ host: s.host, port: s.port })
+    const waiting = st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0
+    if (waiting > 0) return
+    await new Promise((res) => setTimeout(res, 20))
+  }
 }
 
 const primitiveOptions = (port, extra = {}) => ({
@@ -98,13 +109,13 @@ describe('DistributedLock on the event loop', { skip }, () => {
     const a = new DistributedLock({ key: 'loop-queued', servers: [[s.host, s.port]] })
     const b = new DistributedSemaphore({ key: 'loop-queued-sem', limit: 1, servers: [[s.host, s.port]] })
     const c = new DistributedSemaphore({ key: 'loop-queued-sem', limit: 1, servers: [[s.host, s.port]] })
-    for (const [holder, waiter] of [
-      [a, new DistributedLock({ key: 'loop-queued', servers: [[s.host, s.port]] })],
-      [b, c],
+    for (const [holder, waiter, key] of [
+      [a, new DistributedLock({ key: 'loop-queued', servers: [[s.host, s.port]] }), 'loop-queued'],
+      [b, c, 'loop-queued-sem'],
     ]) {
       assert.equal(await holder.acquire(), true)
       const granted = waiter.acquire()
-      await new Promise((r) => setTimeout(r, 300))
+      await queuedOn(key)
       await holder.release()
       assert.equal(await granted, true)
       assert.ok(waiter.token)
@@ -118,11 +129,41 @@ describe('DistributedLock on the event loop', { skip }, () => {
     const waiter = new DistributedLock({ key: 'loop-abort', servers: [[s.host, s.port]] })
     const ac = new AbortController()
     const p = waiter.acquire({ signal: ac.signal })
-    setTimeout(() => ac.abort(), 200)
+    await queuedOn('loop-abort')
+    ac.abort()
     await assert.rejects(p, (e) => e instanceof LockError && e.code === 'ABORTED')
     await holder.release()
     assert.equal(await waiter.acquire(), true)
     await waiter.release()
+  })
+
+  test('a worker thread runs its own locks on its own loop, and ends by itself holding one', async () => {
+    const main = new DistributedLock({ key: 'loop-worker-main', servers: [[s.host, s.port]] })
+    assert.equal(await main.acquire(), true)
+    const w = new Worker(
+      `const { parentPort } = require('node:worker_threads')
+       const { DistributedLock } = require(${JSON.stringify(pkg)})
+       ;(async () => {
+         const l = new DistributedLock({ key: 'loop-worker', servers: [['127.0.0.1', ${s.port}]], leaseTtlS: 2 })
+         for (let i = 0; i < 50; i++) {
+           if (!(await l.acquire())) throw new Error('not acquired')
+           await l.release()
+         }
+         const held = new DistributedLock({ key: 'loop-worker-held', servers: [['127.0.0.1', ${s.port}]] })
+         parentPort.postMessage(await held.acquire())
+       })().catch((e) => parentPort.postMessage(String(e)))`,
+      { eval: true },
+    )
+    const [msg] = await once(w, 'message')
+    assert.equal(msg, true)
+    const [code] = await once(w, 'exit')
+    assert.equal(code, 0)
+    // The worker's held lock went with its connection; the main thread's is untouched.
+    const again = new DistributedLock({ key: 'loop-worker-held', servers: [[s.host, s.port]], acquireTimeoutS: 5 })
+    assert.equal(await again.acquire(), true)
+    await again.release()
+    assert.ok(main.token)
+    await main.release()
   })
 
   test('an idle held lock and an idle pooled connection do not keep the process alive (the child exits by itself)', async () => {

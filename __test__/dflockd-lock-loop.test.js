@@ -8,6 +8,7 @@ const assert = require('node:assert/strict')
 const { once } = require('node:events')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
+const { startFaultProxy } = require('./helpers/fault-proxy')
 const { spawnTracked, waitExit } = require('./helpers/file-util')
 const native = require('../lib/native')
 const { Worker } = require('node:worker_threads')
@@ -103,6 +104,24 @@ describe('DistributedLock on the event loop', { skip }, () => {
     await a.release()
     assert.equal(await other.acquire(), true)
     await other.release()
+  })
+
+  test('release() while a renew reply is lost waits 5 s at most for it, not the lease (30 s)', async () => {
+    // The grant's reply passes, then every reply is swallowed: the first renew (after 1 s) is never answered.
+    const proxy = await startFaultProxy(s, { downLines: 1 })
+    const lock = new DistributedLock({ key: 'loop-rel-renew', servers: [[proxy.host, proxy.port]], leaseTtlS: 30, renewMaxIntervalMs: 1000 })
+    assert.equal(await lock.acquire(), true)
+    await once(proxy, 'drop')
+    const t0 = performance.now()
+    await lock.release()
+    const took = performance.now() - t0
+    assert.ok(took < 15000, `release settled after ${Math.round(took)} ms`)
+    assert.equal(lock.token, null)
+    // The connection was closed: the server released the key.
+    const next = new DistributedLock({ key: 'loop-rel-renew', servers: [[s.host, s.port]], acquireTimeoutS: 5 })
+    assert.equal(await next.acquire(), true)
+    await next.release()
+    await proxy.close()
   })
 
   test('a contended acquire (`e` answered `queued`) goes on on tokio and is granted at the release', async () => {

@@ -113,6 +113,19 @@ impl LoopLock {
                     };
                     return;
                 }
+                if renewing.is_some() && release && now < hold.loss_at() {
+                    // The holder is releasing and the renew in flight got no reply within
+                    // RELEASE_RENEW_WAIT: closing the connection releases on the server (or the
+                    // lease ends by itself), as the renewal task does.
+                    self.close_conn();
+                    hold.lost(
+                        false,
+                        "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)",
+                    );
+                    let _ = hold.begin_release(&self.prim);
+                    self.call_void(Err(hold.lost_error()));
+                    return;
+                }
                 if renewing.is_some() || now >= hold.loss_at() {
                     // No renew confirmed within the validity: lost now, before the server
                     // could grant the key to anyone else; the connection stays open until
@@ -235,7 +248,17 @@ impl LoopLock {
             return false;
         };
         if renewing.is_some() {
-            // Sent after the renew's reply (at most until the validity ends, see on_timer).
+            // Sent after the renew's reply, which is awaited RELEASE_RENEW_WAIT at most (less
+            // when the validity ends sooner; see on_timer).
+            let give_up = hold
+                .loss_at()
+                .min(Instant::now() + core::primitive::RELEASE_RENEW_WAIT);
+            if let Some(c) = self.conn.borrow().as_ref() {
+                let ms = give_up
+                    .saturating_duration_since(Instant::now())
+                    .as_millis();
+                c.watch.arm_timer(ms.clamp(1, u64::MAX as u128) as u64);
+            }
             *self.stage.borrow_mut() = Stage::Held {
                 hold,
                 renewing,

@@ -10,6 +10,12 @@
 // instances go through one shared channel instead, dispatched by primitive id to the acquisition in progress.
 // Measured with the native side's one task per acquisition (Go server, best of 7 on a loaded 2-core machine): client
 // CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
+//
+// Where this thread's event loop serves (Node; not TLS, a shared mode, Bun or Deno), the primitive's round trips run on
+// it (src/dflockd/on_loop_lock.rs; results through onLoopSettle, no tokio thread or threadsafe function per round
+// trip). Measured by bench/run.js --only=dflockd (Go server, one run on a loaded 2-core VM, lock + release pairs/s):
+// 1 worker 4 644 → 11 806 (client CPU 139.5 → 45.5 µs, context switches 7.1 → 2.0 per pair), 10 workers 16 599 →
+// 16 640 (CPU 47.3 → 32.7 µs: the machine's ceiling, where the TS client and a plain Node net loop also are).
 
 const native = require('../native')
 const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../validate')
@@ -441,9 +447,9 @@ class DistributedLock {
   }
 
   /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
-   * server releases on disconnect. After a clean release the connection goes to the process-wide idle pool (at most
-   * 64 per server, closed after 2 s unused, never keeping the process alive) for the next acquisition to that server
-   * by any instance. */
+   * server releases on disconnect. After a clean release the connection goes to the idle pool (this thread's on the
+   * event-loop driver, the process's on tokio; at most 64 per server, closed after 2 s unused, never keeping the process
+   * alive) for the next acquisition to that server by any instance. */
   async release() {
     const prim = this.#prim
     if (!this.#live || !prim) throw new LockError('not connected; nothing to release', 'NOT_LOCKED')

@@ -50,15 +50,15 @@ const primitiveOptions = (port, extra = {}) => ({
 describe('DistributedLock on the event loop', { skip }, () => {
   test('a plain-TCP primitive runs on the event loop; TLS, a shared mode and SEMA_NATIVE_LIBUV=off stay on tokio', async () => {
     const settle = () => {}
-    assert.equal(new native.NativeDflockdPrimitive(primitiveOptions(s.port)).useEventLoop(settle), true)
+    assert.equal(new native.NativeDflockdPrimitive(primitiveOptions(s.port)).useEventLoop(1, settle), true)
     const tls = new native.NativeDflockdPrimitive(primitiveOptions(s.port, { tls: { rejectUnauthorized: false } }))
-    assert.equal(tls.useEventLoop(settle), false)
+    assert.equal(tls.useEventLoop(1, settle), false)
     const shared = new native.NativeDflockdPrimitive(primitiveOptions(s.port, { mode: 'shared' }))
-    assert.equal(shared.useEventLoop(settle), false)
+    assert.equal(shared.useEventLoop(1, settle), false)
     const r = await runChild(
       `const native = require('./lib/native')
        const p = new native.NativeDflockdPrimitive(${JSON.stringify(primitiveOptions(s.port))})
-       console.log(p.useEventLoop(() => {}))`,
+       console.log(p.useEventLoop(1, () => {}))`,
       15000,
       { ...process.env, SEMA_NATIVE_LIBUV: 'off' },
     )

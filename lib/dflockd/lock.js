@@ -12,7 +12,7 @@
 // CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
 //
 // Where this thread's event loop serves (Node; not TLS, a shared mode, Bun or Deno), the primitive's round trips run on
-// it (src/dflockd/on_loop_lock.rs; results through onLoopSettle, no tokio thread or threadsafe function per round
+// it (src/dflockd/on_loop_lock.rs; results through common.js onLoopSettle, no tokio thread or threadsafe function per round
 // trip). Measured by bench/run.js --only=dflockd (Go server, one run on a loaded 2-core VM, lock + release pairs/s):
 // 1 worker 4 644 → 11 806 (client CPU 139.5 → 45.5 µs, context switches 7.1 → 2.0 per pair), 10 workers 16 599 →
 // 16 640 (CPU 47.3 → 32.7 µs: the machine's ceiling, where the TS client and a plain Node net loop also are).
@@ -21,7 +21,7 @@ const native = require('../native')
 const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
 
@@ -60,27 +60,6 @@ function reportLosses(prim) {
   return id
 }
 
-/** Results of the primitives' event-loop calls (acquireOnLoop/releaseOnLoop), by primitive id: one call at a time
- * per primitive, its resolver set before the call and removed when it settles. One function for every primitive:
- * the native side holds it strongly, so it must not reach an instance (which would then never be collected). */
-const settleHandlers = new Map()
-function onLoopSettle(r) {
-  const resolve = settleHandlers.get(r.id)
-  if (resolve === undefined) return
-  settleHandlers.delete(r.id)
-  resolve(r)
-}
-
-/** Runs `onLoop()` (true = started on the event loop, its result to onLoopSettle) or else `fallback()` (a promise). */
-function loopCall(id, onLoop, fallback) {
-  let resolve
-  const p = new Promise((r) => (resolve = r))
-  settleHandlers.set(id, resolve)
-  if (onLoop()) return p
-  settleHandlers.delete(id)
-  return fallback()
-}
-
 class DistributedLock {
   #key
   #limit
@@ -103,8 +82,8 @@ class DistributedLock {
   #prim = null
   #primIdx = -1
   #primId = 0
-  /** The primitive runs its round trips on this thread's event loop (else on tokio: TLS, shared mode, Bun, Deno). */
-  #onLoop = false
+  /** The primitive's id for its event-loop results; 0 = its round trips run on tokio (TLS, shared mode, Bun, Deno). */
+  #loopId = 0
   /** The default strategy's answer, computed once (it depends on the key and the server count only). */
   #defaultIdx = -1
   /** An acquisition is live: connecting, acquiring, queued or held. */
@@ -184,7 +163,7 @@ class DistributedLock {
     this.#prim = prim
     this.#primIdx = idx
     this.#primId = reportLosses(prim)
-    this.#onLoop = prim.useEventLoop(onLoopSettle)
+    this.#loopId = useEventLoop(prim)
     return prim
   }
 
@@ -377,8 +356,7 @@ class DistributedLock {
 
   /** The native acquire: on the event loop when the primitive can (an `e` answered `queued` goes on on tokio). */
   #startAcquire(prim) {
-    if (!this.#onLoop) return prim.acquire()
-    return loopCall(this.#primId, () => prim.acquireOnLoop(), () => prim.acquire()).then((r) => (r.queued ? prim.continueAcquire() : r))
+    return loopAcquire(prim, this.#loopId)
   }
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
@@ -459,8 +437,7 @@ class DistributedLock {
     this.#end()
     if (held) {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
-      if (this.#onLoop) await loopCall(this.#primId, () => prim.releaseOnLoop(), () => prim.release())
-      else await prim.release()
+      await loopRelease(prim, this.#loopId)
     } else {
       if (interrupt) interrupt()
       prim.cancel()

@@ -126,17 +126,17 @@ impl NativeDflockdPrimitive {
     }
 
     /// Make `acquireOnLoop`/`releaseOnLoop` run on this thread's event loop, settling through
-    /// `onSettle({id, ok, value?, queued?, error?})` (`id`: the one given to `reportLossesTo`).
+    /// `onSettle({id, ok, value?, queued?, error?})` with this `id`.
     /// `false` (and nothing changes) when the loop cannot serve here or the options need tokio
     /// (TLS, a shared mode).
-    #[napi(ts_args_type = "onSettle: (result: NativeLoopSettle) => void")]
+    #[napi(ts_args_type = "id: number, onSettle: (result: NativeLoopSettle) => void")]
     pub fn use_event_loop(
         &self,
         env: &Env,
+        id: u32,
         on_settle: Function<NativeLoopSettle, ()>,
     ) -> napi::Result<bool> {
         use napi::JsValue as _;
-        let id = self.channel_id.load(std::sync::atomic::Ordering::Relaxed);
         let settle = JsCallback::new(env, on_settle.raw(), "sema-native:dflockd-lock")?;
         let l = LoopLock::new(env, self.inner.clone(), id, settle);
         let ok = l.is_some();

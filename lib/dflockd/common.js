@@ -205,6 +205,50 @@ function stableHashShard(key, numServers) {
 }
 
 
+// ───────────────────────────── the event-loop driver of a primitive ─────────────────────────────
+
+/** Results of the primitives' event-loop calls (acquireOnLoop/releaseOnLoop), by loop id: one call at a time per
+ * primitive, its resolver set before the call and removed when it settles. One function for every primitive: the
+ * native side holds it strongly, so it must not reach an instance (which would then never be collected). */
+const settleHandlers = new Map()
+let nextLoopId = 0
+function onLoopSettle(r) {
+  const resolve = settleHandlers.get(r.id)
+  if (resolve === undefined) return
+  settleHandlers.delete(r.id)
+  resolve(r)
+}
+
+/** Puts `prim`'s round trips on this thread's event loop where it serves: its loop id, or 0 (tokio: TLS, a shared
+ * mode, Bun, Deno, SEMA_NATIVE_LIBUV=off). */
+function useEventLoop(prim) {
+  const id = (nextLoopId = (nextLoopId % 0xffffffff) + 1)
+  return prim.useEventLoop(id, onLoopSettle) ? id : 0
+}
+
+/** Runs `onLoop()` (true = started on the event loop, its result to onLoopSettle) or else `fallback()` (a promise). */
+function loopCall(id, onLoop, fallback) {
+  if (id === 0) return fallback()
+  let resolve
+  const p = new Promise((r) => (resolve = r))
+  settleHandlers.set(id, resolve)
+  if (onLoop()) return p
+  settleHandlers.delete(id)
+  return fallback()
+}
+
+/** The native acquire of `prim` (loop id `id`, 0 = tokio): on the event loop when it can; an `e` answered `queued`
+ * goes on on tokio (continueAcquire). Resolves a BoolResult. */
+function loopAcquire(prim, id) {
+  if (id === 0) return prim.acquire()
+  return loopCall(id, () => prim.acquireOnLoop(), () => prim.acquire()).then((r) => (r.queued ? prim.continueAcquire() : r))
+}
+
+/** The native release of `prim` (see loopAcquire). Resolves `{ok, error?}`. */
+function loopRelease(prim, id) {
+  return loopCall(id, () => prim.releaseOnLoop(), () => prim.release())
+}
+
 module.exports = {
   ABORTED_RESULT,
   DEFAULT_ACQUIRE_TIMEOUT_S,
@@ -216,6 +260,9 @@ module.exports = {
   abortedError,
   authOption,
   cancellable,
+  loopAcquire,
+  loopRelease,
+  useEventLoop,
   checkSignal,
   connectOptions,
   describe,

@@ -10,12 +10,18 @@
 // instances go through one shared channel instead, dispatched by primitive id to the acquisition in progress.
 // Measured with the native side's one task per acquisition (Go server, best of 7 on a loaded 2-core machine): client
 // CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
+//
+// Where this thread's event loop serves (Node; not TLS, a shared mode, Bun or Deno), the primitive's round trips run on
+// it (src/dflockd/on_loop_lock.rs; results through common.js onLoopSettle, no tokio thread or threadsafe function per round
+// trip). Measured by bench/run.js --only=dflockd (Go server, one run on a loaded 2-core VM, lock + release pairs/s):
+// 1 worker 4 644 → 11 806 (client CPU 139.5 → 45.5 µs, context switches 7.1 → 2.0 per pair), 10 workers 16 599 →
+// 16 640 (CPU 47.3 → 32.7 µs: the machine's ceiling, where the TS client and a plain Node net loop also are).
 
 const native = require('../native')
 const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
 
@@ -76,6 +82,8 @@ class DistributedLock {
   #prim = null
   #primIdx = -1
   #primId = 0
+  /** The primitive's id for its event-loop results; 0 = its round trips run on tokio (TLS, shared mode, Bun, Deno). */
+  #loopId = 0
   /** The default strategy's answer, computed once (it depends on the key and the server count only). */
   #defaultIdx = -1
   /** An acquisition is live: connecting, acquiring, queued or held. */
@@ -155,6 +163,7 @@ class DistributedLock {
     this.#prim = prim
     this.#primIdx = idx
     this.#primId = reportLosses(prim)
+    this.#loopId = useEventLoop(prim)
     return prim
   }
 
@@ -335,10 +344,19 @@ class DistributedLock {
     }
     this.#interrupt = stop
     try {
-      return await promise
+      const r = await promise
+      // Aborted by the signal: the interrupted primitive's late end closes it (cancellable), so it must not serve
+      // the next acquisition (which the event-loop driver can start before that end arrives).
+      if (!r.ok && r.error.code === 'ABORTED' && this.#prim === prim) this.#discard()
+      return r
     } finally {
       if (this.#interrupt === stop) this.#interrupt = null
     }
+  }
+
+  /** The native acquire: on the event loop when the primitive can (an `e` answered `queued` goes on on tokio). */
+  #startAcquire(prim) {
+    return loopAcquire(prim, this.#loopId)
   }
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
@@ -347,7 +365,7 @@ class DistributedLock {
     checkSignal(signal)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
-    const r = await this.#run(prim, () => prim.acquire(), signal)
+    const r = await this.#run(prim, () => this.#startAcquire(prim), signal)
     if (!this.#settle(prim, gen, r, 'acquire')) {
       this.#drop(prim, gen)
       return false
@@ -407,9 +425,9 @@ class DistributedLock {
   }
 
   /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
-   * server releases on disconnect. After a clean release the connection goes to the process-wide idle pool (at most
-   * 64 per server, closed after 2 s unused, never keeping the process alive) for the next acquisition to that server
-   * by any instance. */
+   * server releases on disconnect. After a clean release the connection goes to the idle pool (this thread's on the
+   * event-loop driver, the process's on tokio; at most 64 per server, closed after 2 s unused, never keeping the process
+   * alive) for the next acquisition to that server by any instance. */
   async release() {
     const prim = this.#prim
     if (!this.#live || !prim) throw new LockError('not connected; nothing to release', 'NOT_LOCKED')
@@ -419,7 +437,7 @@ class DistributedLock {
     this.#end()
     if (held) {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
-      await prim.release()
+      await loopRelease(prim, this.#loopId)
     } else {
       if (interrupt) interrupt()
       prim.cancel()

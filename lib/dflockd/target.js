@@ -7,7 +7,7 @@ const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { LockError, toLockError, semaphoreError, failure } = require('../errors')
 const { LockHandle } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, nativeSync, opt } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, loopAcquire, loopRelease, nativeSync, opt, useEventLoop } = require('./common')
 const { redactTarget, parseDflockdUrl, targetId } = require('./url')
 const { validate, checkBackend, ACQUIRE } = require('../validate')
 const { parseStatsJson, stats } = require('./connection')
@@ -21,10 +21,12 @@ class DflockdLock extends LockHandle {
   #prim
   #id
   #lease
-  constructor(fields, prim, id) {
+  #loopId
+  constructor(fields, prim, id, loopId) {
     super(fields)
     this.#prim = prim
     this.#id = id
+    this.#loopId = loopId
     this.#lease = prim.lease
     let set = held.get(id)
     if (!set) held.set(id, (set = new Set()))
@@ -71,7 +73,7 @@ class DflockdLock extends LockHandle {
     }
     let r
     try {
-      r = await prim.release()
+      r = await loopRelease(prim, this.#loopId)
     } finally {
       prim.close()
     }
@@ -148,7 +150,9 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason || 'the lease could not be renewed'}`
     if (handle) handle._lost(lostMessage)
   })
-  const r = await cancellable(prim, () => prim.acquire(), signal).promise
+  // On this thread's event loop where it serves (see lock.js), else on tokio.
+  const loopId = useEventLoop(prim)
+  const r = await cancellable(prim, () => loopAcquire(prim, loopId), signal).promise
   if (!r.ok) {
     prim.close()
     if (r.error.code === ErrorCode.ABORTED) return failure(ErrorCode.ABORTED, 'acquire aborted')
@@ -171,6 +175,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     },
     prim,
     targetId(cfg),
+    loopId,
   )
   if (lostMessage !== null) handle._lost(lostMessage)
   return { ok: true, value: handle }

@@ -28,6 +28,7 @@ use crate::result::{
 
 mod connection;
 mod on_loop;
+mod on_loop_lock;
 mod on_tokio;
 mod ops;
 mod primitive;

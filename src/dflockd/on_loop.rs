@@ -384,7 +384,7 @@ impl Conn {
 /// 51 µs client CPU); 50 µs 14 270 / 15 035 (0.1–0.2 switches, 66 µs CPU); 200 µs and 1 ms no
 /// better. At 10 workers the loop is rarely idle and the window changes nothing (44 687 vs
 /// 44 879). A request that waits longer (a blocked acquire) costs at most this much CPU.
-const SPIN: Duration = Duration::from_micros(50);
+pub(super) const SPIN: Duration = Duration::from_micros(50);
 
 thread_local! {
     /// The open connections of this thread's env (one env per JS thread), closed when the env

@@ -3,7 +3,9 @@
 
 use napi::bindgen_prelude::Object;
 
+use super::on_loop_lock::{hand_to_tokio_pool, pool_take_stream, LoopLock, NativeLoopSettle};
 use super::*;
+use crate::js_callback::JsCallback;
 
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
 /// automatic renewal. One connection per held lock/slot; after a clean `release()` it goes to
@@ -16,6 +18,8 @@ pub struct NativeDflockdPrimitive {
     channel_cb: std::sync::Mutex<Option<core::LossCallback>>,
     /// Its id on a loss channel (0: none), removed from [`LIVE_IDS`] when the object is finalized.
     channel_id: std::sync::atomic::AtomicU32,
+    /// The event-loop driver of its round trips (`useEventLoop`), when this thread's loop serves.
+    looped: std::cell::RefCell<Option<std::rc::Rc<LoopLock>>>,
 }
 
 /// Ids (on a loss channel) of the primitives whose JS object is not finalized yet. A loss report
@@ -41,6 +45,9 @@ pub fn dflockd_primitive_alive(id: u32) -> bool {
 
 impl Drop for NativeDflockdPrimitive {
     fn drop(&mut self) {
+        if let Some(l) = self.looped.get_mut().take() {
+            l.collected();
+        }
         let id = *self.channel_id.get_mut();
         if id != 0 {
             live_ids(|ids| ids.remove(&id));
@@ -96,6 +103,7 @@ impl NativeDflockdPrimitive {
             inner: Arc::new(inner),
             channel_cb: std::sync::Mutex::new(None),
             channel_id: std::sync::atomic::AtomicU32::new(0),
+            looped: Default::default(),
         })
     }
 
@@ -117,6 +125,60 @@ impl NativeDflockdPrimitive {
         self.inner.set_on_lost(Some(cb));
     }
 
+    /// Make `acquireOnLoop`/`releaseOnLoop` run on this thread's event loop, settling through
+    /// `onSettle({id, ok, value?, queued?, error?})` with this `id`.
+    /// `false` (and nothing changes) when the loop cannot serve here or the options need tokio
+    /// (TLS, a shared mode).
+    #[napi(ts_args_type = "id: number, onSettle: (result: NativeLoopSettle) => void")]
+    pub fn use_event_loop(
+        &self,
+        env: &Env,
+        id: u32,
+        on_settle: Function<NativeLoopSettle, ()>,
+    ) -> napi::Result<bool> {
+        use napi::JsValue as _;
+        let settle = JsCallback::new(env, on_settle.raw(), "sema-native:dflockd-lock")?;
+        let l = LoopLock::new(env, self.inner.clone(), id, settle);
+        let ok = l.is_some();
+        *self.looped.borrow_mut() = l;
+        Ok(ok)
+    }
+
+    /// Start `acquire()` on the event loop: `true` = started (the result goes to `onSettle`;
+    /// `queued: true` means call `continueAcquire()`), `false` = use `acquire()`.
+    #[napi]
+    pub fn acquire_on_loop(&self) -> bool {
+        let Some(l) = self.looped.borrow().clone() else {
+            return false;
+        };
+        l.acquire(self.inner.ticket())
+    }
+
+    /// The rest of an `acquireOnLoop` answered `queued`, on tokio: resolves like `acquire()`.
+    #[napi(ts_return_type = "Promise<BoolResult>")]
+    pub fn continue_acquire<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        let done = move |r| deferred.resolve(move |_| Ok(bool_result(r)));
+        match self.looped.borrow().clone() {
+            Some(l) => l.continue_queued(done)?,
+            None => done(Err(DflockdError::new(
+                core::ErrorCode::Aborted,
+                "operation aborted",
+            ))),
+        }
+        Ok(promise)
+    }
+
+    /// Start `release()` on the event loop: `true` = started (the result goes to `onSettle`),
+    /// `false` = use `release()`.
+    #[napi]
+    pub fn release_on_loop(&self) -> bool {
+        let Some(l) = self.looped.borrow().clone() else {
+            return false;
+        };
+        l.release()
+    }
+
     /// Connect and acquire within `acquireTimeoutS`. Resolves `{ok: true, value: true}` when
     /// held (renewal started), `{ok: true, value: false}` on timeout.
     ///
@@ -129,9 +191,15 @@ impl NativeDflockdPrimitive {
         let p = self.inner.clone();
         let ticket = p.ticket();
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
-        napi::bindgen_prelude::spawn(p.acquire_then(ticket, move |r| {
+        let opts = p.options().connect.clone();
+        let pooled = pool_take_stream(&opts);
+        let acquire = p.acquire_then(ticket, move |r| {
             deferred.resolve(move |_| Ok(bool_result(r)));
-        }));
+        });
+        napi::bindgen_prelude::spawn(async move {
+            hand_to_tokio_pool(&opts, pooled);
+            acquire.await
+        });
         Ok(promise)
     }
 
@@ -144,7 +212,12 @@ impl NativeDflockdPrimitive {
     ) -> napi::Result<PromiseRaw<'env, NativeEnqueueResult>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
-        env.spawn_future(async move { Ok(enqueue_result(p.enqueue_with(ticket).await)) })
+        let opts = p.options().connect.clone();
+        let pooled = pool_take_stream(&opts);
+        env.spawn_future(async move {
+            hand_to_tokio_pool(&opts, pooled);
+            Ok(enqueue_result(p.enqueue_with(ticket).await))
+        })
     }
 
     /// Phase two: wait up to `timeoutS` seconds (fractions allowed) for the grant: the server
@@ -202,6 +275,10 @@ impl NativeDflockdPrimitive {
     #[napi]
     pub fn close(&self) {
         self.inner.close();
+        let looped = self.looped.borrow().clone();
+        if let Some(l) = looped {
+            l.close();
+        }
         let channel = self
             .channel_cb
             .lock()
@@ -214,6 +291,10 @@ impl NativeDflockdPrimitive {
     #[napi]
     pub fn cancel(&self) {
         self.inner.cancel();
+        let looped = self.looped.borrow().clone();
+        if let Some(l) = looped {
+            l.cancel();
+        }
     }
 
     /// Token of the held lock/slot, or `null`.

@@ -294,6 +294,31 @@ impl Connection {
         ))
     }
 
+    /// Drive on tokio again a plain-TCP socket an event loop drove (see
+    /// [`Connection::into_nonblocking`]), e.g. an acquisition whose `e` was answered `queued`
+    /// goes on waiting here. Must run inside the tokio runtime. `None` with TLS, a partial
+    /// write, or when the runtime refuses the socket.
+    pub fn from_nonblocking(
+        stream: NonBlockingStream,
+        opts: &ConnectOptions,
+    ) -> Option<Connection> {
+        let (socket, buffered, peer, socket_timeout) = stream.into_plain_parts()?;
+        let tcp = TcpStream::from_std(socket).ok()?;
+        Some(Connection {
+            io: Some(Stream::Plain(tcp)),
+            buf: buffered,
+            wbuf: Vec::with_capacity(128),
+            busy: false,
+            socket_timeout,
+            peer,
+            host: opts.host.clone(),
+            port: opts.port,
+            plain: true,
+            answered: true,
+            last_sent: None,
+        })
+    }
+
     fn fail(&mut self, e: DflockdError) -> DflockdError {
         self.close();
         e
@@ -404,25 +429,9 @@ impl Connection {
                 let e = self.fail(e);
                 // Closed before any reply on a fresh plain connection: a TLS server does that.
                 if self.plain && !self.answered && e.code() == ErrorCode::ConnectionError {
-                    // A plain dflockd answering settles it the other way at once: the server
-                    // was restarted, as a reconnecting waiter finds it.
-                    let (host, port) = (self.host.as_str(), self.port);
-                    // Asked again until the limit: a restarting server refuses the first asks.
-                    let plain = async {
-                        while !mismatch::plain_dflockd_answers(host, port).await {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    };
-                    let probe = async {
-                        tokio::select! {
-                            tls = mismatch::speaks_tls(host, port) => tls,
-                            _ = plain => false,
-                        }
-                    };
-                    let limit = self.socket_timeout.min(mismatch::TLS_PROBE_LIMIT);
-                    if let Ok(true) = tokio::time::timeout(limit, probe).await {
-                        return Err(mismatch::tls_server(&self.peer));
-                    }
+                    return Err(
+                        closed_unanswered(&self.host, self.port, self.socket_timeout, e).await,
+                    );
                 }
                 Err(e)
             }
@@ -507,20 +516,8 @@ impl Connection {
             }
             if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
                 let raw = &self.buf[..scanned + pos];
-                let line = describe_line(raw);
-                // The Go server writes `error` and closes a connection that sent nothing for its
-                // --read-timeout: the usual cause is a renew interval longer than that timeout.
-                let hint = if raw.strip_suffix(b"\r").unwrap_or(raw) == b"error" {
-                    " (a dflockd server writes `error` and closes a connection that sent nothing \
-                     for its --read-timeout, 23 s by default: if that timeout was shortened, keep \
-                     the renew interval below it, e.g. renewMaxIntervalMs or a shorter lease)"
-                } else {
-                    ""
-                };
-                return self.fail(DflockdError::protocol(format!(
-                    "server {} sent an unsolicited reply: {line}{hint}",
-                    self.peer
-                )));
+                let e = unsolicited(&self.peer, raw);
+                return self.fail(e);
             }
             scanned = self.buf.len();
             if self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
@@ -548,6 +545,53 @@ impl Connection {
 
 /// A short printable rendering of an unexpected line (one trailing `\r` dropped, control
 /// characters escaped, at most 80 characters).
+/// The error of a fresh plain-TCP connection closed before any reply (`e`): a TLS server does
+/// that, so it is probed (within the socket timeout, at most 500 ms) and named; a plain dflockd
+/// answering settles it the other way at once (the server was restarted, as a reconnecting
+/// waiter finds it). Both drivers use it: this connection and the event loop's.
+pub async fn closed_unanswered(
+    host: &str,
+    port: u16,
+    socket_timeout: Duration,
+    e: DflockdError,
+) -> DflockdError {
+    // Asked again until the limit: a restarting server refuses the first asks.
+    let plain = async {
+        while !mismatch::plain_dflockd_answers(host, port).await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let probe = async {
+        tokio::select! {
+            tls = mismatch::speaks_tls(host, port) => tls,
+            _ = plain => false,
+        }
+    };
+    let limit = socket_timeout.min(mismatch::TLS_PROBE_LIMIT);
+    if let Ok(true) = tokio::time::timeout(limit, probe).await {
+        return mismatch::tls_server(&format!("{host}:{port}"));
+    }
+    e
+}
+
+/// The error of a line the server sent unprompted (`raw`, without its `\n`): it dropped the
+/// connection (and released what it held). Both drivers use it.
+pub fn unsolicited(peer: &str, raw: &[u8]) -> DflockdError {
+    let line = describe_line(raw);
+    // The Go server writes `error` and closes a connection that sent nothing for its
+    // --read-timeout: the usual cause is a renew interval longer than that timeout.
+    let hint = if raw.strip_suffix(b"\r").unwrap_or(raw) == b"error" {
+        " (a dflockd server writes `error` and closes a connection that sent nothing \
+         for its --read-timeout, 23 s by default: if that timeout was shortened, keep \
+         the renew interval below it, e.g. renewMaxIntervalMs or a shorter lease)"
+    } else {
+        ""
+    };
+    DflockdError::protocol(format!(
+        "server {peer} sent an unsolicited reply: {line}{hint}"
+    ))
+}
+
 fn describe_line(line: &[u8]) -> String {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let text = String::from_utf8_lossy(line);

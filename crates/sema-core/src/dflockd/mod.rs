@@ -34,7 +34,9 @@ pub mod tls;
 
 pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};
-pub use primitive::{EnqueueOutcome, LossCallback, Primitive, PrimitiveOptions, Ticket};
+pub use primitive::{
+    EnqueueOutcome, ExternalHold, ExternalOp, LossCallback, Primitive, PrimitiveOptions, Ticket,
+};
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Reply, Request};
 pub use shard::stable_hash_shard;
 pub use shared::Mode;

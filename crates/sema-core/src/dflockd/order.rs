@@ -29,6 +29,15 @@ fn chains() -> &'static Mutex<(u64, Chains)> {
     CHAINS.get_or_init(|| Mutex::new((0, HashMap::new())))
 }
 
+fn chain_name(server: &ConnectOptions, key: &str) -> String {
+    format!(
+        "{}\n{}\n{}",
+        server.host.to_ascii_lowercase(),
+        server.port,
+        key
+    )
+}
+
 /// One acquisition's place in its (server, key) chain. Dropping it (or [`Place::queued`])
 /// lets the next place send its request.
 pub struct Place {
@@ -42,12 +51,7 @@ pub struct Place {
 impl Place {
     /// Takes the next place in the chain of `key` on `server` (call order = place order).
     pub fn take(server: &ConnectOptions, key: &str) -> Place {
-        let chain = format!(
-            "{}\n{}\n{}",
-            server.host.to_ascii_lowercase(),
-            server.port,
-            key
-        );
+        let chain = chain_name(server, key);
         let (tx, rx) = oneshot::channel();
         let mut g = lock(chains());
         g.0 += 1;
@@ -59,6 +63,30 @@ impl Place {
             prev,
             done: Some(tx),
         }
+    }
+
+    /// The next place in the chain of `key` on `server` only when no earlier place still
+    /// waits for its answer (the chain is empty): the "chain empty" query of a driver that
+    /// cannot await [`Place::turn`] (the binding's event loop) and sends at once. `None`
+    /// leaves the chain as it was (the caller takes its place with [`Place::take`]).
+    pub fn take_if_first(server: &ConnectOptions, key: &str) -> Option<Place> {
+        let chain = chain_name(server, key);
+        let (tx, rx) = oneshot::channel();
+        let mut g = lock(chains());
+        if let Some((_, prev)) = g.1.get_mut(&chain) {
+            if matches!(prev.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                return None;
+            }
+        }
+        g.0 += 1;
+        let id = g.0;
+        g.1.insert(chain.clone(), (id, rx));
+        Some(Place {
+            chain,
+            id,
+            prev: None,
+            done: Some(tx),
+        })
     }
 
     /// Waits until the previous place's request was answered (or it ended), at most `bound`.
@@ -113,6 +141,29 @@ mod tests {
             .1
             .keys()
             .all(|k| !k.ends_with("\nk") && !k.ends_with("\nother")));
+    }
+
+    #[tokio::test]
+    async fn take_if_first_only_when_no_earlier_place_waits() {
+        let s = ConnectOptions::new("h", 3);
+        let a = Place::take_if_first(&s, "k3");
+        assert!(a.is_some(), "an empty chain");
+        assert!(
+            Place::take_if_first(&s, "k3").is_none(),
+            "the first place's request is not answered yet"
+        );
+        let mut b = Place::take(&s, "k3");
+        drop(a);
+        b.turn(Duration::from_secs(60)).await;
+        assert!(
+            Place::take_if_first(&s, "k3").is_none(),
+            "b waits for its answer"
+        );
+        b.queued();
+        assert!(
+            Place::take_if_first(&s, "k3").is_some(),
+            "answered: empty again"
+        );
     }
 
     #[tokio::test]

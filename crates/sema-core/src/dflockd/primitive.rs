@@ -45,8 +45,11 @@ use super::renewer::{renewed_lease, HeldCmd, HeldShared, ReleaseReply, Renewer, 
 use super::shared::Part;
 
 mod acquire;
+mod external;
 mod options;
 mod two_phase;
+
+pub use external::{ExternalHold, ExternalOp};
 
 pub use options::{
     PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, LOSS_GUARD_MAX, LOSS_GUARD_MIN,
@@ -71,8 +74,13 @@ type Finished = oneshot::Receiver<()>;
 
 struct Held {
     shared: Arc<HeldShared>,
-    cmd_tx: mpsc::UnboundedSender<HeldCmd>,
     cancel: CancellationToken,
+    /// The renewal task; `None` for a hold driven by the caller's own I/O ([`ExternalHold`]).
+    task: Option<HeldTask>,
+}
+
+struct HeldTask {
+    cmd_tx: mpsc::UnboundedSender<HeldCmd>,
     join: Finished,
 }
 
@@ -283,6 +291,13 @@ impl Primitive {
     }
 
     fn begin(&self, ticket: Ticket) -> Result<Begun> {
+        let (op, cancel, old) = self.begin_phase(ticket)?;
+        Ok((op, cancel, old, pool::take(&self.opts.connect)))
+    }
+
+    /// Marks the primitive busy with a new acquisition (refused while one runs or a lock is
+    /// held): its op id, its cancel token and the renewal tasks of earlier holds.
+    fn begin_phase(&self, ticket: Ticket) -> Result<(u64, CancellationToken, Vec<Finished>)> {
         let mut st = lock(&self.state);
         if self.ticket_cancelled(ticket) {
             return Err(DflockdError::aborted());
@@ -292,7 +307,7 @@ impl Primitive {
             Phase::Held(h) if h.shared.lost.load(Ordering::SeqCst) => {
                 if let Phase::Held(old) = std::mem::replace(&mut st.phase, Phase::Idle) {
                     old.cancel.cancel();
-                    st.stopped.push(old.join);
+                    st.stopped.extend(old.task.map(|t| t.join));
                 }
             }
             Phase::Held(_) => {
@@ -309,8 +324,7 @@ impl Primitive {
         }
         let (op, cancel, _idle) = st.start_op();
         let old = std::mem::take(&mut st.stopped);
-        drop(st);
-        Ok((op, cancel, old, pool::take(&self.opts.connect)))
+        Ok((op, cancel, old))
     }
 
     /// A connection for a new acquisition: the pooled one when it still looks usable (see
@@ -423,9 +437,8 @@ impl Primitive {
         };
         st.phase = Phase::Held(Held {
             shared,
-            cmd_tx,
             cancel: task_cancel,
-            join,
+            task: Some(HeldTask { cmd_tx, join }),
         });
         Ok(Armed { renewer, conn, rx })
     }
@@ -489,13 +502,23 @@ impl Primitive {
                     return None;
                 }
             };
-            // The next acquisition waits for the renewal task to end (it ends after answering).
             let Held {
                 shared,
-                cmd_tx,
                 cancel,
-                join,
+                task,
             } = held;
+            let Some(HeldTask { cmd_tx, join }) = task else {
+                // Driven by the caller's own I/O, which releases it itself
+                // (`ExternalHold::release`): nothing for a task to send.
+                cancel.cancel();
+                drop(st);
+                done(Err(DflockdError::new(
+                    ErrorCode::NotLocked,
+                    "nothing held by the renewal task (the hold is driven by the event loop)",
+                )));
+                return None;
+            };
+            // The next acquisition waits for the renewal task to end (it ends after answering).
             st.stopped.push(join);
             (shared, cmd_tx, cancel)
         };
@@ -547,7 +570,7 @@ impl Primitive {
             Phase::Queued(conn) => drop(conn),
             Phase::Held(h) => {
                 h.cancel.cancel();
-                st.stopped.push(h.join);
+                st.stopped.extend(h.task.map(|t| t.join));
             }
         }
     }

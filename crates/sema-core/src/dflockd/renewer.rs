@@ -65,6 +65,38 @@ impl HeldShared {
             .saturating_duration_since(Instant::now())
     }
 
+    /// Mark the lock lost (the first reason is kept) and, the first time and when `notify`,
+    /// call the loss callback. Shared by both drivers of a hold: the renewal task and a
+    /// caller's own event loop ([`super::primitive::ExternalHold`]).
+    pub(super) fn mark_lost(
+        &self,
+        key: &str,
+        on_lost: &Mutex<Option<LossCallback>>,
+        notify: bool,
+        reason: &str,
+    ) {
+        {
+            let mut r = lock(&self.loss_reason);
+            if r.is_none() {
+                *r = Some(reason.to_string());
+            }
+        }
+        if self.lost.swap(true, Ordering::SeqCst) || !notify {
+            return;
+        }
+        let cb = lock(on_lost).clone();
+        if let Some(cb) = cb {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                cb(key, &self.token, reason)
+            }));
+        }
+    }
+
+    pub(super) fn set_lease(&self, lease_s: u64, valid_until: Instant) {
+        self.lease_s.store(lease_s, Ordering::SeqCst);
+        self.set_valid_until(valid_until);
+    }
+
     /// The end of the proven lease as wall-clock milliseconds since the Unix epoch.
     pub(super) fn valid_until_unix_ms(&self) -> u64 {
         let wall = lock(&self.valid_until).1;
@@ -184,8 +216,28 @@ pub(super) struct Renewer {
     pub(super) _finished: oneshot::Sender<()>,
 }
 
+/// The error of a failed release (both drivers): a server `error` means the token was no longer
+/// held; no answer means the connection was closed (the server releases on disconnect) and the
+/// lease ends by itself at the latest: the lock is gone either way.
+pub(super) fn release_error(e: DflockdError) -> DflockdError {
+    match e.code() {
+        ErrorCode::ServerError => DflockdError::lost_because(
+            "release: the server no longer held this token (lease expired)",
+            &e,
+        ),
+        ErrorCode::Timeout => DflockdError::new(
+            ErrorCode::LockLost,
+            format!(
+                "release got no reply ({}); the connection was closed, so the server releases the lock, or its lease ends",
+                e.message()
+            ),
+        ),
+        _ => e,
+    }
+}
+
 /// Why the lock is lost when no renew was confirmed within the lease's validity.
-fn unconfirmed(lease_s: u64) -> String {
+pub(super) fn unconfirmed(lease_s: u64) -> String {
     format!(
         "no renewal was confirmed within the {lease_s} s lease (the server or the network did not answer in time); \
          the lock counts as lost before the server could grant it to anyone else"
@@ -247,22 +299,7 @@ impl Renewer {
         if r.is_err() {
             conn.close();
         }
-        match r {
-            Err(e) if e.code() == ErrorCode::ServerError => Err(DflockdError::lost_because(
-                "release: the server no longer held this token (lease expired)",
-                &e,
-            )),
-            // No answer: the connection is closed (the server releases on disconnect) and the
-            // lease ends by itself at the latest: the lock is gone either way.
-            Err(e) if e.code() == ErrorCode::Timeout => Err(DflockdError::new(
-                ErrorCode::LockLost,
-                format!(
-                    "release got no reply ({}); the connection was closed, so the server releases the lock, or its lease ends",
-                    e.message()
-                ),
-            )),
-            r => r,
-        }
+        r.map_err(release_error)
     }
 
     /// Release, and pool the connection when the server answered a clean `ok`.
@@ -275,24 +312,9 @@ impl Renewer {
     }
 
     fn mark_lost(&self, notify: bool, reason: &str) {
-        {
-            let mut r = lock(&self.shared.loss_reason);
-            if r.is_none() {
-                *r = Some(reason.to_string());
-            }
-        }
-        if self.shared.lost.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        if !notify || self.cancel.is_cancelled() {
-            return;
-        }
-        let cb = lock(&self.on_lost).clone();
-        if let Some(cb) = cb {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                cb(&self.opts.key, &self.shared.token, reason)
-            }));
-        }
+        let notify = notify && !self.cancel.is_cancelled();
+        self.shared
+            .mark_lost(&self.opts.key, &self.on_lost, notify, reason);
     }
 
     fn lost_error(&self, reason: &str) -> DflockdError {

@@ -197,6 +197,19 @@ impl NonBlockingStream {
         Ok(())
     }
 
+    /// A plain-TCP stream with nothing left to write, taken apart (the socket, the reply bytes
+    /// read and not consumed, the peer, the socket timeout) to be driven on tokio again
+    /// ([`super::Connection::from_nonblocking`]); `None` with TLS or a partial write.
+    pub(super) fn into_plain_parts(
+        self,
+    ) -> Option<(std::net::TcpStream, Vec<u8>, String, Duration)> {
+        if self.tls.is_some() || self.out_pos < self.out.len() {
+            return None;
+        }
+        let buffered = self.lines.buf[self.lines.pos..].to_vec();
+        Some((self.socket, buffered, self.peer, self.socket_timeout))
+    }
+
     /// The next complete reply line, if one is buffered.
     pub fn next_line(&mut self) -> Option<Result<String>> {
         let peer = &self.peer;

@@ -7,7 +7,7 @@ use crate::dflockd::shared;
 
 /// A grant: its connection, the grant, when its lease clock started, and a shared lock's parts
 /// (empty for a plain lock or slot).
-type Got = (Connection, Grant, Instant, Vec<shared::Part>);
+pub(super) type Got = (Connection, Grant, Instant, Vec<shared::Part>);
 
 impl Primitive {
     /// Connect and acquire with `acquire_timeout_s`. `Ok(true)` = held (renewal started),
@@ -64,7 +64,7 @@ impl Primitive {
     }
 
     /// The place of a blocking acquisition in its (server, key) chain; none for a try.
-    fn place(&self) -> Option<Place> {
+    pub fn place(&self) -> Option<Place> {
         (self.opts.acquire_timeout_s > 0).then(|| Place::take(&self.opts.connect, &self.opts.key))
     }
 
@@ -73,19 +73,37 @@ impl Primitive {
         let (op, cancel, old, kept) = self.begin(ticket)?;
         let started = Instant::now();
         join_stopped(old).await;
+        let end = self.acquisition_end(started);
+        let work = self.acquire_until(kept, end, place);
+        self.run_acquisition(op, cancel, started, work).await
+    }
+
+    /// The deadline of an acquisition started at `started` (`None`: a try).
+    pub(super) fn acquisition_end(&self, started: Instant) -> Option<Instant> {
         let o = &self.opts;
-        let end = match o.acquire_deadline {
+        match o.acquire_deadline {
             Some(d) => started.checked_add(d),
             None if o.acquire_timeout_s > 0 => {
                 started.checked_add(Duration::from_secs(o.acquire_timeout_s))
             }
             None => None,
-        };
+        }
+    }
+
+    /// Runs the acquisition `work` of operation `op` (cancellable, cut at the deadline of a
+    /// timeout in ms) and records its outcome: `Some` = held (renewal armed), `None` = timed out.
+    pub(super) async fn run_acquisition(
+        &self,
+        op: u64,
+        cancel: CancellationToken,
+        started: Instant,
+        work: impl std::future::Future<Output = Result<Option<Got>>>,
+    ) -> Result<Option<Armed>> {
         let work = async {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(DflockdError::aborted()),
-                r = self.acquire_until(kept, end, place) => r,
+                r = work => r,
             }
         };
         let res = match self.opts.acquire_deadline {
@@ -115,13 +133,24 @@ impl Primitive {
     /// to 1 s) and enqueues again with what is left of its timeout, until `end`; it then
     /// reports the last failure. A first connect that fails is reported at once (a wrong
     /// address is likelier than a restart), and so is any failure of a try (timeout 0).
-    async fn acquire_until(
+    pub(super) async fn acquire_until(
+        &self,
+        kept: Option<Connection>,
+        end: Option<Instant>,
+        place: Option<Place>,
+    ) -> Result<Option<Got>> {
+        self.acquire_until_from(kept, end, place, false).await
+    }
+
+    /// [`Primitive::acquire_until`]; `reached`: the server was reached before (a waiter
+    /// rejoining after its connection was dropped), so a refused connect is retried too.
+    pub(super) async fn acquire_until_from(
         &self,
         mut kept: Option<Connection>,
         end: Option<Instant>,
         mut place: Option<Place>,
+        mut reached: bool,
     ) -> Result<Option<Got>> {
-        let mut reached = false;
         let mut backoff = RECONNECT_BACKOFF_MIN;
         let mut timeout_s = self.opts.acquire_timeout_s;
         loop {
@@ -218,26 +247,39 @@ impl Primitive {
         // Answered (or failed): the next waiter may send its own.
         drop(place);
         let sent = conn.last_sent().unwrap_or_else(Instant::now);
-        let grant = match reply? {
-            EnqueueReply::Acquired(g) => g,
-            EnqueueReply::Queued => {
-                let timeout_s = match end {
-                    Some(end) => {
-                        let left = end.saturating_duration_since(Instant::now());
-                        left.as_secs() + u64::from(left.subsec_nanos() > 0)
-                    }
-                    None => o.acquire_timeout_s,
-                };
-                let reply = if o.limit == 1 {
-                    conn.wait(&o.key, timeout_s).await?
-                } else {
-                    conn.sem_wait(&o.key, timeout_s).await?
-                };
-                match reply {
-                    AcquireReply::TimedOut => return Ok(None),
-                    AcquireReply::Granted(g) => g,
-                }
+        match reply? {
+            EnqueueReply::Acquired(g) => {
+                let (g, sent) = self.confirm_grant(&mut conn, g, sent, false).await?;
+                Ok(Some((conn, g, sent, Vec::new())))
             }
+            EnqueueReply::Queued => self.wait_queued(conn, end, sent).await,
+        }
+    }
+
+    /// After an `e`/`se` answered `queued` (sent at `sent`): `w`/`sw` with what is left of the
+    /// timeout, then the grant confirmed when it waited long.
+    pub(super) async fn wait_queued(
+        &self,
+        mut conn: Connection,
+        end: Option<Instant>,
+        sent: Instant,
+    ) -> Result<Option<Got>> {
+        let o = &self.opts;
+        let timeout_s = match end {
+            Some(end) => {
+                let left = end.saturating_duration_since(Instant::now());
+                left.as_secs() + u64::from(left.subsec_nanos() > 0)
+            }
+            None => o.acquire_timeout_s,
+        };
+        let reply = if o.limit == 1 {
+            conn.wait(&o.key, timeout_s).await?
+        } else {
+            conn.sem_wait(&o.key, timeout_s).await?
+        };
+        let grant = match reply {
+            AcquireReply::TimedOut => return Ok(None),
+            AcquireReply::Granted(g) => g,
         };
         let (g, sent) = self.confirm_grant(&mut conn, grant, sent, false).await?;
         Ok(Some((conn, g, sent, Vec::new())))

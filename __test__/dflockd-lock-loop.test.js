@@ -1,0 +1,205 @@
+'use strict'
+// DistributedLock on the event-loop driver (issue #24), against the real server: which driver a primitive gets, loss
+// reported at once when the server dies (the idle held socket's close, not the next renewal), renewal on the loop
+// timer, an idle held lock and an idle pooled connection never keeping the process alive, and a contended (`queued`)
+// acquisition handed to tokio.
+const { test, describe, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const { once } = require('node:events')
+const path = require('node:path')
+const d = require('./helpers/dflockd')
+const { startFaultProxy } = require('./helpers/fault-proxy')
+const { spawnTracked, waitExit } = require('./helpers/file-util')
+const native = require('../lib/native')
+const { Worker } = require('node:worker_threads')
+const { DistributedLock, DistributedSemaphore, LockError, stats } = require('..')
+
+const skip = d.skipReason()
+const pkg = path.resolve(__dirname, '..')
+let s
+before(async () => {
+  if (!skip) s = await d.startServer()
+})
+after(() => d.stopAll())
+
+function runChild(code, boundMs, env = process.env) {
+  const child = spawnTracked(process.execPath, ['-e', code], { cwd: pkg, env })
+  child.stdin.end()
+  return waitExit(child, boundMs, 'child')
+}
+
+/** Resolves once the server's stats show a waiter on `key` (lock or semaphore). */
+async function queuedOn(key) {
+  for (;;) {
+    const st = await stats({ host: s.host, port: s.port })
+    const waiting = st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0
+    if (waiting > 0) return
+    await new Promise((res) => setTimeout(res, 20))
+  }
+}
+
+const primitiveOptions = (port, extra = {}) => ({
+  key: 'loop-driver',
+  limit: 1,
+  acquireTimeoutS: 5,
+  server: { host: '127.0.0.1', port },
+  renewRatio: 0.5,
+  ...extra,
+})
+
+describe('DistributedLock on the event loop', { skip }, () => {
+  test('a plain-TCP primitive runs on the event loop; TLS, a shared mode and SEMA_NATIVE_LIBUV=off stay on tokio', async () => {
+    const settle = () => {}
+    assert.equal(new native.NativeDflockdPrimitive(primitiveOptions(s.port)).useEventLoop(1, settle), true)
+    const tls = new native.NativeDflockdPrimitive(primitiveOptions(s.port, { tls: { rejectUnauthorized: false } }))
+    assert.equal(tls.useEventLoop(1, settle), false)
+    const shared = new native.NativeDflockdPrimitive(primitiveOptions(s.port, { mode: 'shared' }))
+    assert.equal(shared.useEventLoop(1, settle), false)
+    const r = await runChild(
+      `const native = require('./lib/native')
+       const p = new native.NativeDflockdPrimitive(${JSON.stringify(primitiveOptions(s.port))})
+       console.log(p.useEventLoop(1, () => {}))`,
+      15000,
+      { ...process.env, SEMA_NATIVE_LIBUV: 'off' },
+    )
+    assert.equal(r.code, 0, r.stderr)
+    assert.equal(r.stdout.trim(), 'false')
+  })
+
+  test('server SIGKILLed while an idle lock is held: the loss is reported from the socket close, long before a renewal', async () => {
+    const srv = await d.startServer()
+    const calls = []
+    // A 30 s lease renews after 15 s: a loss reported within 5 s of the kill can only come from the closed socket.
+    const a = new DistributedLock({ key: 'loop-kill', servers: [[srv.host, srv.port]], leaseTtlS: 30, onLockLost: (...args) => calls.push(args) })
+    assert.equal(await a.acquire(), true)
+    // Some rounds first: the loss reaches the connection that came back from the pool.
+    for (let i = 0; i < 20; i++) {
+      await a.release()
+      assert.equal(await a.acquire(), true)
+    }
+    const token = a.token
+    const aborted = once(a.signal, 'abort')
+    const killedAt = Date.now()
+    await srv.kill('SIGKILL')
+    await aborted
+    const after = Date.now() - killedAt
+    assert.ok(after < 5000, `loss reported ${after} ms after the kill`)
+    assert.deepEqual(calls, [['loop-kill', token]])
+    assert.equal(a.signal.reason.code, 'LOCK_LOST')
+    assert.equal(a.token, null)
+    await assert.rejects(a.release(), (e) => e instanceof LockError && e.code === 'NOT_LOCKED')
+    await srv.restart()
+    assert.equal(await a.acquire(), true, 'acquires again on a new connection after the loss')
+    await a.release()
+  })
+
+  test('a 2 s lease is renewed on the loop timer: held for 4 s, and nobody else gets it meanwhile', async () => {
+    const a = new DistributedLock({ key: 'loop-renew', servers: [[s.host, s.port]], leaseTtlS: 2, onLockLost: () => assert.fail('lost') })
+    assert.equal(await a.acquire(), true)
+    const token = a.token
+    const other = new DistributedLock({ key: 'loop-renew', servers: [[s.host, s.port]], acquireTimeoutS: 4 })
+    assert.equal(await other.acquire(), false, 'the renewed lease kept the key for 4 s')
+    assert.equal(a.token, token)
+    assert.ok(a.remaining() > 0)
+    await a.release()
+    assert.equal(await other.acquire(), true)
+    await other.release()
+  })
+
+  test('release() while a renew reply is lost waits 5 s at most for it, not the lease (30 s)', async () => {
+    // The grant's reply passes, then every reply is swallowed: the first renew (after 1 s) is never answered.
+    const proxy = await startFaultProxy(s, { downLines: 1 })
+    const lock = new DistributedLock({ key: 'loop-rel-renew', servers: [[proxy.host, proxy.port]], leaseTtlS: 30, renewMaxIntervalMs: 1000 })
+    assert.equal(await lock.acquire(), true)
+    await once(proxy, 'drop')
+    const t0 = performance.now()
+    await lock.release()
+    const took = performance.now() - t0
+    assert.ok(took < 15000, `release settled after ${Math.round(took)} ms`)
+    assert.equal(lock.token, null)
+    // The connection was closed: the server released the key.
+    const next = new DistributedLock({ key: 'loop-rel-renew', servers: [[s.host, s.port]], acquireTimeoutS: 5 })
+    assert.equal(await next.acquire(), true)
+    await next.release()
+    await proxy.close()
+  })
+
+  test('a contended acquire (`e` answered `queued`) goes on on tokio and is granted at the release', async () => {
+    const a = new DistributedLock({ key: 'loop-queued', servers: [[s.host, s.port]] })
+    const b = new DistributedSemaphore({ key: 'loop-queued-sem', limit: 1, servers: [[s.host, s.port]] })
+    const c = new DistributedSemaphore({ key: 'loop-queued-sem', limit: 1, servers: [[s.host, s.port]] })
+    for (const [holder, waiter, key] of [
+      [a, new DistributedLock({ key: 'loop-queued', servers: [[s.host, s.port]] }), 'loop-queued'],
+      [b, c, 'loop-queued-sem'],
+    ]) {
+      assert.equal(await holder.acquire(), true)
+      const granted = waiter.acquire()
+      await queuedOn(key)
+      await holder.release()
+      assert.equal(await granted, true)
+      assert.ok(waiter.token)
+      await waiter.release()
+    }
+  })
+
+  test('acquire({signal}) aborted while queued settles ABORTED and leaves the instance usable', async () => {
+    const holder = new DistributedLock({ key: 'loop-abort', servers: [[s.host, s.port]] })
+    assert.equal(await holder.acquire(), true)
+    const waiter = new DistributedLock({ key: 'loop-abort', servers: [[s.host, s.port]] })
+    const ac = new AbortController()
+    const p = waiter.acquire({ signal: ac.signal })
+    await queuedOn('loop-abort')
+    ac.abort()
+    await assert.rejects(p, (e) => e instanceof LockError && e.code === 'ABORTED')
+    await holder.release()
+    assert.equal(await waiter.acquire(), true)
+    await waiter.release()
+  })
+
+  test('a worker thread runs its own locks on its own loop, and ends by itself holding one', async () => {
+    const main = new DistributedLock({ key: 'loop-worker-main', servers: [[s.host, s.port]] })
+    assert.equal(await main.acquire(), true)
+    const w = new Worker(
+      `const { parentPort } = require('node:worker_threads')
+       const { DistributedLock } = require(${JSON.stringify(pkg)})
+       ;(async () => {
+         const l = new DistributedLock({ key: 'loop-worker', servers: [['127.0.0.1', ${s.port}]], leaseTtlS: 2 })
+         for (let i = 0; i < 50; i++) {
+           if (!(await l.acquire())) throw new Error('not acquired')
+           await l.release()
+         }
+         const held = new DistributedLock({ key: 'loop-worker-held', servers: [['127.0.0.1', ${s.port}]] })
+         parentPort.postMessage(await held.acquire())
+       })().catch((e) => parentPort.postMessage(String(e)))`,
+      { eval: true },
+    )
+    const [msg] = await once(w, 'message')
+    assert.equal(msg, true)
+    const [code] = await once(w, 'exit')
+    assert.equal(code, 0)
+    // The worker's held lock went with its connection; the main thread's is untouched.
+    const again = new DistributedLock({ key: 'loop-worker-held', servers: [[s.host, s.port]], acquireTimeoutS: 5 })
+    assert.equal(await again.acquire(), true)
+    await again.release()
+    assert.ok(main.token)
+    await main.release()
+  })
+
+  test('an idle held lock and an idle pooled connection do not keep the process alive (the child exits by itself)', async () => {
+    const r = await runChild(
+      `const { DistributedLock } = require('.')
+       ;(async () => {
+         const pooled = new DistributedLock({ key: 'loop-exit-pooled', servers: [['127.0.0.1', ${s.port}]] })
+         if (!(await pooled.acquire())) throw new Error('not acquired')
+         await pooled.release()
+         const held = new DistributedLock({ key: 'loop-exit-held', servers: [['127.0.0.1', ${s.port}]], leaseTtlS: 2 })
+         if (!(await held.acquire())) throw new Error('not acquired')
+         console.log('held')
+       })().catch((e) => { console.error(e); process.exit(3) })
+       process.on('exit', (c) => console.log('exit ' + c))`,
+      15000,
+    )
+    assert.equal(r.code, 0, r.stderr)
+    assert.deepEqual(r.stdout.trim().split('\n'), ['held', 'exit 0'])
+  })
+})

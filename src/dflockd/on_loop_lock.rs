@@ -1,0 +1,624 @@
+//! `DistributedLock`'s round trips on the JS thread's own event loop (the driver the fast
+//! `Connection` uses, `crate::event_loop`): the acquisition's `e`/`se` (or a try's `l`/`sl`),
+//! the renewals on the lease clock, the loss watch of the idle held connection and the
+//! release, each a write from the JS thread and a reply read in the poll callback, settled
+//! through one `JsCallback` (no tokio thread, no threadsafe function per round trip).
+//!
+//! The state stays in the core (`Primitive::begin_external`, `ExternalHold`: the phase, the
+//! lease clock, the loss reported once): this file only sends, reads and arms timers. An
+//! acquisition whose `e` is answered `queued` goes on on tokio (`external_queued_then`: a
+//! waiter gains nothing from the loop, and that path rides out a server restart), and so does
+//! one with another waiter of this process before it on its key (the order chain), TLS, or a
+//! shared mode: the JS layer then calls the primitive's promise methods.
+//!
+//! Idle connections after a clean release stay in a per-thread pool (at most 64 per
+//! server, closed after 2 s unused or when the server closes them), unref'd: neither an idle
+//! held lock nor an idle pooled connection keeps the process alive.
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+use sema_core::dflockd::connection::NonBlockingStream;
+use sema_core::dflockd::order::Place;
+use sema_core::dflockd::{ExternalHold, ExternalOp, Grant, Request};
+use tokio::time::Instant;
+
+use super::on_loop::SPIN;
+use super::*;
+
+mod held;
+mod pool;
+mod queued;
+
+use crate::event_loop::{SocketWatch, WatchHandler};
+use crate::js_callback::JsCallback;
+pub(super) use pool::{hand_to_tokio_pool, pool_take_stream};
+use pool::{pool_put, pool_take, watch_env_teardown, LoopConn, Route, LIVE, NEXT_ROUTE};
+
+/// What the settle callback gets: `{id, ok, value?, queued?, error?}`.
+#[napi(object)]
+pub struct NativeLoopSettle {
+    /// The primitive's id on its loss channel.
+    pub id: u32,
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// acquire: held (`true`) or timed out (`false`).
+    pub value: Option<bool>,
+    /// acquire: the `e` was answered `queued`; call `continueAcquire()` for the rest.
+    pub queued: Option<bool>,
+    /// The failure when not `ok`.
+    pub error: Option<NativeError>,
+}
+
+enum Stage {
+    Idle,
+    /// Connecting on tokio; `gen` tells a late connect of an abandoned attempt.
+    Connecting {
+        op: ExternalOp,
+        place: Option<Place>,
+        started: Instant,
+        gen: u64,
+    },
+    /// The `e`/`se` (or a try's `l`/`sl`) in flight since `sent`.
+    Asking {
+        op: ExternalOp,
+        place: Option<Place>,
+        started: Instant,
+        sent: Instant,
+        reused: bool,
+    },
+    /// Answered `queued`: waiting for `continueAcquire()` to hand it to tokio.
+    Queued {
+        op: ExternalOp,
+        stream: NonBlockingStream,
+        started: Instant,
+        sent: Instant,
+    },
+    /// Held. `renewing`: a renew in flight since then; `release`: a release asked meanwhile.
+    /// `linger`: lost by the lease clock, the connection kept open until the server's expiry.
+    Held {
+        hold: ExternalHold,
+        renewing: Option<Instant>,
+        release: bool,
+        linger: bool,
+    },
+    Releasing {
+        hold: ExternalHold,
+    },
+}
+
+pub(super) struct LoopLock {
+    prim: Arc<Primitive>,
+    id: u32,
+    env: Env,
+    settle: JsCallback,
+    stage: RefCell<Stage>,
+    conn: RefCell<Option<LoopConn>>,
+    gen: std::cell::Cell<u64>,
+    me: Weak<LoopLock>,
+    wbuf: RefCell<Vec<u8>>,
+}
+
+/// Runs `f` (which makes JS values: `spawn_future_with_callback` creates a promise) inside a
+/// handle scope of its own: it may run from a libuv callback, where no JS call opened one.
+fn in_handle_scope<R>(env: &Env, f: impl FnOnce() -> R) -> R {
+    let raw = env.raw();
+    let mut scope = std::ptr::null_mut();
+    // SAFETY: we are on the JS thread of `env` (libuv callbacks and JS calls of this driver
+    // run there) and the env is alive (the owner stops this driver at the env's teardown);
+    // the scope opened here is closed below, after `f`, in LIFO order with any other.
+    let opened =
+        unsafe { napi::sys::napi_open_handle_scope(raw, &mut scope) } == napi::sys::Status::napi_ok;
+    let r = f();
+    if opened {
+        // SAFETY: `scope` was opened above on this thread and is closed once.
+        unsafe { napi::sys::napi_close_handle_scope(raw, scope) };
+    }
+    r
+}
+
+fn aborted_error() -> DflockdError {
+    DflockdError::new(core::ErrorCode::Aborted, "operation aborted")
+}
+
+fn timeout_error(msg: String) -> DflockdError {
+    DflockdError::new(core::ErrorCode::Timeout, msg)
+}
+
+fn settle_value(id: u32, r: core::Result<bool>) -> NativeLoopSettle {
+    match r {
+        Ok(v) => NativeLoopSettle {
+            id,
+            ok: true,
+            value: Some(v),
+            queued: None,
+            error: None,
+        },
+        Err(e) => NativeLoopSettle {
+            id,
+            ok: false,
+            value: None,
+            queued: None,
+            error: Some(e.into()),
+        },
+    }
+}
+
+impl LoopLock {
+    /// A loop driver for `prim` on this thread, or `None` when its loop cannot serve or the
+    /// options need tokio (TLS, a shared mode).
+    pub(super) fn new(
+        env: &Env,
+        prim: Arc<Primitive>,
+        id: u32,
+        settle: JsCallback,
+    ) -> Option<Rc<LoopLock>> {
+        let o = prim.options();
+        if o.connect.tls.is_some()
+            || o.mode.is_some()
+            || crate::event_loop::loop_unusable(env).is_some()
+        {
+            settle.release();
+            return None;
+        }
+        if watch_env_teardown(env).is_err() {
+            settle.release();
+            return None;
+        }
+        let l = Rc::new_cyclic(|me| LoopLock {
+            prim,
+            id,
+            env: *env,
+            settle,
+            stage: RefCell::new(Stage::Idle),
+            conn: RefCell::new(None),
+            gen: std::cell::Cell::new(0),
+            me: me.clone(),
+            wbuf: RefCell::new(Vec::with_capacity(128)),
+        });
+        LIVE.with(|v| {
+            let mut v = v.borrow_mut();
+            v.retain(|w| w.strong_count() > 0);
+            v.push(Rc::downgrade(&l));
+        });
+        Some(l)
+    }
+
+    fn call(&self, r: NativeLoopSettle) {
+        self.settle.call(r);
+    }
+
+    /// Start an acquisition on the loop: `false` when it must run on tokio instead (another
+    /// waiter of this process is before it on its key, or the primitive is not idle: the
+    /// promise path then reports the refusal).
+    pub(super) fn acquire(&self, ticket: core::Ticket) -> bool {
+        if !matches!(*self.stage.borrow(), Stage::Idle) {
+            return false;
+        }
+        let o = self.prim.options();
+        let place = if o.acquire_timeout_s > 0 {
+            match Place::take_if_first(&o.connect, &o.key) {
+                Some(p) => Some(p),
+                None => return false,
+            }
+        } else {
+            None
+        };
+        // A late answer to an abandoned attempt (a connect, a TLS probe) is told apart by this.
+        self.gen.set(self.gen.get() + 1);
+        let op = match self.prim.begin_external(ticket) {
+            Ok(op) => op,
+            Err(_) => return false,
+        };
+        let started = Instant::now();
+        match pool_take(&o.connect, self.me.clone()) {
+            Some(conn) => {
+                *self.conn.borrow_mut() = Some(conn);
+                self.ask(op, place, started, true);
+            }
+            None => self.connect(op, place, started),
+        }
+        true
+    }
+
+    fn connect(&self, op: ExternalOp, place: Option<Place>, started: Instant) {
+        let gen = self.gen.get() + 1;
+        self.gen.set(gen);
+        *self.stage.borrow_mut() = Stage::Connecting {
+            op,
+            place,
+            started,
+            gen,
+        };
+        let opts = self.prim.options().connect.clone();
+        let me = self.me.clone();
+        let r = in_handle_scope(&self.env, || {
+            self.env.spawn_future_with_callback(
+                async move { Ok(Connection::connect(&opts).await) },
+                move |env, r| {
+                    if let Some(l) = me.upgrade() {
+                        l.connected(env, gen, r);
+                    }
+                    Ok(())
+                },
+            )
+        });
+        if let Err(e) = r {
+            self.fail_acquire(DflockdError::new(
+                core::ErrorCode::ConnectionError,
+                e.reason,
+            ));
+        }
+    }
+
+    fn connected(&self, env: &Env, gen: u64, r: core::Result<Connection>) {
+        let ours = matches!(&*self.stage.borrow(), Stage::Connecting { gen: g, .. } if *g == gen);
+        if !ours {
+            return; // abandoned (cancel/close): the connection is dropped
+        }
+        let stream = r.and_then(|c| {
+            c.into_nonblocking().ok_or_else(|| {
+                DflockdError::new(
+                    core::ErrorCode::ConnectionError,
+                    "connection closed during setup",
+                )
+            })
+        });
+        let opened = stream.and_then(|stream| {
+            let route = Rc::new(Route {
+                id: NEXT_ROUTE.with(|n| n.replace(n.get() + 1)),
+                owner: RefCell::new(Some(self.me.clone())),
+            });
+            let watch = SocketWatch::open(env, stream.socket(), route.clone())
+                .map_err(|e| DflockdError::new(core::ErrorCode::ConnectionError, e.reason))?;
+            Ok(LoopConn {
+                stream,
+                watch,
+                route,
+            })
+        });
+        match opened {
+            Ok(conn) => {
+                *self.conn.borrow_mut() = Some(conn);
+                let Stage::Connecting {
+                    op, place, started, ..
+                } = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle)
+                else {
+                    return;
+                };
+                self.ask(op, place, started, false);
+            }
+            Err(e) => self.fail_acquire(e),
+        }
+    }
+
+    /// Write `req` on the connection, arm its reply limit (`limit`, else the socket timeout)
+    /// and keep the loop alive while it is out when `alive`. `Err` = the write failed.
+    fn send(
+        &self,
+        req: Request<'_>,
+        limit: Option<Duration>,
+        alive: bool,
+    ) -> core::Result<Instant> {
+        let mut conn = self.conn.borrow_mut();
+        let Some(c) = conn.as_mut() else {
+            return Err(DflockdError::new(
+                core::ErrorCode::ConnectionError,
+                "connection is closed",
+            ));
+        };
+        let mut buf = self.wbuf.borrow_mut();
+        buf.clear();
+        req.encode_into(&mut buf)?;
+        let sent = Instant::now();
+        let done = c.stream.send(&buf)?;
+        let limit = limit.unwrap_or_else(|| c.stream.reply_limit(req.blocking_timeout_s()));
+        c.watch.keep_alive(alive);
+        c.watch
+            .arm_timer(limit.as_millis().clamp(1, u64::MAX as u128) as u64);
+        c.watch.spin_for(SPIN);
+        if !done {
+            c.watch
+                .want(true, true)
+                .map_err(|e| DflockdError::new(core::ErrorCode::ConnectionError, e.reason))?;
+        }
+        Ok(sent)
+    }
+
+    fn ask(&self, op: ExternalOp, place: Option<Place>, started: Instant, reused: bool) {
+        let o = self.prim.options();
+        let (key, ttl_s, limit) = (o.key.as_str(), o.lease_ttl_s, o.limit);
+        let req = match (place.is_some(), limit) {
+            (true, 1) => Request::Enqueue { key, ttl_s },
+            (true, limit) => Request::SemEnqueue { key, limit, ttl_s },
+            (false, 1) => Request::Lock {
+                key,
+                timeout_s: 0,
+                ttl_s,
+            },
+            (false, limit) => Request::SemLock {
+                key,
+                timeout_s: 0,
+                limit,
+                ttl_s,
+            },
+        };
+        // A timeout in ms shorter than the reply limit cuts the wait (as the tokio path).
+        let limit = o.acquire_deadline.map(|d| {
+            let left = (started + d).saturating_duration_since(Instant::now());
+            left.min(o.connect.socket_timeout)
+        });
+        let sent = self.send(req, limit, true);
+        *self.stage.borrow_mut() = Stage::Asking {
+            op,
+            place,
+            started,
+            sent: *sent.as_ref().unwrap_or(&Instant::now()),
+            reused,
+        };
+        if let Err(e) = sent {
+            self.asking_failed(e);
+        }
+    }
+
+    /// The acquisition ends without a hold: close the connection, end the op, settle.
+    fn fail_acquire(&self, e: DflockdError) {
+        self.close_conn();
+        let op = match std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle) {
+            Stage::Connecting { op, .. } | Stage::Asking { op, .. } | Stage::Queued { op, .. } => {
+                op
+            }
+            other => {
+                *self.stage.borrow_mut() = other;
+                return;
+            }
+        };
+        let r = match self.prim.external_end(op) {
+            Err(aborted) => Err(aborted),
+            Ok(())
+                if e.code() == core::ErrorCode::Timeout
+                    && self.prim.options().acquire_deadline.is_some() =>
+            {
+                Ok(false)
+            }
+            Ok(()) => Err(e),
+        };
+        self.call(settle_value(self.id, r));
+    }
+
+    /// The first request failed: a pooled connection the server had dropped (nothing held on
+    /// it) is replaced by a new one and the request sent again; else the acquisition fails.
+    fn asking_failed(&self, e: DflockdError) {
+        let reused = match &*self.stage.borrow() {
+            Stage::Asking { reused, .. } => *reused,
+            _ => return self.fail_acquire(e),
+        };
+        if e.code() != core::ErrorCode::ConnectionError {
+            return self.fail_acquire(e);
+        }
+        if !reused {
+            // A fresh connection closed before its first reply: a TLS server does that (as
+            // the tokio path, the core probes and names it).
+            self.close_conn();
+            let gen = self.gen.get();
+            let o = self.prim.options().connect.clone();
+            let me = self.me.clone();
+            let r = in_handle_scope(&self.env, || {
+                self.env.spawn_future_with_callback(
+                    async move {
+                        Ok(core::connection::closed_unanswered(
+                            &o.host,
+                            o.port,
+                            o.socket_timeout,
+                            e,
+                        )
+                        .await)
+                    },
+                    move |_env, e| {
+                        if let Some(l) = me.upgrade() {
+                            let ours = l.gen.get() == gen
+                                && matches!(&*l.stage.borrow(), Stage::Asking { .. });
+                            if ours {
+                                l.fail_acquire(e);
+                            }
+                        }
+                        Ok(())
+                    },
+                )
+            });
+            if let Err(e) = r {
+                self.fail_acquire(DflockdError::new(
+                    core::ErrorCode::ConnectionError,
+                    e.reason,
+                ));
+            }
+            return;
+        }
+        {
+            self.close_conn();
+            if let Stage::Asking {
+                op, place, started, ..
+            } = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle)
+            {
+                return self.connect(op, place, started);
+            }
+        }
+        self.fail_acquire(e);
+    }
+
+    fn close_conn(&self) {
+        if let Some(c) = self.conn.borrow_mut().take() {
+            c.close();
+        }
+    }
+
+    /// Read what arrived and handle each complete line.
+    fn on_ready(&self, readable: bool, writable: bool, error: Option<i32>) {
+        if writable {
+            let r = self.conn.borrow_mut().as_mut().map(|c| c.stream.flush());
+            match r {
+                Some(Ok(true)) => {
+                    if let Some(c) = self.conn.borrow().as_ref() {
+                        let _ = c.watch.want(true, false);
+                    }
+                }
+                Some(Err(e)) => return self.io_failed(e),
+                _ => {}
+            }
+        }
+        if !readable && error.is_none() {
+            return;
+        }
+        let read = self
+            .conn
+            .borrow_mut()
+            .as_mut()
+            .map(|c| c.stream.read_ready());
+        match read {
+            None => return,
+            Some(Err(e)) => return self.io_failed(e),
+            Some(Ok(())) => {}
+        }
+        loop {
+            let line = self
+                .conn
+                .borrow_mut()
+                .as_mut()
+                .and_then(|c| c.stream.next_line());
+            match line {
+                None => break,
+                Some(Err(e)) => return self.io_failed(e),
+                Some(Ok(line)) => self.on_line(&line),
+            }
+        }
+        if let Some(status) = error {
+            let peer = self.peer();
+            self.io_failed(DflockdError::new(
+                core::ErrorCode::ConnectionError,
+                format!("polling the connection to {peer} failed (libuv status {status})"),
+            ));
+        }
+    }
+
+    fn peer(&self) -> String {
+        self.conn
+            .borrow()
+            .as_ref()
+            .map(|c| c.stream.peer().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The reply `line` to the request in flight (or an unsolicited one: the server dropping us).
+    fn on_line(&self, line: &str) {
+        if let Some(c) = self.conn.borrow().as_ref() {
+            c.watch.disarm_timer();
+            c.watch.stop_spin();
+        }
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        match stage {
+            Stage::Asking {
+                op,
+                mut place,
+                started,
+                sent,
+                ..
+            } => {
+                let reply = if place.is_some() {
+                    core::protocol::parse_enqueue_reply(line, "acquire").map(|r| match r {
+                        EnqueueReply::Acquired(g) => Some(g),
+                        EnqueueReply::Queued => None,
+                    })
+                } else {
+                    core::protocol::parse_acquire_reply(line, "acquire").map(|r| match r {
+                        AcquireReply::Granted(g) => Some(g),
+                        AcquireReply::TimedOut => None,
+                    })
+                };
+                // Answered: the next waiter of this process may send its own.
+                let queued = place.is_some();
+                place.take();
+                match reply {
+                    Ok(Some(g)) => self.granted(op, g, sent),
+                    Ok(None) if queued => self.queued(op, started, sent),
+                    Ok(None) => {
+                        // A try answered `timeout`: the connection holds nothing, it goes to the pool.
+                        self.release_conn_idle();
+                        let r = self.prim.external_end(op).map(|()| false);
+                        self.call(settle_value(self.id, r));
+                    }
+                    Err(e) => {
+                        *self.stage.borrow_mut() = Stage::Asking {
+                            op,
+                            place: None,
+                            started,
+                            sent,
+                            reused: false,
+                        };
+                        self.fail_acquire(e);
+                    }
+                }
+            }
+            Stage::Held {
+                hold,
+                renewing: Some(sent),
+                release,
+                linger: false,
+            } => self.renew_answered(hold, sent, release, line),
+            Stage::Releasing { hold } => self.release_answered(hold, line),
+            other => {
+                // Nothing asked (an idle held lock, a lingering one): the server dropped us.
+                *self.stage.borrow_mut() = other;
+                let peer = self.peer();
+                self.io_failed(core::connection::unsolicited(&peer, line.as_bytes()));
+            }
+        }
+    }
+
+    /// After a try answered `timeout`: the connection holds nothing, it goes to the pool.
+    fn release_conn_idle(&self) {
+        if let Some(c) = self.conn.borrow_mut().take() {
+            pool_put(&self.prim.options().connect, c);
+        }
+    }
+
+    fn granted(&self, op: ExternalOp, g: Grant, sent: Instant) {
+        match self.prim.external_held(op, g, sent) {
+            Ok(hold) => {
+                *self.stage.borrow_mut() = Stage::Held {
+                    hold,
+                    renewing: None,
+                    release: false,
+                    linger: false,
+                };
+                self.arm_held();
+                self.call(settle_value(self.id, Ok(true)));
+            }
+            Err(e) => {
+                self.close_conn();
+                self.call(settle_value(self.id, Err(e)));
+            }
+        }
+    }
+
+    /// `cancel()`: abort an acquisition in progress (it settles `ABORTED`).
+    pub(super) fn cancel(&self) {
+        if matches!(
+            &*self.stage.borrow(),
+            Stage::Connecting { .. } | Stage::Asking { .. } | Stage::Queued { .. }
+        ) {
+            self.fail_acquire(aborted_error());
+        }
+    }
+
+    /// The env is going away (or the object was collected): stop without calling JS.
+    fn stop(&self) {
+        *self.stage.borrow_mut() = Stage::Idle;
+        self.close_conn();
+    }
+
+    /// The primitive's JS object was collected.
+    pub(super) fn collected(&self) {
+        self.stop();
+        self.settle.release();
+    }
+}

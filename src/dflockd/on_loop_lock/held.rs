@@ -1,0 +1,318 @@
+//! A held lock on the event loop: the renew timer (unref'd), the renew and release round
+//! trips, the loss (the connection closed, or no renew confirmed within the validity) and the
+//! linger until the server's expiry after a loss the lease clock declared. The rules are the
+//! core's (`ExternalHold`); this only does the I/O.
+
+use super::*;
+
+impl LoopLock {
+    /// The reply to a renew sent at `sent`; `release`: a release was asked meanwhile.
+    pub(super) fn renew_answered(
+        &self,
+        mut hold: ExternalHold,
+        sent: Instant,
+        release: bool,
+        line: &str,
+    ) {
+        let reply = core::protocol::parse_renew_reply(line, "renew");
+        match reply {
+            Ok(lease) => {
+                hold.renewed(lease, sent);
+                *self.stage.borrow_mut() = Stage::Held {
+                    hold,
+                    renewing: None,
+                    release: false,
+                    linger: false,
+                };
+                if release {
+                    self.release();
+                } else {
+                    self.arm_held();
+                }
+            }
+            Err(e) => {
+                self.close_conn();
+                if release {
+                    hold.lost(false, e.message());
+                    self.call_void(Err(hold.lost_error()));
+                } else {
+                    hold.lost(true, e.message());
+                }
+                *self.stage.borrow_mut() = Stage::Held {
+                    hold,
+                    renewing: None,
+                    release: false,
+                    linger: false,
+                };
+            }
+        }
+    }
+
+    /// The reply to the release.
+    pub(super) fn release_answered(&self, hold: ExternalHold, line: &str) {
+        let r = core::protocol::parse_release_reply(line, "release");
+        match r {
+            Ok(()) => {
+                if let Some(c) = self.conn.borrow_mut().take() {
+                    pool_put(&self.prim.options().connect, c);
+                }
+                self.call_void(Ok(()));
+            }
+            Err(e) => {
+                self.close_conn();
+                self.call_void(Err(hold.release_error(e)));
+            }
+        }
+    }
+
+    /// Held and idle: watch for the server dropping us, renew at the lease clock's instant
+    /// (unref'd: an idle held lock never keeps the process alive).
+    pub(super) fn arm_held(&self) {
+        let at = match &*self.stage.borrow() {
+            Stage::Held { hold, .. } => hold.renew_at(),
+            _ => return,
+        };
+        if let Some(c) = self.conn.borrow().as_ref() {
+            c.watch.keep_alive(false);
+            let ms = at.saturating_duration_since(Instant::now()).as_millis();
+            c.watch.arm_timer(ms.min(u64::MAX as u128) as u64);
+        }
+    }
+
+    pub(super) fn on_timer(&self) {
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        match stage {
+            Stage::Asking { .. } | Stage::Connecting { .. } => {
+                *self.stage.borrow_mut() = stage;
+                let peer = self.peer();
+                // A timeout in ms cut the acquisition: timed out (false), as on tokio.
+                self.fail_acquire(timeout_error(format!("no reply from {peer} in time")));
+            }
+            Stage::Releasing { hold } => {
+                let peer = self.peer();
+                self.close_conn();
+                self.call_void(Err(
+                    hold.release_error(timeout_error(format!("no reply from {peer} in time")))
+                ));
+            }
+            Stage::Held {
+                hold,
+                renewing,
+                release,
+                linger,
+            } => {
+                let now = Instant::now();
+                if linger {
+                    // The server's earliest expiry: closing no longer frees the key early.
+                    self.close_conn();
+                    *self.stage.borrow_mut() = Stage::Held {
+                        hold,
+                        renewing: None,
+                        release: false,
+                        linger: false,
+                    };
+                    return;
+                }
+                if renewing.is_some() && release && now < hold.loss_at() {
+                    // The holder is releasing and the renew in flight got no reply within
+                    // RELEASE_RENEW_WAIT: closing the connection releases on the server (or the
+                    // lease ends by itself), as the renewal task does.
+                    self.close_conn();
+                    hold.lost(
+                        false,
+                        "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)",
+                    );
+                    let _ = hold.begin_release(&self.prim);
+                    self.call_void(Err(hold.lost_error()));
+                    return;
+                }
+                if renewing.is_some() || now >= hold.loss_at() {
+                    // No renew confirmed within the validity: lost now, before the server
+                    // could grant the key to anyone else; the connection stays open until
+                    // the server's expiry.
+                    let reason = hold.unconfirmed_reason();
+                    hold.lost(!release, &reason);
+                    if release {
+                        self.call_void(Err(hold.lost_error()));
+                    }
+                    let expiry = hold.expiry();
+                    *self.stage.borrow_mut() = Stage::Held {
+                        hold,
+                        renewing: None,
+                        release: false,
+                        linger: true,
+                    };
+                    if let Some(c) = self.conn.borrow().as_ref() {
+                        let ms = expiry.saturating_duration_since(now).as_millis();
+                        c.watch.arm_timer(ms.clamp(1, u64::MAX as u128) as u64);
+                    }
+                    return;
+                }
+                let o = self.prim.options();
+                let limit = hold.loss_at().saturating_duration_since(now);
+                let req = if o.limit > 1 {
+                    Request::SemRenew {
+                        key: &o.key,
+                        token: hold.token(),
+                        ttl_s: o.lease_ttl_s,
+                    }
+                } else {
+                    Request::Renew {
+                        key: &o.key,
+                        token: hold.token(),
+                        ttl_s: o.lease_ttl_s,
+                    }
+                };
+                let sent = self.send(req, Some(limit.max(Duration::from_millis(1))), false);
+                match sent {
+                    Ok(sent) => {
+                        *self.stage.borrow_mut() = Stage::Held {
+                            hold,
+                            renewing: Some(sent),
+                            release,
+                            linger: false,
+                        };
+                    }
+                    Err(e) => {
+                        self.close_conn();
+                        hold.lost(true, e.message());
+                        *self.stage.borrow_mut() = Stage::Held {
+                            hold,
+                            renewing: None,
+                            release: false,
+                            linger: false,
+                        };
+                    }
+                }
+            }
+            other => *self.stage.borrow_mut() = other,
+        }
+    }
+
+    /// An I/O or protocol error on the connection.
+    pub(super) fn io_failed(&self, e: DflockdError) {
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        match stage {
+            Stage::Asking { .. } => {
+                *self.stage.borrow_mut() = stage;
+                self.asking_failed(e);
+            }
+            Stage::Releasing { hold } => {
+                self.close_conn();
+                self.call_void(Err(hold.release_error(e)));
+            }
+            Stage::Held {
+                hold,
+                release,
+                linger,
+                ..
+            } => {
+                // Idle or renewing: the server dropped the connection and released the lock.
+                self.close_conn();
+                if !linger {
+                    hold.lost(!release, e.message());
+                    if release {
+                        self.call_void(Err(hold.lost_error()));
+                    }
+                }
+                *self.stage.borrow_mut() = Stage::Held {
+                    hold,
+                    renewing: None,
+                    release: false,
+                    linger: false,
+                };
+            }
+            other => {
+                *self.stage.borrow_mut() = other;
+                self.close_conn();
+            }
+        }
+    }
+
+    pub(super) fn call_void(&self, r: core::Result<()>) {
+        self.call(settle_value(self.id, r.map(|()| true)));
+    }
+
+    /// Release on the loop: `false` when the hold is not this driver's (the promise path
+    /// serves it). The result goes to the settle callback.
+    pub(in crate::dflockd) fn release(&self) -> bool {
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        let Stage::Held {
+            hold,
+            renewing,
+            linger,
+            ..
+        } = stage
+        else {
+            *self.stage.borrow_mut() = stage;
+            return false;
+        };
+        if renewing.is_some() {
+            // Sent after the renew's reply, which is awaited RELEASE_RENEW_WAIT at most (less
+            // when the validity ends sooner; see on_timer).
+            let give_up = hold
+                .loss_at()
+                .min(Instant::now() + core::primitive::RELEASE_RENEW_WAIT);
+            if let Some(c) = self.conn.borrow().as_ref() {
+                let ms = give_up
+                    .saturating_duration_since(Instant::now())
+                    .as_millis();
+                c.watch.arm_timer(ms.clamp(1, u64::MAX as u128) as u64);
+            }
+            *self.stage.borrow_mut() = Stage::Held {
+                hold,
+                renewing,
+                release: true,
+                linger,
+            };
+            return true;
+        }
+        if let Err(e) = hold.begin_release(&self.prim) {
+            self.close_conn();
+            self.call_void(Err(e));
+            return true;
+        }
+        let o = self.prim.options();
+        let now = Instant::now();
+        let limit = o
+            .connect
+            .socket_timeout
+            .min(hold.loss_at().saturating_duration_since(now))
+            .max(Duration::from_millis(1));
+        let req = if o.limit > 1 {
+            Request::SemRelease {
+                key: &o.key,
+                token: hold.token(),
+            }
+        } else {
+            Request::Release {
+                key: &o.key,
+                token: hold.token(),
+            }
+        };
+        let sent = self.send(req, Some(limit), true);
+        *self.stage.borrow_mut() = Stage::Releasing { hold };
+        if let Err(e) = sent {
+            self.io_failed(e);
+        }
+        true
+    }
+    /// `close()`: drop everything without a release (the server releases on disconnect); a
+    /// release in flight settles `LOCK_LOST` as on tokio.
+    pub(in crate::dflockd) fn close(&self) {
+        self.cancel();
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        self.close_conn();
+        match stage {
+            Stage::Releasing { .. } => self.call_void(Err(DflockdError::new(
+                core::ErrorCode::LockLost,
+                "the lock was lost before release (its connection was closed)",
+            ))),
+            Stage::Held { release: true, .. } => self.call_void(Err(DflockdError::new(
+                core::ErrorCode::LockLost,
+                "the lock was lost before release (its connection was closed)",
+            ))),
+            _ => {}
+        }
+    }
+}

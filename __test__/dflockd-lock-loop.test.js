@@ -14,6 +14,9 @@ const native = require('../lib/native')
 const { Worker } = require('node:worker_threads')
 const { DistributedLock, DistributedSemaphore, LockError, stats } = require('..')
 
+// The event-loop driver is opt-in (lib/dflockd/common.js loopDriverChosen); this file tests it, and its children inherit it.
+process.env.SEMA_NATIVE_DFLOCKD_DRIVER = 'event-loop'
+
 const skip = d.skipReason()
 const pkg = path.resolve(__dirname, '..')
 let s
@@ -45,6 +48,55 @@ const primitiveOptions = (port, extra = {}) => ({
   server: { host: '127.0.0.1', port },
   renewRatio: 0.5,
   ...extra,
+})
+
+describe('a held lock whose JavaScript thread is blocked past the server idle limit', { skip }, () => {
+  // A child holds a 4 s lease on a server with a 3 s read timeout, then blocks its thread for 7 s (a long execSync
+  // inside withLock); this process asks for the key meanwhile. Default (tokio threads): renewals go on, the key is not
+  // granted until the child releases. Event-loop driver (opt-in): no renewal while blocked, the key goes to the waiter.
+  async function blockedHolder(env) {
+    const srv = await d.startServer({ args: ['--read-timeout', '3'] })
+    const child = spawnTracked(
+      process.execPath,
+      [
+        '-e',
+        `const { DistributedLock } = require('.')
+         ;(async () => {
+           const l = new DistributedLock({ key: 'blocked', servers: [['${srv.host}', ${srv.port}]], leaseTtlS: 4 })
+           if (!(await l.acquire())) throw new Error('not acquired')
+           console.log('held')
+           await new Promise((r) => process.stdin.once('data', r))
+           Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 7000)
+           console.log('unblocked ' + Date.now())
+           await l.release()
+         })()`,
+      ],
+      { cwd: pkg, env },
+    )
+    let out = ''
+    child.stdout.on('data', (b) => (out += b))
+    while (!out.includes('held')) await new Promise((r) => setTimeout(r, 20))
+    const waiter = new DistributedLock({ key: 'blocked', servers: [[srv.host, srv.port]], acquireTimeoutS: 15 })
+    child.stdin.end('go\n')
+    assert.equal(await waiter.acquire(), true)
+    const grantedAt = Date.now()
+    await waiter.release()
+    const ex = await waitExit(child, 20000, 'blocked holder')
+    const unblockedAt = Number(/unblocked (\d+)/.exec(ex.stdout)?.[1])
+    return { grantedAt, unblockedAt }
+  }
+
+  test('default driver (tokio threads): renewals go on; the waiter gets the key only after the holder woke and released', async () => {
+    const env = { ...process.env }
+    delete env.SEMA_NATIVE_DFLOCKD_DRIVER
+    const { grantedAt, unblockedAt } = await blockedHolder(env)
+    assert.ok(grantedAt >= unblockedAt, `granted ${grantedAt - unblockedAt} ms before the holder's thread ran again`)
+  })
+
+  test('event-loop driver (opt-in): no renewal while blocked, so the key goes to the waiter meanwhile (why it is not the default)', async () => {
+    const { grantedAt, unblockedAt } = await blockedHolder(process.env)
+    assert.ok(grantedAt < unblockedAt, 'the lease lapsed while the holder was blocked')
+  })
 })
 
 describe('DistributedLock on the event loop', { skip }, () => {

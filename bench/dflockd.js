@@ -165,6 +165,7 @@ function tsClientModule() {
 function kindSettings(kind) {
   if (kind.startsWith('ts-')) return { cfg: { tsClient: tsClientModule() } }
   if (kind === 'addon-connection-tokio') return { kind: 'addon-connection', env: { ...process.env, SEMA_NATIVE_LIBUV: 'off' } }
+  if (kind === 'addon-distributedlock-loop') return { kind: 'addon-distributedlock', env: { ...process.env, SEMA_NATIVE_DFLOCKD_DRIVER: 'event-loop' } }
   return {}
 }
 

@@ -329,7 +329,8 @@ function contendedTable(rows) {
 
 const DFL_CLIENTS = [
   { id: 'addon-connection', label: 'addon `Connection` (acquire + release on one connection)' },
-  { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release())' },
+  { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release()), default driver (tokio threads: renewals go on while JS is blocked)' },
+  { id: 'addon-distributedlock-loop', label: 'addon `DistributedLock` reused, event-loop driver (opt-in: `SEMA_NATIVE_DFLOCKD_DRIVER=event-loop`)' },
   { id: 'addon-loop-shape', label: '`DistributedLock`\'s wire shape (`e` + `r`, a renew timer per hold) on the event-loop `Connection`: its ceiling on that driver' },
   { id: 'addon-connection-tokio', label: 'addon `Connection` on its tokio driver (`SEMA_NATIVE_LIBUV=off`: the ceiling of a tokio-thread round trip)' },
   { id: 'ts-lowlevel', label: 'TS client `dflockd-client` low-level `acquire`/`release` (one socket)' },
@@ -566,16 +567,19 @@ function targets(res) {
     }
     // Issue #24: DistributedLock (the API dflockd-client users and acquire('dflockd://…') call) against the TS client's
     // low-level functions and the blocking floor (one socket and one thread per worker, no runtime).
-    const dl = (w) => get('addon-distributedlock', w)
+    // Both drivers: the default (tokio threads) and the opt-in event loop (lib/dflockd/common.js says why it is opt-in).
+    const dl = (w, id) => get(id, w)
     const issue24 = [
       [1, 'ts-lowlevel', 1.5, 'TS client low-level'],
       [1, 'rust-floor', 1.0, 'blocking floor'],
       [10, 'rust-floor', 0.9, 'blocking floor'],
     ]
-    for (const [w, id, k, what] of issue24) {
-      const a = dl(w)
-      const b = get(id, w)
-      if (a && b) add(`dflockd \`DistributedLock\`, ${w} worker${w > 1 ? 's' : ''}: ≥ ${k.toFixed(1)}× ${what}`, `${ratio(a.opsPerSec, b.opsPerSec)} (${num(a.opsPerSec)} vs ${num(b.opsPerSec)})`, a.opsPerSec >= k * b.opsPerSec)
+    for (const [driver, dlId] of [['default', 'addon-distributedlock'], ['event loop', 'addon-distributedlock-loop']]) {
+      for (const [w, id, k, what] of issue24) {
+        const a = dl(w, dlId)
+        const b = get(id, w)
+        if (a && b) add(`dflockd \`DistributedLock\` (${driver}), ${w} worker${w > 1 ? 's' : ''}: ≥ ${k.toFixed(1)}× ${what}`, `${ratio(a.opsPerSec, b.opsPerSec)} (${num(a.opsPerSec)} vs ${num(b.opsPerSec)})`, a.opsPerSec >= k * b.opsPerSec)
+      }
     }
     for (const w of P.dflockd.workers) {
       const a = get('addon-connection', w)

@@ -245,3 +245,60 @@ describe('LockManager: a backend lock already lost when it is granted', () => {
     assert.equal(ran, false)
   })
 })
+
+describe('dflockd steal among LockManager clients of one thread (one backend each, as several processes would be)', { skip: d.goOnly() }, () => {
+  const { DflockdBackend } = require('../lib/locks/dflockd-backend')
+  const { managerFor } = require('../lib/locks/manager')
+  let port
+  let n = 0
+  before(async () => {
+    port = (await d.startServer()).port
+  })
+  after(() => d.stopAll())
+
+  /** A LockManager on `base` with its own state and mailbox (its backend's id made unique), and its backend. */
+  const client = (base) => {
+    const b = new DflockdBackend(base)
+    b.id += `#client${++n}`
+    return { locks: managerFor(b), backend: b }
+  }
+  /** A request holding `name` until `let go` is called; `held` resolves when its callback runs. */
+  const holding = (locks, name, options = {}) => {
+    let letGo
+    let held
+    const running = new Promise((r) => (held = r))
+    const request = locks.request(name, options, () => {
+      held()
+      return new Promise((r) => (letGo = r))
+    })
+    return { request, running, letGo: (v) => letGo(v) }
+  }
+
+  test('a lock held by a steal from another client is not stolen again by a third: refused, and its holder keeps it', async () => {
+    const base = `dflockd://127.0.0.1:${port}/again${process.pid}`
+    const H = client(base)
+    const S = client(base)
+    const T = client(base)
+    const h = holding(H.locks, 'k')
+    await h.running
+    assert.ok(await H.backend.steals.ready(), "H's mailbox opened")
+    const hStolen = assert.rejects(h.request, { name: 'AbortError' })
+    const s = holding(S.locks, 'k', { steal: true })
+    await s.running
+    await hStolen
+    assert.ok(await S.backend.steals.ready(), "S's mailbox opened")
+    let sSettled = false
+    s.request.finally(() => (sSettled = true)).catch(() => {})
+    // H's connection keeps `k` for S; a hand-over of it by S (a third holder) would rest on S's JS thread.
+    await assert.rejects(T.locks.request('k', { steal: true }, () => 'T got it'), (e) => {
+      assert.equal(e.name, 'NotSupportedError')
+      assert.match(e.message, /steal from another process/)
+      return true
+    })
+    assert.equal(sSettled, false, 'S still holds k')
+    s.letGo('S done')
+    assert.equal(await s.request, 'S done')
+    // Given back by H's connection: the name is free again.
+    assert.equal(await T.locks.request('k', () => 'T got it after S'), 'T got it after S')
+  })
+})

@@ -57,8 +57,8 @@ class DflockdBackend {
         this.prefix,
         randomUUID(),
         {
-          exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
-          surrender: (key) => this.state.surrender((name) => this.key(name) === key),
+          exclusiveKeys: (canGive) => this.state.heldKeys((name) => this.key(name), canGive),
+          surrender: (key, canGive) => this.state.surrender((name) => this.key(name) === key, canGive),
         },
         // The intent and the confirmation: native held locks with the names' query (their leaseTtl: the same lease).
         (key, leaseTtl) => target.tryAcquire(`${this.origin}/${encodeURIComponent(key)}${this.query}`, leaseTtl ? { leaseTtl } : undefined),

@@ -24,6 +24,9 @@
 //   neither); the confirmation's lease is a third of K's, so it ends before K can when H is killed on a server that
 //   keeps leases after a disconnect. While it holds a lock for a stealer, H's process stays alive (its watch of the
 //   intent is ref'd); so does S's during the steal and its release.
+// - A lock S holds by a steal from another process is not handed over again (S's client does not answer a steal of
+//   it, so that steal is refused): its liveness rests on S's JS thread (the watch of H's confirmation), and a second
+//   hand-over through S could outlive H's by the time S's blocked event loop takes to notice (two holders at once).
 // - Nobody answers within ANSWER_MS (the holder is not a LockManager client — a DistributedLock, another dflockd
 //   client — or it is stuck): the steal rejects with a NotSupportedError and nothing is taken. K held in shared mode
 //   by another process is refused at once (NotSupportedError): steal of readers is not built (see lock-kinds.md).
@@ -56,6 +59,10 @@ const RERING_MS = 500
 /** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
  * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
 const MAILBOX_IDLE_MS = 10000
+
+/** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease known), not a lock this
+ * client holds by a steal (kept elsewhere, no lease here). */
+const canHandOver = (handle) => !handle.keptElsewhere && Number(handle.lease) > 0
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
@@ -223,7 +230,7 @@ class Steals {
     const box = await this.opening
     if (!box) return
     const held = heldKeys(await box.holder.wire.stats())
-    const mine = new Map(this.owner.exclusiveKeys().map((k) => [hashOf(k), k]))
+    const mine = new Map(this.owner.exclusiveKeys(canHandOver).map((k) => [hashOf(k), k]))
     const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~([0-9a-f]{16})$`)
     for (const k of held) {
       const m = intent.exec(k)
@@ -234,7 +241,7 @@ class Steals {
 
   /**
    * Gives `key` to the stealer of `intentKey`: holds it for them until the intent is released (or lost), and holds
-   * the confirmation (a native lock with the names' lease) only while it holds `key` for them.
+   * the confirmation (a native lock with a third of `key`'s lease) only while it holds `key` for them.
    */
   async #answer(key, intentKey, confirmKey) {
     this.proxies.add(intentKey)
@@ -244,7 +251,8 @@ class Steals {
     let intentToken = null
     try {
       q = await Wire.open(this.server)
-      handle = this.owner.surrender(key)
+      // Only a lock that can be handed over is given up (checked again: the holder may have changed meanwhile).
+      handle = this.owner.surrender(key, canHandOver)
       if (!handle) return
       // Attached now, before any await: a loss of `key` from here on ends the hand-over (the confirmation goes, so
       // the stealer hears of it).
@@ -253,10 +261,8 @@ class Steals {
       // (--auto-release-on-disconnect=false) stops renewing both, and the stealer must hear of it (the confirmation
       // expires) before the server can grant `key` to a waiter. `key` was renewed at most 2/3 of its lease before
       // (lib/dflockd's renewer), so it lives ≥ 1/3 of its lease after the last renewal: the confirmation's lease is a
-      // third of it. A lock whose lease is not known (not a native dflockd lock) is not handed over.
-      const lease = Number(handle.lease)
-      if (!(lease > 0)) return
-      const c = await this.hold(confirmKey, Math.max(1, Math.floor(lease / 3)))
+      // third of it.
+      const c = await this.hold(confirmKey, Math.max(1, Math.floor(Number(handle.lease) / 3)))
       if (!c.ok || handle.signal.aborted) {
         if (c.ok) await c.value.release().catch(() => {})
         return
@@ -328,7 +334,8 @@ class Steals {
         if (Date.now() > deadline) {
           throw notSupported(
             `its holder did not answer within ${ANSWER_MS} ms (it is not a LockManager client of this base — e.g. a ` +
-              'DistributedLock or another dflockd client — or it is not responding); nothing was taken',
+              'DistributedLock or another dflockd client —, it holds the lock by a steal from another process, which ' +
+              'is not handed over again, or it is not responding); nothing was taken',
           )
         }
         for (const k of held) {
@@ -369,10 +376,8 @@ class Steals {
       aborted(intent.signal).then(() => finish(intentLost(key, intent)))
       const handle = {
         signal: ctl.signal,
-        /** A stolen lock stolen again: the lease its intent has (the lock ends when the intent ends). */
-        get lease() {
-          return intent.lease
-        },
+        /** Kept by another process's connection: not handed over again (canHandOver). */
+        keptElsewhere: true,
         async release() {
           if (releasing) return
           releasing = true

@@ -301,4 +301,23 @@ describe('dflockd steal among LockManager clients of one thread (one backend eac
     // Given back by H's connection: the name is free again.
     assert.equal(await T.locks.request('k', () => 'T got it after S'), 'T got it after S')
   })
+
+  test('steal with a lease under 9 s is refused (NotSupportedError naming the lease): the holder keeps its lock', async () => {
+    const base = `dflockd://127.0.0.1:${port}/short${process.pid}?leaseTtl=3`
+    const H = client(base)
+    const S = client(base)
+    const h = holding(H.locks, 'k')
+    await h.running
+    assert.ok(await H.backend.steals.ready(), "H's mailbox opened")
+    let hSettled = false
+    h.request.finally(() => (hSettled = true)).catch(() => {})
+    await assert.rejects(S.locks.request('k', { steal: true }, () => 'S got it'), (e) => {
+      assert.equal(e.name, 'NotSupportedError')
+      assert.match(e.message, /lease of its locks \(3 s/)
+      return true
+    })
+    assert.equal(hSettled, false, 'H still holds k')
+    h.letGo('H done')
+    assert.equal(await h.request, 'H done')
+  })
 })

@@ -22,8 +22,9 @@
 //   lock (its request rejects with an AbortError). If S dies, its intent ends the same way and H releases K.
 //   The intent and the confirmation are native held locks (renewed off the JS thread, so a blocked event loop loses
 //   neither); the confirmation's lease is a third of K's, so it ends before K can when H is killed on a server that
-//   keeps leases after a disconnect. While it holds a lock for a stealer, H's process stays alive (its watch of the
-//   intent is ref'd); so does S's during the steal and its release.
+//   keeps leases after a disconnect (a lease under MIN_LEASE_S leaves too little margin: steal is refused). While it
+//   holds a lock for a stealer, H's process stays alive (its watch of the intent is ref'd); so does S's during the
+//   steal and its release.
 // - A lock S holds by a steal from another process is not handed over again (S's client does not answer a steal of
 //   it, so that steal is refused): its liveness rests on S's JS thread (the watch of H's confirmation), and a second
 //   hand-over through S could outlive H's by the time S's blocked event loop takes to notice (two holders at once).
@@ -59,10 +60,14 @@ const RERING_MS = 500
 /** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
  * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
 const MAILBOX_IDLE_MS = 10000
+/** The smallest lease (s) with which a lock is handed over. The holder's renewer renews at half the lease (lib/dflockd's
+ * renewRatio 0.5), so a killed holder's key lives ≥ L/2 after its last renewal; its confirmation (lease floor(L/3))
+ * must end before that by more than the server's 1 s expiry sweep: L/2 − L/3 ≥ 1.5 s, i.e. L ≥ 9. */
+const MIN_LEASE_S = 9
 
-/** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease known), not a lock this
- * client holds by a steal (kept elsewhere, no lease here). */
-const canHandOver = (handle) => !handle.keptElsewhere && Number(handle.lease) > 0
+/** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease known) of a lease the
+ * confirmation has a margin under; not a lock this client holds by a steal (kept elsewhere, no lease here). */
+const canHandOver = (handle) => !handle.keptElsewhere && Number(handle.lease) >= MIN_LEASE_S
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
@@ -259,10 +264,11 @@ class Steals {
       const lost = aborted(handle.signal)
       // The confirmation must end before `key` can: a holder killed on a server that keeps leases after a disconnect
       // (--auto-release-on-disconnect=false) stops renewing both, and the stealer must hear of it (the confirmation
-      // expires) before the server can grant `key` to a waiter. `key` was renewed at most 2/3 of its lease before
-      // (lib/dflockd's renewer), so it lives ≥ 1/3 of its lease after the last renewal: the confirmation's lease is a
-      // third of it.
-      const c = await this.hold(confirmKey, Math.max(1, Math.floor(Number(handle.lease) / 3)))
+      // expires) before the server can grant `key` to a waiter. `key` was renewed at most half its lease before
+      // (lib/dflockd's renewer, renewRatio 0.5), so it lives ≥ L/2 after the last renewal; the confirmation's lease
+      // is floor(L/3), which ends ≥ 1.5 s before that for L ≥ MIN_LEASE_S (canHandOver), more than the server's 1 s
+      // expiry sweep.
+      const c = await this.hold(confirmKey, Math.floor(Number(handle.lease) / 3))
       if (!c.ok || handle.signal.aborted) {
         if (c.ok) await c.value.release().catch(() => {})
         return
@@ -330,6 +336,13 @@ class Steals {
         }
         if (!held.has(key) && sharedHolders > 0) {
           throw notSupported('it is held in shared mode by another process (steal breaks only an exclusive holder on dflockd)')
+        }
+        // The intent has the names' lease (the base's query): too short for any holder to hand the lock over.
+        if (held.has(key) && !(Number(intent.lease) >= MIN_LEASE_S)) {
+          throw notSupported(
+            `the lease of its locks (${intent.lease} s, the base's leaseTtl) is under ${MIN_LEASE_S} s, too short for ` +
+              'a hand-over that a killed holder cannot break; nothing was taken',
+          )
         }
         if (Date.now() > deadline) {
           throw notSupported(

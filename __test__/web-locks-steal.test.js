@@ -320,4 +320,23 @@ describe('dflockd steal among LockManager clients of one thread (one backend eac
     h.letGo('H done')
     assert.equal(await h.request, 'H done')
   })
+
+  test("a steal of a lock held in the same thread keeps the mailbox open (the idle close of the handed-over lock's holder is cancelled)", async () => {
+    const A = client(`dflockd://127.0.0.1:${port}/adopt${process.pid}`)
+    const first = holding(A.locks, 'k')
+    await first.running
+    const steals = A.backend.steals
+    assert.ok(await steals.ready(), 'the mailbox opened')
+    steals.idleMs = 0 // an idle client closes its mailbox at once
+    const firstStolen = assert.rejects(first.request, { name: 'AbortError' })
+    const second = holding(A.locks, 'k', { steal: true })
+    await second.running
+    await firstStolen
+    assert.equal(steals.idleTimer, null, 'no idle close pending while k is held')
+    // A 0 ms idle close, had it been armed, has run by now.
+    await new Promise((r) => setTimeout(r, 20))
+    assert.ok(steals.opening, 'the mailbox is still open')
+    second.letGo('done')
+    assert.equal(await second.request, 'done')
+  })
 })

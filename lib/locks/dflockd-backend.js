@@ -102,6 +102,12 @@ class DflockdBackend {
     this.steals?.idle()
   }
 
+  /** The manager's state here holds a lock again (also one adopted by a local steal, which acquire() did not see):
+   * the mailbox stays (or opens again). */
+  held() {
+    if (!this.stealRefused) this.steals?.ready()
+  }
+
   /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock), or null. */
   get stealRefused() {
     // The mailboxes and the hand-over keys live on one server; a fleet shards names over several.

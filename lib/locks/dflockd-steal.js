@@ -113,6 +113,8 @@ class Steals {
     this.owner = owner
     this.hold = hold
     this.mbox = `${prefix}wl~mbox~${clientId}`
+    /** How long the mailbox stays open holding nothing (tests shorten it). */
+    this.idleMs = MAILBOX_IDLE_MS
     /** The mailbox: a promise of {holder: {wire, token, nameKey, nameToken}, watcher: wire}, or null. */
     this.opening = null
     /** Intent keys this client is answering or keeping a lock for (a second ring does not answer twice). */
@@ -123,7 +125,7 @@ class Steals {
   }
 
   /** This client holds nothing now: its mailbox closes after `ms` unless it holds a lock again meanwhile. */
-  idle(ms = MAILBOX_IDLE_MS) {
+  idle(ms = this.idleMs) {
     if (!this.opening || this.idleTimer) return
     this.idleTimer = setTimeout(() => {
       this.idleTimer = null

@@ -174,7 +174,9 @@ class BaseState {
     req.state = 'held'
     req.handle = r.value
     e.held.push(req)
-    this.heldCount++
+    // Holding again (also a lock adopted by a local steal, not acquired through the backend): what the backend let go
+    // of when nothing was held comes back (dflockd: the steal mailbox's idle close is cancelled).
+    if (this.heldCount++ === 0) this.backend.held?.()
     const onLost = () => this.lost(req)
     r.value.signal.addEventListener('abort', onLost, { once: true })
     req.unwatch = () => r.value.signal.removeEventListener('abort', onLost)

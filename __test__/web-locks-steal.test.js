@@ -340,3 +340,71 @@ describe('dflockd steal among LockManager clients of one thread (one backend eac
     assert.equal(await second.request, 'done')
   })
 })
+
+describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip: d.goOnly() }, () => {
+  let server
+  before(async () => {
+    const s = await d.startServer()
+    server = { host: '127.0.0.1', port: s.port, tls: false }
+  })
+  after(() => d.stopAll())
+
+  test('the holder releases its confirmation before the lost lock: the stealer hears of it first', async () => {
+    const prefix = `lost${process.pid}/`
+    const K = `${prefix}wl-k`
+    const hold = (key, leaseTtl) => tryAcquire(`dflockd://127.0.0.1:${server.port}/${encodeURIComponent(key)}`, leaseTtl ? { leaseTtl } : undefined)
+    const kConn = await Wire.open(server)
+    const kTok = await kConn.lock(K, 0, 30) // stands for H's native lock on K
+    const probe = await Wire.open(server)
+    const ctl = new AbortController()
+    let surrendered = false
+    /** The connection holding the confirmation for H (stats' owner_conn_id), and whether it still did at K's release. */
+    let confirmationConn = null
+    let confirmationHeldAtRelease = null
+    let kReleased
+    const kReleasedP = new Promise((r) => (kReleased = r))
+    const H = new Steals(
+      server,
+      prefix,
+      randomUUID(),
+      {
+        exclusiveKeys: () => (surrendered ? [] : [K]),
+        surrender: () => {
+          surrendered = true
+          return {
+            signal: ctl.signal,
+            lease: 30,
+            release: async () => {
+              const s = await probe.stats()
+              // (Once H lets go of it, the stealer's watch is granted the confirmation: another connection.)
+              confirmationHeldAtRelease = s.locks.some((l) => l.key.startsWith(`${prefix}wl~stolen~`) && l.owner_conn_id === confirmationConn)
+              await kConn.release(K, kTok)
+              kReleased()
+            },
+          }
+        },
+      },
+      hold,
+    )
+    const S = new Steals(server, prefix, randomUUID(), { exclusiveKeys: () => [], surrender: () => null }, hold)
+    try {
+      assert.ok(await H.ready(), 'the mailbox opened')
+      const r = await S.steal(K, async () => ({ ok: false, unavailable: true }))
+      assert.equal(r.ok, true, r.error?.message)
+      assert.equal(typeof r.value.release, 'function', 'answered by the holder')
+      const c = (await probe.stats()).locks.find((l) => l.key.startsWith(`${prefix}wl~stolen~`))
+      confirmationConn = c?.owner_conn_id
+      assert.ok(Number(confirmationConn) > 0, 'H holds the confirmation')
+      const told = new Promise((res) => r.value.signal.addEventListener('abort', res, { once: true }))
+      ctl.abort(new Error('lost')) // the holder's kept lock is lost
+      await told
+      assert.equal(r.value.signal.reason.code, 'LOCK_LOST')
+      await r.value.release()
+      await kReleasedP
+      assert.equal(confirmationHeldAtRelease, false, 'the confirmation was released before the lost lock')
+    } finally {
+      kConn.close()
+      probe.close()
+    }
+  })
+})

@@ -287,10 +287,10 @@ class Steals {
       )
       await Promise.race([done, lost, aborted(confirm.signal)])
     } finally {
-      // `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it is over), and the
-      // intent LAST: while we hold it, no later steal by that client can reuse its name.
-      await handle?.release().catch(() => {})
-      await confirm?.release().catch(() => {})
+      // `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it is over, after
+      // `key` is free), and the intent LAST: while we hold it, no later steal by that client can reuse its name. A
+      // `key` already lost: the confirmation first, so the stealer hears of it without waiting for that release.
+      for (const x of handle?.signal.aborted ? [confirm, handle] : [handle, confirm]) await x?.release().catch(() => {})
       if (intentToken !== null) await q.release(intentKey, intentToken).catch(() => {})
       this.proxies.delete(intentKey)
       q?.close()

@@ -551,7 +551,8 @@ export interface WebLockOptions {
    * `ifAvailable`, `mode: 'shared'` or `signal` (`NotSupportedError`). On dflockd, a hand-over among LockManager
    * clients (the old holder's connection keeps the lock for the stealer, so the server's queue keeps its order; the
    * stealer's request rejects with an `AbortError` if that holder dies or loses it): a holder that does not answer
-   * within 2 s (not a LockManager) or holds in shared mode makes it reject with `NotSupportedError`, nothing taken.
+   * within 2 s (not a LockManager), holds in shared mode or holds the lock by a steal from another process (not
+   * handed over again), or a base `leaseTtl` under 9 s, makes it reject with `NotSupportedError`, nothing taken.
    * Cooperative: for clients that trust each other. See docs/lock-kinds.md#steal.
    */
   steal?: boolean

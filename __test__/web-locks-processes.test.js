@@ -279,10 +279,10 @@ function suite(ctx) {
 
     test("a stealer whose event loop is blocked past the server's read timeout keeps the lock: no waiter gets it meanwhile", async () => {
       // The keys the stolen lock depends on (the stealer's intent, the holder's confirmation) are native locks,
-      // renewed off the JS thread: a blocked event loop loses nothing. Read timeout 5 s, leases of 6 s (renewed every
-      // 3 s), the stealer's callback blocks 8 s.
+      // renewed off the JS thread: a blocked event loop loses nothing. Read timeout 5 s, leases of 9 s (the shortest
+      // a hand-over takes; renewed every 4.5 s), the stealer's callback blocks 8 s.
       const s = await d.startServer({ args: ['--read-timeout', '5'] })
-      const b = `dflockd://127.0.0.1:${s.port}/blocked?leaseTtl=6`
+      const b = `dflockd://127.0.0.1:${s.port}/blocked?leaseTtl=9`
       const name = uniqueName('steal-blocked')
       const a = await holder(b, name)
       let w

@@ -245,3 +245,166 @@ describe('LockManager: a backend lock already lost when it is granted', () => {
     assert.equal(ran, false)
   })
 })
+
+describe('dflockd steal among LockManager clients of one thread (one backend each, as several processes would be)', { skip: d.goOnly() }, () => {
+  const { DflockdBackend } = require('../lib/locks/dflockd-backend')
+  const { managerFor } = require('../lib/locks/manager')
+  let port
+  let n = 0
+  before(async () => {
+    port = (await d.startServer()).port
+  })
+  after(() => d.stopAll())
+
+  /** A LockManager on `base` with its own state and mailbox (its backend's id made unique), and its backend. */
+  const client = (base) => {
+    const b = new DflockdBackend(base)
+    b.id += `#client${++n}`
+    return { locks: managerFor(b), backend: b }
+  }
+  /** A request holding `name` until `let go` is called; `held` resolves when its callback runs. */
+  const holding = (locks, name, options = {}) => {
+    let letGo
+    let held
+    const running = new Promise((r) => (held = r))
+    const request = locks.request(name, options, () => {
+      held()
+      return new Promise((r) => (letGo = r))
+    })
+    return { request, running, letGo: (v) => letGo(v) }
+  }
+
+  test('a lock held by a steal from another client is not stolen again by a third: refused, and its holder keeps it', async () => {
+    const base = `dflockd://127.0.0.1:${port}/again${process.pid}`
+    const H = client(base)
+    const S = client(base)
+    const T = client(base)
+    const h = holding(H.locks, 'k')
+    await h.running
+    assert.ok(await H.backend.steals.ready(), "H's mailbox opened")
+    const hStolen = assert.rejects(h.request, { name: 'AbortError' })
+    const s = holding(S.locks, 'k', { steal: true })
+    await s.running
+    await hStolen
+    assert.ok(await S.backend.steals.ready(), "S's mailbox opened")
+    let sSettled = false
+    s.request.finally(() => (sSettled = true)).catch(() => {})
+    // H's connection keeps `k` for S; a hand-over of it by S (a third holder) would rest on S's JS thread.
+    await assert.rejects(T.locks.request('k', { steal: true }, () => 'T got it'), (e) => {
+      assert.equal(e.name, 'NotSupportedError')
+      assert.match(e.message, /steal from another process/)
+      return true
+    })
+    assert.equal(sSettled, false, 'S still holds k')
+    s.letGo('S done')
+    assert.equal(await s.request, 'S done')
+    // Given back by H's connection: the name is free again.
+    assert.equal(await T.locks.request('k', () => 'T got it after S'), 'T got it after S')
+  })
+
+  test('steal with a lease under 9 s is refused (NotSupportedError naming the lease): the holder keeps its lock', async () => {
+    const base = `dflockd://127.0.0.1:${port}/short${process.pid}?leaseTtl=3`
+    const H = client(base)
+    const S = client(base)
+    const h = holding(H.locks, 'k')
+    await h.running
+    assert.ok(await H.backend.steals.ready(), "H's mailbox opened")
+    let hSettled = false
+    h.request.finally(() => (hSettled = true)).catch(() => {})
+    await assert.rejects(S.locks.request('k', { steal: true }, () => 'S got it'), (e) => {
+      assert.equal(e.name, 'NotSupportedError')
+      assert.match(e.message, /lease of its locks \(3 s/)
+      return true
+    })
+    assert.equal(hSettled, false, 'H still holds k')
+    h.letGo('H done')
+    assert.equal(await h.request, 'H done')
+  })
+
+  test("a steal of a lock held in the same thread keeps the mailbox open (the idle close of the handed-over lock's holder is cancelled)", async () => {
+    const A = client(`dflockd://127.0.0.1:${port}/adopt${process.pid}`)
+    const first = holding(A.locks, 'k')
+    await first.running
+    const steals = A.backend.steals
+    assert.ok(await steals.ready(), 'the mailbox opened')
+    steals.idleMs = 0 // an idle client closes its mailbox at once
+    const firstStolen = assert.rejects(first.request, { name: 'AbortError' })
+    const second = holding(A.locks, 'k', { steal: true })
+    await second.running
+    await firstStolen
+    assert.equal(steals.idleTimer, null, 'no idle close pending while k is held')
+    // A 0 ms idle close, had it been armed, has run by now.
+    await new Promise((r) => setTimeout(r, 20))
+    assert.ok(steals.opening, 'the mailbox is still open')
+    second.letGo('done')
+    assert.equal(await second.request, 'done')
+  })
+})
+
+describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip: d.goOnly() }, () => {
+  let server
+  before(async () => {
+    const s = await d.startServer()
+    server = { host: '127.0.0.1', port: s.port, tls: false }
+  })
+  after(() => d.stopAll())
+
+  test('the holder releases its confirmation before the lost lock: the stealer hears of it first', async () => {
+    const prefix = `lost${process.pid}/`
+    const K = `${prefix}wl-k`
+    const hold = (key, leaseTtl) => tryAcquire(`dflockd://127.0.0.1:${server.port}/${encodeURIComponent(key)}`, leaseTtl ? { leaseTtl } : undefined)
+    const kConn = await Wire.open(server)
+    const kTok = await kConn.lock(K, 0, 30) // stands for H's native lock on K
+    const probe = await Wire.open(server)
+    const ctl = new AbortController()
+    let surrendered = false
+    /** The connection holding the confirmation for H (stats' owner_conn_id), and whether it still did at K's release. */
+    let confirmationConn = null
+    let confirmationHeldAtRelease = null
+    let kReleased
+    const kReleasedP = new Promise((r) => (kReleased = r))
+    const H = new Steals(
+      server,
+      prefix,
+      randomUUID(),
+      {
+        exclusiveKeys: () => (surrendered ? [] : [K]),
+        surrender: () => {
+          surrendered = true
+          return {
+            signal: ctl.signal,
+            lease: 30,
+            release: async () => {
+              const s = await probe.stats()
+              // (Once H lets go of it, the stealer's watch is granted the confirmation: another connection.)
+              confirmationHeldAtRelease = s.locks.some((l) => l.key.startsWith(`${prefix}wl~stolen~`) && l.owner_conn_id === confirmationConn)
+              await kConn.release(K, kTok)
+              kReleased()
+            },
+          }
+        },
+      },
+      hold,
+    )
+    const S = new Steals(server, prefix, randomUUID(), { exclusiveKeys: () => [], surrender: () => null }, hold)
+    try {
+      assert.ok(await H.ready(), 'the mailbox opened')
+      const r = await S.steal(K, async () => ({ ok: false, unavailable: true }))
+      assert.equal(r.ok, true, r.error?.message)
+      assert.equal(typeof r.value.release, 'function', 'answered by the holder')
+      const c = (await probe.stats()).locks.find((l) => l.key.startsWith(`${prefix}wl~stolen~`))
+      confirmationConn = c?.owner_conn_id
+      assert.ok(Number(confirmationConn) > 0, 'H holds the confirmation')
+      const told = new Promise((res) => r.value.signal.addEventListener('abort', res, { once: true }))
+      ctl.abort(new Error('lost')) // the holder's kept lock is lost
+      await told
+      assert.equal(r.value.signal.reason.code, 'LOCK_LOST')
+      await r.value.release()
+      await kReleasedP
+      assert.equal(confirmationHeldAtRelease, false, 'the confirmation was released before the lost lock')
+    } finally {
+      kConn.close()
+      probe.close()
+    }
+  })
+})

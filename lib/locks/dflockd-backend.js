@@ -57,8 +57,8 @@ class DflockdBackend {
         this.prefix,
         randomUUID(),
         {
-          exclusiveKeys: () => this.state.heldKeys((name) => this.key(name)),
-          surrender: (key) => this.state.surrender((name) => this.key(name) === key),
+          exclusiveKeys: (canGive) => this.state.heldKeys((name) => this.key(name), canGive),
+          surrender: (key, canGive) => this.state.surrender((name) => this.key(name) === key, canGive),
         },
         // The intent and the confirmation: native held locks with the names' query (their leaseTtl: the same lease).
         (key, leaseTtl) => target.tryAcquire(`${this.origin}/${encodeURIComponent(key)}${this.query}`, leaseTtl ? { leaseTtl } : undefined),
@@ -100,6 +100,12 @@ class DflockdBackend {
   /** The manager's state here holds no lock: the steal mailbox closes if it stays so (./dflockd-steal.js). */
   idle() {
     this.steals?.idle()
+  }
+
+  /** The manager's state here holds a lock again (also one adopted by a local steal, which acquire() did not see):
+   * the mailbox stays (or opens again). */
+  held() {
+    if (!this.stealRefused) this.steals?.ready()
   }
 
   /** Why a steal is refused (the manager rejects it with a NotSupportedError before touching any lock), or null. */

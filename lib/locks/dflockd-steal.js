@@ -22,8 +22,12 @@
 //   lock (its request rejects with an AbortError). If S dies, its intent ends the same way and H releases K.
 //   The intent and the confirmation are native held locks (renewed off the JS thread, so a blocked event loop loses
 //   neither); the confirmation's lease is a third of K's, so it ends before K can when H is killed on a server that
-//   keeps leases after a disconnect. While it holds a lock for a stealer, H's process stays alive (its watch of the
-//   intent is ref'd); so does S's during the steal and its release.
+//   keeps leases after a disconnect (a lease under MIN_LEASE_S leaves too little margin: steal is refused). While it
+//   holds a lock for a stealer, H's process stays alive (its watch of the intent is ref'd); so does S's during the
+//   steal and its release.
+// - A lock S holds by a steal from another process is not handed over again (S's client does not answer a steal of
+//   it, so that steal is refused): its liveness rests on S's JS thread (the watch of H's confirmation), and a second
+//   hand-over through S could outlive H's by the time S's blocked event loop takes to notice (two holders at once).
 // - Nobody answers within ANSWER_MS (the holder is not a LockManager client — a DistributedLock, another dflockd
 //   client — or it is stuck): the steal rejects with a NotSupportedError and nothing is taken. K held in shared mode
 //   by another process is refused at once (NotSupportedError): steal of readers is not built (see lock-kinds.md).
@@ -56,6 +60,14 @@ const RERING_MS = 500
 /** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
  * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
 const MAILBOX_IDLE_MS = 10000
+/** The smallest lease (s) with which a lock is handed over. The holder's renewer renews at half the lease (lib/dflockd's
+ * renewRatio 0.5), so a killed holder's key lives ≥ L/2 after its last renewal; its confirmation (lease floor(L/3))
+ * must end before that by more than the server's 1 s expiry sweep: L/2 − L/3 ≥ 1.5 s, i.e. L ≥ 9. */
+const MIN_LEASE_S = 9
+
+/** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease known) of a lease the
+ * confirmation has a margin under; not a lock this client holds by a steal (kept elsewhere, no lease here). */
+const canHandOver = (handle) => !handle.keptElsewhere && Number(handle.lease) >= MIN_LEASE_S
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
@@ -101,6 +113,8 @@ class Steals {
     this.owner = owner
     this.hold = hold
     this.mbox = `${prefix}wl~mbox~${clientId}`
+    /** How long the mailbox stays open holding nothing (tests shorten it). */
+    this.idleMs = MAILBOX_IDLE_MS
     /** The mailbox: a promise of {holder: {wire, token, nameKey, nameToken}, watcher: wire}, or null. */
     this.opening = null
     /** Intent keys this client is answering or keeping a lock for (a second ring does not answer twice). */
@@ -111,7 +125,7 @@ class Steals {
   }
 
   /** This client holds nothing now: its mailbox closes after `ms` unless it holds a lock again meanwhile. */
-  idle(ms = MAILBOX_IDLE_MS) {
+  idle(ms = this.idleMs) {
     if (!this.opening || this.idleTimer) return
     this.idleTimer = setTimeout(() => {
       this.idleTimer = null
@@ -223,7 +237,7 @@ class Steals {
     const box = await this.opening
     if (!box) return
     const held = heldKeys(await box.holder.wire.stats())
-    const mine = new Map(this.owner.exclusiveKeys().map((k) => [hashOf(k), k]))
+    const mine = new Map(this.owner.exclusiveKeys(canHandOver).map((k) => [hashOf(k), k]))
     const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~([0-9a-f]{16})$`)
     for (const k of held) {
       const m = intent.exec(k)
@@ -234,7 +248,7 @@ class Steals {
 
   /**
    * Gives `key` to the stealer of `intentKey`: holds it for them until the intent is released (or lost), and holds
-   * the confirmation (a native lock with the names' lease) only while it holds `key` for them.
+   * the confirmation (a native lock with a third of `key`'s lease) only while it holds `key` for them.
    */
   async #answer(key, intentKey, confirmKey) {
     this.proxies.add(intentKey)
@@ -244,19 +258,19 @@ class Steals {
     let intentToken = null
     try {
       q = await Wire.open(this.server)
-      handle = this.owner.surrender(key)
+      // Only a lock that can be handed over is given up (checked again: the holder may have changed meanwhile).
+      handle = this.owner.surrender(key, canHandOver)
       if (!handle) return
       // Attached now, before any await: a loss of `key` from here on ends the hand-over (the confirmation goes, so
       // the stealer hears of it).
       const lost = aborted(handle.signal)
       // The confirmation must end before `key` can: a holder killed on a server that keeps leases after a disconnect
       // (--auto-release-on-disconnect=false) stops renewing both, and the stealer must hear of it (the confirmation
-      // expires) before the server can grant `key` to a waiter. `key` was renewed at most 2/3 of its lease before
-      // (lib/dflockd's renewer), so it lives ≥ 1/3 of its lease after the last renewal: the confirmation's lease is a
-      // third of it. A lock whose lease is not known (not a native dflockd lock) is not handed over.
-      const lease = Number(handle.lease)
-      if (!(lease > 0)) return
-      const c = await this.hold(confirmKey, Math.max(1, Math.floor(lease / 3)))
+      // expires) before the server can grant `key` to a waiter. `key` was renewed at most half its lease before
+      // (lib/dflockd's renewer, renewRatio 0.5), so it lives ≥ L/2 after the last renewal; the confirmation's lease
+      // is floor(L/3), which ends ≥ 1.5 s before that for L ≥ MIN_LEASE_S (canHandOver), more than the server's 1 s
+      // expiry sweep.
+      const c = await this.hold(confirmKey, Math.floor(Number(handle.lease) / 3))
       if (!c.ok || handle.signal.aborted) {
         if (c.ok) await c.value.release().catch(() => {})
         return
@@ -273,10 +287,10 @@ class Steals {
       )
       await Promise.race([done, lost, aborted(confirm.signal)])
     } finally {
-      // `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it is over), and the
-      // intent LAST: while we hold it, no later steal by that client can reuse its name.
-      await handle?.release().catch(() => {})
-      await confirm?.release().catch(() => {})
+      // `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it is over, after
+      // `key` is free), and the intent LAST: while we hold it, no later steal by that client can reuse its name. A
+      // `key` already lost: the confirmation first, so the stealer hears of it without waiting for that release.
+      for (const x of handle?.signal.aborted ? [confirm, handle] : [handle, confirm]) await x?.release().catch(() => {})
       if (intentToken !== null) await q.release(intentKey, intentToken).catch(() => {})
       this.proxies.delete(intentKey)
       q?.close()
@@ -325,10 +339,18 @@ class Steals {
         if (!held.has(key) && sharedHolders > 0) {
           throw notSupported('it is held in shared mode by another process (steal breaks only an exclusive holder on dflockd)')
         }
+        // The intent has the names' lease (the base's query): too short for any holder to hand the lock over.
+        if (held.has(key) && !(Number(intent.lease) >= MIN_LEASE_S)) {
+          throw notSupported(
+            `the lease of its locks (${intent.lease} s, the base's leaseTtl) is under ${MIN_LEASE_S} s, too short for ` +
+              'a hand-over that a killed holder cannot break; nothing was taken',
+          )
+        }
         if (Date.now() > deadline) {
           throw notSupported(
             `its holder did not answer within ${ANSWER_MS} ms (it is not a LockManager client of this base — e.g. a ` +
-              'DistributedLock or another dflockd client — or it is not responding); nothing was taken',
+              'DistributedLock or another dflockd client —, it holds the lock by a steal from another process, which ' +
+              'is not handed over again, or it is not responding); nothing was taken',
           )
         }
         for (const k of held) {
@@ -369,10 +391,8 @@ class Steals {
       aborted(intent.signal).then(() => finish(intentLost(key, intent)))
       const handle = {
         signal: ctl.signal,
-        /** A stolen lock stolen again: the lease its intent has (the lock ends when the intent ends). */
-        get lease() {
-          return intent.lease
-        },
+        /** Kept by another process's connection: not handed over again (canHandOver). */
+        keptElsewhere: true,
         async release() {
           if (releasing) return
           releasing = true

@@ -74,22 +74,23 @@ class BaseState {
     backend.attach?.(this)
   }
 
-  /** The backend keys (`keyOf(name)`) of the names held here in exclusive mode. */
-  heldKeys(keyOf) {
+  /** The backend keys (`keyOf(name)`) of the names held here in exclusive mode (by a lock `canGive(handle)` accepts). */
+  heldKeys(keyOf, canGive = () => true) {
     const out = []
-    for (const [name, e] of this.names) if (e.held.some((r) => r.mode === 'exclusive')) out.push(keyOf(name))
+    for (const [name, e] of this.names) if (e.held.some((r) => r.mode === 'exclusive' && canGive(r.handle))) out.push(keyOf(name))
     return out
   }
 
   /**
    * A steal by another process (the backend's hand-over): the exclusive holder of the name that `match`es rejects
-   * with an AbortError, and its backend lock is returned to the backend (which keeps it for the stealer), or null.
+   * with an AbortError, and its backend lock is returned to the backend (which keeps it for the stealer), or null
+   * (nothing touched) when there is none or `canGive(handle)` refuses its lock.
    */
-  surrender(match) {
+  surrender(match, canGive = () => true) {
     for (const [name, e] of this.names) {
       if (!match(name)) continue
       const h = e.held.find((r) => r.mode === 'exclusive')
-      if (!h) return null
+      if (!h || !canGive(h.handle)) return null
       this.dropHeld(h)
       h.reject(abortError(`the lock '${name}' was stolen by a request with steal: true in another process`))
       this.pump(name)
@@ -173,7 +174,9 @@ class BaseState {
     req.state = 'held'
     req.handle = r.value
     e.held.push(req)
-    this.heldCount++
+    // Holding again (also a lock adopted by a local steal, not acquired through the backend): what the backend let go
+    // of when nothing was held comes back (dflockd: the steal mailbox's idle close is cancelled).
+    if (this.heldCount++ === 0) this.backend.held?.()
     const onLost = () => this.lost(req)
     r.value.signal.addEventListener('abort', onLost, { once: true })
     req.unwatch = () => r.value.signal.removeEventListener('abort', onLost)

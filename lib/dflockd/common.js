@@ -8,6 +8,7 @@ const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
 const DEFAULT_HOST = '127.0.0.1'
 const { DEFAULT_PORT } = require('./url')
+const { ErrorCode } = require('../codes')
 const DEFAULT_ACQUIRE_TIMEOUT_S = 10
 const DEFAULT_RENEW_RATIO = 0.5
 /** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
@@ -135,10 +136,10 @@ function onAbort(signal, fn) {
 }
 
 function abortedError(what) {
-  return new LockError(`${what} aborted`, 'ABORTED')
+  return new LockError(`${what} aborted`, ErrorCode.ABORTED)
 }
 
-const ABORTED_RESULT = Object.freeze({ ok: false, error: Object.freeze({ code: 'ABORTED', message: 'operation aborted' }) })
+const ABORTED_RESULT = Object.freeze({ ok: false, error: Object.freeze({ code: ErrorCode.ABORTED, message: 'operation aborted' }) })
 
 /**
  * Starts a native acquire/enqueue/wait of `prim` and returns `{promise, interrupt}`: the promise resolves the native
@@ -172,7 +173,7 @@ function cancellable(prim, start, signal) {
         if (settled) return
         settled = true
         off()
-        resolve({ ok: false, error: { code: 'PROTOCOL_ERROR', message: `native call failed: ${e && e.message ? e.message : e}` } })
+        resolve({ ok: false, error: { code: ErrorCode.PROTOCOL_ERROR, message: `native call failed: ${e && e.message ? e.message : e}` } })
       },
     )
   })

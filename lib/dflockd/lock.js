@@ -22,6 +22,7 @@ const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../valida
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
 const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
 
@@ -237,7 +238,7 @@ class DistributedLock {
       idx = this.#strategy(this.#key, n)
     } catch (e) {
       if (e instanceof LockError) throw e
-      throw new LockError(`shardingStrategy failed: ${e && e.message ? e.message : e}`, 'INVALID_ARGUMENT', { cause: e })
+      throw new LockError(`shardingStrategy failed: ${e && e.message ? e.message : e}`, ErrorCode.INVALID_ARGUMENT, { cause: e })
     }
     if (!Number.isInteger(idx) || idx < 0 || idx >= n) {
       throw invalidArgument(`shardingStrategy returned invalid index ${describe(idx)} for ${n} server(s)`)
@@ -250,7 +251,7 @@ class DistributedLock {
   #begin(force, signal) {
     if (this.#live) {
       if (!force) {
-        throw new LockError('already connected; call release() or close() first, or pass { force: true }', 'ALREADY_LOCKED')
+        throw new LockError('already connected; call release() or close() first, or pass { force: true }', ErrorCode.ALREADY_LOCKED)
       }
       this.close()
     }
@@ -287,7 +288,7 @@ class DistributedLock {
     if (current !== null && current !== token) return
     const controller = this.#controller ?? (this.#controller = new AbortController())
     this.#end()
-    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, 'LOCK_LOST'))
+    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
     // Told first, then stopped: a lock the native side still counts as held (its validity ran out before its own
     // report) is closed now; one it reported lost keeps its connection until the server's earliest expiry, so the
@@ -314,11 +315,11 @@ class DistributedLock {
     if (this.#gen !== gen) {
       // close()/force replaced us while the request was in flight.
       if (this.#prim !== prim || !this.#live) prim.close()
-      throw new LockError(`${what} interrupted: the lock was closed`, 'ABORTED')
+      throw new LockError(`${what} interrupted: the lock was closed`, ErrorCode.ABORTED)
     }
     if (!r.ok) {
       this.#drop(prim, gen)
-      if (r.error.code === 'ABORTED') throw abortedError(what)
+      if (r.error.code === ErrorCode.ABORTED) throw abortedError(what)
       throw toLockError(r.error, this.#key)
     }
     return r.value
@@ -347,7 +348,7 @@ class DistributedLock {
       const r = await promise
       // Aborted by the signal: the interrupted primitive's late end closes it (cancellable), so it must not serve
       // the next acquisition (which the event-loop driver can start before that end arrives).
-      if (!r.ok && r.error.code === 'ABORTED' && this.#prim === prim) this.#discard()
+      if (!r.ok && r.error.code === ErrorCode.ABORTED && this.#prim === prim) this.#discard()
       return r
     } finally {
       if (this.#interrupt === stop) this.#interrupt = null
@@ -386,7 +387,7 @@ class DistributedLock {
     if (status === 'acquired') this.#granted()
     else if (status !== 'queued') {
       this.#drop(prim, gen)
-      throw new LockError(`enqueue: unexpected native status ${describe(status)}`, 'PROTOCOL_ERROR')
+      throw new LockError(`enqueue: unexpected native status ${describe(status)}`, ErrorCode.PROTOCOL_ERROR)
     }
     return status
   }
@@ -403,7 +404,7 @@ class DistributedLock {
     if (!this.#live || !prim) {
       throw new LockError(
         this.#enqueued ? 'connection closed; call enqueue() again' : 'not connected; call enqueue() first',
-        'NOT_LOCKED',
+        ErrorCode.NOT_LOCKED,
       )
     }
     if (signal && signal.aborted) {
@@ -414,7 +415,7 @@ class DistributedLock {
     const gen = this.#gen
     const r = await this.#run(prim, () => prim.wait(t), signal)
     // A timeout the native side refuses was never sent: the enqueue stays pending.
-    if (!r.ok && r.error.code === 'INVALID_ARGUMENT' && this.#gen === gen) throw toLockError(r.error)
+    if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && this.#gen === gen) throw toLockError(r.error)
     if (!this.#settle(prim, gen, r, 'wait')) {
       // After a `w` timeout (or the cut at the deadline) the server has dropped our queue entry: the connection is done.
       this.#drop(prim, gen)
@@ -430,7 +431,7 @@ class DistributedLock {
    * alive) for the next acquisition to that server by any instance. */
   async release() {
     const prim = this.#prim
-    if (!this.#live || !prim) throw new LockError('not connected; nothing to release', 'NOT_LOCKED')
+    if (!this.#live || !prim) throw new LockError('not connected; nothing to release', ErrorCode.NOT_LOCKED)
     const held = this.#held
     const interrupt = this.#interrupt
     this.#interrupt = null

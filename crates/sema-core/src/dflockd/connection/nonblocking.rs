@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio_rustls::rustls::ClientConnection;
 
-use super::{io_error, overlong};
+use super::errors::overlong;
+use super::io_error;
 use crate::dflockd::error::{DflockdError, Result};
 use crate::dflockd::protocol::MAX_REPLY_LINE_BYTES;
 

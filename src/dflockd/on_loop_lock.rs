@@ -29,26 +29,14 @@ use super::*;
 mod held;
 mod pool;
 mod queued;
+mod settle;
 
 use crate::event_loop::{SocketWatch, WatchHandler};
 use crate::js_callback::JsCallback;
 pub(super) use pool::{hand_to_tokio_pool, pool_take_stream};
 use pool::{pool_put, pool_take, watch_env_teardown, LoopConn, Route, LIVE, NEXT_ROUTE};
-
-/// What the settle callback gets: `{id, ok, value?, queued?, error?}`.
-#[napi(object)]
-pub struct NativeLoopSettle {
-    /// The primitive's id on its loss channel.
-    pub id: u32,
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// acquire: held (`true`) or timed out (`false`).
-    pub value: Option<bool>,
-    /// acquire: the `e` was answered `queued`; call `continueAcquire()` for the rest.
-    pub queued: Option<bool>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
-}
+pub use settle::NativeLoopSettle;
+use settle::{settle_value, timeout_error};
 
 enum Stage {
     Idle,
@@ -115,33 +103,6 @@ fn in_handle_scope<R>(env: &Env, f: impl FnOnce() -> R) -> R {
         unsafe { napi::sys::napi_close_handle_scope(raw, scope) };
     }
     r
-}
-
-fn aborted_error() -> DflockdError {
-    DflockdError::new(core::ErrorCode::Aborted, "operation aborted")
-}
-
-fn timeout_error(msg: String) -> DflockdError {
-    DflockdError::new(core::ErrorCode::Timeout, msg)
-}
-
-fn settle_value(id: u32, r: core::Result<bool>) -> NativeLoopSettle {
-    match r {
-        Ok(v) => NativeLoopSettle {
-            id,
-            ok: true,
-            value: Some(v),
-            queued: None,
-            error: None,
-        },
-        Err(e) => NativeLoopSettle {
-            id,
-            ok: false,
-            value: None,
-            queued: None,
-            error: Some(e.into()),
-        },
-    }
 }
 
 impl LoopLock {
@@ -606,7 +567,7 @@ impl LoopLock {
             &*self.stage.borrow(),
             Stage::Connecting { .. } | Stage::Asking { .. } | Stage::Queued { .. }
         ) {
-            self.fail_acquire(aborted_error());
+            self.fail_acquire(DflockdError::aborted());
         }
     }
 

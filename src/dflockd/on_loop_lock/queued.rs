@@ -40,7 +40,7 @@ impl LoopLock {
         } = stage
         else {
             *self.stage.borrow_mut() = stage;
-            done(Err(aborted_error()));
+            done(Err(DflockdError::aborted()));
             return Ok(());
         };
         let prim = self.prim.clone();

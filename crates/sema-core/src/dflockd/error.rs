@@ -75,7 +75,8 @@ impl DflockdError {
         }
     }
 
-    pub(crate) fn aborted() -> Self {
+    /// `ABORTED`: the caller cancelled the operation.
+    pub fn aborted() -> Self {
         Self::new(ErrorCode::Aborted, "operation aborted")
     }
 }

@@ -6,13 +6,12 @@
 const native = require('../native')
 const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
-const DEFAULT_HOST = '127.0.0.1'
-const { DEFAULT_PORT } = require('./url')
 const { ErrorCode } = require('../codes')
-const DEFAULT_ACQUIRE_TIMEOUT_S = 10
-const DEFAULT_RENEW_RATIO = 0.5
-/** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
-const MAX_TIMEOUT_S = 1e9
+const { DISTRIBUTED_LOCK, defaultsOf, kind } = require('../validate')
+// dflockd-client's defaults, from the option table (crates/sema-core/src/options.rs).
+const { host: DEFAULT_HOST, port: DEFAULT_PORT, acquireTimeoutS: DEFAULT_ACQUIRE_TIMEOUT_S, renewRatio: DEFAULT_RENEW_RATIO } = defaultsOf(DISTRIBUTED_LOCK)
+/** Longest wait we send (the table's; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
+const MAX_TIMEOUT_S = kind('timeoutSeconds').max
 
 /** Runs a synchronous native call; a native throw (bad options, a JS value of the wrong type) becomes a LockError. */
 function nativeSync(fn) {

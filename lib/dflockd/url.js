@@ -8,10 +8,10 @@
 // can redact without it.
 
 const { invalidArgument } = require('../errors')
-const { one } = require('../validate')
+const { one, unknownName, defaultsOf, SERVER, URL_QUERY } = require('../validate')
 
-/** The port of a URL that names none (dflockd's own). */
-const DEFAULT_PORT = 6388
+/** The port of a URL that names none (dflockd's own: the option table's). */
+const DEFAULT_PORT = defaultsOf(SERVER).port
 
 /**
  * `url` with its auth token (the URL's user info) replaced by `***`, as every message, `lock.target` and
@@ -82,7 +82,7 @@ function parseDflockdUrl(url) {
       else if (value === '0' || value === 'false') out.tls = false
       else throw invalidArgument(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
     } else if (name === 'ca') out.ca = caFile(shown, value)
-    else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, mode, leaseTtl, tls, ca): ${shown}`)
+    else throw invalidArgument(`${unknownName('parameter', name, URL_QUERY)} in dflockd URL: ${shown}`)
   }
   if (out.ca !== undefined) {
     // A CA means TLS: `?ca=` alone is enough, `?tls=0&ca=` contradicts itself.

@@ -132,7 +132,7 @@ impl NativeDflockdConnection {
         let op = (|| {
             Ok(Op::Lock {
                 timeout_s: int_arg("acquireTimeoutS", timeout_s, 0, max)?,
-                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
+                ttl_s: lease_ttl_arg(lease_ttl_s)?,
                 limit: opt_int_arg("limit", limit, 1, max)?,
                 key,
             })
@@ -155,15 +155,12 @@ impl NativeDflockdConnection {
         lease_ttl_s: Option<f64>,
         sem: bool,
     ) -> Either<f64, NativeCallResult> {
-        let op =
-            opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).map(|ttl_s| {
-                Op::Renew {
-                    key,
-                    token,
-                    ttl_s,
-                    sem,
-                }
-            });
+        let op = lease_ttl_arg(lease_ttl_s).map(|ttl_s| Op::Renew {
+            key,
+            token,
+            ttl_s,
+            sem,
+        });
         self.submit(op)
     }
 
@@ -179,7 +176,7 @@ impl NativeDflockdConnection {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             Ok(Op::Enqueue {
-                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
+                ttl_s: lease_ttl_arg(lease_ttl_s)?,
                 limit: opt_int_arg("limit", limit, 1, max)?,
                 key,
             })

@@ -308,6 +308,44 @@ describe('every option of the table, at every entry point', async () => {
   })
 })
 
+describe('the CLI: every value flag of the table, misspelt, of the wrong type and in the wrong unit', () => {
+  const { execFile } = require('node:child_process')
+  const bin = path.join(__dirname, '..', 'bin', 'sema-native.js')
+  /** Runs the CLI; resolves {code, stdout, stderr}. */
+  const cli = (args) =>
+    new Promise((resolve) => {
+      execFile(process.execPath, [bin, ...args], { encoding: 'utf8' }, (e, stdout, stderr) => resolve({ code: e ? e.code : 0, stdout, stderr }))
+    })
+  // The command that takes each flag (run prints no JSON: its stdout is the command's).
+  const command = { timeout: 'acquire', tag: 'acquire', pid: 'acquire', stale: 'acquire', ca: 'status', limit: 'acquire', mode: 'run' }
+  // Text that is not a value of the flag's kind, and text in a unit the flag does not have.
+  const wrongText = { timeout: ['soon', '5x'], pid: ['abc', '1.5'], stale: ['abc', '1d'], ca: [''], limit: ['two', '0'], mode: ['both'] }
+  /** The coded error of a failed CLI call: its JSON with --json, else its stderr (exit code 2 either way). */
+  async function usage(flagCommand, args) {
+    const json = flagCommand !== 'run'
+    const r = await cli([flagCommand, tmp.fresh('cli'), ...args, ...(json ? ['--json'] : ['--', process.execPath, '-e', ''])])
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stdout}${r.stderr}`)
+    if (!json) return { code: 'INVALID_ARGUMENT', message: r.stderr }
+    const out = JSON.parse(r.stdout)
+    return { code: out.error.type, message: out.error.message }
+  }
+  for (const rule of RULES.entryPoints.CLI_FLAGS.options) {
+    test(`--${rule.name}`, async () => {
+      const on = command[rule.name]
+      assert.ok(on, `a command that takes --${rule.name}`)
+      const bad = misspelt(rule.name)
+      let e = await usage(on, [`--${bad}`, 'x'])
+      assert.equal(e.code, 'INVALID_ARGUMENT')
+      assert.match(e.message, new RegExp(`unknown option: --${bad} \\(did you mean --${rule.name}\\?\\)`))
+      for (const text of wrongText[rule.name] ?? []) {
+        e = await usage(on, [`--${rule.name}=${text}`])
+        assert.equal(e.code, 'INVALID_ARGUMENT')
+        assert.match(e.message, new RegExp(`\\b${rule.name}\\b`), `--${rule.name}=${text}: ${e.message}`)
+      }
+    })
+  }
+})
+
 describe('the native side refuses what the table refuses (a direct call, past the JS checks)', () => {
   const native = require('../lib/native')
   const prim = { key: 'k', limit: 1, acquireTimeoutS: 1, renewRatio: 0.5, server: { host: '127.0.0.1', port: 6388 } }

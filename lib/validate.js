@@ -174,12 +174,20 @@ const DISTRIBUTED_LOCK = schemaOf(E.DISTRIBUTED_LOCK)
 const DISTRIBUTED_SEMAPHORE = schemaOf(E.DISTRIBUTED_SEMAPHORE)
 /** The query parameters of a `dflockd://` URL (names only: their text is parsed in lib/dflockd/url.js). */
 const URL_QUERY = schemaOf(E.URL_QUERY)
+/** The own CLI's value flags, by the kind of their parsed value (their text forms: lib/cli/common.js). */
+const CLI_FLAGS = schemaOf(E.CLI_FLAGS)
 
 /** `{name: default}` of a schema's options that have one in the table (frozen). */
 function defaultsOf(schema) {
   const out = {}
   for (const r of schema[kRules]) if (r.default !== undefined && r.default !== null) out[r.name] = r.default
   return Object.freeze(out)
+}
+
+/** The table's kind of option `name` of `schema` (undefined when the schema has no such option). */
+function kindOf(schema, name) {
+  const rule = schema[kRules].find((r) => r.name === name)
+  return rule === undefined ? undefined : RULES.kinds[rule.kind]
 }
 
 /** The table's kind `name` (bounds, unit, expected words), e.g. `kind('timeoutSeconds').max`. */
@@ -350,6 +358,7 @@ module.exports = {
   unknownName,
   defaultsOf,
   kind,
+  kindOf,
   MAX_LEASE_TTL_S,
   RULES,
   one,
@@ -367,4 +376,5 @@ module.exports = {
   DISTRIBUTED_LOCK,
   DISTRIBUTED_SEMAPHORE,
   URL_QUERY,
+  CLI_FLAGS,
 }

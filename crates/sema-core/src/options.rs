@@ -555,6 +555,24 @@ pub const URL_QUERY: EntryPoint = EntryPoint {
     ],
 };
 
+/// The options of the own CLI (`sema-native acquire|try-acquire|release|status|clean|wait|run …`)
+/// that take a value, by the kind their value has once parsed (`--timeout 2s` → 2000 ms); the text
+/// forms (`500ms`, `2s`, `off`) are `lib/cli/common.js`'s, which command takes which flag
+/// `lib/cli/own.js`'s. The `sema` and `semats` front ends keep those tools' own flags and words.
+pub const CLI_FLAGS: EntryPoint = EntryPoint {
+    name: "CLI_FLAGS",
+    used_by: "sema-native <command> --flag value",
+    options: &[
+        R_TIMEOUT,
+        R_TAG,
+        R_PID,
+        rule("stale", &STALE_TIMEOUT, File),
+        rule("ca", &NON_EMPTY_STRING, Dflockd),
+        R_LIMIT,
+        R_MODE,
+    ],
+};
+
 /// Every entry point, in the order of the export.
 pub const ENTRY_POINTS: &[EntryPoint] = &[
     ACQUIRE,
@@ -568,6 +586,7 @@ pub const ENTRY_POINTS: &[EntryPoint] = &[
     DISTRIBUTED_LOCK,
     DISTRIBUTED_SEMAPHORE,
     URL_QUERY,
+    CLI_FLAGS,
 ];
 
 /// The kind named `name`.

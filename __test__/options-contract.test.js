@@ -406,4 +406,5 @@ test("index.d.ts quotes each of the table's defaults where it documents the opti
 test('the README sentence on option checking names what is checked', () => {
   const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8')
   assert.match(readme, /unknown option/i)
+  assert.match(readme.replace(/\s+/g, ' '), new RegExp(`\`leaseTtl\` is in seconds, 1 to ${RULES.maxLeaseTtlS}:`))
 })

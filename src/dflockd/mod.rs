@@ -211,7 +211,7 @@ fn connect_options(
     connect_timeout_ms: Option<f64>,
     socket_timeout_ms: Option<f64>,
 ) -> core::Result<ConnectOptions> {
-    let port = int_arg("server.port", server.port, 1, 65535)?;
+    let port = int_arg("server.port", server.port, 1, u16::MAX as u64)?;
     let mut opts = ConnectOptions::new(server.host.clone(), port as u16);
     opts.tls = match tls {
         None => None,

@@ -695,6 +695,30 @@ mod tests {
         assert_eq!(TIMEOUT_SECONDS.max, Some(MAX_SECONDS as f64));
         assert!(validate_timeout(MAX_SECONDS).is_ok());
         assert!(validate_timeout(MAX_SECONDS + 1).is_err());
+        // A primitive's options: the same lease and ratio bounds, the table's words.
+        let ok = crate::dflockd::PrimitiveOptions::new(
+            "k",
+            crate::dflockd::ConnectOptions::new(DEFAULT_HOST, DEFAULT_PORT),
+        );
+        assert!(ok.validate().is_ok());
+        let lease = |s| crate::dflockd::PrimitiveOptions {
+            lease_ttl_s: Some(s),
+            ..ok.clone()
+        };
+        assert!(lease(MAX_LEASE_TTL_S).validate().is_ok());
+        assert!(lease(MAX_LEASE_TTL_S + 1).validate().is_err());
+        for r in [0.0, 1.0, f64::NAN] {
+            let e = crate::dflockd::PrimitiveOptions {
+                renew_ratio: r,
+                ..ok.clone()
+            }
+            .validate()
+            .unwrap_err();
+            assert_eq!(
+                e.message(),
+                format!("renewRatio must be {}, got {r}", RATIO.expected)
+            );
+        }
     }
 
     #[test]

@@ -90,10 +90,13 @@ impl PrimitiveOptions {
         if let Some(t) = self.lease_ttl_s {
             protocol::validate_ttl(t)?;
         }
-        if !(self.renew_ratio.is_finite() && self.renew_ratio > 0.0 && self.renew_ratio < 1.0) {
+        // The table's bounds and words (0 < r < 1, both ends excluded).
+        let ratio = options::kinds::RATIO;
+        let (lo, hi) = (ratio.min.unwrap_or(0.0), ratio.max.unwrap_or(1.0));
+        if !(self.renew_ratio.is_finite() && self.renew_ratio > lo && self.renew_ratio < hi) {
             return Err(DflockdError::invalid(format!(
-                "renewRatio must be a number with 0 < r < 1, got {}",
-                self.renew_ratio
+                "renewRatio must be {}, got {}",
+                ratio.expected, self.renew_ratio
             )));
         }
         if self.renew_max_interval < Duration::from_millis(10) {

@@ -233,6 +233,9 @@ describe('every option of the table, at every entry point', async () => {
     ['SERVER', 'stats', 'options', (o) => sema.stats({ port, ...o })],
     ['DISTRIBUTED_LOCK', 'new DistributedLock', 'options', (o) => new sema.DistributedLock({ key: 'k', port, ...o })],
     ['DISTRIBUTED_SEMAPHORE', 'new DistributedSemaphore', 'options', (o) => new sema.DistributedSemaphore({ key: 'k', limit: 2, port, ...o })],
+    ['DISTRIBUTED_ACQUIRE', 'DistributedLock#acquire', 'options', (o) => new sema.DistributedLock({ key: 'k', port }).acquire(o)],
+    ['DISTRIBUTED_ACQUIRE', 'DistributedSemaphore#enqueue', 'options', (o) => new sema.DistributedSemaphore({ key: 'k', limit: 2, port }).enqueue(o)],
+    ['DISTRIBUTED_WAIT', 'DistributedLock#wait', 'options', (o) => new sema.DistributedLock({ key: 'k', port }).wait(1, o)],
   ]
   for (const [entry, label, what, call] of walks) {
     const prefix = what === 'options' ? '' : `${what}.`

@@ -172,6 +172,10 @@ const SERVER = schemaOf(E.SERVER)
 const DISTRIBUTED_LOCK = schemaOf(E.DISTRIBUTED_LOCK)
 /** `new DistributedSemaphore(options)`: DistributedLock's and its `limit`. */
 const DISTRIBUTED_SEMAPHORE = schemaOf(E.DISTRIBUTED_SEMAPHORE)
+/** `DistributedLock#acquire(options)` and `#enqueue(options)`: `force` and `signal`. */
+const DISTRIBUTED_ACQUIRE = schemaOf(E.DISTRIBUTED_ACQUIRE)
+/** `DistributedLock#wait(timeoutS, options)`: `signal`. */
+const DISTRIBUTED_WAIT = schemaOf(E.DISTRIBUTED_WAIT)
 /** The query parameters of a `dflockd://` URL (names only: their text is parsed in lib/dflockd/url.js). */
 const URL_QUERY = schemaOf(E.URL_QUERY)
 /** The own CLI's value flags, by the kind of their parsed value (their text forms: lib/cli/common.js). */
@@ -375,6 +379,8 @@ module.exports = {
   SERVER,
   DISTRIBUTED_LOCK,
   DISTRIBUTED_SEMAPHORE,
+  DISTRIBUTED_ACQUIRE,
+  DISTRIBUTED_WAIT,
   URL_QUERY,
   CLI_FLAGS,
 }

@@ -18,10 +18,10 @@
 // 16 640 (CPU 47.3 → 32.7 µs: the machine's ceiling, where the TS client and a plain Node net loop also are).
 
 const native = require('../native')
-const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../validate')
+const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE, DISTRIBUTED_ACQUIRE, DISTRIBUTED_WAIT } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
 const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
@@ -362,8 +362,7 @@ class DistributedLock {
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   async acquire(options) {
-    const { force = false, signal } = options ?? {}
-    checkSignal(signal)
+    const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
     const r = await this.#run(prim, () => this.#startAcquire(prim), signal)
@@ -377,8 +376,7 @@ class DistributedLock {
 
   /** Two-phase step 1: 'acquired' (held now, renewing) or 'queued' (call wait()). */
   async enqueue(options) {
-    const { force = false, signal } = options ?? {}
-    checkSignal(signal)
+    const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
     this.#enqueued = true
@@ -397,8 +395,7 @@ class DistributedLock {
    * connection is then dropped, so the server withdraws the wait or releases a grant that crossed the cut). */
   async wait(timeoutS, options) {
     const t = timeoutS ?? this.#acquireTimeoutS
-    const { signal } = options ?? {}
-    checkSignal(signal)
+    const { signal } = validate(options ?? undefined, DISTRIBUTED_WAIT)
     if (this.#held) return true
     const prim = this.#prim
     if (!this.#live || !prim) {

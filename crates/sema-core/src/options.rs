@@ -542,6 +542,24 @@ pub const DISTRIBUTED_SEMAPHORE: EntryPoint = EntryPoint {
     },
 };
 
+/// `DistributedLock#acquire(options)` and `#enqueue(options)` (dflockd-client's `force`, and a
+/// signal).
+pub const DISTRIBUTED_ACQUIRE: EntryPoint = EntryPoint {
+    name: "DISTRIBUTED_ACQUIRE",
+    used_by: "DistributedLock#acquire, DistributedLock#enqueue",
+    options: &[
+        with_default(rule("force", &BOOLEAN, Dflockd), Default::Bool(false)),
+        R_SIGNAL,
+    ],
+};
+
+/// `DistributedLock#wait(timeoutS, options)`.
+pub const DISTRIBUTED_WAIT: EntryPoint = EntryPoint {
+    name: "DISTRIBUTED_WAIT",
+    used_by: "DistributedLock#wait",
+    options: &[R_SIGNAL],
+};
+
 /// The query parameters of a `dflockd://` URL (their text parsed in `lib/dflockd/url.js`).
 pub const URL_QUERY: EntryPoint = EntryPoint {
     name: "URL_QUERY",
@@ -585,6 +603,8 @@ pub const ENTRY_POINTS: &[EntryPoint] = &[
     SERVER,
     DISTRIBUTED_LOCK,
     DISTRIBUTED_SEMAPHORE,
+    DISTRIBUTED_ACQUIRE,
+    DISTRIBUTED_WAIT,
     URL_QUERY,
     CLI_FLAGS,
 ];

@@ -393,7 +393,6 @@ test("index.d.ts quotes each of the table's defaults where it documents the opti
     for (const rule of RULES.entryPoints[entry].options) {
       if (rule.default === null || rule.default === undefined) continue
       if (entry === 'DISTRIBUTED_LOCK' && (rule.name === 'host' || rule.name === 'port')) continue // in `servers`' default
-      if (rule.name === 'renewMaxIntervalMs' && entry === 'DISTRIBUTED_LOCK') continue // not in the public typings
       const doc = docOf(iface, rule.name)
       assert.match(doc, new RegExp(`[Dd]efault\\b[^.]*?(?<![\\d_])${shown(rule.default)}(?![\\d_])`), `${iface}.${rule.name}: default ${rule.default}`)
       checked++
@@ -404,6 +403,30 @@ test("index.d.ts quotes each of the table's defaults where it documents the opti
   assert.match(dts, new RegExp(`connect to a dflockd server \\(\`${escape(l.host)}:${l.port}\` by default\\)`))
   assert.match(dts, new RegExp(`whole seconds, 1 to ${RULES.maxLeaseTtlS} `))
   assert.ok(checked >= 15, `${checked} defaults checked`)
+})
+
+test('index.d.ts declares exactly the options of the table, interface by interface', () => {
+  const dts = fs.readFileSync(path.join(__dirname, '..', 'index.d.ts'), 'utf8')
+  /** The property names of `iface` (and of the interface it extends). */
+  function props(iface) {
+    const m = new RegExp(`export interface ${iface}\\b(?: extends (\\w+))?[^{]*\\{([\\s\\S]*?)\\n\\}`).exec(dts)
+    assert.ok(m, iface)
+    const own = [...m[2].matchAll(/^ {2}(\w+)\??:/gm)].map((x) => x[1])
+    return [...(m[1] ? props(m[1]) : []), ...own]
+  }
+  for (const [entry, iface] of Object.entries({
+    ACQUIRE: 'AcquireOptions',
+    STATUS: 'StatusOptions',
+    RELEASE: 'ReleaseOptions',
+    WAIT: 'WaitOptions',
+    CONFIG: 'SemaphoreConfig',
+    SERVER: 'ConnectionOptions',
+    DISTRIBUTED_LOCK: 'DistributedLockOptions',
+    DISTRIBUTED_SEMAPHORE: 'DistributedSemaphoreOptions',
+  })) {
+    const table = RULES.entryPoints[entry].options.map((r) => r.name)
+    assert.deepEqual([...new Set(props(iface))].sort(), table.sort(), `${iface} and the table's ${entry}`)
+  }
 })
 
 test('the README sentence on option checking names what is checked', () => {

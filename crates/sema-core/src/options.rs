@@ -515,8 +515,7 @@ const DISTRIBUTED_LOCK_OPTIONS: [Rule; 15] = [
     R_MODE,
     R_CONNECT_TIMEOUT,
     R_SOCKET_TIMEOUT,
-    // Not in the public typings: caps the renew interval (tests against a server with a short
-    // --read-timeout).
+    // Caps the renew interval (a server started with a short --read-timeout).
     R_RENEW_MAX_INTERVAL,
 ];
 

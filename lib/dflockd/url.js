@@ -8,7 +8,7 @@
 // can redact without it.
 
 const { invalidArgument } = require('../errors')
-const { one, unknownName, defaultsOf, SERVER, URL_QUERY } = require('../validate')
+const { one, unknownName, defaultsOf, kind, SERVER, URL_QUERY } = require('../validate')
 
 /** The port of a URL that names none (dflockd's own: the option table's). */
 const DEFAULT_PORT = defaultsOf(SERVER).port
@@ -96,7 +96,8 @@ function parseDflockdUrl(url) {
 function hostPort(u, shown) {
   const { hostOption } = require('./common')
   const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument(`invalid port in dflockd URL: ${shown}`)
+  const { min, max } = kind('port')
+  if (!Number.isInteger(port) || port < min || port > max) throw invalidArgument(`invalid port in dflockd URL: ${shown}`)
   return Object.freeze([hostOption(u.hostname), port])
 }
 

@@ -1,6 +1,6 @@
 'use strict'
-// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants, option checks that only
-// exist in JS (the tls option's shape, hosts, AbortSignals), one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
+// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants (the option table's
+// defaults), the conversions to native options (the tls option's fields, hosts), one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
 // cancels it), guarded user callbacks, and the sharding function.
 
 const native = require('../native')
@@ -111,14 +111,6 @@ function withExtraCa(out) {
   const extra = extraCaPem()
   if (extra !== undefined) out.extraCa = extra
   return out
-}
-
-function checkSignal(signal) {
-  if (signal === undefined || signal === null) return undefined
-  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function') {
-    throw invalidArgument('signal must be an AbortSignal')
-  }
-  return signal
 }
 
 function describe(v) {
@@ -276,7 +268,6 @@ module.exports = {
   loopAcquire,
   loopRelease,
   useEventLoop,
-  checkSignal,
   connectOptions,
   describe,
   guardedCallback,

@@ -15,10 +15,12 @@ use napi::JsValue as _;
 
 use super::on_loop::Conn;
 use super::on_tokio::TokioConn;
-use super::ops::{NativeCallResult, Op};
+use super::ops::NativeCallResult;
 use super::*;
 use crate::event_loop::loop_unusable;
 use crate::js_callback::JsCallback;
+use sema_core::dflockd::protocol::Encoded;
+use sema_core::dflockd::Request;
 
 /// The driver of one connection.
 enum Driver {
@@ -41,7 +43,7 @@ pub struct NativeDflockdConnection {
 }
 
 impl NativeDflockdConnection {
-    fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
+    fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         match &self.conn {
             Driver::Loop(c) => c.submit(op),
             Driver::Tokio(c) => c.submit(op),
@@ -130,11 +132,21 @@ impl NativeDflockdConnection {
     ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            Ok(Op::Lock {
-                timeout_s: int_arg("acquireTimeoutS", timeout_s, 0, max)?,
-                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
-                limit: opt_int_arg("limit", limit, 1, max)?,
-                key,
+            let timeout_s = int_arg("acquireTimeoutS", timeout_s, 0, max)?;
+            let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
+            let key = &key;
+            Encoded::new(&match opt_int_arg("limit", limit, 1, max)? {
+                None => Request::Lock {
+                    key,
+                    timeout_s,
+                    ttl_s,
+                },
+                Some(limit) => Request::SemLock {
+                    key,
+                    timeout_s,
+                    limit,
+                    ttl_s,
+                },
             })
         })();
         self.submit(op)
@@ -143,7 +155,11 @@ impl NativeDflockdConnection {
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
     #[napi]
     pub fn release(&self, key: String, token: String, sem: bool) -> Either<f64, NativeCallResult> {
-        self.submit(Ok(Op::Release { key, token, sem }))
+        let (key, token) = (&key, &token);
+        self.submit(Encoded::new(&match sem {
+            false => Request::Release { key, token },
+            true => Request::SemRelease { key, token },
+        }))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
@@ -155,15 +171,15 @@ impl NativeDflockdConnection {
         lease_ttl_s: Option<f64>,
         sem: bool,
     ) -> Either<f64, NativeCallResult> {
-        let op =
-            opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).map(|ttl_s| {
-                Op::Renew {
-                    key,
-                    token,
-                    ttl_s,
-                    sem,
-                }
-            });
+        let (key, token) = (&key, &token);
+        let op = opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).and_then(
+            |ttl_s| {
+                Encoded::new(&match sem {
+                    false => Request::Renew { key, token, ttl_s },
+                    true => Request::SemRenew { key, token, ttl_s },
+                })
+            },
+        );
         self.submit(op)
     }
 
@@ -178,10 +194,11 @@ impl NativeDflockdConnection {
     ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            Ok(Op::Enqueue {
-                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
-                limit: opt_int_arg("limit", limit, 1, max)?,
-                key,
+            let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
+            let key = &key;
+            Encoded::new(&match opt_int_arg("limit", limit, 1, max)? {
+                None => Request::Enqueue { key, ttl_s },
+                Some(limit) => Request::SemEnqueue { key, limit, ttl_s },
             })
         })();
         self.submit(op)
@@ -190,21 +207,22 @@ impl NativeDflockdConnection {
     /// `w key timeout` (`sw` when `sem`): like `lock`.
     #[napi]
     pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Either<f64, NativeCallResult> {
-        let op =
-            int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).map(|timeout_s| {
-                Op::Wait {
-                    key,
-                    timeout_s,
-                    sem,
-                }
-            });
+        let key = &key;
+        let op = int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).and_then(
+            |timeout_s| {
+                Encoded::new(&match sem {
+                    false => Request::Wait { key, timeout_s },
+                    true => Request::SemWait { key, timeout_s },
+                })
+            },
+        );
         self.submit(op)
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
     #[napi]
     pub fn stats(&self) -> Either<f64, NativeCallResult> {
-        self.submit(Ok(Op::Stats))
+        self.submit(Encoded::new(&Request::Stats))
     }
 
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
@@ -212,7 +230,7 @@ impl NativeDflockdConnection {
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
     #[napi]
     pub fn request(&self, cmd: String, key: String, arg: String) -> Either<f64, NativeCallResult> {
-        self.submit(Ok(Op::Raw { cmd, key, arg }))
+        self.submit(Encoded::raw(&cmd, &key, &arg))
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves

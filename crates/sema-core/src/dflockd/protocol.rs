@@ -555,7 +555,9 @@ pub fn parse_stats_reply(line: &str) -> Result<&str> {
 }
 
 mod reply;
+pub mod session;
 pub use reply::Reply;
+pub use session::{reply_limit, Encoded};
 
 #[cfg(test)]
 mod tests;

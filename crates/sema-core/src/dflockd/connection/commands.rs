@@ -31,8 +31,11 @@ impl Connection {
         req.encode_into(&mut self.wbuf)?;
         let end = self.exchange_within(limit).await?;
         let what = req.label();
-        let r = self.line(end).and_then(|l| parse(l, what));
-        self.consume(end);
+        let r = self
+            .lines
+            .line(end, &self.peer)
+            .and_then(|l| parse(l, what));
+        self.lines.consume(end);
         match r {
             Err(e) if e.code() == ErrorCode::ProtocolError => Err(self.fail(e)),
             r => r,
@@ -74,8 +77,11 @@ impl Connection {
                 self.busy = false;
                 end
             };
-            let r = self.line(end).and_then(|l| parse(l, req.label()));
-            self.consume(end);
+            let r = self
+                .lines
+                .line(end, &self.peer)
+                .and_then(|l| parse(l, req.label()));
+            self.lines.consume(end);
             if let Some(f) = first_answered.take() {
                 f();
             }

@@ -17,7 +17,7 @@ use super::mismatch;
 
 mod commands;
 use super::protocol::session::{LineEnd, ReplyLines};
-use super::protocol::{self, Encoded, Request};
+use super::protocol::{self, Encoded};
 use super::tls::{self, TlsOptions};
 pub use commands::stats_json;
 
@@ -313,15 +313,9 @@ impl Connection {
         e
     }
 
-    /// Send one validated request and return the reply line.
-    pub async fn request(&mut self, req: &Request<'_>) -> Result<String> {
-        self.wbuf.clear();
-        req.encode_into(&mut self.wbuf)?;
-        self.reply_line(req.blocking_timeout_s()).await
-    }
-
-    /// Send a request encoded beforehand (e.g. while it waited in a queue) and return the reply
-    /// line (parse it with [`Encoded::parse_reply`]).
+    /// Send one request, validated and encoded beforehand (e.g. while it waited in a queue:
+    /// [`Encoded::new`] from a [`protocol::Request`]), and return the reply line (parse it with
+    /// [`Encoded::parse_reply`]).
     pub async fn request_encoded(&mut self, req: &Encoded) -> Result<String> {
         self.wbuf.clear();
         self.wbuf.extend_from_slice(req.bytes());
@@ -450,11 +444,7 @@ impl Connection {
             }
             .map_err(|e| io_error(peer, "read from", e))?;
             if n == 0 {
-                return Err(DflockdError::connection(if lines.is_empty() {
-                    format!("server {peer} closed the connection")
-                } else {
-                    format!("server {peer} closed the connection mid-reply")
-                }));
+                return Err(lines.closed(peer));
             }
         }
     }

@@ -181,11 +181,7 @@ impl NonBlockingStream {
         };
         self.lines.check_partial()?;
         if eof && !self.lines.has_line() {
-            return Err(DflockdError::connection(if self.lines.is_empty() {
-                format!("server {} closed the connection", self.peer)
-            } else {
-                format!("server {} closed the connection mid-reply", self.peer)
-            }));
+            return Err(self.lines.closed(&self.peer));
         }
         Ok(())
     }

@@ -287,6 +287,16 @@ impl ReplyLines {
         self.scanned = self.scanned.max(self.pos);
     }
 
+    /// The error of the server's end of the stream while a reply is awaited (with or without
+    /// part of it read).
+    pub(crate) fn closed(&self, peer: &str) -> DflockdError {
+        DflockdError::connection(if self.is_empty() {
+            format!("server {peer} closed the connection")
+        } else {
+            format!("server {peer} closed the connection mid-reply")
+        })
+    }
+
     /// The next complete line, consumed (also when it is refused: overlong or not UTF-8).
     pub(crate) fn next_line(&mut self, peer: &str) -> Option<Result<String>> {
         let end = LineEnd(self.newline()?);

@@ -125,9 +125,17 @@ fn an_unprompted_line_is_seen_raw_and_the_rest_stays_buffered() {
     assert!(!lines.is_empty());
     lines.input().push(b'\n');
     assert_eq!(lines.raw_line(), Some(&b"rest"[..]));
+    assert_eq!(
+        lines.closed("h:1").message(),
+        "server h:1 closed the connection mid-reply"
+    );
     let mut lines = ReplyLines::new(b"x\n".to_vec());
     lines.clear();
     assert!(lines.is_empty());
+    assert_eq!(
+        lines.closed("h:1").message(),
+        "server h:1 closed the connection"
+    );
 }
 
 #[test]

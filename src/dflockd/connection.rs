@@ -134,20 +134,8 @@ impl NativeDflockdConnection {
         let op = (|| {
             let timeout_s = int_arg("acquireTimeoutS", timeout_s, 0, max)?;
             let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
-            let key = &key;
-            Encoded::new(&match opt_int_arg("limit", limit, 1, max)? {
-                None => Request::Lock {
-                    key,
-                    timeout_s,
-                    ttl_s,
-                },
-                Some(limit) => Request::SemLock {
-                    key,
-                    timeout_s,
-                    limit,
-                    ttl_s,
-                },
-            })
+            let limit = opt_int_arg("limit", limit, 1, max)?;
+            Encoded::new(&Request::lock(&key, timeout_s, ttl_s, limit))
         })();
         self.submit(op)
     }
@@ -155,11 +143,7 @@ impl NativeDflockdConnection {
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
     #[napi]
     pub fn release(&self, key: String, token: String, sem: bool) -> Either<f64, NativeCallResult> {
-        let (key, token) = (&key, &token);
-        self.submit(Encoded::new(&match sem {
-            false => Request::Release { key, token },
-            true => Request::SemRelease { key, token },
-        }))
+        self.submit(Encoded::new(&Request::release(&key, &token, sem)))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
@@ -171,15 +155,8 @@ impl NativeDflockdConnection {
         lease_ttl_s: Option<f64>,
         sem: bool,
     ) -> Either<f64, NativeCallResult> {
-        let (key, token) = (&key, &token);
-        let op = opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).and_then(
-            |ttl_s| {
-                Encoded::new(&match sem {
-                    false => Request::Renew { key, token, ttl_s },
-                    true => Request::SemRenew { key, token, ttl_s },
-                })
-            },
-        );
+        let op = opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS)
+            .and_then(|ttl_s| Encoded::new(&Request::renew(&key, &token, ttl_s, sem)));
         self.submit(op)
     }
 
@@ -195,11 +172,8 @@ impl NativeDflockdConnection {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
-            let key = &key;
-            Encoded::new(&match opt_int_arg("limit", limit, 1, max)? {
-                None => Request::Enqueue { key, ttl_s },
-                Some(limit) => Request::SemEnqueue { key, limit, ttl_s },
-            })
+            let limit = opt_int_arg("limit", limit, 1, max)?;
+            Encoded::new(&Request::enqueue(&key, ttl_s, limit))
         })();
         self.submit(op)
     }
@@ -207,15 +181,8 @@ impl NativeDflockdConnection {
     /// `w key timeout` (`sw` when `sem`): like `lock`.
     #[napi]
     pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Either<f64, NativeCallResult> {
-        let key = &key;
-        let op = int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).and_then(
-            |timeout_s| {
-                Encoded::new(&match sem {
-                    false => Request::Wait { key, timeout_s },
-                    true => Request::SemWait { key, timeout_s },
-                })
-            },
-        );
+        let op = int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS)
+            .and_then(|timeout_s| Encoded::new(&Request::wait(&key, timeout_s, sem)));
         self.submit(op)
     }
 

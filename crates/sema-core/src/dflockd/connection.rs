@@ -1,4 +1,6 @@
-//! One client connection: TCP (optionally TLS), auth handshake, bounded line reader, timeouts.
+//! One client connection: TCP (optionally TLS), auth handshake, timeouts; the bytes it moves
+//! are framed, matched and bounded by the session without I/O ([`super::protocol::session`]),
+//! the same one the event-loop driver ([`NonBlockingStream`]) runs.
 //!
 //! Requests are strictly one-at-a-time (`&mut self`). Any I/O error, timeout, protocol error or
 //! cancellation in the middle of a request leaves the stream in an unknown state, so the

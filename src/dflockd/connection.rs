@@ -15,10 +15,12 @@ use napi::JsValue as _;
 
 use super::on_loop::Conn;
 use super::on_tokio::TokioConn;
-use super::ops::{NativeCallResult, Op};
+use super::ops::NativeCallResult;
 use super::*;
 use crate::event_loop::loop_unusable;
 use crate::js_callback::JsCallback;
+use sema_core::dflockd::protocol::Encoded;
+use sema_core::dflockd::Request;
 
 /// The driver of one connection.
 enum Driver {
@@ -41,7 +43,7 @@ pub struct NativeDflockdConnection {
 }
 
 impl NativeDflockdConnection {
-    fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
+    fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         match &self.conn {
             Driver::Loop(c) => c.submit(op),
             Driver::Tokio(c) => c.submit(op),
@@ -130,12 +132,10 @@ impl NativeDflockdConnection {
     ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            Ok(Op::Lock {
-                timeout_s: int_arg("acquireTimeoutS", timeout_s, 0, max)?,
-                ttl_s: lease_ttl_arg(lease_ttl_s)?,
-                limit: opt_int_arg("limit", limit, 1, max)?,
-                key,
-            })
+            let timeout_s = int_arg("acquireTimeoutS", timeout_s, 0, max)?;
+            let ttl_s = lease_ttl_arg(lease_ttl_s)?;
+            let limit = opt_int_arg("limit", limit, 1, max)?;
+            Encoded::new(&Request::lock(&key, timeout_s, ttl_s, limit))
         })();
         self.submit(op)
     }
@@ -143,7 +143,7 @@ impl NativeDflockdConnection {
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
     #[napi]
     pub fn release(&self, key: String, token: String, sem: bool) -> Either<f64, NativeCallResult> {
-        self.submit(Ok(Op::Release { key, token, sem }))
+        self.submit(Encoded::new(&Request::release(&key, &token, sem)))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
@@ -155,12 +155,8 @@ impl NativeDflockdConnection {
         lease_ttl_s: Option<f64>,
         sem: bool,
     ) -> Either<f64, NativeCallResult> {
-        let op = lease_ttl_arg(lease_ttl_s).map(|ttl_s| Op::Renew {
-            key,
-            token,
-            ttl_s,
-            sem,
-        });
+        let op = lease_ttl_arg(lease_ttl_s)
+            .and_then(|ttl_s| Encoded::new(&Request::renew(&key, &token, ttl_s, sem)));
         self.submit(op)
     }
 
@@ -175,11 +171,9 @@ impl NativeDflockdConnection {
     ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            Ok(Op::Enqueue {
-                ttl_s: lease_ttl_arg(lease_ttl_s)?,
-                limit: opt_int_arg("limit", limit, 1, max)?,
-                key,
-            })
+            let ttl_s = lease_ttl_arg(lease_ttl_s)?;
+            let limit = opt_int_arg("limit", limit, 1, max)?;
+            Encoded::new(&Request::enqueue(&key, ttl_s, limit))
         })();
         self.submit(op)
     }
@@ -187,21 +181,15 @@ impl NativeDflockdConnection {
     /// `w key timeout` (`sw` when `sem`): like `lock`.
     #[napi]
     pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Either<f64, NativeCallResult> {
-        let op =
-            int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).map(|timeout_s| {
-                Op::Wait {
-                    key,
-                    timeout_s,
-                    sem,
-                }
-            });
+        let op = int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS)
+            .and_then(|timeout_s| Encoded::new(&Request::wait(&key, timeout_s, sem)));
         self.submit(op)
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
     #[napi]
     pub fn stats(&self) -> Either<f64, NativeCallResult> {
-        self.submit(Ok(Op::Stats))
+        self.submit(Encoded::new(&Request::Stats))
     }
 
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
@@ -209,7 +197,7 @@ impl NativeDflockdConnection {
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
     #[napi]
     pub fn request(&self, cmd: String, key: String, arg: String) -> Either<f64, NativeCallResult> {
-        self.submit(Ok(Op::Raw { cmd, key, arg }))
+        self.submit(Encoded::raw(&cmd, &key, &arg))
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves

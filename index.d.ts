@@ -305,10 +305,15 @@ export interface AcquireOptions {
   maxTagLength?: number | undefined
   /** File: record this pid (an integer 1…2147483647) as the owner instead of `process.pid` (e.g. a calling shell's `$$`). */
   pid?: number | undefined
-  /** dflockd: lease in whole seconds, the protocol's unit and `?leaseTtl=`'s (overrides it); errors name `leaseTtl`. */
+  /**
+   * dflockd: lease in whole seconds, the protocol's unit and `?leaseTtl=`'s (overrides it), 1 to 3600; errors name
+   * `leaseTtl`. A larger value is taken for milliseconds typed by habit and refused with the unit named (the lease is
+   * renewed while the lock is held: its length only bounds how long a crashed holder keeps the key). Default: the
+   * server's.
+   */
   leaseTtl?: number | undefined
   /**
-   * A counting semaphore: at most `limit` holders at once (a positive integer; absent = a mutex). dflockd: the key's
+   * A counting semaphore: at most `limit` holders at once (an integer from 1 to 10^9; default 1: a mutex). dflockd: the key's
    * slots (overrides `?limit=`). File: slot 0 is the path itself, slots 1…N-1 sibling lock files
    * `<path>.slot-<i>-of-<N>`, each with the mutex's guarantees; a tool that knows only the lock-file format (`sema`,
    * `semats`, a shell) and takes the path takes one slot. A live slot taken with another limit fails the call with
@@ -334,7 +339,7 @@ export interface AcquireOptions {
   tls?: DflockdTlsOptions | true | undefined
   /** dflockd: auth token (overrides the URL's `token@`). */
   auth?: string | undefined
-  /** dflockd: TCP+TLS connect timeout in ms. */
+  /** dflockd: TCP+TLS connect timeout in ms. Default 10000. */
   connectTimeoutMs?: number | undefined
   /**
    * dflockd: timeout in ms for replies to non-blocking commands, and for the margin after a blocking one's own
@@ -697,9 +702,9 @@ export declare function stableHashShard(key: string, numServers: number): number
  */
 export interface DistributedLockOptions {
   key: string
-  /** Seconds to wait in `acquire()`. Default 10. */
+  /** Whole seconds to wait in `acquire()` (0: try once). Default 10. */
   acquireTimeoutS?: number | undefined
-  /** Lease in seconds, sent on acquire, enqueue and every renew. Default: the server's (33). */
+  /** Lease in whole seconds (1 to 3600, as `leaseTtl`), sent on acquire, enqueue and every renew. Default: the server's (33). */
   leaseTtlS?: number | undefined
   /** Default `[["127.0.0.1", 6388]]`. */
   servers?: Array<[string, number]> | undefined

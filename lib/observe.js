@@ -8,14 +8,14 @@ const { ErrorCode } = require('./codes')
 const { setTimeout: sleep } = require('node:timers/promises')
 const native = require('./native')
 const { parseTarget } = require('./target')
-const { validate, asFailure, ACQUIRE, STATUS } = require('./validate')
+const { validate, asFailure, STATUS, WAIT } = require('./validate')
 const { fileError } = require('./errors')
 const { withAbort, abortedResult } = require('./abort')
 const { engineOptions, acquireTimeoutMs, DEFAULT_CONFIG } = require('./file/engine')
 const dflockd = require('./dflockd')
 const { pendingAcquires } = require('./diagnostics')
 
-const WAIT = { ...STATUS, timeout: ACQUIRE.timeout, signal: ACQUIRE.signal, retryInterval: ACQUIRE.retryInterval }
+// (WAIT: the option table's entry point for wait(), lib/validate.js)
 
 /** dflockd: ms between two `stats` (one connection each): a hand-off is seen within it. */
 const DFLOCKD_POLL_MS = 200

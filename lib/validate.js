@@ -25,54 +25,95 @@ function refuse(name, expected, value) {
   return invalidArgument(`${name} must be ${expected}, got ${describe(value)}`)
 }
 
-const isNumber = (v) => typeof v === 'number' && !Number.isNaN(v)
+// The rules themselves (names, kinds, bounds, units, defaults, the words of each message) are the core's option
+// table, crates/sema-core/src/options.rs, read ONCE here at load (`optionRules()`, JSON): the schemas below are built
+// from it, so a check costs no call across the napi boundary. JS keeps only the kinds that need JS values (an
+// AbortSignal, a function) and the shapes semats and dflockd-client users depend on.
+const native = require('./native')
+const RULES = JSON.parse(native.optionRules())
 
-/** The longest dflockd lease accepted, in seconds (see check.leaseTtl). */
-const MAX_LEASE_TTL_S = 3600
+/** The longest dflockd lease accepted, in seconds (the table's; why: crates/sema-core/src/options.rs MAX_LEASE_TTL_S). */
+const MAX_LEASE_TTL_S = RULES.maxLeaseTtlS
 
-/** `30000` → `over 8 hours`, for a message. */
-function humanSeconds(s) {
-  if (s >= 86400) return `over ${Math.floor(s / 86400)} day${s >= 172800 ? 's' : ''}`
-  return `over ${Math.floor(s / 3600)} hour${s >= 7200 ? 's' : ''}`
+/** One checker per kind of the table: `(name, value)` → nothing, or throws; `undefined`/`null` never reach it. */
+function checkerOf(kind) {
+  const { expected } = kind
+  switch (kind.check) {
+    case 'number':
+      return numberChecker(kind)
+    case 'heartbeat': {
+      const positive = numberChecker({ ...kind, check: 'number' })
+      return (name, v) => {
+        if (v !== false && v !== 0) positive(name, v)
+      }
+    }
+    case 'boolean':
+      return (name, v) => {
+        if (typeof v !== 'boolean') throw refuse(name, expected, v)
+      }
+    case 'string':
+      return (name, v) => {
+        if (typeof v !== 'string') throw refuse(name, expected, v)
+      }
+    case 'nonEmptyString':
+      return (name, v) => {
+        if (typeof v !== 'string' || v === '') throw refuse(name, expected, v)
+      }
+    case 'oneOf':
+      return (name, v) => {
+        if (!kind.values.includes(v)) throw refuse(name, expected, v)
+      }
+    case 'tls':
+      return (name, v) => {
+        if (v !== true && v !== false && (typeof v !== 'object' || Array.isArray(v))) throw refuse(name, expected, v)
+      }
+    case 'servers':
+      return (name, v) => {
+        if (!Array.isArray(v) || v.length === 0) throw refuse(name, expected, v)
+        v.forEach((pair, i) => {
+          if (!Array.isArray(pair) || pair.length !== 2) throw refuse(`${name}[${i}]`, 'a [host, port] pair', pair)
+          host(`${name}[${i}][0]`, pair[0])
+          port(`${name}[${i}][1]`, pair[1])
+        })
+      }
+    case 'function':
+      return (name, v) => {
+        if (typeof v !== 'function') throw refuse(name, expected, v)
+      }
+    case 'signal':
+      return signalChecker(expected)
+    default:
+      // A kind this JS does not implement would accept anything: refuse to load instead.
+      throw new Error(`sema-native: option kind '${kind.check}' of the native table has no JS checker`)
+  }
 }
 
-// Each checker returns nothing and throws on a bad value; `undefined`/`null` never reach it.
-const check = {
-  /** ms ≥ 0; Infinity = forever. */
-  timeout: (name, v) => {
-    if (!isNumber(v) || v < 0) throw refuse(name, 'a number of milliseconds >= 0 (or null to wait forever)', v)
-  },
-  staleTimeout: (name, v) => {
-    if (!isNumber(v) || v < 0) throw refuse(name, 'a number of milliseconds >= 0 (or null: never stale)', v)
-  },
-  retryInterval: (name, v) => {
-    if (!isNumber(v) || !Number.isFinite(v) || v <= 0) throw refuse(name, 'a positive number of milliseconds', v)
-  },
-  fsync: (name, v) => {
-    if (typeof v !== 'boolean') throw refuse(name, 'true or false', v)
-  },
-  /** false or 0 turns it off. */
-  heartbeat: (name, v) => {
-    if (v === false || v === 0) return
-    if (!isNumber(v) || !Number.isFinite(v) || v < 0) {
-      throw refuse(name, 'a positive number of milliseconds (or null, false or 0: off)', v)
+/** A number kind: type, integer, finiteness and bounds from the table; a lease above its bound names the unit. */
+function numberChecker({ name: kindName, expected, min, max, minExclusive, maxExclusive, integer, infinite }) {
+  const lo = min ?? -Infinity
+  const hi = max ?? Infinity
+  return (name, v) => {
+    if (
+      typeof v !== 'number' ||
+      v !== v ||
+      (integer ? !Number.isSafeInteger(v) : !infinite && !Number.isFinite(v)) ||
+      (minExclusive ? v <= lo : v < lo)
+    ) {
+      throw refuse(name, expected, v)
     }
-  },
-  maxTagLength: (name, v) => {
-    if (!Number.isSafeInteger(v) || v < 0) throw refuse(name, 'an integer >= 0', v)
-  },
-  tag: (name, v) => {
-    if (typeof v !== 'string') throw refuse(name, 'a string', v)
-  },
-  /** A process id as the OS has them (Linux pids are at most 2^22; pid_t is a signed 32-bit integer). */
-  pid: (name, v) => {
-    if (!Number.isInteger(v) || v < 1 || v > 0x7fffffff) throw refuse(name, 'a process id (an integer from 1 to 2147483647)', v)
-  },
-  /**
-   * An AbortSignal, or a stand-in with everything the wait uses: `aborted`, `addEventListener` and
-   * `removeEventListener` (a stand-in without the last one would be found out only after the lock was taken).
-   */
-  signal: (name, v) => {
+    if (maxExclusive ? v >= hi : v > hi) {
+      if (kindName === 'leaseSeconds') throw invalidArgument(native.leaseTtlTooLong(name, v))
+      throw refuse(name, expected, v)
+    }
+  }
+}
+
+/**
+ * An AbortSignal, or a stand-in with everything the wait uses: `aborted`, `addEventListener` and
+ * `removeEventListener` (a stand-in without the last one would be found out only after the lock was taken).
+ */
+function signalChecker(expected) {
+  return (name, v) => {
     if (typeof AbortSignal === 'function' && v instanceof AbortSignal) return
     let ok = false
     try {
@@ -82,116 +123,90 @@ const check = {
         typeof v.addEventListener === 'function' &&
         typeof v.removeEventListener === 'function'
     } catch (e) {
-      throw invalidArgument(`${name} could not be read (${errorText(e)}): it must be an AbortSignal`)
+      throw invalidArgument(`${name} could not be read (${errorText(e)}): it must be ${expected}`)
     }
-    if (!ok) throw refuse(name, 'an AbortSignal', v)
-  },
-  onLost: (name, v) => {
-    if (typeof v !== 'function') throw refuse(name, 'a function', v)
-  },
-  force: (name, v) => {
-    if (typeof v !== 'boolean') throw refuse(name, 'true or false', v)
-  },
-  /**
-   * dflockd's lease: whole seconds, the protocol's unit, among millisecond options: the message says so. A lease is
-   * renewed while the lock is held, so its length only bounds how long a crashed holder keeps the key: above an hour
-   * the value is taken for milliseconds typed by habit (30000 would be over 8 hours), and refused.
-   */
-  leaseTtl: (name, v) => {
-    if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, "a whole number of seconds >= 1 (the protocol's unit, as ?leaseTtl= in a URL)", v)
-    if (v > MAX_LEASE_TTL_S) {
-      throw invalidArgument(
-        `${name} is in seconds: ${v} s is ${humanSeconds(v)}; the most is ${MAX_LEASE_TTL_S} (1 hour). ` +
-          `For ${v} ms, write ${name}${name.startsWith('?') ? '=' : ': '}${Math.max(1, Math.ceil(v / 1000))}`,
-      )
-    }
-  },
-  /** A lock's mode (Web Locks' names). */
-  mode: (name, v) => {
-    if (v !== 'shared' && v !== 'exclusive') throw refuse(name, "'shared' or 'exclusive'", v)
-  },
-  positiveInteger: (name, v) => {
-    if (!Number.isSafeInteger(v) || v < 1) throw refuse(name, 'a positive integer', v)
-  },
-  positiveMs: (name, v) => {
-    if (!isNumber(v) || !Number.isFinite(v) || v <= 0) throw refuse(name, 'a positive number of milliseconds', v)
-  },
-  ratio: (name, v) => {
-    if (!isNumber(v) || v <= 0 || v >= 1) throw refuse(name, 'a number between 0 and 1 (exclusive)', v)
-  },
-  string: (name, v) => {
-    if (typeof v !== 'string') throw refuse(name, 'a string', v)
-  },
-  tls: (name, v) => {
-    if (v !== true && v !== false && (typeof v !== 'object' || Array.isArray(v))) throw refuse(name, 'true or an object of TLS options', v)
-  },
+    if (!ok) throw refuse(name, expected, v)
+  }
 }
 
-/** The options of AcquireOptions (both backends; dflockd's own keys are checked here for type, in lib/dflockd.js for the rest). */
-const ACQUIRE = {
-  timeout: check.timeout,
-  signal: check.signal,
-  tag: check.tag,
-  onLost: check.onLost,
-  staleTimeout: check.staleTimeout,
-  retryInterval: check.retryInterval,
-  fsync: check.fsync,
-  heartbeat: check.heartbeat,
-  maxTagLength: check.maxTagLength,
-  pid: check.pid,
-  leaseTtl: check.leaseTtl,
-  limit: check.positiveInteger,
-  mode: check.mode,
-  tls: check.tls,
-  auth: check.string,
-  connectTimeoutMs: check.positiveMs,
-  socketTimeoutMs: check.positiveMs,
-  renewRatio: check.ratio,
-  renewMaxIntervalMs: check.positiveMs,
+/** The checkers by kind name. */
+const check = {}
+for (const kind of Object.values(RULES.kinds)) check[kind.name] = checkerOf(kind)
+const host = check.nonEmptyString
+const port = check.port
+
+const kKeys = Symbol('keys')
+const kRequired = Symbol('required')
+const kRules = Symbol('rules')
+
+/**
+ * The schema of one entry point of the table: `{name: checker}` (so `Object.keys(schema)` lists its names), with its
+ * names, required names and rules under symbols.
+ */
+function schemaOf(entry) {
+  const schema = {}
+  for (const r of entry.options) schema[r.name] = check[r.kind]
+  Object.defineProperty(schema, kKeys, { value: Object.freeze(entry.options.map((r) => r.name)) })
+  const required = entry.options.filter((r) => r.required).map((r) => [r.name, RULES.kinds[r.kind].expected])
+  Object.defineProperty(schema, kRequired, { value: required })
+  Object.defineProperty(schema, kRules, { value: entry.options })
+  return schema
 }
 
-const RELEASE = { force: check.force, pid: check.pid, limit: check.positiveInteger }
-
-const STATUS = {
-  staleTimeout: check.staleTimeout,
-  limit: check.positiveInteger,
-  mode: check.mode,
-  tls: check.tls,
-  auth: check.string,
-  connectTimeoutMs: check.positiveMs,
-  socketTimeoutMs: check.positiveMs,
-}
-
+const E = RULES.entryPoints
+/** AcquireOptions: `acquire`, `tryAcquire`, `withLock` (both backends). */
+const ACQUIRE = schemaOf(E.ACQUIRE)
+const RELEASE = schemaOf(E.RELEASE)
+const STATUS = schemaOf(E.STATUS)
+/** `wait(target, options)`: status's options and how long to wait. */
+const WAIT = schemaOf(E.WAIT)
 /** semats' SemaphoreConfig. */
-const CONFIG = {
-  staleTimeout: check.staleTimeout,
-  retryInterval: check.retryInterval,
-  acquireTimeout: check.timeout,
-  maxTagLength: check.maxTagLength,
-  fsync: check.fsync,
-  heartbeat: check.heartbeat,
+const CONFIG = schemaOf(E.CONFIG)
+/** `Semaphore#acquire(options)`. */
+const SEMATS_ACQUIRE = schemaOf(E.SEMATS_ACQUIRE)
+/** The LockInfo of `Semaphore#tryAcquireWithInfo(info)` (its timestamp is not used: the time of acquisition is). */
+const SEMATS_INFO = schemaOf(E.SEMATS_INFO)
+/** `Connection.connect(options)` and `stats(options)`: the server and how to reach it. */
+const SERVER = schemaOf(E.SERVER)
+/** `new DistributedLock(options)`: dflockd-client's names, seconds as it has them. */
+const DISTRIBUTED_LOCK = schemaOf(E.DISTRIBUTED_LOCK)
+/** `new DistributedSemaphore(options)`: DistributedLock's and its `limit`. */
+const DISTRIBUTED_SEMAPHORE = schemaOf(E.DISTRIBUTED_SEMAPHORE)
+/** `DistributedLock#acquire(options)` and `#enqueue(options)`: `force` and `signal`. */
+const DISTRIBUTED_ACQUIRE = schemaOf(E.DISTRIBUTED_ACQUIRE)
+/** `DistributedLock#wait(timeoutS, options)`: `signal`. */
+const DISTRIBUTED_WAIT = schemaOf(E.DISTRIBUTED_WAIT)
+/** The query parameters of a `dflockd://` URL (names only: their text is parsed in lib/dflockd/url.js). */
+const URL_QUERY = schemaOf(E.URL_QUERY)
+/** The own CLI's value flags, by the kind of their parsed value (their text forms: lib/cli/common.js). */
+const CLI_FLAGS = schemaOf(E.CLI_FLAGS)
+
+/** `{name: default}` of a schema's options that have one in the table (frozen). */
+function defaultsOf(schema) {
+  const out = {}
+  for (const r of schema[kRules]) if (r.default !== undefined && r.default !== null) out[r.name] = r.default
+  return Object.freeze(out)
+}
+
+/** The table's kind of option `name` of `schema` (undefined when the schema has no such option). */
+function kindOf(schema, name) {
+  const rule = schema[kRules].find((r) => r.name === name)
+  return rule === undefined ? undefined : RULES.kinds[rule.kind]
+}
+
+/** The table's kind `name` (bounds, unit, expected words), e.g. `kind('timeoutSeconds').max`. */
+function kind(name) {
+  return RULES.kinds[name]
 }
 
 /**
- * Options that only one backend has. Given (not null/undefined) for a target of the other backend they are refused,
- * not dropped: a file lock given `limit: 2` would otherwise be a one-holder lock, and a dflockd lock given
- * `staleTimeout` would silently keep the server's rules.
+ * Options that only one backend has (the table's `backend` of the target API's options). Given (not null/undefined)
+ * for a target of the other backend they are refused, not dropped: a file lock given `limit: 2` would otherwise be a
+ * one-holder lock, and a dflockd lock given `staleTimeout` would silently keep the server's rules.
  */
-const BACKEND_ONLY = {
-  staleTimeout: 'file',
-  retryInterval: 'file',
-  fsync: 'file',
-  heartbeat: 'file',
-  maxTagLength: 'file',
-  pid: 'file',
-  force: 'file',
-  leaseTtl: 'dflockd',
-  tls: 'dflockd',
-  auth: 'dflockd',
-  connectTimeoutMs: 'dflockd',
-  socketTimeoutMs: 'dflockd',
-  renewRatio: 'dflockd',
-  renewMaxIntervalMs: 'dflockd',
+const BACKEND_ONLY = {}
+for (const entry of [E.ACQUIRE, E.RELEASE, E.STATUS, E.WAIT]) {
+  for (const r of entry.options) if (r.backend !== 'both') BACKEND_ONLY[r.name] = r.backend
 }
 
 /** Why some options of a snapshot do not apply to `backend` ('file' | 'dflockd'); throws INVALID_ARGUMENT. */
@@ -212,48 +227,6 @@ function checkBackend(snapshot, backend) {
 
 /** The backends with shared (reader) locks: refused elsewhere rather than silently taken exclusive. */
 const SHARED_ON = new Set(['file', 'dflockd'])
-
-/** Checked where it is used (the native layer, or the dflockd modules): listed so that its name is known. */
-const checkedLater = () => {}
-
-/** `Connection.connect(options)` and `stats(options)`: the server and how to reach it. */
-const SERVER = {
-  host: checkedLater,
-  port: checkedLater,
-  tls: check.tls,
-  auth: checkedLater,
-  connectTimeoutMs: check.positiveMs,
-  socketTimeoutMs: check.positiveMs,
-}
-
-/** `new DistributedLock(options)`: dflockd-client's names, seconds as it has them. */
-const DISTRIBUTED_LOCK = {
-  key: checkedLater,
-  acquireTimeoutS: checkedLater,
-  leaseTtlS: check.leaseTtl,
-  servers: checkedLater,
-  host: checkedLater,
-  port: checkedLater,
-  shardingStrategy: checkedLater,
-  renewRatio: check.ratio,
-  tls: check.tls,
-  auth: checkedLater,
-  onLockLost: checkedLater,
-  mode: check.mode,
-  connectTimeoutMs: check.positiveMs,
-  socketTimeoutMs: check.positiveMs,
-  // Not in the public typings: caps the renew interval (tests against a server with a short --read-timeout).
-  renewMaxIntervalMs: check.positiveMs,
-}
-
-/** `new DistributedSemaphore(options)`: DistributedLock's and its `limit`. */
-const DISTRIBUTED_SEMAPHORE = { ...DISTRIBUTED_LOCK, limit: checkedLater }
-
-/** The LockInfo of `Semaphore#tryAcquireWithInfo(info)` (its timestamp is not used: the time of acquisition is). */
-const SEMATS_INFO = { pid: check.pid, tag: check.tag }
-
-/** `Semaphore#acquire(options)`. */
-const SEMATS_ACQUIRE = { timeout: check.timeout, tag: check.tag, signal: check.signal }
 
 /** What a thrown value says, for a message (never throws itself). */
 function errorText(e) {
@@ -283,16 +256,22 @@ function validate(options, schema, what = 'options', { strict = true } = {}) {
     throw refuse(what, 'an object', options)
   }
   const snapshot = {}
+  const prefix = what === 'options' ? '' : `${what}.`
   for (const key of Object.keys(schema)) {
-    const name = `${what === 'options' ? '' : `${what}.`}${key}`
     let v
     try {
       v = options[key]
     } catch (e) {
-      throw invalidArgument(`${name} could not be read: ${errorText(e)}`)
+      throw invalidArgument(`${prefix}${key} could not be read: ${errorText(e)}`)
     }
-    if (v !== undefined && v !== null) schema[key](name, v)
+    if (v !== undefined && v !== null) schema[key](prefix + key, v)
     if (v !== undefined || ownKey(options, key)) snapshot[key] = v
+  }
+  const required = schema[kRequired]
+  if (required.length !== 0) {
+    for (const [key, expected] of required) {
+      if (snapshot[key] === undefined || snapshot[key] === null) throw refuse(prefix + key, expected, snapshot[key])
+    }
   }
   if (strict) refuseUnknown(options, schema, what)
   return snapshot
@@ -312,10 +291,14 @@ function refuseUnknown(options, schema, what) {
   }
   for (const key of keys) {
     if (Object.prototype.hasOwnProperty.call(schema, key)) continue
-    const near = nearest(key, Object.keys(schema))
-    const kind = what === 'options' ? 'option' : `${what} option`
-    throw invalidArgument(`unknown ${kind} '${key}' (${near ? `did you mean '${near}'?` : `known: ${Object.keys(schema).join(', ')}`})`)
+    throw invalidArgument(unknownName(what === 'options' ? 'option' : `${what} option`, key, schema))
   }
+}
+
+/** `unknown option 'timeOut' (did you mean 'timeout'?)`: the message for a name `schema` does not have. */
+function unknownName(what, key, schema) {
+  const near = nearest(key, schema[kKeys])
+  return `unknown ${what} '${key}' (${near ? `did you mean '${near}'?` : `known: ${schema[kKeys].join(', ')}`})`
 }
 
 /** The valid name closest to `name` (case-insensitive edit distance ≤ 2, or one contains the other), or null. */
@@ -354,9 +337,12 @@ function ownKey(object, key) {
   }
 }
 
-/** One value by a checker's name (e.g. `one('tag', tag)` for a positional argument). */
-function one(kind, value, name = kind) {
-  if (value !== undefined && value !== null) check[kind](name, value)
+/**
+ * One value by the rule of an AcquireOptions name or a kind of the table (e.g. `one('tag', tag)` for a positional
+ * argument, `one('leaseTtl', v, 'leaseTtlS')`).
+ */
+function one(option, value, name = option) {
+  if (value !== undefined && value !== null) (ACQUIRE[option] ?? check[option])(name, value)
   return value
 }
 
@@ -369,4 +355,32 @@ function asFailure(e) {
   return { ok: false, error: { type, message: e && typeof e.message === 'string' ? e.message : errorText(e) } }
 }
 
-module.exports = { validate, checkBackend, nearest, MAX_LEASE_TTL_S, one, asFailure, describe, errorText, ACQUIRE, RELEASE, STATUS, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO, SERVER, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE }
+module.exports = {
+  validate,
+  checkBackend,
+  nearest,
+  unknownName,
+  defaultsOf,
+  kind,
+  kindOf,
+  MAX_LEASE_TTL_S,
+  RULES,
+  one,
+  asFailure,
+  describe,
+  errorText,
+  ACQUIRE,
+  RELEASE,
+  STATUS,
+  WAIT,
+  CONFIG,
+  SEMATS_ACQUIRE,
+  SEMATS_INFO,
+  SERVER,
+  DISTRIBUTED_LOCK,
+  DISTRIBUTED_SEMAPHORE,
+  DISTRIBUTED_ACQUIRE,
+  DISTRIBUTED_WAIT,
+  URL_QUERY,
+  CLI_FLAGS,
+}

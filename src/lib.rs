@@ -35,3 +35,18 @@ fn init() {
         }
     });
 }
+
+/// The option rules of every entry point (names, kinds, bounds, units, defaults, the words of
+/// their messages) as JSON: `sema_core::options`' table, read once by lib/validate.js at load,
+/// so checking options costs no call across the boundary.
+#[napi_derive::napi(js_name = "optionRules")]
+pub fn option_rules() -> String {
+    sema_core::options::rules_json()
+}
+
+/// The message for a lease above the table's bound (`leaseTtl is in seconds: 30000 s is over 8
+/// hours; …`), for the JS checks of `name` (called only when refusing `ttl_s`, a whole number).
+#[napi_derive::napi(js_name = "leaseTtlTooLong")]
+pub fn lease_ttl_too_long(name: String, ttl_s: f64) -> String {
+    sema_core::options::lease_ttl_too_long(&name, ttl_s.max(0.0) as u64)
+}

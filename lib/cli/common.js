@@ -41,6 +41,26 @@ function exit(code) {
   return new Promise(() => {})
 }
 
+const { CLI_FLAGS, nearest, kindOf } = require('../validate')
+
+/** The own CLI's options that take a value, by the option table's CLI_FLAGS (crates/sema-core/src/options.rs). */
+const VALUE_FLAGS = Object.freeze(Object.keys(CLI_FLAGS))
+
+/** `--timout` → `unknown option: --timout (did you mean --timeout?)`, the nearest of `known` (flag names). */
+function unknownFlag(shown, rawName, known) {
+  const near = rawName.startsWith('--') ? nearest(rawName.slice(2), known) : null
+  return `unknown option: ${shown}${near ? ` (did you mean --${near}?)` : ''}`
+}
+
+/**
+ * The number a value flag's text parsed to, checked by its kind in the table (`--pid` a process id, `--limit` 1 to
+ * 10^9): true when it is in range.
+ */
+function flagInRange(name, n) {
+  const k = kindOf(CLI_FLAGS, name)
+  return typeof n === 'number' && n >= (k.min ?? -Infinity) && n <= (k.max ?? Infinity) && (!k.integer || Number.isSafeInteger(n))
+}
+
 const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
 
 /**
@@ -321,6 +341,9 @@ async function waitFor(check, { timeoutMs, intervalMs, watchDir }) {
 }
 
 module.exports = {
+  VALUE_FLAGS,
+  unknownFlag,
+  flagInRange,
   UsageError,
   out,
   err,

@@ -12,6 +12,9 @@ const { parseArgs } = require('node:util')
 const { fileURLToPath } = require('node:url')
 const {
   UsageError,
+  VALUE_FLAGS,
+  unknownFlag,
+  flagInRange,
   out,
   err,
   exit,
@@ -50,7 +53,7 @@ const ACCEPTS = {
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
 const NOT_FOR = { run: ['json'], top: ['json'] }
-const VALUE_OPTIONS = ['timeout', 'tag', 'pid', 'stale', 'ca', 'limit', 'mode']
+const VALUE_OPTIONS = VALUE_FLAGS
 const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
 /** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
 const PARSE_OPTIONS = Object.fromEntries(
@@ -79,7 +82,7 @@ function parse(args) {
     if (token.kind === 'option') {
       const { name, rawName, value } = token
       if (!Object.hasOwn(PARSE_OPTIONS, name) || (rawName.startsWith('-') && !rawName.startsWith('--') && rawName.length !== 2)) {
-        throw new UsageError(`unknown option: ${rawName}${token.inlineValue ? `=${value}` : ''}`)
+        throw new UsageError(unknownFlag(`${rawName}${token.inlineValue ? `=${value}` : ''}`, rawName, [...accepted]))
       }
       if (!accepted.has(name)) throw new UsageError(`${o.command} does not take --${name}`)
       if (VALUE_OPTIONS.includes(name)) {
@@ -116,7 +119,7 @@ function durationOption(o, name) {
 
 function pidOption(o) {
   if (o.pid === undefined) return undefined
-  if (!/^[0-9]+$/.test(o.pid) || Number(o.pid) < 1 || Number(o.pid) > 0x7fffffff) {
+  if (!/^[0-9]+$/.test(o.pid) || !flagInRange('pid', Number(o.pid))) {
     throw new UsageError(`--pid: '${o.pid}' is not a process id`)
   }
   return Number(o.pid)
@@ -125,7 +128,7 @@ function pidOption(o) {
 /** --limit N: a counting semaphore of N slots (files and dflockd). */
 function limitOption(o) {
   if (o.limit === undefined) return undefined
-  if (!/^[0-9]+$/.test(o.limit) || !Number.isSafeInteger(Number(o.limit)) || Number(o.limit) < 1) {
+  if (!/^[0-9]+$/.test(o.limit) || !flagInRange('limit', Number(o.limit))) {
     throw new UsageError(`--limit: '${o.limit}' is not a positive integer`)
   }
   return Number(o.limit)

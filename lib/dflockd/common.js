@@ -1,18 +1,17 @@
 'use strict'
-// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants, option checks that only
-// exist in JS (the tls option's shape, hosts, AbortSignals), one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
+// dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants (the option table's
+// defaults), the conversions to native options (the tls option's fields, hosts), one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
 // cancels it), guarded user callbacks, and the sharding function.
 
 const native = require('../native')
 const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
-const DEFAULT_HOST = '127.0.0.1'
-const { DEFAULT_PORT } = require('./url')
 const { ErrorCode } = require('../codes')
-const DEFAULT_ACQUIRE_TIMEOUT_S = 10
-const DEFAULT_RENEW_RATIO = 0.5
-/** Longest wait we send (the native limit; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
-const MAX_TIMEOUT_S = 1e9
+const { DISTRIBUTED_LOCK, defaultsOf, kind } = require('../validate')
+// dflockd-client's defaults, from the option table (crates/sema-core/src/options.rs).
+const { host: DEFAULT_HOST, port: DEFAULT_PORT, acquireTimeoutS: DEFAULT_ACQUIRE_TIMEOUT_S, renewRatio: DEFAULT_RENEW_RATIO } = defaultsOf(DISTRIBUTED_LOCK)
+/** Longest wait we send (the table's; the Go server's time.Duration overflows near 9.2e9 s and then answers at once). */
+const MAX_TIMEOUT_S = kind('timeoutSeconds').max
 
 /** Runs a synchronous native call; a native throw (bad options, a JS value of the wrong type) becomes a LockError. */
 function nativeSync(fn) {
@@ -112,14 +111,6 @@ function withExtraCa(out) {
   const extra = extraCaPem()
   if (extra !== undefined) out.extraCa = extra
   return out
-}
-
-function checkSignal(signal) {
-  if (signal === undefined || signal === null) return undefined
-  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function') {
-    throw invalidArgument('signal must be an AbortSignal')
-  }
-  return signal
 }
 
 function describe(v) {
@@ -277,7 +268,6 @@ module.exports = {
   loopAcquire,
   loopRelease,
   useEventLoop,
-  checkSignal,
   connectOptions,
   describe,
   guardedCallback,

@@ -18,10 +18,10 @@
 // 16 640 (CPU 47.3 → 32.7 µs: the machine's ceiling, where the TS client and a plain Node net loop also are).
 
 const native = require('../native')
-const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE } = require('../validate')
+const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE, DISTRIBUTED_ACQUIRE, DISTRIBUTED_WAIT } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, checkSignal, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
 const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
@@ -29,15 +29,8 @@ const { ErrorCode } = require('../codes')
 const kLimit = Symbol('limit')
 
 function normalizeServers(o) {
-  if (o.servers !== undefined && o.servers !== null) {
-    if (!Array.isArray(o.servers) || o.servers.length === 0) throw invalidArgument('servers list must not be empty')
-    return Object.freeze(
-      o.servers.map((s) => {
-        if (!Array.isArray(s) || s.length < 2) throw invalidArgument('each server must be a [host, port] pair')
-        return Object.freeze([hostOption(s[0]), s[1]])
-      }),
-    )
-  }
+  // Checked by the option table's `servers` kind (lib/validate.js): a non-empty array of [host, port] pairs.
+  if (o.servers !== undefined && o.servers !== null) return Object.freeze(o.servers.map((s) => Object.freeze([hostOption(s[0]), s[1]])))
   return Object.freeze([Object.freeze([hostOption(o.host ?? DEFAULT_HOST), o.port ?? DEFAULT_PORT])])
 }
 
@@ -111,19 +104,13 @@ class DistributedLock {
     this.#acquireTimeoutS = options.acquireTimeoutS ?? DEFAULT_ACQUIRE_TIMEOUT_S
     this.#leaseTtlS = opt(options.leaseTtlS)
     this.#servers = normalizeServers(options)
-    if (options.shardingStrategy !== undefined && typeof options.shardingStrategy !== 'function') {
-      throw invalidArgument('shardingStrategy must be a function')
-    }
     this.#strategy = options.shardingStrategy ?? stableHashShard
     this.#renewRatio = options.renewRatio ?? DEFAULT_RENEW_RATIO
-    // Not part of the public typings: caps the renew interval (tests against a server with a short --read-timeout).
+    // Caps the renew interval (a server started with a short --read-timeout).
     this.#renewMaxIntervalMs = opt(options.renewMaxIntervalMs)
     this.#tlsOption = options.tls
     this.#tls = nativeTls(options.tls)
     this.#auth = authOption(options.auth)
-    if (options.onLockLost !== undefined && options.onLockLost !== null && typeof options.onLockLost !== 'function') {
-      throw invalidArgument('onLockLost must be a function')
-    }
     this.#onLockLost = options.onLockLost ?? undefined
     this.#connectTimeoutMs = opt(options.connectTimeoutMs)
     this.#socketTimeoutMs = opt(options.socketTimeoutMs)
@@ -362,8 +349,7 @@ class DistributedLock {
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   async acquire(options) {
-    const { force = false, signal } = options ?? {}
-    checkSignal(signal)
+    const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
     const r = await this.#run(prim, () => this.#startAcquire(prim), signal)
@@ -377,8 +363,7 @@ class DistributedLock {
 
   /** Two-phase step 1: 'acquired' (held now, renewing) or 'queued' (call wait()). */
   async enqueue(options) {
-    const { force = false, signal } = options ?? {}
-    checkSignal(signal)
+    const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
     this.#enqueued = true
@@ -397,8 +382,7 @@ class DistributedLock {
    * connection is then dropped, so the server withdraws the wait or releases a grant that crossed the cut). */
   async wait(timeoutS, options) {
     const t = timeoutS ?? this.#acquireTimeoutS
-    const { signal } = options ?? {}
-    checkSignal(signal)
+    const { signal } = validate(options ?? undefined, DISTRIBUTED_WAIT)
     if (this.#held) return true
     const prim = this.#prim
     if (!this.#live || !prim) {
@@ -502,8 +486,7 @@ class DistributedSemaphore extends DistributedLock {
   constructor(options) {
     if (options === null || typeof options !== 'object') throw invalidArgument('options must be an object with a key and a limit')
     options = validate(options, DISTRIBUTED_SEMAPHORE)
-    const limit = options.limit
-    if (typeof limit !== 'number') throw invalidArgument(`limit must be an integer >= 1, got ${describe(limit)}`)
+    const limit = options.limit // required by the table: a positive integer
     super(options, kLimit, limit)
     this.#limit = limit
   }

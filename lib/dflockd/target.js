@@ -7,7 +7,7 @@ const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { LockError, toLockError, semaphoreError, failure } = require('../errors')
 const { LockHandle } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, checkSignal, connectOptions, loopAcquire, loopRelease, nativeSync, opt, useEventLoop } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, connectOptions, loopAcquire, loopRelease, nativeSync, opt, useEventLoop } = require('./common')
 const { redactTarget, parseDflockdUrl, targetId } = require('./url')
 const { validate, checkBackend, ACQUIRE } = require('../validate')
 const { parseStatsJson, stats } = require('./connection')
@@ -123,7 +123,7 @@ function targetConfig(url, options, wait) {
     mode: opt(o.mode) ?? u.mode,
     ...connectOptions({ ...o, tls: useTls, auth: o.auth ?? u.auth }),
   }
-  return { ...u, url, limit, prim, conn: { tls: prim.tls, auth: prim.auth, connectTimeoutMs: prim.connectTimeoutMs, socketTimeoutMs: prim.socketTimeoutMs } }
+  return { ...u, url, limit, prim, options: o, conn: { tls: prim.tls, auth: prim.auth, connectTimeoutMs: prim.connectTimeoutMs, socketTimeoutMs: prim.socketTimeoutMs } }
 }
 
 /**
@@ -137,7 +137,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   let prim
   try {
     cfg = targetConfig(url, options, wait)
-    signal = checkSignal(options && options.signal)
+    signal = cfg.options.signal ?? undefined // checked by the table's signal kind, read once (the snapshot)
     if (signal && signal.aborted) return failure(ErrorCode.ABORTED, 'acquire aborted')
     prim = nativeSync(() => new native.NativeDflockdPrimitive(cfg.prim))
   } catch (e) {
@@ -171,7 +171,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
       pid: process.pid,
       timestamp: Math.floor(Date.now() / 1000),
       token: prim.token ?? undefined,
-      onLost: options && options.onLost,
+      onLost: cfg.options.onLost,
     },
     prim,
     targetId(cfg),

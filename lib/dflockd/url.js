@@ -8,10 +8,10 @@
 // can redact without it.
 
 const { invalidArgument } = require('../errors')
-const { one } = require('../validate')
+const { one, unknownName, defaultsOf, kind, SERVER, URL_QUERY } = require('../validate')
 
-/** The port of a URL that names none (dflockd's own). */
-const DEFAULT_PORT = 6388
+/** The port of a URL that names none (dflockd's own: the option table's). */
+const DEFAULT_PORT = defaultsOf(SERVER).port
 
 /**
  * `url` with its auth token (the URL's user info) replaced by `***`, as every message, `lock.target` and
@@ -82,7 +82,7 @@ function parseDflockdUrl(url) {
       else if (value === '0' || value === 'false') out.tls = false
       else throw invalidArgument(`invalid tls=${value} in dflockd URL (use 1 or 0): ${shown}`)
     } else if (name === 'ca') out.ca = caFile(shown, value)
-    else throw invalidArgument(`unknown parameter '${name}' in dflockd URL (known: limit, mode, leaseTtl, tls, ca): ${shown}`)
+    else throw invalidArgument(`${unknownName('parameter', name, URL_QUERY)} in dflockd URL: ${shown}`)
   }
   if (out.ca !== undefined) {
     // A CA means TLS: `?ca=` alone is enough, `?tls=0&ca=` contradicts itself.
@@ -96,7 +96,8 @@ function parseDflockdUrl(url) {
 function hostPort(u, shown) {
   const { hostOption } = require('./common')
   const port = u.port === '' ? DEFAULT_PORT : Number(u.port)
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument(`invalid port in dflockd URL: ${shown}`)
+  const { min, max } = kind('port')
+  if (!Number.isInteger(port) || port < min || port > max) throw invalidArgument(`invalid port in dflockd URL: ${shown}`)
   return Object.freeze([hostOption(u.hostname), port])
 }
 

@@ -6,14 +6,20 @@
 const { isMainThread } = require('node:worker_threads')
 const native = require('../native')
 
-const DEFAULT_CONFIG = Object.freeze({
-  staleTimeout: 3_600_000,
-  retryInterval: 100,
-  acquireTimeout: null,
-  maxTagLength: 10_000,
-  fsync: true,
-  heartbeat: undefined,
-})
+const { CONFIG, defaultsOf } = require('../validate')
+
+/** semats' defaults, in semats' key order, from the option table (crates/sema-core/src/options.rs). */
+const DEFAULT_CONFIG = (() => {
+  const d = defaultsOf(CONFIG)
+  return Object.freeze({
+    staleTimeout: d.staleTimeout,
+    retryInterval: d.retryInterval,
+    acquireTimeout: null, // forever
+    maxTagLength: d.maxTagLength,
+    fsync: d.fsync,
+    heartbeat: undefined, // the engine's: min(1 s, staleTimeout / 4)
+  })
+})()
 
 /**
  * Internal config key (never read from user options): write sema's and semats' file layout (pid, timestamp, tag;

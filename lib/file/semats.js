@@ -16,7 +16,7 @@ function createLockInfo(tag) {
   return { pid: process.pid, timestamp: Math.floor(Date.now() / 1000), tag }
 }
 
-function serializeLockInfo(info, maxTagLength = 10_000) {
+function serializeLockInfo(info, maxTagLength = DEFAULT_CONFIG.maxTagLength) {
   return native.serializeLockInfo(info.pid, info.timestamp, info.tag ?? undefined, finiteOrNull(maxTagLength) ?? undefined)
 }
 

@@ -133,7 +133,7 @@ impl NativeDflockdConnection {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             let timeout_s = int_arg("acquireTimeoutS", timeout_s, 0, max)?;
-            let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
+            let ttl_s = lease_ttl_arg(lease_ttl_s)?;
             let limit = opt_int_arg("limit", limit, 1, max)?;
             Encoded::new(&Request::lock(&key, timeout_s, ttl_s, limit))
         })();
@@ -155,7 +155,7 @@ impl NativeDflockdConnection {
         lease_ttl_s: Option<f64>,
         sem: bool,
     ) -> Either<f64, NativeCallResult> {
-        let op = opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS)
+        let op = lease_ttl_arg(lease_ttl_s)
             .and_then(|ttl_s| Encoded::new(&Request::renew(&key, &token, ttl_s, sem)));
         self.submit(op)
     }
@@ -171,7 +171,7 @@ impl NativeDflockdConnection {
     ) -> Either<f64, NativeCallResult> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
+            let ttl_s = lease_ttl_arg(lease_ttl_s)?;
             let limit = opt_int_arg("limit", limit, 1, max)?;
             Encoded::new(&Request::enqueue(&key, ttl_s, limit))
         })();

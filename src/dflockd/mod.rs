@@ -177,6 +177,20 @@ fn opt_int_arg(name: &str, v: Option<f64>, min: u64, max: u64) -> core::Result<O
     v.map(|v| int_arg(name, v, min, max)).transpose()
 }
 
+/// A lease TTL in whole seconds (`leaseTtlS`), or absent: the option table's bounds (the JS layer
+/// checks them first, with the unit named; this keeps a direct native call to the same rule).
+fn lease_ttl_arg(v: Option<f64>) -> core::Result<Option<u64>> {
+    match v {
+        Some(v) if v.fract() == 0.0 && v > sema_core::options::MAX_LEASE_TTL_S as f64 => {
+            Err(invalid(sema_core::options::lease_ttl_too_long(
+                "leaseTtlS",
+                v as u64,
+            )))
+        }
+        _ => opt_int_arg("leaseTtlS", v, 1, sema_core::options::MAX_LEASE_TTL_S),
+    }
+}
+
 /// A positive millisecond count (fractions rounded up), at most ~31.7 years; 0 = the default.
 fn ms_arg(name: &str, v: Option<f64>, default: Duration) -> core::Result<Duration> {
     match v {
@@ -197,7 +211,7 @@ fn connect_options(
     connect_timeout_ms: Option<f64>,
     socket_timeout_ms: Option<f64>,
 ) -> core::Result<ConnectOptions> {
-    let port = int_arg("server.port", server.port, 1, 65535)?;
+    let port = int_arg("server.port", server.port, 1, u16::MAX as u64)?;
     let mut opts = ConnectOptions::new(server.host.clone(), port as u16);
     opts.tls = match tls {
         None => None,
@@ -254,7 +268,7 @@ fn primitive_options(o: &NativePrimitiveOptions) -> core::Result<PrimitiveOption
         p.acquire_timeout_s = (ms / 1000.0).ceil() as u64;
         p.acquire_deadline = (ms > 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
     }
-    p.lease_ttl_s = opt_int_arg("leaseTtlS", o.lease_ttl_s, 1, max)?;
+    p.lease_ttl_s = lease_ttl_arg(o.lease_ttl_s)?;
     p.renew_ratio = o.renew_ratio;
     p.renew_max_interval = ms_arg(
         "renewMaxIntervalMs",

@@ -4,6 +4,7 @@
 //!   `sema` and `semats` tools, with atomic acquisition, safe stale breaking, heartbeat and waiting.
 //! - [`dflockd`]: a client for the dflockd lock server (line protocol over TCP, optional TLS and auth).
 //!
+//! - [`options`]: the option rules of every entry point (names, kinds, bounds, defaults).
 //! - [`ErrorCode`]: the stable code of every failure of either backend.
 //!
 //! This crate never depends on napi: the bindings crate at the repository root is a thin layer over it.
@@ -11,5 +12,6 @@
 pub mod dflockd;
 mod error_code;
 pub mod lockfile;
+pub mod options;
 
 pub use error_code::ErrorCode;

@@ -7,6 +7,7 @@ use sema_core::dflockd::protocol::{
 use sema_core::dflockd::{
     parse_stats, stable_hash_shard, AcquireReply, EnqueueReply, ErrorCode, Request,
 };
+use sema_core::options::MAX_LEASE_TTL_S;
 
 /// Every test's path contains `dflockd` so `cargo test -p sema-core dflockd` selects it.
 mod dflockd {
@@ -73,7 +74,7 @@ mod dflockd {
         assert!(ok(Request::Lock {
             key: "k",
             timeout_s: MAX_SECONDS,
-            ttl_s: Some(MAX_SECONDS)
+            ttl_s: Some(MAX_LEASE_TTL_S)
         }));
         assert!(!ok(Request::Lock {
             key: "k",
@@ -83,7 +84,7 @@ mod dflockd {
         assert!(!ok(Request::Lock {
             key: "k",
             timeout_s: 1,
-            ttl_s: Some(MAX_SECONDS + 1)
+            ttl_s: Some(MAX_LEASE_TTL_S + 1)
         }));
         assert!(!ok(Request::Renew {
             key: "k",

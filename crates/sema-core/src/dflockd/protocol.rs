@@ -15,7 +15,8 @@ pub const MAX_REQUEST_LINE_BYTES: usize = 256;
 /// Longest reply line the client accepts (bytes, excluding the `\n`). `stats` replies grow with
 /// the number of keys, so the bound is generous; a longer line is a `PROTOCOL_ERROR`.
 pub const MAX_REPLY_LINE_BYTES: usize = 1024 * 1024;
-/// Upper bound for every timeout and lease TTL in seconds (10^9 s, about 31.7 years). The Go
+/// Upper bound for every timeout and semaphore limit in seconds (10^9 s, about 31.7 years; a
+/// lease TTL has a bound of its own, [`crate::options::MAX_LEASE_TTL_S`]). The Go
 /// server computes `seconds * 1e9` nanoseconds in an `i64`, which overflows at about 9.22e9 s
 /// and turns a huge timeout into an immediate `timeout`; the bound keeps well below that.
 pub const MAX_SECONDS: u64 = 1_000_000_000;
@@ -401,14 +402,15 @@ pub fn validate_timeout(timeout_s: u64) -> Result<()> {
     Ok(())
 }
 
-/// A lease TTL in whole seconds: `1 ..= MAX_SECONDS`.
+/// A lease TTL in whole seconds: `1 ..= MAX_LEASE_TTL_S` (1 hour: the option table's one bound,
+/// see [`crate::options::MAX_LEASE_TTL_S`] for why; above it the message names the unit).
 pub fn validate_ttl(ttl_s: u64) -> Result<()> {
     if ttl_s == 0 {
         return Err(DflockdError::invalid("lease TTL must be at least 1 second"));
     }
-    if ttl_s > MAX_SECONDS {
-        return Err(DflockdError::invalid(format!(
-            "lease TTL {ttl_s} s is above the client bound of {MAX_SECONDS} s"
+    if ttl_s > crate::options::MAX_LEASE_TTL_S {
+        return Err(DflockdError::invalid(crate::options::lease_ttl_too_long(
+            "leaseTtl", ttl_s,
         )));
     }
     Ok(())

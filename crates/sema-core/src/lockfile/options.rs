@@ -5,11 +5,13 @@ use std::time::Duration;
 
 use super::format::LockInfo;
 use super::stale::Reclaim;
+use crate::options;
 
 /// Options of one lock path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockOptions {
-    /// `None` = never break any lock (semats `null`). Default 3600 s.
+    /// `None` = never break any lock (semats `null`). Default 3600 s
+    /// ([`options::DEFAULT_STALE_TIMEOUT_MS`], as every default here: the option table's).
     pub stale_timeout: Option<Duration>,
     /// Polling fallback while waiting (also when stale judgements are re-made). Default 100 ms.
     pub retry_interval: Duration,
@@ -60,13 +62,13 @@ impl LockOptions {
 
 impl Default for LockOptions {
     fn default() -> Self {
-        let stale_timeout = Some(Duration::from_secs(3600));
+        let stale_timeout = Some(Duration::from_millis(options::DEFAULT_STALE_TIMEOUT_MS));
         LockOptions {
             stale_timeout,
-            retry_interval: Duration::from_millis(100),
+            retry_interval: Duration::from_millis(options::DEFAULT_RETRY_INTERVAL_MS),
             fsync: true,
             heartbeat: LockOptions::default_heartbeat(stale_timeout),
-            max_tag_length: Some(10_000),
+            max_tag_length: Some(options::DEFAULT_MAX_TAG_LENGTH),
             pending_write_grace: Duration::from_secs(2),
             foreign_start_check: false,
             release_young_unparseable: true,

@@ -6,9 +6,12 @@ use super::super::connection::ConnectOptions;
 use super::super::error::{DflockdError, Result};
 use super::super::protocol;
 use super::super::shared::{self, Mode};
+use crate::options;
 
-/// Default cap between two renewals: well below the server's default 23 s idle limit.
-pub const DEFAULT_RENEW_MAX_INTERVAL: Duration = Duration::from_secs(15);
+/// Default cap between two renewals: well below the server's default 23 s idle limit (the option
+/// table's [`options::DEFAULT_RENEW_MAX_INTERVAL_MS`]).
+pub const DEFAULT_RENEW_MAX_INTERVAL: Duration =
+    Duration::from_millis(options::DEFAULT_RENEW_MAX_INTERVAL_MS);
 /// Smallest renewal interval.
 pub const MIN_RENEW_INTERVAL: Duration = Duration::from_millis(100);
 /// How long `release()` waits for a renew that is in flight before giving up on the connection
@@ -53,17 +56,17 @@ pub struct PrimitiveOptions {
 }
 
 impl PrimitiveOptions {
-    /// A lock (limit 1) on `key` with the official clients' defaults: acquire timeout 10 s,
-    /// server-default lease, renew ratio 0.5, renew cap 15 s.
+    /// A lock (limit 1) on `key` with the official clients' defaults (the option table's):
+    /// acquire timeout 10 s, server-default lease, renew ratio 0.5, renew cap 15 s.
     pub fn new(key: impl Into<String>, connect: ConnectOptions) -> Self {
         PrimitiveOptions {
             key: key.into(),
             limit: 1,
-            acquire_timeout_s: 10,
+            acquire_timeout_s: options::DEFAULT_ACQUIRE_TIMEOUT_S,
             acquire_deadline: None,
             lease_ttl_s: None,
             connect,
-            renew_ratio: 0.5,
+            renew_ratio: options::DEFAULT_RENEW_RATIO,
             renew_max_interval: DEFAULT_RENEW_MAX_INTERVAL,
             mode: None,
         }
@@ -87,10 +90,13 @@ impl PrimitiveOptions {
         if let Some(t) = self.lease_ttl_s {
             protocol::validate_ttl(t)?;
         }
-        if !(self.renew_ratio.is_finite() && self.renew_ratio > 0.0 && self.renew_ratio < 1.0) {
+        // The table's bounds and words (0 < r < 1, both ends excluded).
+        let ratio = options::kinds::RATIO;
+        let (lo, hi) = (ratio.min.unwrap_or(0.0), ratio.max.unwrap_or(1.0));
+        if !(self.renew_ratio.is_finite() && self.renew_ratio > lo && self.renew_ratio < hi) {
             return Err(DflockdError::invalid(format!(
-                "renewRatio must be a number with 0 < r < 1, got {}",
-                self.renew_ratio
+                "renewRatio must be {}, got {}",
+                ratio.expected, self.renew_ratio
             )));
         }
         if self.renew_max_interval < Duration::from_millis(10) {

@@ -85,7 +85,7 @@ class ReplyQueue {
 /**
  * One dflockd connection, one method per protocol command (validation and reply parsing are native).
  * The native side answers every queued request through one callback, in call order: the pending
- * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does.
+ * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does, unless unref().
  */
 class Connection {
   #native
@@ -162,6 +162,18 @@ class Connection {
 
   async stats() {
     return parseStatsJson((await this.#call('stats', undefined, () => this.#native.stats())).text)
+  }
+
+  /** A pending request no longer keeps the process alive (as a Node socket's `unref()`); returns `this`. */
+  unref() {
+    if (!this.#closed) this.#native.setRef(false)
+    return this
+  }
+
+  /** A pending request keeps the process alive again (the default); returns `this`. */
+  ref() {
+    if (!this.#closed) this.#native.setRef(true)
+    return this
   }
 
   close() {

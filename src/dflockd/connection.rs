@@ -34,7 +34,8 @@ enum Driver {
 /// when it is settled at once (arguments are validated, `INVALID_ARGUMENT`, before anything
 /// is queued; the connection is closed).
 ///
-/// An idle connection never keeps Node alive; one with a request pending does.
+/// An idle connection never keeps Node alive; one with a request pending does, unless
+/// `setRef(false)` was called.
 #[napi]
 pub struct NativeDflockdConnection {
     conn: Driver,
@@ -213,6 +214,16 @@ impl NativeDflockdConnection {
     #[napi]
     pub fn request(&self, cmd: String, key: String, arg: String) -> Either<f64, NativeCallResult> {
         self.submit(Ok(Op::Raw { cmd, key, arg }))
+    }
+
+    /// Whether a pending request keeps the process alive: `true` (the default, as a Node socket
+    /// after `ref()`) or `false` (after `unref()`). An idle connection never does.
+    #[napi]
+    pub fn set_ref(&self, on: bool) {
+        match &self.conn {
+            Driver::Loop(c) => c.set_ref(on),
+            Driver::Tokio(c) => c.set_ref(on),
+        }
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves

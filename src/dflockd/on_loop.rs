@@ -76,6 +76,9 @@ pub(super) struct Conn {
     reply: Rc<JsCallback>,
     /// Its number among this thread's live connections (see `LIVE`).
     id: u64,
+    /// Whether a pending request keeps the process alive (`ref()`, the default) or not
+    /// (`unref()`); an idle connection never does.
+    referenced: std::cell::Cell<bool>,
 }
 
 /// How `finish` treats pending requests.
@@ -108,7 +111,7 @@ impl Conn {
         st.head_limit = limit;
         drop(guard);
         if let Some(w) = &*self.watch.borrow() {
-            w.keep_alive(true);
+            w.keep_alive(self.referenced.get());
             w.arm_timer(limit.as_millis().min(u64::MAX as u128) as u64);
             w.spin_for(SPIN);
             if !done {
@@ -302,6 +305,7 @@ impl Conn {
             watch: RefCell::new(None),
             reply: Rc::new(reply),
             id: NEXT_ID.with(|n| n.replace(n.get() + 1)),
+            referenced: std::cell::Cell::new(true),
         });
         let unsupported = |e: napi::Error| {
             let reason = e.reason.clone();
@@ -364,6 +368,16 @@ impl Conn {
             conn.fail(e);
         }
         Either::A(0.0)
+    }
+
+    /// `ref()` (`on`) / `unref()`: whether a pending request keeps the process alive; applied
+    /// at once to the request in flight, if any.
+    pub(super) fn set_ref(&self, on: bool) {
+        self.referenced.set(on);
+        let pending = !self.state.borrow().queue.is_empty();
+        if let Some(w) = &*self.watch.borrow() {
+            w.keep_alive(on && pending);
+        }
     }
 
     /// `close()`: end the connection; pending requests settle before this returns.

@@ -59,6 +59,9 @@ pub(super) struct TokioConn {
     keep_alive: RefCell<Option<Arc<Deliver>>>,
     /// Reused encoding buffer (validation at submit).
     wbuf: RefCell<Vec<u8>>,
+    /// Whether a pending request keeps the process alive (`ref()`, the default) or not
+    /// (`unref()`); an idle connection never does.
+    referenced: std::cell::Cell<bool>,
 }
 
 impl TokioConn {
@@ -113,6 +116,7 @@ impl TokioConn {
             env: env.raw(),
             keep_alive: RefCell::new(Some(deliver.clone())),
             wbuf: RefCell::new(Vec::with_capacity(128)),
+            referenced: std::cell::Cell::new(true),
         });
         let _ = slot.set(Rc::downgrade(&this));
         napi::bindgen_prelude::spawn(run(conn, rx, shared, closed, deliver));
@@ -148,10 +152,21 @@ impl TokioConn {
             st.submitted += 1;
             st.settled == seq
         };
-        if first {
+        if first && self.referenced.get() {
             self.keep_alive(true);
         }
         Either::A(0.0)
+    }
+
+    /// `ref()` (`on`) / `unref()`: whether a pending request keeps the process alive; applied
+    /// at once to the requests pending, if any.
+    pub(super) fn set_ref(&self, on: bool) {
+        self.referenced.set(on);
+        let pending = {
+            let st = self.shared.lock();
+            st.settled < st.submitted
+        };
+        self.keep_alive(on && pending);
     }
 
     /// Ref (a request is pending) or unref (idle) the threadsafe function.

@@ -122,6 +122,26 @@ describe('Connection.unref() / ref(): a pending request and the process lifetime
     }
   }
 
+  test("a LockManager holding a lock with its steal mailbox open exits on its own (the mailbox's connections are unref'd)", async () => {
+    // The mailbox's watcher waits in a blocking `l` for up to an hour; the lock is held by a callback that never
+    // settles, so the mailbox never goes idle: only unref'd connections let the process end.
+    const code = `
+      const { DflockdBackend } = require('./lib/locks/dflockd-backend')
+      const { managerFor } = require('./lib/locks/manager')
+      const b = new DflockdBackend('dflockd://127.0.0.1:${port}/unref-mbox-${process.pid}')
+      managerFor(b).request('n', async () => {
+        // The mailbox opens unref'd too: a timer keeps the process alive until it is open.
+        const alive = setInterval(() => {}, 1000)
+        console.log((await b.stealsOf().ready()) ? 'pending mailbox' : 'no mailbox')
+        clearInterval(alive)
+        return new Promise(() => {})
+      })`
+    const r = await runChild(code, process.env).exited
+    assert.equal(r.killed, false, `the child was still running after ${BOUND_MS} ms (its mailbox kept it alive)\n${r.stderr}`)
+    assert.equal(r.code, 0, r.stderr)
+    assert.equal(r.stdout.trim(), 'pending mailbox')
+  })
+
   test('unref() and ref() return the connection, and are no-ops once it is closed', async () => {
     const c = await Connection.connect({ host: '127.0.0.1', port })
     assert.equal(c.unref(), c)

@@ -12,6 +12,8 @@ const path = require('node:path')
 const d = require('./helpers/dflockd')
 const { Connection } = require('..')
 
+require('node:v8').setFlagsFromString('--expose-gc') // for the garbage-collection test
+
 const pkg = path.resolve(__dirname, '..')
 /** A bound on each child, never reached when the behaviour is right (a child that hangs is killed and fails). */
 const BOUND_MS = 30000
@@ -26,7 +28,7 @@ const childCode = (port, key, how) => `
   const fail = (e) => { console.error(e && e.stack || e); process.exit(3) }
   ;(async () => {
     // The driver this process picks (the same choice Connection.connect makes), closed at once.
-    const probe = await new Promise((res) => native.NativeDflockdConnection.connect({ server: { host: '127.0.0.1', port: ${port} } }, () => {}).then(res))
+    const probe = await new Promise((res) => native.NativeDflockdConnection.connect({ server: { host: '127.0.0.1', port: ${port} } }).then(res))
     if (!probe.ok) fail(probe.error)
     const driver = probe.value.driver
     probe.value.close()
@@ -140,6 +142,36 @@ describe('Connection.unref() / ref(): a pending request and the process lifetime
     assert.equal(r.killed, false, `the child was still running after ${BOUND_MS} ms (its mailbox kept it alive)\n${r.stderr}`)
     assert.equal(r.code, 0, r.stderr)
     assert.equal(r.stdout.trim(), 'pending mailbox')
+  })
+
+  test('a Connection dropped with a request pending is not collected under it: the request still settles', { timeout: 30000 }, async () => {
+    // Each request's promise is settled natively (its deferred, a GC root, keeps the awaiting call and so the
+    // Connection alive): nothing on the JS side holds the object, as a pending-request queue used to.
+    const gc = require('node:vm').runInNewContext('gc')
+    const key = `gc-${process.pid}`
+    const g = await holder.acquire(key, 0, 60)
+    const collected = []
+    const registry = new FinalizationRegistry((what) => collected.push(what))
+    const granted = await (async () => {
+      const c = await Connection.connect({ host: '127.0.0.1', port })
+      registry.register(c, 'connection')
+      return { p: c.acquire(key, 30, 10) }
+    })()
+    for (let i = 0; i < 5; i++) {
+      gc()
+      await new Promise(setImmediate)
+    }
+    assert.deepEqual(collected, [], 'the connection was collected with its request pending')
+    await holder.release(key, g.token)
+    const grant = await granted.p
+    assert.match(grant.token, /^[0-9a-f]{32}$/)
+    // Settled, it is collectable: it is collected (so the registry above would have seen it).
+    delete granted.p
+    for (let i = 0; i < 50 && collected.length === 0; i++) {
+      gc()
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    assert.deepEqual(collected, ['connection'])
   })
 
   test('unref() and ref() return the connection, and are no-ops once it is closed', async () => {

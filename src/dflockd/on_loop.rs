@@ -10,9 +10,9 @@ use std::rc::{Rc, Weak};
 use sema_core::dflockd::connection::NonBlockingStream;
 
 use super::ops::{NativeCallResult, Op};
+use super::replies::Replies;
 use super::*;
 use crate::event_loop::{SocketWatch, WatchHandler};
-use crate::js_callback::JsCallback;
 
 pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
     DflockdError::new(
@@ -71,9 +71,9 @@ struct State {
 pub(super) struct Conn {
     state: RefCell<State>,
     watch: RefCell<Option<SocketWatch>>,
-    /// Called for each settled request; shared so that no borrow is held while JS runs (it
-    /// may call back into this connection).
-    reply: Rc<JsCallback>,
+    /// The requests' promises, settled in order; shared so that no borrow is held while JS runs
+    /// (it may call back into this connection).
+    reply: Rc<Replies>,
     /// Its number among this thread's live connections (see `LIVE`).
     id: u64,
     /// Whether a pending request keeps the process alive (`ref()`, the default) or not
@@ -277,20 +277,20 @@ impl Conn {
                 _ if by_close => closed_error(),
                 _ => peer_closed_error(&peer),
             };
-            reply.call(NativeCallResult::err(e));
+            reply.settle(NativeCallResult::err(e));
         }
         reply.release();
     }
 
     fn settle(&self, r: NativeCallResult) {
-        self.reply.clone().call(r);
+        self.reply.clone().settle(r);
     }
 
     /// On the JS thread: watch the connected socket on this thread's loop.
     pub(super) fn open(
         env: &Env,
         stream: NonBlockingStream,
-        reply: JsCallback,
+        reply: Rc<Replies>,
     ) -> Result<Rc<Conn>, DflockdError> {
         let conn = Rc::new(Conn {
             state: RefCell::new(State {
@@ -303,7 +303,7 @@ impl Conn {
                 idle_error: None,
             }),
             watch: RefCell::new(None),
-            reply: Rc::new(reply),
+            reply,
             id: NEXT_ID.with(|n| n.replace(n.get() + 1)),
             referenced: std::cell::Cell::new(true),
         });
@@ -329,8 +329,8 @@ impl Conn {
         Ok(conn)
     }
 
-    /// Queue `op` and return 0 (its result goes to `onReply`), or return the result at once
-    /// (the validation error, or the connection is closed; `onReply` is then not called).
+    /// Queue `op` and return 0 (its result settles the request's promise: `Replies`), or return
+    /// the result at once (the validation error, or the connection is closed).
     pub(super) fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,

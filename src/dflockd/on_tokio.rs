@@ -1,6 +1,6 @@
 //! The low-level connection on tokio, for hosts whose libuv loop cannot serve the addon (Bun,
 //! Deno: see `event_loop::loop_unusable`). Same contract as `on_loop`: requests run one at a
-//! time in call order, each settles through `onReply` once, `close()` settles what is pending
+//! time in call order, each settles its own promise once, `close()` settles what is pending
 //! before it returns, an idle connection never keeps the process alive and a pending request
 //! does. It costs thread hops per round trip (a tokio worker writes, reads and wakes the JS
 //! thread through a threadsafe function), which the event-loop driver avoids.
@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
 use super::ops::{NativeCallResult, Op};
+use super::replies::Replies;
 use super::*;
-use crate::js_callback::JsCallback;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
 type Deliver = ThreadsafeFunction<(u64, NativeCallResult), (), (), napi::Status, false, true>;
@@ -52,7 +52,7 @@ pub(super) struct TokioConn {
     shared: Arc<Shared>,
     requests: mpsc::UnboundedSender<(u64, Op)>,
     closed: CancellationToken,
-    reply: JsCallback,
+    reply: Rc<Replies>,
     env: sys::napi_env,
     /// The task's threadsafe function, to ref it while a request is pending; `None` once the
     /// connection is closed or collected.
@@ -69,7 +69,7 @@ impl TokioConn {
     pub(super) fn open(
         env: &Env,
         conn: Connection,
-        reply: JsCallback,
+        reply: Rc<Replies>,
     ) -> Result<Rc<TokioConn>, DflockdError> {
         let slot: Rc<OnceCell<Weak<TokioConn>>> = Rc::new(OnceCell::new());
         let target = slot.clone();
@@ -123,8 +123,8 @@ impl TokioConn {
         Ok(this)
     }
 
-    /// Queue `op` and return 0 (its result goes to `onReply`), or return the result at once
-    /// (the validation error, or the connection is closed; `onReply` is then not called).
+    /// Queue `op` and return 0 (its result settles the request's promise: `Replies`), or return
+    /// the result at once (the validation error, or the connection is closed).
     pub(super) fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
@@ -202,7 +202,7 @@ impl TokioConn {
         if idle {
             self.keep_alive(false);
         }
-        self.reply.call(result);
+        self.reply.settle(result);
     }
 
     /// `close()` (`notify`) or collection: end the connection; pending requests settle (the
@@ -228,7 +228,7 @@ impl TokioConn {
                 } else {
                     closed_error()
                 };
-                self.reply.call(NativeCallResult::err(e));
+                self.reply.settle(NativeCallResult::err(e));
             }
         }
         self.reply.release();

@@ -5,6 +5,7 @@
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
 const net = require('node:net')
+const { once } = require('node:events')
 const { Connection } = require('../lib/dflockd')
 
 const servers = []
@@ -137,6 +138,27 @@ test('a reply line longer than the bound fails PROTOCOL_ERROR and closes the con
   })
   const c = await Connection.connect({ host: '127.0.0.1', port: s.port })
   await assert.rejects(c.release('k', 't'), code('PROTOCOL_ERROR'))
+  await assert.rejects(c.release('k', 't'), code('CONNECTION_ERROR'))
+  c.close()
+})
+
+test('a line the server sends unprompted ends the connection with the same words on both drivers', async () => {
+  const s = await server(([cmd], sock, state) => reply(sock, state, 'ok'))
+  const c = await Connection.connect({ host: '127.0.0.1', port: s.port })
+  await c.release('k', 't')
+  // Nothing asked: what a server writes before closing a connection idle past its --read-timeout. The client closes
+  // the connection on reading it (the server sees the close).
+  for (const sock of s.sockets) {
+    const closed = once(sock, 'close')
+    sock.write('error\n')
+    await closed
+  }
+  await assert.rejects(
+    c.release('k', 't'),
+    (e) =>
+      e.code === 'PROTOCOL_ERROR' &&
+      /^server 127\.0\.0\.1:\d+ sent an unsolicited reply: error \(a dflockd server writes `error` and closes a connection that sent nothing for its --read-timeout/.test(e.message),
+  )
   await assert.rejects(c.release('k', 't'), code('CONNECTION_ERROR'))
   c.close()
 })

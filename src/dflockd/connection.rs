@@ -13,10 +13,12 @@ use std::rc::Rc;
 
 use super::on_loop::Conn;
 use super::on_tokio::TokioConn;
-use super::ops::{NativeCallResult, Op};
+use super::ops::NativeCallResult;
 use super::replies::Replies;
 use super::*;
 use crate::event_loop::loop_unusable;
+use sema_core::dflockd::protocol::Encoded;
+use sema_core::dflockd::Request;
 
 /// The driver of one connection.
 enum Driver {
@@ -47,7 +49,7 @@ type Reply<'env> = napi::Result<PromiseRaw<'env, NativeCallResult>>;
 impl NativeDflockdConnection {
     /// Queue `op` on the driver; its promise is queued first, so that whatever the driver
     /// settles meanwhile (an error that ends the connection) keeps the call order.
-    fn submit<'env>(&self, env: &'env Env, op: core::Result<Op>) -> Reply<'env> {
+    fn submit<'env>(&self, env: &'env Env, op: core::Result<Encoded>) -> Reply<'env> {
         let promise = self.replies.promise(env)?;
         let refused = match &self.conn {
             Driver::Loop(c) => c.submit(op),
@@ -156,12 +158,10 @@ impl NativeDflockdConnection {
     ) -> Reply<'env> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            Ok(Op::Lock {
-                timeout_s: int_arg("acquireTimeoutS", timeout_s, 0, max)?,
-                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
-                limit: opt_int_arg("limit", limit, 1, max)?,
-                key,
-            })
+            let timeout_s = int_arg("acquireTimeoutS", timeout_s, 0, max)?;
+            let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
+            let limit = opt_int_arg("limit", limit, 1, max)?;
+            Encoded::new(&Request::lock(&key, timeout_s, ttl_s, limit))
         })();
         self.submit(env, op)
     }
@@ -175,7 +175,7 @@ impl NativeDflockdConnection {
         token: String,
         sem: bool,
     ) -> Reply<'env> {
-        self.submit(env, Ok(Op::Release { key, token, sem }))
+        self.submit(env, Encoded::new(&Request::release(&key, &token, sem)))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
@@ -188,15 +188,8 @@ impl NativeDflockdConnection {
         lease_ttl_s: Option<f64>,
         sem: bool,
     ) -> Reply<'env> {
-        let op =
-            opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS).map(|ttl_s| {
-                Op::Renew {
-                    key,
-                    token,
-                    ttl_s,
-                    sem,
-                }
-            });
+        let op = opt_int_arg("leaseTtlS", lease_ttl_s, 1, core::protocol::MAX_SECONDS)
+            .and_then(|ttl_s| Encoded::new(&Request::renew(&key, &token, ttl_s, sem)));
         self.submit(env, op)
     }
 
@@ -212,11 +205,9 @@ impl NativeDflockdConnection {
     ) -> Reply<'env> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
-            Ok(Op::Enqueue {
-                ttl_s: opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?,
-                limit: opt_int_arg("limit", limit, 1, max)?,
-                key,
-            })
+            let ttl_s = opt_int_arg("leaseTtlS", lease_ttl_s, 1, max)?;
+            let limit = opt_int_arg("limit", limit, 1, max)?;
+            Encoded::new(&Request::enqueue(&key, ttl_s, limit))
         })();
         self.submit(env, op)
     }
@@ -230,21 +221,15 @@ impl NativeDflockdConnection {
         timeout_s: f64,
         sem: bool,
     ) -> Reply<'env> {
-        let op =
-            int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS).map(|timeout_s| {
-                Op::Wait {
-                    key,
-                    timeout_s,
-                    sem,
-                }
-            });
+        let op = int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS)
+            .and_then(|timeout_s| Encoded::new(&Request::wait(&key, timeout_s, sem)));
         self.submit(env, op)
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
     #[napi(ts_return_type = "Promise<NativeCallResult>")]
     pub fn stats<'env>(&self, env: &'env Env) -> Reply<'env> {
-        self.submit(env, Ok(Op::Stats))
+        self.submit(env, Encoded::new(&Request::Stats))
     }
 
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
@@ -258,7 +243,7 @@ impl NativeDflockdConnection {
         key: String,
         arg: String,
     ) -> Reply<'env> {
-        self.submit(env, Ok(Op::Raw { cmd, key, arg }))
+        self.submit(env, Encoded::raw(&cmd, &key, &arg))
     }
 
     /// Whether a pending request keeps the process alive: `true` (the default, as a Node socket

@@ -9,10 +9,11 @@ use std::rc::{Rc, Weak};
 
 use sema_core::dflockd::connection::NonBlockingStream;
 
-use super::ops::{NativeCallResult, Op};
+use super::ops::{reply_result, NativeCallResult};
 use super::replies::Replies;
 use super::*;
 use crate::event_loop::{SocketWatch, WatchHandler};
+use sema_core::dflockd::protocol::Encoded;
 
 pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
     DflockdError::new(
@@ -55,12 +56,10 @@ impl Ended {
 struct State {
     stream: Option<NonBlockingStream>,
     /// Requests in call order; the head is in flight once `head_sent`.
-    queue: VecDeque<Op>,
+    queue: VecDeque<Encoded>,
     head_sent: bool,
     /// The reply deadline armed for the head when it was sent (for the timeout's message).
     head_limit: Duration,
-    /// Reused encoding buffer.
-    wbuf: Vec<u8>,
     ended: Option<Ended>,
     /// Why the connection ended while idle (given to the next request, as a read would).
     idle_error: Option<DflockdError>,
@@ -103,11 +102,9 @@ impl Conn {
         let (Some(op), Some(stream)) = (st.queue.front(), st.stream.as_mut()) else {
             return Ok(());
         };
-        st.wbuf.clear();
-        let blocking = op.encode(&mut st.wbuf)?;
-        let done = stream.send(&st.wbuf)?;
+        let done = stream.send(op.bytes())?;
         st.head_sent = true;
-        let limit = stream.reply_limit(blocking);
+        let limit = stream.reply_limit(op.blocking_s());
         st.head_limit = limit;
         drop(guard);
         if let Some(w) = &*self.watch.borrow() {
@@ -150,18 +147,12 @@ impl Conn {
                     Some(Ok(line)) if st.head_sent => {
                         st.head_sent = false;
                         let op = st.queue.pop_front();
-                        Some(Ok(op.map(|op| (op.parse_reply(&line), line))))
+                        Some(Ok(op.map(|op| (reply_result(&op, &line), line))))
                     }
-                    Some(Ok(line)) => {
-                        let peer = stream.peer();
-                        Some(Err(DflockdError::new(
-                            core::ErrorCode::ProtocolError,
-                            format!(
-                                "server {peer} sent an unsolicited reply: {}",
-                                line.chars().take(80).collect::<String>()
-                            ),
-                        )))
-                    }
+                    Some(Ok(line)) => Some(Err(core::connection::unsolicited(
+                        stream.peer(),
+                        line.as_bytes(),
+                    ))),
                 }
             };
             match step {
@@ -298,7 +289,6 @@ impl Conn {
                 queue: VecDeque::new(),
                 head_sent: false,
                 head_limit: Duration::ZERO,
-                wbuf: Vec::with_capacity(128),
                 ended: None,
                 idle_error: None,
             }),
@@ -331,7 +321,7 @@ impl Conn {
 
     /// Queue `op` and return 0 (its result settles the request's promise: `Replies`), or return
     /// the result at once (the validation error, or the connection is closed).
-    pub(super) fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
+    pub(super) fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
             Err(e) => return Either::B(NativeCallResult::err(e)),
@@ -344,11 +334,7 @@ impl Conn {
                 return Either::B(NativeCallResult::err(ended.refusal(&mut st.idle_error)));
             }
             if !st.queue.is_empty() {
-                // Validated now, written when its turn comes.
-                st.wbuf.clear();
-                if let Err(e) = op.encode(&mut st.wbuf) {
-                    return Either::B(NativeCallResult::err(e));
-                }
+                // Validated and encoded by the call, written when its turn comes.
                 st.queue.push_back(op);
                 return Either::A(0.0);
             }
@@ -357,11 +343,8 @@ impl Conn {
         if let Err(e) = conn.send_head() {
             let sent = conn.state.borrow().head_sent;
             if !sent {
-                // Nothing written: an encoding error (INVALID_ARGUMENT) is this call's alone.
+                // Nothing written: the write failed.
                 conn.state.borrow_mut().queue.pop_back();
-                if e.code() == core::ErrorCode::InvalidArgument {
-                    return Either::B(NativeCallResult::err(e));
-                }
                 conn.fail(e.clone());
                 return Either::B(NativeCallResult::err(e));
             }

@@ -19,9 +19,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
-use super::ops::{NativeCallResult, Op};
+use super::ops::{reply_result, NativeCallResult};
 use super::replies::Replies;
 use super::*;
+use sema_core::dflockd::protocol::Encoded;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
 type Deliver = ThreadsafeFunction<(u64, NativeCallResult), (), (), napi::Status, false, true>;
@@ -50,15 +51,13 @@ impl Shared {
 /// The JS thread's side of a connection.
 pub(super) struct TokioConn {
     shared: Arc<Shared>,
-    requests: mpsc::UnboundedSender<(u64, Op)>,
+    requests: mpsc::UnboundedSender<(u64, Encoded)>,
     closed: CancellationToken,
     reply: Rc<Replies>,
     env: sys::napi_env,
     /// The task's threadsafe function, to ref it while a request is pending; `None` once the
     /// connection is closed or collected.
     keep_alive: RefCell<Option<Arc<Deliver>>>,
-    /// Reused encoding buffer (validation at submit).
-    wbuf: RefCell<Vec<u8>>,
     /// Whether a pending request keeps the process alive (`ref()`, the default) or not
     /// (`unref()`); an idle connection never does.
     referenced: std::cell::Cell<bool>,
@@ -115,7 +114,6 @@ impl TokioConn {
             reply,
             env: env.raw(),
             keep_alive: RefCell::new(Some(deliver.clone())),
-            wbuf: RefCell::new(Vec::with_capacity(128)),
             referenced: std::cell::Cell::new(true),
         });
         let _ = slot.set(Rc::downgrade(&this));
@@ -125,18 +123,11 @@ impl TokioConn {
 
     /// Queue `op` and return 0 (its result settles the request's promise: `Replies`), or return
     /// the result at once (the validation error, or the connection is closed).
-    pub(super) fn submit(&self, op: core::Result<Op>) -> Either<f64, NativeCallResult> {
+    pub(super) fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
             Err(e) => return Either::B(NativeCallResult::err(e)),
         };
-        {
-            let mut wbuf = self.wbuf.borrow_mut();
-            wbuf.clear();
-            if let Err(e) = op.encode(&mut wbuf) {
-                return Either::B(NativeCallResult::err(e));
-            }
-        }
         let first = {
             let mut guard = self.shared.lock();
             let st = &mut *guard;
@@ -246,14 +237,9 @@ impl TokioConn {
 }
 
 /// One request on the core connection.
-async fn request(conn: &mut Connection, op: &Op) -> NativeCallResult {
-    let line = match (op.request(), op) {
-        (Some(req), _) => conn.request(&req).await,
-        (None, Op::Raw { cmd, key, arg }) => conn.request_raw(cmd, key, arg).await,
-        (None, _) => return NativeCallResult::ok(),
-    };
-    match line {
-        Ok(line) => op.parse_reply(&line),
+async fn request(conn: &mut Connection, op: &Encoded) -> NativeCallResult {
+    match conn.request_encoded(op).await {
+        Ok(line) => reply_result(op, &line),
         Err(e) => NativeCallResult::err(e),
     }
 }
@@ -266,7 +252,7 @@ fn send(deliver: &Deliver, seq: u64, r: NativeCallResult) {
 /// connection; then answers what is left "connection to <peer> is closed".
 async fn run(
     mut conn: Connection,
-    mut requests: mpsc::UnboundedReceiver<(u64, Op)>,
+    mut requests: mpsc::UnboundedReceiver<(u64, Encoded)>,
     shared: Arc<Shared>,
     closed: CancellationToken,
     deliver: Arc<Deliver>,

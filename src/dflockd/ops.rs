@@ -1,5 +1,9 @@
-//! The low-level connection's requests: `Op` (one request, encoded and validated), running
-//! it on a core `Connection`, and `NativeCallResult`, the value a call settles with.
+//! The low-level connection's results: `NativeCallResult`, the value a call settles with, made
+//! from the reply to a request. The request is the core's (`Request`, encoded and validated
+//! into an `Encoded` when the call is made); this file only maps its reply to the JS shape.
+
+use sema_core::dflockd::protocol::Encoded;
+use sema_core::dflockd::Reply;
 
 use super::*;
 
@@ -63,168 +67,26 @@ impl NativeCallResult {
 /// Lease the official clients assume when a renew reply does not say.
 pub(super) const FALLBACK_LEASE_S: u64 = 30;
 
-/// One request of the low-level connection (owned copies of the JS arguments).
-pub(super) enum Op {
-    Lock {
-        key: String,
-        timeout_s: u64,
-        ttl_s: Option<u64>,
-        limit: Option<u64>,
-    },
-    Release {
-        key: String,
-        token: String,
-        sem: bool,
-    },
-    Renew {
-        key: String,
-        token: String,
-        ttl_s: Option<u64>,
-        sem: bool,
-    },
-    Enqueue {
-        key: String,
-        ttl_s: Option<u64>,
-        limit: Option<u64>,
-    },
-    Wait {
-        key: String,
-        timeout_s: u64,
-        sem: bool,
-    },
-    Stats,
-    Raw {
-        cmd: String,
-        key: String,
-        arg: String,
-    },
-}
-
-impl Op {
-    /// The core request this is (borrowing its strings); `None` for a raw request.
-    pub(super) fn request(&self) -> Option<sema_core::dflockd::Request<'_>> {
-        use sema_core::dflockd::Request as R;
-        Some(match self {
-            Op::Lock {
-                key,
-                timeout_s,
-                ttl_s,
-                limit,
-            } => match *limit {
-                None => R::Lock {
-                    key,
-                    timeout_s: *timeout_s,
-                    ttl_s: *ttl_s,
-                },
-                Some(limit) => R::SemLock {
-                    key,
-                    timeout_s: *timeout_s,
-                    limit,
-                    ttl_s: *ttl_s,
-                },
-            },
-            Op::Release { key, token, sem } => match sem {
-                false => R::Release { key, token },
-                true => R::SemRelease { key, token },
-            },
-            Op::Renew {
-                key,
-                token,
-                ttl_s,
-                sem,
-            } => match sem {
-                false => R::Renew {
-                    key,
-                    token,
-                    ttl_s: *ttl_s,
-                },
-                true => R::SemRenew {
-                    key,
-                    token,
-                    ttl_s: *ttl_s,
-                },
-            },
-            Op::Enqueue { key, ttl_s, limit } => match *limit {
-                None => R::Enqueue { key, ttl_s: *ttl_s },
-                Some(limit) => R::SemEnqueue {
-                    key,
-                    limit,
-                    ttl_s: *ttl_s,
-                },
-            },
-            Op::Wait {
-                key,
-                timeout_s,
-                sem,
-            } => match sem {
-                false => R::Wait {
-                    key,
-                    timeout_s: *timeout_s,
-                },
-                true => R::SemWait {
-                    key,
-                    timeout_s: *timeout_s,
-                },
-            },
-            Op::Stats => R::Stats,
-            Op::Raw { .. } => return None,
-        })
-    }
-
-    /// Encode (validating) the request; returns the timeout a blocking command gives the
-    /// server, in seconds.
-    pub(super) fn encode(&self, out: &mut Vec<u8>) -> core::Result<Option<u64>> {
-        match (self.request(), self) {
-            (Some(req), _) => {
-                req.encode_into(out)?;
-                Ok(req.blocking_timeout_s())
-            }
-            (None, Op::Raw { cmd, key, arg }) => {
-                let (bytes, blocking) = core::protocol::encode_raw(cmd, key, arg)?;
-                out.extend_from_slice(&bytes);
-                Ok(blocking)
-            }
-            (None, _) => Ok(None),
-        }
-    }
-
-    /// The result of this request for its reply line (parsed by the core protocol).
-    pub(super) fn parse_reply(&self, line: &str) -> NativeCallResult {
-        use sema_core::dflockd::Reply;
-        let Some(req) = self.request() else {
-            return NativeCallResult::text(line.to_string());
-        };
-        match req.parse_reply(line) {
-            Ok(Reply::Acquire(AcquireReply::Granted(g))) => NativeCallResult::grant(g),
-            Ok(Reply::Acquire(AcquireReply::TimedOut)) => {
-                let key = match self {
-                    Op::Lock { key, .. } | Op::Wait { key, .. } => key.as_str(),
-                    _ => "",
-                };
-                NativeCallResult::err(timed_out(key))
-            }
-            Ok(Reply::Enqueue(EnqueueReply::Acquired(g))) => NativeCallResult {
-                status: Some("acquired".to_string()),
-                ..NativeCallResult::grant(g)
-            },
-            Ok(Reply::Enqueue(EnqueueReply::Queued)) => NativeCallResult {
-                status: Some("queued".to_string()),
-                ..NativeCallResult::ok()
-            },
-            Ok(Reply::Renew(lease)) => {
-                let sent = match self {
-                    Op::Renew { ttl_s, .. } => *ttl_s,
-                    _ => None,
-                };
-                NativeCallResult {
-                    lease: Some(lease.or(sent).unwrap_or(FALLBACK_LEASE_S) as f64),
-                    ..NativeCallResult::ok()
-                }
-            }
-            Ok(Reply::Release | Reply::Auth) => NativeCallResult::ok(),
-            Ok(Reply::Stats(json)) => NativeCallResult::text(json),
-            Err(e) => NativeCallResult::err(e),
-        }
+/// The result of request `req` for its reply `line` (parsed by the core's session).
+pub(super) fn reply_result(req: &Encoded, line: &str) -> NativeCallResult {
+    match req.parse_reply(line) {
+        Ok(Reply::Acquire(AcquireReply::Granted(g))) => NativeCallResult::grant(g),
+        Ok(Reply::Acquire(AcquireReply::TimedOut)) => NativeCallResult::err(timed_out(req.key())),
+        Ok(Reply::Enqueue(EnqueueReply::Acquired(g))) => NativeCallResult {
+            status: Some("acquired".to_string()),
+            ..NativeCallResult::grant(g)
+        },
+        Ok(Reply::Enqueue(EnqueueReply::Queued)) => NativeCallResult {
+            status: Some("queued".to_string()),
+            ..NativeCallResult::ok()
+        },
+        Ok(Reply::Renew(lease)) => NativeCallResult {
+            lease: Some(lease.or(req.sent_ttl()).unwrap_or(FALLBACK_LEASE_S) as f64),
+            ..NativeCallResult::ok()
+        },
+        Ok(Reply::Release | Reply::Auth) => NativeCallResult::ok(),
+        Ok(Reply::Stats(text) | Reply::Line(text)) => NativeCallResult::text(text),
+        Err(e) => NativeCallResult::err(e),
     }
 }
 

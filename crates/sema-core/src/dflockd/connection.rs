@@ -1,4 +1,6 @@
-//! One client connection: TCP (optionally TLS), auth handshake, bounded line reader, timeouts.
+//! One client connection: TCP (optionally TLS), auth handshake, timeouts; the bytes it moves
+//! are framed, matched and bounded by the session without I/O ([`super::protocol::session`]),
+//! the same one the event-loop driver ([`NonBlockingStream`]) runs.
 //!
 //! Requests are strictly one-at-a-time (`&mut self`). Any I/O error, timeout, protocol error or
 //! cancellation in the middle of a request leaves the stream in an unknown state, so the
@@ -16,7 +18,8 @@ use super::error::{DflockdError, ErrorCode, Result};
 use super::mismatch;
 
 mod commands;
-use super::protocol::{self, Request, MAX_REPLY_LINE_BYTES, MAX_SECONDS};
+use super::protocol::session::{LineEnd, ReplyLines};
+use super::protocol::{self, Encoded};
 use super::tls::{self, TlsOptions};
 pub use commands::stats_json;
 
@@ -25,9 +28,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default bound for the reply to a non-blocking command (`r n e stats auth`) when none is
 /// configured.
 pub const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
-/// Extra time granted to the reply of a blocking command (`l sl w sw`) beyond its own timeout,
-/// so a silent server still cannot hang the client forever.
-pub const BLOCKING_REPLY_MARGIN: Duration = Duration::from_secs(5);
+pub use super::protocol::session::BLOCKING_REPLY_MARGIN;
 
 /// Where and how to connect.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,23 +102,10 @@ impl ConnectOptions {
 mod errors;
 mod nonblocking;
 mod stream;
-use errors::overlong;
+pub(crate) use super::protocol::reply_limit;
 pub use errors::{closed_unanswered, unsolicited};
 pub use nonblocking::NonBlockingStream;
 use stream::Stream;
-
-/// How long the reply to a request may take: `socket_timeout` for a non-blocking command;
-/// for a blocking one (`blocking_s` = the seconds it sent) that timeout plus a margin for the
-/// reply to travel, the margin at most `socket_timeout`: `l key 0` (a try) to a server that
-/// never answers ends at `socket_timeout` with `TIMEOUT`.
-pub(crate) fn reply_limit(socket_timeout: Duration, blocking_s: Option<u64>) -> Duration {
-    match blocking_s {
-        Some(s) => {
-            Duration::from_secs(s.min(MAX_SECONDS)) + BLOCKING_REPLY_MARGIN.min(socket_timeout)
-        }
-        None => socket_timeout,
-    }
-}
 
 fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
     DflockdError::connection(format!(
@@ -130,7 +118,7 @@ fn io_error(peer: &str, what: &str, e: std::io::Error) -> DflockdError {
 pub struct Connection {
     io: Option<Stream>,
     /// Bytes read and not consumed yet (the reply line being read, or its successor).
-    buf: Vec<u8>,
+    lines: ReplyLines,
     /// Request being written (reused: no allocation per request once warm).
     wbuf: Vec<u8>,
     busy: bool,
@@ -212,7 +200,7 @@ impl Connection {
         };
         let mut conn = Connection {
             io: Some(io),
-            buf: Vec::with_capacity(256),
+            lines: ReplyLines::new(Vec::with_capacity(256)),
             wbuf: Vec::with_capacity(128),
             busy: false,
             socket_timeout: opts.socket_timeout,
@@ -249,7 +237,7 @@ impl Connection {
     /// Close the connection (drop the socket). The server auto-releases what it held.
     pub fn close(&mut self) {
         self.io = None;
-        self.buf = Vec::new();
+        self.lines.clear();
         self.wbuf = Vec::new();
     }
 
@@ -259,7 +247,7 @@ impl Connection {
     /// an interrupted request. A server that hangs up right after this check is seen by the
     /// next request as `CONNECTION_ERROR`.
     pub fn is_reusable(&mut self) -> bool {
-        if self.io.is_none() || self.busy || !self.buf.is_empty() {
+        if self.io.is_none() || self.busy || !self.lines.is_empty() {
             self.close();
             return false;
         }
@@ -269,7 +257,7 @@ impl Connection {
             let mut fut = std::pin::pin!(fut);
             fut.as_mut().poll(&mut cx).is_ready()
         };
-        if gone || !self.buf.is_empty() {
+        if gone || !self.lines.is_empty() {
             self.close();
             return false;
         }
@@ -285,13 +273,13 @@ impl Connection {
             return None;
         }
         let io = self.io.take()?;
-        let buffered = std::mem::take(&mut self.buf);
+        let lines = std::mem::take(&mut self.lines);
         let (tcp, tls) = io.into_parts();
         let socket = tcp.into_std().ok()?;
         Some(NonBlockingStream::new(
             socket,
             tls,
-            buffered,
+            lines,
             self.peer.clone(),
             self.socket_timeout,
         ))
@@ -305,11 +293,11 @@ impl Connection {
         stream: NonBlockingStream,
         opts: &ConnectOptions,
     ) -> Option<Connection> {
-        let (socket, buffered, peer, socket_timeout) = stream.into_plain_parts()?;
+        let (socket, lines, peer, socket_timeout) = stream.into_plain_parts()?;
         let tcp = TcpStream::from_std(socket).ok()?;
         Some(Connection {
             io: Some(Stream::Plain(tcp)),
-            buf: buffered,
+            lines,
             wbuf: Vec::with_capacity(128),
             busy: false,
             socket_timeout,
@@ -327,49 +315,32 @@ impl Connection {
         e
     }
 
-    /// Send one validated request and return the reply line.
-    pub async fn request(&mut self, req: &Request<'_>) -> Result<String> {
+    /// Send one request, validated and encoded beforehand (e.g. while it waited in a queue:
+    /// [`Encoded::new`] from a [`protocol::Request`]), and return the reply line (parse it with
+    /// [`Encoded::parse_reply`]).
+    pub async fn request_encoded(&mut self, req: &Encoded) -> Result<String> {
         self.wbuf.clear();
-        req.encode_into(&mut self.wbuf)?;
-        let end = self.exchange(req.blocking_timeout_s()).await?;
-        let line = self.line(end).map(str::to_owned);
-        self.consume(end);
-        line
+        self.wbuf.extend_from_slice(req.bytes());
+        self.reply_line(req.blocking_s()).await
     }
 
     /// Low level: send `cmd\nkey\narg\n` (validated framing, see [`protocol::encode_raw`]) and
     /// return the raw reply line.
     pub async fn request_raw(&mut self, cmd: &str, key: &str, arg: &str) -> Result<String> {
-        let (bytes, blocking) = protocol::encode_raw(cmd, key, arg)?;
-        self.wbuf = bytes;
-        let end = self.exchange(blocking).await?;
-        let line = self.line(end).map(str::to_owned);
-        self.consume(end);
+        self.request_encoded(&Encoded::raw(cmd, key, arg)?).await
+    }
+
+    /// Write the request in `wbuf` and return its reply line, consumed.
+    async fn reply_line(&mut self, blocking_s: Option<u64>) -> Result<String> {
+        let end = self.exchange(blocking_s).await?;
+        let line = self.lines.line(end, &self.peer).map(str::to_owned);
+        self.lines.consume(end);
         line
     }
 
-    /// The reply line at the start of the read buffer (`end` = index of its `\n`), one trailing
-    /// `\r` stripped.
-    fn line(&self, end: usize) -> Result<&str> {
-        let raw = &self.buf[..end];
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        std::str::from_utf8(raw).map_err(|_| {
-            DflockdError::protocol(format!("reply from {} is not valid UTF-8", self.peer))
-        })
-    }
-
-    /// Drop the reply line ending at `end` (and its `\n`) from the read buffer.
-    fn consume(&mut self, end: usize) {
-        if end + 1 >= self.buf.len() {
-            self.buf.clear();
-        } else {
-            self.buf.drain(..=end);
-        }
-    }
-
-    /// Write the request in `wbuf`, then read one reply line; returns the index of its `\n` in
-    /// the read buffer (consume it with [`Connection::consume`]).
-    async fn exchange(&mut self, blocking_s: Option<u64>) -> Result<usize> {
+    /// Write the request in `wbuf`, then read one reply line; returns where it ends in the read
+    /// buffer (consume it with [`ReplyLines::consume`]).
+    async fn exchange(&mut self, blocking_s: Option<u64>) -> Result<LineEnd> {
         self.exchange_within(self.reply_limit(blocking_s)).await
     }
 
@@ -378,7 +349,7 @@ impl Connection {
     }
 
     /// [`Connection::exchange`] with the reply awaited for `limit`.
-    async fn exchange_within(&mut self, limit: Duration) -> Result<usize> {
+    async fn exchange_within(&mut self, limit: Duration) -> Result<LineEnd> {
         if self.io.is_none() {
             return Err(DflockdError::connection(format!(
                 "connection to {} is closed",
@@ -441,30 +412,22 @@ impl Connection {
         }
     }
 
-    /// Read until the buffer holds one `\n`-terminated line within `limit`; returns the index
-    /// of that `\n`.
-    async fn read_line(&mut self, limit: Duration) -> Result<usize> {
+    /// Read until the buffer holds one `\n`-terminated line within `limit`; returns where it
+    /// ends.
+    async fn read_line(&mut self, limit: Duration) -> Result<LineEnd> {
         let deadline = Instant::now().checked_add(limit);
-        let mut scanned = 0usize;
-        let Connection { io, buf, peer, .. } = self;
+        let Connection {
+            io, lines, peer, ..
+        } = self;
         loop {
-            if let Some(pos) = buf[scanned..].iter().position(|&b| b == b'\n') {
-                let end = scanned + pos;
-                if end > MAX_REPLY_LINE_BYTES + 1
-                    || (end > MAX_REPLY_LINE_BYTES && buf[end - 1] != b'\r')
-                {
-                    return Err(overlong());
-                }
+            if let Some(end) = lines.find()? {
                 return Ok(end);
-            }
-            scanned = buf.len();
-            if buf.len() > MAX_REPLY_LINE_BYTES + 1 {
-                return Err(overlong());
             }
             let io = io
                 .as_mut()
                 .ok_or_else(|| DflockdError::connection("connection is closed"))?;
             // Read straight into the buffer's spare capacity (no bounce buffer).
+            let buf = lines.input();
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(8192);
             }
@@ -483,11 +446,7 @@ impl Connection {
             }
             .map_err(|e| io_error(peer, "read from", e))?;
             if n == 0 {
-                return Err(DflockdError::connection(if buf.is_empty() {
-                    format!("server {peer} closed the connection")
-                } else {
-                    format!("server {peer} closed the connection mid-reply")
-                }));
+                return Err(lines.closed(peer));
             }
         }
     }
@@ -505,7 +464,6 @@ impl Connection {
     /// consumes) in the same poll that reads them, so dropping this future loses nothing, and
     /// an incomplete line stays buffered for the next reply.
     pub async fn wait_server_gone(&mut self) -> DflockdError {
-        let mut scanned = 0usize;
         let mut chunk = [0u8; 8192];
         loop {
             if self.io.is_none() {
@@ -517,14 +475,12 @@ impl Connection {
                     self.peer
                 )));
             }
-            if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
-                let raw = &self.buf[..scanned + pos];
+            if let Some(raw) = self.lines.raw_line() {
                 let e = unsolicited(&self.peer, raw);
                 return self.fail(e);
             }
-            scanned = self.buf.len();
-            if self.buf.len() > MAX_REPLY_LINE_BYTES + 1 {
-                return self.fail(overlong());
+            if let Err(e) = self.lines.check_partial() {
+                return self.fail(e);
             }
             let Some(io) = self.io.as_mut() else {
                 continue;
@@ -536,7 +492,7 @@ impl Connection {
                         self.peer
                     )))
                 }
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.lines.input().extend_from_slice(&chunk[..n]),
                 Err(e) => {
                     let peer = self.peer.clone();
                     return self.fail(io_error(&peer, "read from", e));

@@ -2,7 +2,8 @@
 //!
 //! - [`protocol`]: request encoding with validation (before any byte is written) and exact
 //!   reply parsing for every command (`auth`, `l r n e w`, `sl sr sn se sw`, `stats`).
-//! - [`connection`]: TCP/TLS connect, auth handshake, bounded line reader, timeouts.
+//! - [`connection`]: TCP/TLS connect, auth handshake, timeouts; the reply framing and deadlines
+//!   are [`protocol::session`]'s, shared with the event-loop driver.
 //! - [`tls`]: TLS trust (system roots or the caller's PEM, a self-signed server that is its own
 //!   configured anchor), client certificates.
 //! - [`primitive`]: a lock (limit 1) or semaphore slot with acquire, two-phase enqueue/wait,

@@ -70,6 +70,57 @@ pub enum Request<'a> {
     Stats,
 }
 
+impl<'a> Request<'a> {
+    /// `l`, or `sl` with a `limit` (the lock and semaphore variants picked in one place).
+    pub fn lock(key: &'a str, timeout_s: u64, ttl_s: Option<u64>, limit: Option<u64>) -> Self {
+        match limit {
+            None => Request::Lock {
+                key,
+                timeout_s,
+                ttl_s,
+            },
+            Some(limit) => Request::SemLock {
+                key,
+                timeout_s,
+                limit,
+                ttl_s,
+            },
+        }
+    }
+
+    /// `e`, or `se` with a `limit`.
+    pub fn enqueue(key: &'a str, ttl_s: Option<u64>, limit: Option<u64>) -> Self {
+        match limit {
+            None => Request::Enqueue { key, ttl_s },
+            Some(limit) => Request::SemEnqueue { key, limit, ttl_s },
+        }
+    }
+
+    /// `r`, or `sr` when `sem`.
+    pub fn release(key: &'a str, token: &'a str, sem: bool) -> Self {
+        match sem {
+            false => Request::Release { key, token },
+            true => Request::SemRelease { key, token },
+        }
+    }
+
+    /// `n`, or `sn` when `sem`.
+    pub fn renew(key: &'a str, token: &'a str, ttl_s: Option<u64>, sem: bool) -> Self {
+        match sem {
+            false => Request::Renew { key, token, ttl_s },
+            true => Request::SemRenew { key, token, ttl_s },
+        }
+    }
+
+    /// `w`, or `sw` when `sem`.
+    pub fn wait(key: &'a str, timeout_s: u64, sem: bool) -> Self {
+        match sem {
+            false => Request::Wait { key, timeout_s },
+            true => Request::SemWait { key, timeout_s },
+        }
+    }
+}
+
 impl Request<'_> {
     /// The command word.
     pub fn cmd(&self) -> &'static str {
@@ -555,7 +606,9 @@ pub fn parse_stats_reply(line: &str) -> Result<&str> {
 }
 
 mod reply;
+pub mod session;
 pub use reply::Reply;
+pub use session::{reply_limit, Encoded};
 
 #[cfg(test)]
 mod tests;

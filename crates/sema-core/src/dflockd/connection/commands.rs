@@ -31,8 +31,11 @@ impl Connection {
         req.encode_into(&mut self.wbuf)?;
         let end = self.exchange_within(limit).await?;
         let what = req.label();
-        let r = self.line(end).and_then(|l| parse(l, what));
-        self.consume(end);
+        let r = self
+            .lines
+            .line(end, &self.peer)
+            .and_then(|l| parse(l, what));
+        self.lines.consume(end);
         match r {
             Err(e) if e.code() == ErrorCode::ProtocolError => Err(self.fail(e)),
             r => r,
@@ -74,8 +77,11 @@ impl Connection {
                 self.busy = false;
                 end
             };
-            let r = self.line(end).and_then(|l| parse(l, req.label()));
-            self.consume(end);
+            let r = self
+                .lines
+                .line(end, &self.peer)
+                .and_then(|l| parse(l, req.label()));
+            self.lines.consume(end);
             if let Some(f) = first_answered.take() {
                 f();
             }
@@ -194,11 +200,7 @@ impl Connection {
         sem: bool,
         limit: std::time::Duration,
     ) -> Result<Option<u64>> {
-        let req = if sem {
-            Request::SemRenew { key, token, ttl_s }
-        } else {
-            Request::Renew { key, token, ttl_s }
-        };
+        let req = Request::renew(key, token, ttl_s, sem);
         self.call_within(req, limit, protocol::parse_renew_reply)
             .await
     }
@@ -211,11 +213,7 @@ impl Connection {
         sem: bool,
         limit: std::time::Duration,
     ) -> Result<()> {
-        let req = if sem {
-            Request::SemRelease { key, token }
-        } else {
-            Request::Release { key, token }
-        };
+        let req = Request::release(key, token, sem);
         self.call_within(req, limit, protocol::parse_release_reply)
             .await
     }
@@ -228,11 +226,8 @@ impl Connection {
         limit: u64,
         ttl_s: Option<u64>,
     ) -> Result<AcquireReply> {
-        if limit == 1 {
-            self.lock(key, timeout_s, ttl_s).await
-        } else {
-            self.sem_lock(key, timeout_s, limit, ttl_s).await
-        }
+        let req = Request::lock(key, timeout_s, ttl_s, (limit != 1).then_some(limit));
+        self.call(req, protocol::parse_acquire_reply).await
     }
 
     /// `e key [ttl]`.

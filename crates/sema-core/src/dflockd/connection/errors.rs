@@ -1,12 +1,11 @@
 //! What a connection's failures say, the same from both drivers (this module's tokio
 //! connection and the binding's event-loop one): a closed plain connection that may be a TLS
-//! server, an unprompted line, an overlong reply.
+//! server, an unprompted line (an overlong reply is the framing's, `protocol::session`).
 
 use std::time::Duration;
 
 use crate::dflockd::error::DflockdError;
 use crate::dflockd::mismatch;
-use crate::dflockd::protocol::MAX_REPLY_LINE_BYTES;
 
 /// The error of a fresh plain-TCP connection closed before any reply (`e`): a TLS server does
 /// that, so it is probed (within the socket timeout, at most 500 ms) and named; a plain dflockd
@@ -65,11 +64,4 @@ fn describe_line(line: &[u8]) -> String {
         out.push_str("...");
     }
     out
-}
-
-/// A reply line over the protocol bound without its newline.
-pub(crate) fn overlong() -> DflockdError {
-    DflockdError::protocol(format!(
-        "reply line exceeds {MAX_REPLY_LINE_BYTES} bytes without a newline"
-    ))
 }

@@ -1,6 +1,7 @@
 //! A connected dflockd socket driven without tokio: the caller's own event loop says when the
 //! socket is readable or writable, and this type does the non-blocking I/O, the TLS records
-//! (rustls' `ClientConnection`, no thread of its own) and the reply-line framing.
+//! (rustls' `ClientConnection`, no thread of its own); the reply lines are cut by the session's
+//! framing ([`ReplyLines`]), the same as on tokio.
 //!
 //! Obtained from [`super::Connection::into_nonblocking`] after connect, TLS handshake and
 //! auth ran on tokio.
@@ -10,10 +11,9 @@ use std::time::Duration;
 
 use tokio_rustls::rustls::ClientConnection;
 
-use super::errors::overlong;
 use super::io_error;
 use crate::dflockd::error::{DflockdError, Result};
-use crate::dflockd::protocol::MAX_REPLY_LINE_BYTES;
+use crate::dflockd::protocol::session::ReplyLines;
 
 /// Bytes asked of the socket per read: a reply line is at most ~256 bytes, the `stats` JSON
 /// more; anything larger is read by the next readiness callback.
@@ -35,14 +35,10 @@ impl NonBlockingStream {
     pub(super) fn new(
         socket: std::net::TcpStream,
         tls: Option<Box<ClientConnection>>,
-        buffered: Vec<u8>,
+        lines: ReplyLines,
         peer: String,
         socket_timeout: Duration,
     ) -> Self {
-        let lines = ReplyLines {
-            buf: buffered,
-            pos: 0,
-        };
         NonBlockingStream {
             socket,
             tls,
@@ -133,7 +129,7 @@ impl NonBlockingStream {
     /// error (the caller then closes the connection).
     pub fn read_ready(&mut self) -> Result<()> {
         let peer = &self.peer;
-        let buf = &mut self.lines.buf;
+        let buf = self.lines.input();
         let eof = match &mut self.tls {
             None => {
                 // Into a stack chunk, then the few bytes read are copied: growing the buffer
@@ -183,17 +179,9 @@ impl NonBlockingStream {
                 eof || clean_close
             }
         };
-        if !self.lines.has_line()
-            && self.lines.buf.len() - self.lines.pos > MAX_REPLY_LINE_BYTES + 1
-        {
-            return Err(overlong());
-        }
+        self.lines.check_partial()?;
         if eof && !self.lines.has_line() {
-            return Err(DflockdError::connection(if self.lines.buf.is_empty() {
-                format!("server {} closed the connection", self.peer)
-            } else {
-                format!("server {} closed the connection mid-reply", self.peer)
-            }));
+            return Err(self.lines.closed(&self.peer));
         }
         Ok(())
     }
@@ -203,18 +191,16 @@ impl NonBlockingStream {
     /// ([`super::Connection::from_nonblocking`]); `None` with TLS or a partial write.
     pub(super) fn into_plain_parts(
         self,
-    ) -> Option<(std::net::TcpStream, Vec<u8>, String, Duration)> {
+    ) -> Option<(std::net::TcpStream, ReplyLines, String, Duration)> {
         if self.tls.is_some() || self.out_pos < self.out.len() {
             return None;
         }
-        let buffered = self.lines.buf[self.lines.pos..].to_vec();
-        Some((self.socket, buffered, self.peer, self.socket_timeout))
+        Some((self.socket, self.lines, self.peer, self.socket_timeout))
     }
 
     /// The next complete reply line, if one is buffered.
     pub fn next_line(&mut self) -> Option<Result<String>> {
-        let peer = &self.peer;
-        self.lines.next_line(peer)
+        self.lines.next_line(&self.peer)
     }
 }
 
@@ -227,44 +213,5 @@ fn write_some(socket: &mut &std::net::TcpStream, bytes: &[u8]) -> io::Result<usi
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
-    }
-}
-
-/// Reply bytes read and not consumed yet, cut into `\n`-terminated lines.
-#[derive(Default)]
-struct ReplyLines {
-    buf: Vec<u8>,
-    /// Start of the unconsumed bytes (consumed bytes are dropped when the buffer empties, so
-    /// no copy per line).
-    pos: usize,
-}
-
-impl ReplyLines {
-    fn has_line(&self) -> bool {
-        self.buf[self.pos..].contains(&b'\n')
-    }
-
-    /// The next line (one trailing `\r` stripped, UTF-8 checked, at most the protocol's reply
-    /// length), if one is complete.
-    fn next_line(&mut self, peer: &str) -> Option<Result<String>> {
-        let rest = &self.buf[self.pos..];
-        let end = rest.iter().position(|&b| b == b'\n')?;
-        let raw = &rest[..end];
-        let stripped = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let line = if stripped.len() > MAX_REPLY_LINE_BYTES {
-            Err(overlong())
-        } else {
-            std::str::from_utf8(stripped)
-                .map(str::to_owned)
-                .map_err(|_| {
-                    DflockdError::protocol(format!("reply from {peer} is not valid UTF-8"))
-                })
-        };
-        self.pos += end + 1;
-        if self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
-        Some(line)
     }
 }

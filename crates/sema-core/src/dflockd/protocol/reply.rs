@@ -1,11 +1,9 @@
-//! A reply parsed for the request it answers: one dispatch from a [`Request`] to its reply
-//! parser, for callers that hold requests of any command (the typed methods of
-//! `Connection` call the parsers directly).
+//! A reply parsed for the request it answers, for callers that hold requests of any command
+//! (the typed methods of `Connection` call the parsers directly; the dispatch is
+//! [`super::session`]'s).
 
-use super::{
-    parse_acquire_reply, parse_auth_reply, parse_enqueue_reply, parse_release_reply,
-    parse_renew_reply, parse_stats_reply, AcquireReply, EnqueueReply, Request,
-};
+use super::session::Expect;
+use super::{AcquireReply, EnqueueReply, Request};
 use crate::dflockd::error::Result;
 
 /// The meaning of a reply line, by the command it answers.
@@ -23,6 +21,8 @@ pub enum Reply {
     Auth,
     /// `stats`: the JSON text after `ok `.
     Stats(String),
+    /// A low-level request ([`super::Encoded::raw`]): the line itself.
+    Line(String),
 }
 
 impl Request<'_> {
@@ -47,27 +47,6 @@ impl Request<'_> {
     /// Parse `line` as the reply to this request (server errors and unexpected lines are
     /// errors, as from the typed methods).
     pub fn parse_reply(&self, line: &str) -> Result<Reply> {
-        let what = self.label();
-        Ok(match self {
-            Request::Lock { .. }
-            | Request::SemLock { .. }
-            | Request::Wait { .. }
-            | Request::SemWait { .. } => Reply::Acquire(parse_acquire_reply(line, what)?),
-            Request::Enqueue { .. } | Request::SemEnqueue { .. } => {
-                Reply::Enqueue(parse_enqueue_reply(line, what)?)
-            }
-            Request::Renew { .. } | Request::SemRenew { .. } => {
-                Reply::Renew(parse_renew_reply(line, what)?)
-            }
-            Request::Release { .. } | Request::SemRelease { .. } => {
-                parse_release_reply(line, what)?;
-                Reply::Release
-            }
-            Request::Auth { .. } => {
-                parse_auth_reply(line)?;
-                Reply::Auth
-            }
-            Request::Stats => Reply::Stats(parse_stats_reply(line)?.to_string()),
-        })
+        Expect::of(self).parse(line, self.label())
     }
 }

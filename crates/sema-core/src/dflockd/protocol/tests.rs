@@ -229,3 +229,22 @@ fn parse_reply_dispatches_by_command_and_names_it() {
         Err(ErrorCode::AuthFailed)
     );
 }
+
+#[test]
+fn the_lock_or_semaphore_variant_is_picked_by_limit_or_sem() {
+    let cases: [(Request<'_>, &str); 10] = [
+        (Request::lock("k", 3, Some(7), None), "l\nk\n3 7\n"),
+        (Request::lock("k", 3, None, Some(1)), "sl\nk\n3 1\n"),
+        (Request::enqueue("k", None, None), "e\nk\n\n"),
+        (Request::enqueue("k", Some(5), Some(4)), "se\nk\n4 5\n"),
+        (Request::release("k", "t", false), "r\nk\nt\n"),
+        (Request::release("k", "t", true), "sr\nk\nt\n"),
+        (Request::renew("k", "t", Some(9), false), "n\nk\nt 9\n"),
+        (Request::renew("k", "t", None, true), "sn\nk\nt\n"),
+        (Request::wait("k", 2, false), "w\nk\n2\n"),
+        (Request::wait("k", 2, true), "sw\nk\n2\n"),
+    ];
+    for (req, wire) in cases {
+        assert_eq!(req.encode().expect("valid"), wire.as_bytes(), "{req:?}");
+    }
+}

@@ -903,6 +903,13 @@ export declare class Connection {
   stats(): Promise<Stats>
   /** Sends a raw request (validated framing) and resolves the reply line. */
   request(cmd: string, key: string, arg: string): Promise<string>
+  /**
+   * As a Node socket's `unref()`: a pending request (e.g. a blocking `acquire`) no longer keeps the process alive;
+   * the process may exit with it pending. An idle connection never keeps the process alive. Returns `this`.
+   */
+  unref(): this
+  /** Undoes `unref()`: a pending request keeps the process alive until it settles (the default). Returns `this`. */
+  ref(): this
   /** Closes the connection; the server releases what it held. Idempotent. */
   close(): void
   /** Closes the connection (`await using conn = await Connection.connect(…)`). */

@@ -8,8 +8,7 @@ const { describe, test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { randomUUID } = require('node:crypto')
 const d = require('./helpers/dflockd')
-const { Steals } = require('../lib/locks/dflockd-steal')
-const { Wire } = require('../lib/locks/dflockd-wire')
+const { Steals, openConnection } = require('../lib/locks/dflockd-steal')
 const { createLockManager, tryAcquire } = require('..')
 
 describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnly() }, () => {
@@ -26,14 +25,18 @@ describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnl
     new Steals(server, prefix, randomUUID(), owner, (key, leaseTtl) =>
       tryAcquire(`dflockd://127.0.0.1:${server.port}/${encodeURIComponent(key)}`, leaseTtl ? { leaseTtl } : undefined),
     )
-  /** tryTake for a steal: takes `key` on `wire` itself. */
-  const takeOn = (wire, key) => async () => ((await wire.lock(key, 0, 30)) ? { ok: true, value: 'taken by the stealer itself' } : { ok: false, unavailable: true })
+  /** tryTake for a steal: takes `key` on `conn` itself. */
+  const takeOn = (conn, key) => () =>
+    conn.acquire(key, 0, 30).then(
+      () => ({ ok: true, value: 'taken by the stealer itself' }),
+      (e) => (e.name === 'AcquireTimeoutError' ? { ok: false, unavailable: true } : Promise.reject(e)),
+    )
 
   test("a holder whose lock is lost right after it gave it up for a stealer does not confirm: the stealer takes the freed lock itself", async () => {
     const prefix = `race${process.pid}-${++n}/`
     const K = `${prefix}wl-k`
-    const kConn = await Wire.open(server)
-    const kTok = await kConn.lock(K, 0, 30) // stands for H's native lock on K
+    const kConn = await openConnection(server)
+    const kTok = (await kConn.acquire(K, 0, 30)).token // stands for H's native lock on K
     const ctl = new AbortController()
     let surrendered = false
     const H = stealsOf(prefix, {
@@ -46,7 +49,7 @@ describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnl
         return { signal: ctl.signal, lease: 30, release: async () => {} }
       },
     })
-    const t = await Wire.open(server)
+    const t = await openConnection(server)
     try {
       assert.ok(await H.ready(), 'the mailbox opened')
       const S = stealsOf(prefix, { exclusiveKeys: () => [], surrender: () => null })
@@ -63,8 +66,8 @@ describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnl
   test('a confirmation left by an earlier steal does not answer a later one (one name per steal)', async () => {
     const prefix = `stale${process.pid}-${++n}/`
     const K = `${prefix}wl-k`
-    const kConn = await Wire.open(server)
-    const kTok = await kConn.lock(K, 0, 30)
+    const kConn = await openConnection(server)
+    const kTok = (await kConn.acquire(K, 0, 30)).token
     let surrenders = 0
     const H = stealsOf(prefix, {
       exclusiveKeys: () => (surrenders === 0 ? [K] : []),
@@ -81,7 +84,7 @@ describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnl
         }
       },
     })
-    const t = await Wire.open(server)
+    const t = await openConnection(server)
     try {
       assert.ok(await H.ready(), 'the mailbox opened')
       const S = stealsOf(prefix, { exclusiveKeys: () => [], surrender: () => null })
@@ -109,14 +112,15 @@ describe('dflockd steal connections on a server that never answers', () => {
   after(() => f.close())
 
   test('a request on a steal connection fails with TIMEOUT after its reply deadline (not a hang)', async () => {
-    const w = await Wire.open({ host: '127.0.0.1', port: f.port }, { replyMs: 200 })
+    const w = await openConnection({ host: '127.0.0.1', port: f.port }, { socketTimeoutMs: 200 })
     await assert.rejects(w.stats(), (e) => {
       assert.equal(e.code, 'TIMEOUT')
       return true
     })
-    assert.equal(w.closed, true)
+    // The connection is closed by its missed deadline: the next request fails at once.
+    await assert.rejects(w.stats(), { code: 'CONNECTION_ERROR' })
     // Authentication is a request too.
-    await assert.rejects(Wire.open({ host: '127.0.0.1', port: f.port, auth: 'secret' }, { replyMs: 200 }), (e) => {
+    await assert.rejects(openConnection({ host: '127.0.0.1', port: f.port, auth: 'secret' }, { socketTimeoutMs: 200 }), (e) => {
       assert.equal(e.code, 'TIMEOUT')
       assert.doesNotMatch(e.message, /secret/)
       return true
@@ -172,7 +176,7 @@ describe('dflockd steal mailbox lifetime', { skip: d.goOnly() }, () => {
     const steals = new Steals(server, prefix, randomUUID(), { exclusiveKeys: () => [], surrender: () => null }, () => {
       throw new Error('not used')
     })
-    const probe = await Wire.open(server)
+    const probe = await openConnection(server)
     const mailboxHeld = async () => {
       const s = await probe.stats()
       return s.locks.filter((l) => l.key.startsWith(`${prefix}wl~mbox~`) && Number(l.owner_conn_id) !== 0).length
@@ -353,9 +357,9 @@ describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip
     const prefix = `lost${process.pid}/`
     const K = `${prefix}wl-k`
     const hold = (key, leaseTtl) => tryAcquire(`dflockd://127.0.0.1:${server.port}/${encodeURIComponent(key)}`, leaseTtl ? { leaseTtl } : undefined)
-    const kConn = await Wire.open(server)
-    const kTok = await kConn.lock(K, 0, 30) // stands for H's native lock on K
-    const probe = await Wire.open(server)
+    const kConn = await openConnection(server)
+    const kTok = (await kConn.acquire(K, 0, 30)).token // stands for H's native lock on K
+    const probe = await openConnection(server)
     const ctl = new AbortController()
     let surrendered = false
     /** The connection holding the confirmation for H (stats' owner_conn_id), and whether it still did at K's release. */

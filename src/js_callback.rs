@@ -1,6 +1,7 @@
 //! [`JsCallback`]: a JS function called through `napi_make_callback`, so promise microtasks run
-//! right after it, as after any libuv callback in Node. Used by both dflockd `Connection`
-//! drivers: from the event loop's callbacks and from the tokio driver's completions.
+//! right after it, as after any libuv callback in Node. Used by the dflockd `DistributedLock`
+//! primitives (the low-level `Connection` settles each request's own promise instead:
+//! `dflockd::replies`).
 
 use std::cell::Cell;
 use std::ptr;
@@ -111,7 +112,8 @@ impl JsCallback {
     }
 }
 
-fn check(status: sys::napi_status) -> napi::Result<()> {
+/// A napi status as a `Result` (shared with `dflockd::replies`).
+pub(crate) fn check(status: sys::napi_status) -> napi::Result<()> {
     if status == sys::Status::napi_ok {
         Ok(())
     } else {

@@ -206,6 +206,8 @@ async function distributed(): Promise<void> {
   const sw: Grant = await conn.semWaitForLock('s', 10)
   const raw: string = await conn.request('stats', '_', '')
   const st: Stats = await conn.stats()
+  const same: Connection = conn.unref().ref()
+  console.log(same === conn)
   conn.close()
   await conn[Symbol.asyncDispose]()
   const s2: Stats = await stats({ host: '127.0.0.1', port: 6388 })

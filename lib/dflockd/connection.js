@@ -42,75 +42,37 @@ function callError(error, label, key) {
 
 const kConnection = Symbol('Connection')
 
-/**
- * The promises of one connection's queued requests, settled in order by the native reply callback (called from the
- * event loop when a reply arrives, or during close()). While any is pending it holds the native connection, so that
- * the object is not collected under a pending request; the native side keeps the process alive meanwhile (its socket
- * is ref'd only while a request is pending) and keeps each reply deadline.
- */
 /** A lease argument by validate.js's one leaseTtl rule (whole seconds, at most an hour, the unit named); null = the server's default. */
 function ttl(leaseTtlS) {
   return opt(one('leaseTtl', leaseTtlS, 'leaseTtlS'))
 }
 
-class ReplyQueue {
-  #resolvers = []
-  #head = 0
-  /** The native connection while a request is pending, else null. */
-  #holder = null
-
-  push(holder) {
-    return new Promise((resolve) => {
-      this.#holder = holder
-      this.#resolvers.push(resolve)
-    })
-  }
-
-  settle(reply) {
-    if (this.#head === this.#resolvers.length) return // nothing pending (cannot happen)
-    const resolve = this.#resolvers[this.#head]
-    this.#resolvers[this.#head++] = undefined
-    if (this.#head === this.#resolvers.length) {
-      this.#resolvers.length = 0
-      this.#head = 0
-      this.#holder = null
-    } else if (this.#head >= 1024 && this.#head * 2 >= this.#resolvers.length) {
-      this.#resolvers = this.#resolvers.slice(this.#head)
-      this.#head = 0
-    }
-    resolve(reply)
-  }
-}
-
 /**
  * One dflockd connection, one method per protocol command (validation and reply parsing are native).
- * The native side answers every queued request through one callback, in call order: the pending
- * promises wait in a FIFO. An idle connection never keeps Node alive; a pending request does.
+ * Each native call returns its request's own promise, settled natively in call order (src/dflockd/replies.rs): no
+ * queue here. A call awaiting it keeps this object, and so the native connection, from being collected. An idle
+ * connection never keeps Node alive; a pending request does, unless unref().
  */
 class Connection {
   #native
   #closed = false
-  #pending
 
-  constructor(token, nativeConnection, pending) {
+  constructor(token, nativeConnection) {
     if (token !== kConnection) throw new TypeError('use Connection.connect(options)')
     this.#native = nativeConnection
-    this.#pending = pending
   }
 
   static async connect(options) {
     const o = serverOptions(options)
-    const pending = new ReplyQueue()
-    const r = await nativeSync(() => native.NativeDflockdConnection.connect(o, (reply) => pending.settle(reply)))
+    const r = await nativeSync(() => native.NativeDflockdConnection.connect(o))
     if (!r.ok) throw toLockError(r.error)
-    return new Connection(kConnection, r.value, pending)
+    return new Connection(kConnection, r.value)
   }
 
   /** Runs one native call; resolves its result, rejects with the mapped LockError. */
   async #call(label, key, start) {
     if (this.#closed) throw new LockError('connection closed', ErrorCode.CONNECTION_ERROR)
-    let r = nativeSync(start)
-    if (typeof r === 'number') r = await this.#pending.push(this.#native)
+    const r = await nativeSync(start)
     if (!r.ok) throw callError(r.error, label, key)
     return r
   }
@@ -162,6 +124,18 @@ class Connection {
 
   async stats() {
     return parseStatsJson((await this.#call('stats', undefined, () => this.#native.stats())).text)
+  }
+
+  /** A pending request no longer keeps the process alive (as a Node socket's `unref()`); returns `this`. */
+  unref() {
+    if (!this.#closed) this.#native.setRef(false)
+    return this
+  }
+
+  /** A pending request keeps the process alive again (the default); returns `this`. */
+  ref() {
+    if (!this.#closed) this.#native.setRef(true)
+    return this
   }
 
   close() {

@@ -16,7 +16,7 @@ const { parseDflockdUrl, redactTarget } = require('../dflockd/url')
 const { stats } = require('../dflockd/connection')
 const { invalidArgument } = require('../errors')
 const { stemOf, nameOfStem } = require('./names')
-const { Steals } = require('./dflockd-steal')
+const { Steals, connectionOptions } = require('./dflockd-steal')
 const { ErrorCode } = require('../codes')
 
 class DflockdBackend {
@@ -134,13 +134,7 @@ class DflockdBackend {
    * slots and the gate held = a writer waiting for them to leave (or a reader between its two steps).
    */
   async others(local) {
-    const u = this.server
-    const s = await stats({
-      host: u.host,
-      port: u.port,
-      ...(u.auth !== undefined ? { auth: u.auth } : {}),
-      ...(u.ca !== undefined ? { tls: { ca: u.ca } } : u.tls ? { tls: true } : {}),
-    })
+    const s = await stats(connectionOptions(this.server))
     const byName = new Map()
     const at = (key) => {
       if (typeof key !== 'string' || !key.startsWith(this.prefix)) return null

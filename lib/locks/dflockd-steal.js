@@ -38,8 +38,8 @@
 // answers, so at most 4 times). Grants create none.
 
 const { createHash, randomBytes } = require('node:crypto')
-const { Wire } = require('./dflockd-wire')
-const { LockError } = require('../errors')
+const { Connection } = require('../dflockd/connection')
+const { LockError, AcquireTimeoutError } = require('../errors')
 const { ErrorCode } = require('../codes')
 
 /** Lease of the mailbox's bell keys; renewed every RENEW_MS, which also keeps the holding connection under the
@@ -85,14 +85,56 @@ function heldKeys(s) {
 const aborted = (signal) =>
   new Promise((r) => (signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true })))
 
+/** The native Connection's options for `server` ({host, port, auth?, tls, ca?} as lib/dflockd/url.js parses it). */
+function connectionOptions(server) {
+  return {
+    host: server.host,
+    port: server.port,
+    ...(server.auth !== undefined ? { auth: server.auth } : {}),
+    ...(server.ca !== undefined ? { tls: { ca: server.ca } } : server.tls ? { tls: true } : {}),
+  }
+}
+
 /**
- * Blocks in `l key` on `wire` until granted (re-issued on the server's timeout); resolves the token. The wait keeps
- * the process alive only when `keepAlive`.
+ * A connection of the steal protocol: lib/dflockd's low-level Connection (its framing, deadlines — 10 s to connect,
+ * 30 s for a reply, plus a blocking `l`'s wait —, auth and TLS). A pending request keeps the process alive until
+ * `unref()` (a mailbox's). `extra` (tests): more Connection options, e.g. `socketTimeoutMs`.
  */
-async function watch(wire, key, keepAlive = false) {
-  wire.keepAlive(keepAlive)
+function openConnection(server, extra = {}) {
+  return Connection.connect({ ...connectionOptions(server), ...extra })
+}
+
+/** `l key timeout ttl` on `conn`: the token, or null when the server answers `timeout`; rejects on anything else. */
+async function lock(conn, key, timeoutS, ttlS) {
+  try {
+    return (await conn.acquire(key, timeoutS, ttlS)).token
+  } catch (e) {
+    if (e instanceof AcquireTimeoutError) return null
+    throw e
+  }
+}
+
+/** `r key token`: true when released, false when the server refused (the token holds nothing there); rejects on a
+ * connection failure. */
+function release(conn, key, token) {
+  return conn.release(key, token).then(
+    () => true,
+    (e) => {
+      if (e.code === ErrorCode.SERVER_ERROR) return false
+      throw e
+    },
+  )
+}
+
+/**
+ * Blocks in `l key` on `conn` until granted (re-issued on the server's timeout); resolves the token. The wait keeps
+ * the process alive only when `keepAlive` (else the connection is unref'd).
+ */
+async function watch(conn, key, keepAlive = false) {
+  if (keepAlive) conn.ref()
+  else conn.unref()
   for (;;) {
-    const t = await wire.lock(key, WATCH_S, BELL_TTL_S)
+    const t = await lock(conn, key, WATCH_S, BELL_TTL_S)
     if (t !== null) return t
   }
 }
@@ -115,7 +157,7 @@ class Steals {
     this.mbox = `${prefix}wl~mbox~${clientId}`
     /** How long the mailbox stays open holding nothing (tests shorten it). */
     this.idleMs = MAILBOX_IDLE_MS
-    /** The mailbox: a promise of {holder: {wire, token, nameKey, nameToken}, watcher: wire}, or null. */
+    /** The mailbox: a promise of {holder: {conn, token, nameKey, nameToken}, watcher: conn}, or null. */
     this.opening = null
     /** Intent keys this client is answering or keeping a lock for (a second ring does not answer twice). */
     this.proxies = new Set()
@@ -146,9 +188,9 @@ class Steals {
     clearInterval(box.timer)
     box.watcher.close()
     const h = box.holder
-    await h.wire.release(h.nameKey, h.nameToken).catch(() => {})
-    await h.wire.release(this.mbox, h.token).catch(() => {})
-    h.wire.close()
+    await h.conn.release(h.nameKey, h.nameToken).catch(() => {})
+    await h.conn.release(this.mbox, h.token).catch(() => {})
+    h.conn.close()
   }
 
   /**
@@ -171,20 +213,21 @@ class Steals {
   async #open() {
     // An idle mailbox still closing holds the key this one takes.
     await this.closing
-    const a = await Wire.open(this.server)
+    const a = await openConnection(this.server)
     let b
     try {
-      b = await Wire.open(this.server)
-      a.keepAlive(false)
-      b.keepAlive(false)
-      const token = await a.lock(this.mbox, 0, BELL_TTL_S)
+      b = await openConnection(this.server)
+      // A mailbox never keeps the process alive: its watcher waits in `l` for minutes.
+      a.unref()
+      b.unref()
+      const token = await lock(a, this.mbox, 0, BELL_TTL_S)
       if (token === null) throw new LockError(`mailbox ${this.mbox} is taken`, ErrorCode.ALREADY_LOCKED)
       const box = { holder: null, watcher: b, timer: null, broken: false }
       box.holder = await this.#publish(a, token)
       box.timer = setInterval(() => {
         const h = box.holder
-        Promise.all([h.wire.renew(this.mbox, h.token, BELL_TTL_S), h.wire.renew(h.nameKey, h.nameToken, BELL_TTL_S)]).then(
-          (ok) => ok.every(Boolean) || this.#broken(box),
+        Promise.all([h.conn.renew(this.mbox, h.token, BELL_TTL_S), h.conn.renew(h.nameKey, h.nameToken, BELL_TTL_S)]).then(
+          () => {},
           () => this.#broken(box),
         )
       }, RENEW_MS)
@@ -198,12 +241,12 @@ class Steals {
     }
   }
 
-  /** Holds the key naming `token` on `wire`. */
-  async #publish(wire, token) {
+  /** Holds the key naming `token` on `conn`. */
+  async #publish(conn, token) {
     const nameKey = `${this.mbox}~${token}`
-    const nameToken = await wire.lock(nameKey, 0, BELL_TTL_S)
+    const nameToken = await lock(conn, nameKey, 0, BELL_TTL_S)
     if (nameToken === null) throw new LockError(`mailbox name ${nameKey} is taken`, ErrorCode.ALREADY_LOCKED)
-    return { wire, token, nameKey, nameToken }
+    return { conn, token, nameKey, nameToken }
   }
 
   /** The watcher waits for a ring; rung, it becomes the holder and the old holder watches. */
@@ -213,8 +256,8 @@ class Steals {
       .then(async (token) => {
         const old = box.holder
         box.holder = await this.#publish(w, token)
-        box.watcher = old.wire
-        await old.wire.release(old.nameKey, old.nameToken)
+        box.watcher = old.conn
+        await release(old.conn, old.nameKey, old.nameToken)
         this.#arm(box)
         // A failed look (stats) loses this ring only: the stealer rings again while it waits.
         await this.#rung().catch(() => {})
@@ -227,7 +270,7 @@ class Steals {
     if (box.broken) return
     box.broken = true
     clearInterval(box.timer)
-    box.holder?.wire.close()
+    box.holder?.conn.close()
     box.watcher?.close()
     this.opening = null
   }
@@ -236,7 +279,7 @@ class Steals {
   async #rung() {
     const box = await this.opening
     if (!box) return
-    const held = heldKeys(await box.holder.wire.stats())
+    const held = heldKeys(await box.holder.conn.stats())
     const mine = new Map(this.owner.exclusiveKeys(canHandOver).map((k) => [hashOf(k), k]))
     const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~([0-9a-f]{16})$`)
     for (const k of held) {
@@ -257,7 +300,7 @@ class Steals {
     let confirm = null
     let intentToken = null
     try {
-      q = await Wire.open(this.server)
+      q = await openConnection(this.server)
       // Only a lock that can be handed over is given up (checked again: the holder may have changed meanwhile).
       handle = this.owner.surrender(key, canHandOver)
       if (!handle) return
@@ -314,7 +357,7 @@ class Steals {
       const i = await this.hold(intentKey)
       if (!i.ok) throw i.error ?? new LockError('the steal intent could not be taken', ErrorCode.ALREADY_LOCKED)
       intent = i.value
-      w = await Wire.open(this.server)
+      w = await openConnection(this.server)
       /** clientId → when it was last rung */
       const rung = new Map()
       const deadline = Date.now() + ANSWER_MS
@@ -357,7 +400,7 @@ class Steals {
           const m = boxes.exec(k)
           if (!m || m[1] === this.clientId || Date.now() - (rung.get(m[1]) ?? -Infinity) < RERING_MS) continue
           // A stale token (the client was rung meanwhile and re-armed) fails: rung again on the next round.
-          if (await w.release(`${this.prefix}wl~mbox~${m[1]}`, m[2])) rung.set(m[1], Date.now())
+          if (await release(w, `${this.prefix}wl~mbox~${m[1]}`, m[2])) rung.set(m[1], Date.now())
         }
         await sleep(POLL_MS)
       }
@@ -365,7 +408,7 @@ class Steals {
       w = null
       // Answered: the holder's connection holds `key` for us until we release the intent. Its confirmation lives
       // exactly as long (its lease is the names' lease): our watch of it is granted when it ends.
-      watcher = await Wire.open(this.server)
+      watcher = await openConnection(this.server)
       const ctl = new AbortController()
       let releasing = false
       const ended = watch(watcher, confirmKey).then(
@@ -397,7 +440,7 @@ class Steals {
           if (releasing) return
           releasing = true
           // While the hand-over ends, its connection keeps the process alive (a release is a pending request).
-          watcher.keepAlive(true)
+          watcher.ref()
           await intent.release().catch(() => {})
           // The holder releases the lock, then its confirmation: our watch is granted (bounded, in case it hangs).
           let t
@@ -440,4 +483,4 @@ function escape(s) {
 /** lib/dflockd's shared mode (sema-core dflockd/shared.rs): the reader-slot key's suffix. */
 const READERS_SUFFIX = '/readers'
 
-module.exports = { Steals, hashOf, ANSWER_MS }
+module.exports = { Steals, hashOf, ANSWER_MS, openConnection, connectionOptions }

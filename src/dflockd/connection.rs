@@ -11,14 +11,12 @@
 
 use std::rc::Rc;
 
-use napi::JsValue as _;
-
 use super::on_loop::Conn;
 use super::on_tokio::TokioConn;
 use super::ops::NativeCallResult;
+use super::replies::Replies;
 use super::*;
 use crate::event_loop::loop_unusable;
-use crate::js_callback::JsCallback;
 use sema_core::dflockd::protocol::Encoded;
 use sema_core::dflockd::Request;
 
@@ -31,40 +29,47 @@ enum Driver {
 }
 
 /// Low level: one connection, one method per protocol command. Requests run one at a time in
-/// call order; each is written when the one before it is answered, and answered through
-/// `onReply`. A method returns a number (0) when the request is queued, or the result itself
-/// when it is settled at once (arguments are validated, `INVALID_ARGUMENT`, before anything
-/// is queued; the connection is closed).
+/// call order; each is written when the one before it is answered. A method returns the
+/// promise of its request's result, settled natively (`Replies`); a request refused at once
+/// (arguments are validated, `INVALID_ARGUMENT`, before anything is queued; the connection is
+/// closed) gets a promise already settled.
 ///
-/// An idle connection never keeps Node alive; one with a request pending does.
+/// An idle connection never keeps Node alive; one with a request pending does, unless
+/// `setRef(false)` was called.
 #[napi]
 pub struct NativeDflockdConnection {
     conn: Driver,
+    /// The promises of the requests the driver has pending, in call order.
+    replies: Rc<Replies>,
 }
 
+/// What every request method returns.
+type Reply<'env> = napi::Result<PromiseRaw<'env, NativeCallResult>>;
+
 impl NativeDflockdConnection {
-    fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
-        match &self.conn {
+    /// Queue `op` on the driver; its promise is queued first, so that whatever the driver
+    /// settles meanwhile (an error that ends the connection) keeps the call order.
+    fn submit<'env>(&self, env: &'env Env, op: core::Result<Encoded>) -> Reply<'env> {
+        let promise = self.replies.promise(env)?;
+        let refused = match &self.conn {
             Driver::Loop(c) => c.submit(op),
             Driver::Tokio(c) => c.submit(op),
+        };
+        if let Either::B(r) = refused {
+            self.replies.settle_newest(r);
         }
+        Ok(promise)
     }
 }
 
 #[napi]
 impl NativeDflockdConnection {
-    /// Connect (TCP, TLS when `tls` is given, then `auth` when given). `onReply` receives the
-    /// result of every queued request, one call per request, in call order.
-    #[napi(
-        ts_return_type = "Promise<NativeConnectionResult>",
-        ts_args_type = "options: NativeConnectOptions, onReply: (result: NativeCallResult) => void"
-    )]
+    /// Connect (TCP, TLS when `tls` is given, then `auth` when given).
+    #[napi(ts_return_type = "Promise<NativeConnectionResult>")]
     pub fn connect<'env>(
         env: &'env Env,
         options: NativeConnectOptions,
-        on_reply: Function<NativeCallResult, ()>,
     ) -> napi::Result<PromiseRaw<'env, NativeConnectionResult>> {
-        let reply = JsCallback::new(env, on_reply.raw(), "sema-native:dflockd")?;
         let opts = connect_options(
             &options.server,
             &options.tls,
@@ -81,6 +86,23 @@ impl NativeDflockdConnection {
             })
         };
         env.spawn_future_with_callback(fut, move |env, r| {
+            let reply = match Replies::new(env, "sema-native:dflockd") {
+                Ok(replies) => Rc::new(replies),
+                Err(e) => {
+                    return Ok(NativeConnectionResult {
+                        ok: false,
+                        value: None,
+                        error: Some(
+                            DflockdError::new(
+                                core::ErrorCode::ConnectionError,
+                                format!("cannot set up the connection's replies: {}", e.reason),
+                            )
+                            .into(),
+                        ),
+                    })
+                }
+            };
+            let replies = reply.clone();
             let opened = r.and_then(|c| {
                 if on_tokio {
                     return TokioConn::open(env, c, reply).map(Driver::Tokio);
@@ -97,14 +119,17 @@ impl NativeDflockdConnection {
             Ok(match opened {
                 Ok(conn) => NativeConnectionResult {
                     ok: true,
-                    value: Some(NativeDflockdConnection { conn }),
+                    value: Some(NativeDflockdConnection { conn, replies }),
                     error: None,
                 },
-                Err(e) => NativeConnectionResult {
-                    ok: false,
-                    value: None,
-                    error: Some(e.into()),
-                },
+                Err(e) => {
+                    replies.release();
+                    NativeConnectionResult {
+                        ok: false,
+                        value: None,
+                        error: Some(e.into()),
+                    }
+                }
             })
         })
     }
@@ -122,14 +147,15 @@ impl NativeDflockdConnection {
     /// `l key timeout [ttl]` (or `sl key timeout limit [ttl]` when `limit` is given): resolves
     /// `{ok, token, lease}`; a server `timeout` is `{ok: false, error: {code: 'TIMEOUT', reply:
     /// 'timeout'}}`.
-    #[napi]
-    pub fn lock(
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn lock<'env>(
         &self,
+        env: &'env Env,
         key: String,
         timeout_s: f64,
         lease_ttl_s: Option<f64>,
         limit: Option<f64>,
-    ) -> Either<f64, NativeCallResult> {
+    ) -> Reply<'env> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             let timeout_s = int_arg("acquireTimeoutS", timeout_s, 0, max)?;
@@ -137,67 +163,97 @@ impl NativeDflockdConnection {
             let limit = opt_int_arg("limit", limit, 1, max)?;
             Encoded::new(&Request::lock(&key, timeout_s, ttl_s, limit))
         })();
-        self.submit(op)
+        self.submit(env, op)
     }
 
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
-    #[napi]
-    pub fn release(&self, key: String, token: String, sem: bool) -> Either<f64, NativeCallResult> {
-        self.submit(Encoded::new(&Request::release(&key, &token, sem)))
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn release<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        token: String,
+        sem: bool,
+    ) -> Reply<'env> {
+        self.submit(env, Encoded::new(&Request::release(&key, &token, sem)))
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
-    #[napi]
-    pub fn renew(
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn renew<'env>(
         &self,
+        env: &'env Env,
         key: String,
         token: String,
         lease_ttl_s: Option<f64>,
         sem: bool,
-    ) -> Either<f64, NativeCallResult> {
+    ) -> Reply<'env> {
         let op = lease_ttl_arg(lease_ttl_s)
             .and_then(|ttl_s| Encoded::new(&Request::renew(&key, &token, ttl_s, sem)));
-        self.submit(op)
+        self.submit(env, op)
     }
 
     /// `e key [ttl]` (or `se key limit [ttl]` when `limit` is given): resolves
     /// `{ok, status: 'acquired', token, lease}` or `{ok, status: 'queued'}`.
-    #[napi]
-    pub fn enqueue(
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn enqueue<'env>(
         &self,
+        env: &'env Env,
         key: String,
         lease_ttl_s: Option<f64>,
         limit: Option<f64>,
-    ) -> Either<f64, NativeCallResult> {
+    ) -> Reply<'env> {
         let max = core::protocol::MAX_SECONDS;
         let op = (|| {
             let ttl_s = lease_ttl_arg(lease_ttl_s)?;
             let limit = opt_int_arg("limit", limit, 1, max)?;
             Encoded::new(&Request::enqueue(&key, ttl_s, limit))
         })();
-        self.submit(op)
+        self.submit(env, op)
     }
 
     /// `w key timeout` (`sw` when `sem`): like `lock`.
-    #[napi]
-    pub fn wait(&self, key: String, timeout_s: f64, sem: bool) -> Either<f64, NativeCallResult> {
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn wait<'env>(
+        &self,
+        env: &'env Env,
+        key: String,
+        timeout_s: f64,
+        sem: bool,
+    ) -> Reply<'env> {
         let op = int_arg("waitTimeoutS", timeout_s, 0, core::protocol::MAX_SECONDS)
             .and_then(|timeout_s| Encoded::new(&Request::wait(&key, timeout_s, sem)));
-        self.submit(op)
+        self.submit(env, op)
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
-    #[napi]
-    pub fn stats(&self) -> Either<f64, NativeCallResult> {
-        self.submit(Encoded::new(&Request::Stats))
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn stats<'env>(&self, env: &'env Env) -> Reply<'env> {
+        self.submit(env, Encoded::new(&Request::Stats))
     }
 
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
     /// lowercase command word, key rules for keyed commands, no CR/LF/NUL, lines <= 256 bytes)
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
+    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    pub fn request<'env>(
+        &self,
+        env: &'env Env,
+        cmd: String,
+        key: String,
+        arg: String,
+    ) -> Reply<'env> {
+        self.submit(env, Encoded::raw(&cmd, &key, &arg))
+    }
+
+    /// Whether a pending request keeps the process alive: `true` (the default, as a Node socket
+    /// after `ref()`) or `false` (after `unref()`). An idle connection never does.
     #[napi]
-    pub fn request(&self, cmd: String, key: String, arg: String) -> Either<f64, NativeCallResult> {
-        self.submit(Encoded::raw(&cmd, &key, &arg))
+    pub fn set_ref(&self, on: bool) {
+        match &self.conn {
+            Driver::Loop(c) => c.set_ref(on),
+            Driver::Tokio(c) => c.set_ref(on),
+        }
     }
 
     /// Synchronous and idempotent: close the connection (an in-flight request resolves

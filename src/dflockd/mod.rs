@@ -32,6 +32,7 @@ mod on_loop_lock;
 mod on_tokio;
 mod ops;
 mod primitive;
+mod replies;
 
 use connection::NativeDflockdConnection;
 

@@ -10,9 +10,9 @@ use std::rc::{Rc, Weak};
 use sema_core::dflockd::connection::NonBlockingStream;
 
 use super::ops::{reply_result, NativeCallResult};
+use super::replies::Replies;
 use super::*;
 use crate::event_loop::{SocketWatch, WatchHandler};
-use crate::js_callback::JsCallback;
 use sema_core::dflockd::protocol::Encoded;
 
 pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
@@ -70,11 +70,14 @@ struct State {
 pub(super) struct Conn {
     state: RefCell<State>,
     watch: RefCell<Option<SocketWatch>>,
-    /// Called for each settled request; shared so that no borrow is held while JS runs (it
-    /// may call back into this connection).
-    reply: Rc<JsCallback>,
+    /// The requests' promises, settled in order; shared so that no borrow is held while JS runs
+    /// (it may call back into this connection).
+    reply: Rc<Replies>,
     /// Its number among this thread's live connections (see `LIVE`).
     id: u64,
+    /// Whether a pending request keeps the process alive (`ref()`, the default) or not
+    /// (`unref()`); an idle connection never does.
+    referenced: std::cell::Cell<bool>,
 }
 
 /// How `finish` treats pending requests.
@@ -105,7 +108,7 @@ impl Conn {
         st.head_limit = limit;
         drop(guard);
         if let Some(w) = &*self.watch.borrow() {
-            w.keep_alive(true);
+            w.keep_alive(self.referenced.get());
             w.arm_timer(limit.as_millis().min(u64::MAX as u128) as u64);
             w.spin_for(SPIN);
             if !done {
@@ -265,20 +268,20 @@ impl Conn {
                 _ if by_close => closed_error(),
                 _ => peer_closed_error(&peer),
             };
-            reply.call(NativeCallResult::err(e));
+            reply.settle(NativeCallResult::err(e));
         }
         reply.release();
     }
 
     fn settle(&self, r: NativeCallResult) {
-        self.reply.clone().call(r);
+        self.reply.clone().settle(r);
     }
 
     /// On the JS thread: watch the connected socket on this thread's loop.
     pub(super) fn open(
         env: &Env,
         stream: NonBlockingStream,
-        reply: JsCallback,
+        reply: Rc<Replies>,
     ) -> Result<Rc<Conn>, DflockdError> {
         let conn = Rc::new(Conn {
             state: RefCell::new(State {
@@ -290,8 +293,9 @@ impl Conn {
                 idle_error: None,
             }),
             watch: RefCell::new(None),
-            reply: Rc::new(reply),
+            reply,
             id: NEXT_ID.with(|n| n.replace(n.get() + 1)),
+            referenced: std::cell::Cell::new(true),
         });
         let unsupported = |e: napi::Error| {
             let reason = e.reason.clone();
@@ -315,8 +319,8 @@ impl Conn {
         Ok(conn)
     }
 
-    /// Queue `op` and return 0 (its result goes to `onReply`), or return the result at once
-    /// (the validation error, or the connection is closed; `onReply` is then not called).
+    /// Queue `op` and return 0 (its result settles the request's promise: `Replies`), or return
+    /// the result at once (the validation error, or the connection is closed).
     pub(super) fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
@@ -347,6 +351,16 @@ impl Conn {
             conn.fail(e);
         }
         Either::A(0.0)
+    }
+
+    /// `ref()` (`on`) / `unref()`: whether a pending request keeps the process alive; applied
+    /// at once to the request in flight, if any.
+    pub(super) fn set_ref(&self, on: bool) {
+        self.referenced.set(on);
+        let pending = !self.state.borrow().queue.is_empty();
+        if let Some(w) = &*self.watch.borrow() {
+            w.keep_alive(on && pending);
+        }
     }
 
     /// `close()`: end the connection; pending requests settle before this returns.

@@ -1,6 +1,6 @@
 //! The low-level connection on tokio, for hosts whose libuv loop cannot serve the addon (Bun,
 //! Deno: see `event_loop::loop_unusable`). Same contract as `on_loop`: requests run one at a
-//! time in call order, each settles through `onReply` once, `close()` settles what is pending
+//! time in call order, each settles its own promise once, `close()` settles what is pending
 //! before it returns, an idle connection never keeps the process alive and a pending request
 //! does. It costs thread hops per round trip (a tokio worker writes, reads and wakes the JS
 //! thread through a threadsafe function), which the event-loop driver avoids.
@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
 use super::ops::{reply_result, NativeCallResult};
+use super::replies::Replies;
 use super::*;
-use crate::js_callback::JsCallback;
 use sema_core::dflockd::protocol::Encoded;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
@@ -53,11 +53,14 @@ pub(super) struct TokioConn {
     shared: Arc<Shared>,
     requests: mpsc::UnboundedSender<(u64, Encoded)>,
     closed: CancellationToken,
-    reply: JsCallback,
+    reply: Rc<Replies>,
     env: sys::napi_env,
     /// The task's threadsafe function, to ref it while a request is pending; `None` once the
     /// connection is closed or collected.
     keep_alive: RefCell<Option<Arc<Deliver>>>,
+    /// Whether a pending request keeps the process alive (`ref()`, the default) or not
+    /// (`unref()`); an idle connection never does.
+    referenced: std::cell::Cell<bool>,
 }
 
 impl TokioConn {
@@ -65,7 +68,7 @@ impl TokioConn {
     pub(super) fn open(
         env: &Env,
         conn: Connection,
-        reply: JsCallback,
+        reply: Rc<Replies>,
     ) -> Result<Rc<TokioConn>, DflockdError> {
         let slot: Rc<OnceCell<Weak<TokioConn>>> = Rc::new(OnceCell::new());
         let target = slot.clone();
@@ -111,14 +114,15 @@ impl TokioConn {
             reply,
             env: env.raw(),
             keep_alive: RefCell::new(Some(deliver.clone())),
+            referenced: std::cell::Cell::new(true),
         });
         let _ = slot.set(Rc::downgrade(&this));
         napi::bindgen_prelude::spawn(run(conn, rx, shared, closed, deliver));
         Ok(this)
     }
 
-    /// Queue `op` and return 0 (its result goes to `onReply`), or return the result at once
-    /// (the validation error, or the connection is closed; `onReply` is then not called).
+    /// Queue `op` and return 0 (its result settles the request's promise: `Replies`), or return
+    /// the result at once (the validation error, or the connection is closed).
     pub(super) fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
@@ -139,10 +143,21 @@ impl TokioConn {
             st.submitted += 1;
             st.settled == seq
         };
-        if first {
+        if first && self.referenced.get() {
             self.keep_alive(true);
         }
         Either::A(0.0)
+    }
+
+    /// `ref()` (`on`) / `unref()`: whether a pending request keeps the process alive; applied
+    /// at once to the requests pending, if any.
+    pub(super) fn set_ref(&self, on: bool) {
+        self.referenced.set(on);
+        let pending = {
+            let st = self.shared.lock();
+            st.settled < st.submitted
+        };
+        self.keep_alive(on && pending);
     }
 
     /// Ref (a request is pending) or unref (idle) the threadsafe function.
@@ -178,7 +193,7 @@ impl TokioConn {
         if idle {
             self.keep_alive(false);
         }
-        self.reply.call(result);
+        self.reply.settle(result);
     }
 
     /// `close()` (`notify`) or collection: end the connection; pending requests settle (the
@@ -204,7 +219,7 @@ impl TokioConn {
                 } else {
                     closed_error()
                 };
-                self.reply.call(NativeCallResult::err(e));
+                self.reply.settle(NativeCallResult::err(e));
             }
         }
         self.reply.release();

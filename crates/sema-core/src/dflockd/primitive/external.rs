@@ -8,6 +8,12 @@
 use super::*;
 use crate::dflockd::renewer::{release_error, unconfirmed};
 
+/// The longest a caller may be late for a renew before the watchdog renews in its stead
+/// ([`ExternalHold::watchdog_grace`]): with the default lease (33 s, renewed every 15 s) its
+/// renews stay 7 s inside the server's 23 s idle limit, while a loop that is merely busy (a
+/// garbage collection, a few hundred ms of synchronous work) renews for itself.
+pub const WATCHDOG_GRACE_MAX: Duration = Duration::from_secs(1);
+
 /// An acquisition started by [`Primitive::begin_external`].
 #[derive(Debug)]
 pub struct ExternalOp {
@@ -175,6 +181,22 @@ impl ExternalHold {
     /// renewed before it is reported (it waited so long its first renew is already due).
     pub fn needs_confirm(&self, now: Instant) -> bool {
         now >= self.renew_at()
+    }
+
+    /// The lease clock's interval between renews.
+    pub fn renew_interval(&self) -> Duration {
+        self.schedule().renew_at(self.sent) - self.sent
+    }
+
+    /// How late past [`Self::renew_at`] the caller may be before a [`watchdog`] renews in its
+    /// stead: a quarter of the time between the renew instant and the loss instant (leaving
+    /// three quarters for the watchdog's round trip before the lease clock gives up), at most
+    /// [`WATCHDOG_GRACE_MAX`].
+    ///
+    /// [`watchdog`]: crate::dflockd::watchdog
+    pub fn watchdog_grace(&self) -> Duration {
+        let gap = self.loss_at().saturating_duration_since(self.renew_at());
+        (gap / 4).min(WATCHDOG_GRACE_MAX)
     }
 
     /// When the request that proved the lease was sent.

@@ -307,9 +307,7 @@ fn renew(st: &mut SlotState, now: Instant) -> Option<Instant> {
     if st.js_partial {
         return Some(now + RETRY);
     }
-    let Some(sock) = st.sock.as_ref() else {
-        return None;
-    };
+    let sock = st.sock.as_ref()?;
     if st.pending.is_empty() {
         let line = st.armed.as_ref()?.line.clone();
         match write_some(sock, &line) {

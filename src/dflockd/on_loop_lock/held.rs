@@ -283,6 +283,24 @@ impl LoopLock {
                     }
                     return;
                 }
+                let wd_renewing = self
+                    .conn
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|c| c.wd.watchdog_reply_due());
+                if wd_renewing {
+                    // Late: the watchdog sent this period's renew already. Its reply, not a
+                    // second renew, is awaited until the validity ends (then lost, above).
+                    let loss_at = hold.loss_at();
+                    *self.stage.borrow_mut() = Stage::Held {
+                        hold,
+                        renewing: None,
+                        release,
+                        linger: false,
+                    };
+                    self.arm_timer_at(loss_at);
+                    return;
+                }
                 let limit = hold.loss_at().saturating_duration_since(now);
                 let req = renew_request(self.prim.options(), hold.token());
                 let sent = self.send(req, Some(limit.max(Duration::from_millis(1))), false);

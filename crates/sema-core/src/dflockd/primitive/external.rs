@@ -9,10 +9,13 @@ use super::*;
 use crate::dflockd::renewer::{release_error, unconfirmed};
 
 /// The longest a caller may be late for a renew before the watchdog renews in its stead
-/// ([`ExternalHold::watchdog_grace`]): with the default lease (33 s, renewed every 15 s) its
-/// renews stay 7 s inside the server's 23 s idle limit, while a loop that is merely busy (a
-/// garbage collection, a few hundred ms of synchronous work) renews for itself.
-pub const WATCHDOG_GRACE_MAX: Duration = Duration::from_secs(1);
+/// ([`ExternalHold::watchdog_grace`]). Small, because the client does not know the server's
+/// idle limit: 23 s by default, but `--read-timeout` may set it just above the renew interval
+/// (the Web Locks steal test runs 5 s against renews every 4.5 s), and the watchdog's renew must
+/// come about when the caller's own would. 50 ms is tens of times a libuv timer's lateness on a
+/// loop that runs; a caller later than that finds the watchdog's renew in flight and awaits its
+/// reply instead of sending a second one, so lateness changes who renews, not how often.
+pub const WATCHDOG_GRACE_MAX: Duration = Duration::from_millis(50);
 
 /// An acquisition started by [`Primitive::begin_external`].
 #[derive(Debug)]

@@ -105,6 +105,64 @@ describe('a held lock whose JavaScript thread is blocked past the server idle li
     assert.ok(watchdogRenews >= 2, `${watchdogRenews} watchdog renews over a 7 s block of a lease renewed every 2 s`)
   })
 
+  test('a holder late for its renew awaits the watchdog\'s renew in flight instead of sending a second one', async () => {
+    // A pipe to the server that delays each chunk 300 ms both ways and counts the renew requests (`n` lines) going up:
+    // the watchdog's renew is still unanswered when the child's thread runs again.
+    let renews = 0
+    const sockets = new Set()
+    const proxy = require('node:net').createServer((c) => {
+      const up = require('node:net').connect(s.port, s.host)
+      sockets.add(c).add(up)
+      c.on('data', (d) => {
+        renews += d.toString('latin1').split('\n').filter((l) => l === 'n').length
+        setTimeout(() => up.write(d), 300)
+      })
+      up.on('data', (d) => setTimeout(() => c.write(d), 300))
+      for (const x of [c, up]) x.on('error', () => {}).on('close', () => (c.destroy(), up.destroy()))
+    })
+    await once(proxy.listen(0, '127.0.0.1'), 'listening')
+    const child = spawnTracked(
+      process.execPath,
+      [
+        '-e',
+        `const { DistributedLock } = require('.')
+         const { Worker } = require('node:worker_threads')
+         ;(async () => {
+           const l = new DistributedLock({ key: 'wd-late', servers: [['127.0.0.1', ${proxy.address().port}]], leaseTtlS: 4,
+             onLockLost: () => console.log('lost') })
+           if (!(await l.acquire())) throw new Error('not acquired')
+           const sab = new SharedArrayBuffer(4)
+           // Wakes this thread once the watchdog wrote a renew: past the renew instant, its reply 600 ms away.
+           new Worker(\`
+             const native = require(\${JSON.stringify(require.resolve('./lib/native'))})
+             const flag = new Int32Array(require('node:worker_threads').workerData)
+             const seen = native.dflockdWatchdogRenews()
+             const wait = () => native.dflockdWatchdogRenews() > seen ? (Atomics.store(flag, 0, 1), Atomics.notify(flag, 0)) : setTimeout(wait, 10)
+             wait()\`, { eval: true, workerData: sab }).unref()
+           const provenUntil = () => performance.now() + l.remaining()
+           const before = provenUntil()
+           Atomics.wait(new Int32Array(sab), 0, 0)
+           // Renewed by the watchdog's renew (sent 2 s after the grant's request) once its reply is read: the lease is
+           // then proven about 2 s longer (the thread's own next renew is due 2 s after the watchdog's).
+           while (!(provenUntil() > before + 1000)) await new Promise((r) => setTimeout(r, 20))
+           console.log('renewed, watchdog renews ' + require('./lib/native').dflockdWatchdogRenews())
+           await l.release()
+           console.log('released')
+         })().catch((e) => { console.error(e); process.exit(3) })`,
+      ],
+      { cwd: pkg },
+    )
+    try {
+      const ex = await waitExit(child, 20000, 'late holder')
+      assert.equal(ex.code, 0, ex.stderr)
+      assert.equal(ex.stdout, 'renewed, watchdog renews 1\nreleased\n')
+      assert.equal(renews, 1, 'one renew for the period (the watchdog\'s), none of the late thread\'s own')
+    } finally {
+      for (const x of sockets) x.destroy()
+      proxy.close()
+    }
+  })
+
   test('a watchdog renew answered "error" (the lock released behind the holder\'s back) is reported as lost once JavaScript runs again', async () => {
     const marker = path.join(require('node:os').tmpdir(), `sema-wd-${process.pid}-${Date.now()}`)
     // The child's main thread blocks until its worker has seen a watchdog renew written after this process released

@@ -13,9 +13,11 @@
 //! buffer full) is completed by the caller's next write, ahead of the caller's bytes.
 //!
 //! The thread is named `sema-dflockd-watchdog`, started at the first [`ensure_running`], and
-//! sleeps on a condition variable until the earliest deadline of an armed slot: no wake-up while
-//! the caller renews on time, so no extra traffic then (counted by [`renews_sent`]). It is not
-//! a libuv handle and never keeps the process alive.
+//! sleeps on a condition variable until the earliest deadline it knows of an armed slot. A caller
+//! renewing on time moves its deadline later without notifying the thread, which then wakes once
+//! at the stale deadline, finds nothing due and sleeps on: no request (counted by
+//! [`renews_sent`]) and no notification per renew, one idle wake-up at most. It is not a libuv
+//! handle and never keeps the process alive.
 
 use std::collections::VecDeque;
 use std::io::{self, Write as _};
@@ -243,7 +245,7 @@ fn registry() -> &'static Registry {
 
 impl Registry {
     /// Make sure the thread wakes by `at`: a notification only when it planned to sleep longer
-    /// (so a holder renewing on time costs no wake-up).
+    /// (so a holder renewing on time, or acquiring again, notifies nobody).
     fn wake_by(&self, at: Instant) {
         let mut reg = lock(&self.reg);
         if reg.planned.is_none_or(|p| at < p) {

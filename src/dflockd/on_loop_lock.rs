@@ -297,8 +297,11 @@ impl LoopLock {
         w.sent(done, renew.then(|| sent.into_std()));
         let limit = limit.unwrap_or_else(|| c.stream.reply_limit(req.blocking_timeout_s()));
         c.watch.keep_alive(alive);
-        c.watch
-            .arm_timer(limit.as_millis().clamp(1, u64::MAX as u128) as u64);
+        // Rounded up, plus 1 ms: libuv counts from the loop's cached time, which may be most of a
+        // millisecond old, and a caller's deadline must not fire early (a `timeout: 1500` on the
+        // loop driver settled after 1498.9 ms in dflockd-timeouts.test.js).
+        let ms = limit.as_micros().div_ceil(1000) + 1;
+        c.watch.arm_timer(ms.min(u64::MAX as u128) as u64);
         c.watch.spin_for(SPIN);
         if !done {
             c.watch

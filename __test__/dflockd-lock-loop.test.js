@@ -1,8 +1,9 @@
 'use strict'
-// DistributedLock on the event-loop driver (issue #24), against the real server: which driver a primitive gets, loss
-// reported at once when the server dies (the idle held socket's close, not the next renewal), renewal on the loop
-// timer, an idle held lock and an idle pooled connection never keeping the process alive, and a contended (`queued`)
-// acquisition handed to tokio.
+// DistributedLock on the event-loop driver (issue #24, the default), against the real server: which driver a primitive
+// gets, a holder whose JavaScript is blocked keeping its lock through the renew watchdog (and told of a loss the
+// watchdog's renew found once it runs again), loss reported at once when the server dies (the idle held socket's close,
+// not the next renewal), renewal on the loop timer with no watchdog traffic, an idle held lock and an idle pooled
+// connection never keeping the process alive, and a contended (`queued`) acquisition handed to tokio.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { once } = require('node:events')
@@ -12,10 +13,11 @@ const { startFaultProxy } = require('./helpers/fault-proxy')
 const { spawnTracked, waitExit } = require('./helpers/file-util')
 const native = require('../lib/native')
 const { Worker } = require('node:worker_threads')
-const { DistributedLock, DistributedSemaphore, LockError, stats } = require('..')
+const { DistributedLock, DistributedSemaphore, LockError, stats, Connection } = require('..')
 
-// The event-loop driver is opt-in (lib/dflockd/common.js loopDriverChosen); this file tests it, and its children inherit it.
-process.env.SEMA_NATIVE_DFLOCKD_DRIVER = 'event-loop'
+// The event-loop driver is the default (lib/dflockd/common.js loopDriverChosen): this file tests it, and so do its
+// children, which inherit this environment.
+delete process.env.SEMA_NATIVE_DFLOCKD_DRIVER
 
 const skip = d.skipReason()
 const pkg = path.resolve(__dirname, '..')
@@ -52,8 +54,8 @@ const primitiveOptions = (port, extra = {}) => ({
 
 describe('a held lock whose JavaScript thread is blocked past the server idle limit', { skip }, () => {
   // A child holds a 4 s lease on a server with a 3 s read timeout, then blocks its thread for 7 s (a long execSync
-  // inside withLock); this process asks for the key meanwhile. Default (tokio threads): renewals go on, the key is not
-  // granted until the child releases. Event-loop driver (opt-in): no renewal while blocked, the key goes to the waiter.
+  // inside withLock); this process asks for the key meanwhile. Both drivers renew while the thread is blocked (tokio
+  // threads; on the event loop, the renew watchdog), so the key is not granted until the child released it.
   async function blockedHolder(env) {
     const srv = await d.startServer({ args: ['--read-timeout', '3'] })
     const child = spawnTracked(
@@ -62,13 +64,15 @@ describe('a held lock whose JavaScript thread is blocked past the server idle li
         '-e',
         `const { DistributedLock } = require('.')
          ;(async () => {
-           const l = new DistributedLock({ key: 'blocked', servers: [['${srv.host}', ${srv.port}]], leaseTtlS: 4 })
+           const l = new DistributedLock({ key: 'blocked', servers: [['${srv.host}', ${srv.port}]], leaseTtlS: 4,
+             onLockLost: () => console.log('lost') })
            if (!(await l.acquire())) throw new Error('not acquired')
            console.log('held')
            await new Promise((r) => process.stdin.once('data', r))
            Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 7000)
            console.log('unblocked ' + Date.now())
            await l.release()
+           console.log('released, watchdog renews ' + require('./lib/native').dflockdWatchdogRenews())
          })()`,
       ],
       { cwd: pkg, env },
@@ -82,24 +86,159 @@ describe('a held lock whose JavaScript thread is blocked past the server idle li
     const grantedAt = Date.now()
     await waiter.release()
     const ex = await waitExit(child, 20000, 'blocked holder')
+    assert.equal(ex.code, 0, ex.stderr)
+    assert.doesNotMatch(ex.stdout, /lost/)
     const unblockedAt = Number(/unblocked (\d+)/.exec(ex.stdout)?.[1])
-    return { grantedAt, unblockedAt }
+    const watchdogRenews = Number(/watchdog renews (\d+)/.exec(ex.stdout)?.[1])
+    return { grantedAt, unblockedAt, watchdogRenews }
   }
 
-  test('default driver (tokio threads): renewals go on; the waiter gets the key only after the holder woke and released', async () => {
-    const env = { ...process.env }
-    delete env.SEMA_NATIVE_DFLOCKD_DRIVER
-    const { grantedAt, unblockedAt } = await blockedHolder(env)
+  test('tokio driver (SEMA_NATIVE_DFLOCKD_DRIVER=tokio): renewals go on; the waiter gets the key only after the holder woke and released', async () => {
+    const { grantedAt, unblockedAt, watchdogRenews } = await blockedHolder({ ...process.env, SEMA_NATIVE_DFLOCKD_DRIVER: 'tokio' })
     assert.ok(grantedAt >= unblockedAt, `granted ${grantedAt - unblockedAt} ms before the holder's thread ran again`)
+    assert.equal(watchdogRenews, 0)
   })
 
-  test('event-loop driver (opt-in): no renewal while blocked, so the key goes to the waiter meanwhile (why it is not the default)', async () => {
-    const { grantedAt, unblockedAt } = await blockedHolder(process.env)
-    assert.ok(grantedAt < unblockedAt, 'the lease lapsed while the holder was blocked')
+  test('event-loop driver (default): the watchdog renews while blocked; the waiter gets the key only after the holder woke and released', async () => {
+    const { grantedAt, unblockedAt, watchdogRenews } = await blockedHolder(process.env)
+    assert.ok(grantedAt >= unblockedAt, `granted ${grantedAt - unblockedAt} ms before the holder's thread ran again`)
+    assert.ok(watchdogRenews >= 2, `${watchdogRenews} watchdog renews over a 7 s block of a lease renewed every 2 s`)
+  })
+
+  test('a holder late for its renew awaits the watchdog\'s renew in flight instead of sending a second one', async () => {
+    // A pipe to the server that delays each chunk 300 ms both ways and counts the renew requests (`n` lines) going up:
+    // the watchdog's renew is still unanswered when the child's thread runs again.
+    let renews = 0
+    const sockets = new Set()
+    const proxy = require('node:net').createServer((c) => {
+      const up = require('node:net').connect(s.port, s.host)
+      sockets.add(c).add(up)
+      c.on('data', (d) => {
+        renews += d.toString('latin1').split('\n').filter((l) => l === 'n').length
+        setTimeout(() => up.write(d), 300)
+      })
+      up.on('data', (d) => setTimeout(() => c.write(d), 300))
+      for (const x of [c, up]) x.on('error', () => {}).on('close', () => (c.destroy(), up.destroy()))
+    })
+    await once(proxy.listen(0, '127.0.0.1'), 'listening')
+    const child = spawnTracked(
+      process.execPath,
+      [
+        '-e',
+        `const { DistributedLock } = require('.')
+         const { Worker } = require('node:worker_threads')
+         ;(async () => {
+           const l = new DistributedLock({ key: 'wd-late', servers: [['127.0.0.1', ${proxy.address().port}]], leaseTtlS: 4,
+             onLockLost: () => console.log('lost') })
+           if (!(await l.acquire())) throw new Error('not acquired')
+           const sab = new SharedArrayBuffer(4)
+           // Wakes this thread once the watchdog wrote a renew: past the renew instant, its reply 600 ms away.
+           new Worker(\`
+             const native = require(\${JSON.stringify(require.resolve('./lib/native'))})
+             const flag = new Int32Array(require('node:worker_threads').workerData)
+             const seen = native.dflockdWatchdogRenews()
+             const wait = () => native.dflockdWatchdogRenews() > seen ? (Atomics.store(flag, 0, 1), Atomics.notify(flag, 0)) : setTimeout(wait, 10)
+             wait()\`, { eval: true, workerData: sab }).unref()
+           const provenUntil = () => performance.now() + l.remaining()
+           const before = provenUntil()
+           Atomics.wait(new Int32Array(sab), 0, 0)
+           // Renewed by the watchdog's renew (sent 2 s after the grant's request) once its reply is read: the lease is
+           // then proven about 2 s longer (the thread's own next renew is due 2 s after the watchdog's).
+           while (!(provenUntil() > before + 1000)) await new Promise((r) => setTimeout(r, 20))
+           console.log('renewed, watchdog renews ' + require('./lib/native').dflockdWatchdogRenews())
+           await l.release()
+           console.log('released')
+         })().catch((e) => { console.error(e); process.exit(3) })`,
+      ],
+      { cwd: pkg },
+    )
+    try {
+      const ex = await waitExit(child, 20000, 'late holder')
+      assert.equal(ex.code, 0, ex.stderr)
+      assert.equal(ex.stdout, 'renewed, watchdog renews 1\nreleased\n')
+      assert.equal(renews, 1, 'one renew for the period (the watchdog\'s), none of the late thread\'s own')
+    } finally {
+      for (const x of sockets) x.destroy()
+      proxy.close()
+    }
+  })
+
+  test('a watchdog renew answered "error" (the lock released behind the holder\'s back) is reported as lost once JavaScript runs again', async () => {
+    const marker = path.join(require('node:os').tmpdir(), `sema-wd-${process.pid}-${Date.now()}`)
+    // The child's main thread blocks until its worker has seen a watchdog renew written after this process released
+    // the child's token from another connection (the server answers that renew `error`).
+    const child = spawnTracked(
+      process.execPath,
+      [
+        '-e',
+        `const { DistributedLock } = require('.')
+         const { Worker } = require('node:worker_threads')
+         const fs = require('node:fs')
+         ;(async () => {
+           const l = new DistributedLock({ key: 'wd-gone', servers: [['${s.host}', ${s.port}]], leaseTtlS: 30,
+             renewMaxIntervalMs: 1000, onLockLost: () => console.log('onLockLost') })
+           if (!(await l.acquire())) throw new Error('not acquired')
+           const sab = new SharedArrayBuffer(4)
+           new Worker(\`
+             const { workerData } = require('node:worker_threads')
+             const native = require(\${JSON.stringify(require.resolve('./lib/native'))})
+             const fs = require('node:fs')
+             const flag = new Int32Array(workerData.sab)
+             const tick = () => {
+               if (!fs.existsSync(workerData.marker)) return setTimeout(tick, 10)
+               const seen = native.dflockdWatchdogRenews()
+               const wait = () => native.dflockdWatchdogRenews() > seen ? (Atomics.store(flag, 0, 1), Atomics.notify(flag, 0)) : setTimeout(wait, 10)
+               wait()
+             }
+             tick()\`, { eval: true, workerData: { sab, marker: ${JSON.stringify(marker)} } }).unref()
+           fs.writeSync(1, 'blocking ' + l.token + '\\n')
+           Atomics.wait(new Int32Array(sab), 0, 0)
+           console.log('unblocked')
+           const reason = l.signal.aborted ? l.signal.reason : await new Promise((r) => l.signal.addEventListener('abort', () => r(l.signal.reason)))
+           console.log(JSON.stringify({ code: reason.code, message: reason.message, token: l.token }))
+           await l.release().catch((e) => console.log('release ' + e.code))
+         })().catch((e) => { console.error(e); process.exit(3) })`,
+      ],
+      { cwd: pkg },
+    )
+    let out = ''
+    child.stdout.on('data', (b) => (out += b))
+    while (!/blocking \S+\n/.test(out)) await new Promise((r) => setTimeout(r, 20))
+    const token = /blocking (\S+)\n/.exec(out)[1]
+    const conn = await Connection.connect({ host: s.host, port: s.port })
+    await conn.release('wd-gone', token)
+    conn.close()
+    require('node:fs').writeFileSync(marker, '')
+    try {
+      const ex = await waitExit(child, 20000, 'holder told of the loss')
+      assert.equal(ex.code, 0, ex.stderr)
+      const lines = ex.stdout.trim().split('\n')
+      assert.equal(lines[1], 'unblocked')
+      assert.equal(lines[2], 'onLockLost', 'reported after the thread ran again')
+      const r = JSON.parse(lines[3])
+      assert.equal(r.code, 'LOCK_LOST')
+      assert.match(r.message, /renew: server answered 'error'/, 'from the watchdog renew\'s reply, not the lease clock (30 s)')
+      assert.equal(r.token, null)
+      assert.equal(lines[4], 'release NOT_LOCKED')
+    } finally {
+      require('node:fs').rmSync(marker, { force: true })
+    }
   })
 })
 
 describe('DistributedLock on the event loop', { skip }, () => {
+  test('the event loop is the default driver; SEMA_NATIVE_DFLOCKD_DRIVER=tokio turns it off', () => {
+    const { useEventLoop } = require('../lib/dflockd/common')
+    const prim = () => new native.NativeDflockdPrimitive(primitiveOptions(s.port))
+    assert.notEqual(useEventLoop(prim()), 0)
+    process.env.SEMA_NATIVE_DFLOCKD_DRIVER = 'tokio'
+    try {
+      assert.equal(useEventLoop(prim()), 0)
+    } finally {
+      delete process.env.SEMA_NATIVE_DFLOCKD_DRIVER
+    }
+  })
+
   test('a plain-TCP primitive runs on the event loop; TLS, a shared mode and SEMA_NATIVE_LIBUV=off stay on tokio', async () => {
     const settle = () => {}
     assert.equal(new native.NativeDflockdPrimitive(primitiveOptions(s.port)).useEventLoop(1, settle), true)
@@ -145,7 +284,8 @@ describe('DistributedLock on the event loop', { skip }, () => {
     await a.release()
   })
 
-  test('a 2 s lease is renewed on the loop timer: held for 4 s, and nobody else gets it meanwhile', async () => {
+  test('a 2 s lease is renewed on the loop timer: held for 4 s, and nobody else gets it meanwhile; no watchdog traffic', async () => {
+    const watchdogBefore = native.dflockdWatchdogRenews()
     const a = new DistributedLock({ key: 'loop-renew', servers: [[s.host, s.port]], leaseTtlS: 2, onLockLost: () => assert.fail('lost') })
     assert.equal(await a.acquire(), true)
     const token = a.token
@@ -156,6 +296,7 @@ describe('DistributedLock on the event loop', { skip }, () => {
     await a.release()
     assert.equal(await other.acquire(), true)
     await other.release()
+    assert.equal(native.dflockdWatchdogRenews(), watchdogBefore, 'JavaScript renewed on time: the watchdog wrote nothing')
   })
 
   test('release() while a renew reply is lost waits 5 s at most for it, not the lease (30 s)', async () => {

@@ -160,12 +160,13 @@ function tsClientModule() {
   return out
 }
 
-/** Client kinds that run in bench/workers/dflockd-client.js with extra settings: the TS client's module, or the
- * addon's `Connection` kept off libuv (its tokio driver, as on Bun and Deno: the tokio path's own ceiling). */
+/** Client kinds that run in bench/workers/dflockd-client.js with extra settings: the TS client's module, the addon's
+ * `Connection` kept off libuv (its tokio driver, as on Bun and Deno: the tokio path's own ceiling), or
+ * `DistributedLock` forced onto its tokio driver (the event loop is its default). */
 function kindSettings(kind) {
   if (kind.startsWith('ts-')) return { cfg: { tsClient: tsClientModule() } }
   if (kind === 'addon-connection-tokio') return { kind: 'addon-connection', env: { ...process.env, SEMA_NATIVE_LIBUV: 'off' } }
-  if (kind === 'addon-distributedlock-loop') return { kind: 'addon-distributedlock', env: { ...process.env, SEMA_NATIVE_DFLOCKD_DRIVER: 'event-loop' } }
+  if (kind === 'addon-distributedlock-tokio') return { kind: 'addon-distributedlock', env: { ...process.env, SEMA_NATIVE_DFLOCKD_DRIVER: 'tokio' } }
   return {}
 }
 

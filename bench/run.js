@@ -329,8 +329,8 @@ function contendedTable(rows) {
 
 const DFL_CLIENTS = [
   { id: 'addon-connection', label: 'addon `Connection` (acquire + release on one connection)' },
-  { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release()), default driver (tokio threads: renewals go on while JS is blocked)' },
-  { id: 'addon-distributedlock-loop', label: 'addon `DistributedLock` reused, event-loop driver (opt-in: `SEMA_NATIVE_DFLOCKD_DRIVER=event-loop`)' },
+  { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release()), default driver (event loop; the renew watchdog covers a blocked JS thread)' },
+  { id: 'addon-distributedlock-tokio', label: 'addon `DistributedLock` reused, tokio driver (forced: `SEMA_NATIVE_DFLOCKD_DRIVER=tokio`; what TLS, shared mode, Bun and Deno use)' },
   { id: 'addon-loop-shape', label: '`DistributedLock`\'s wire shape (`e` + `r`, a renew timer per hold) on the event-loop `Connection`: its ceiling on that driver' },
   { id: 'addon-connection-tokio', label: 'addon `Connection` on its tokio driver (`SEMA_NATIVE_LIBUV=off`: the ceiling of a tokio-thread round trip)' },
   { id: 'ts-lowlevel', label: 'TS client `dflockd-client` low-level `acquire`/`release` (one socket)' },
@@ -567,14 +567,14 @@ function targets(res) {
     }
     // Issue #24: DistributedLock (the API dflockd-client users and acquire('dflockd://…') call) against the TS client's
     // low-level functions and the blocking floor (one socket and one thread per worker, no runtime).
-    // Both drivers: the default (tokio threads) and the opt-in event loop (lib/dflockd/common.js says why it is opt-in).
+    // Both drivers: the default (the event loop) and the forced tokio threads (lib/dflockd/common.js loopDriverChosen).
     const dl = (w, id) => get(id, w)
     const issue24 = [
       [1, 'ts-lowlevel', 1.5, 'TS client low-level'],
       [1, 'rust-floor', 1.0, 'blocking floor'],
       [10, 'rust-floor', 0.9, 'blocking floor'],
     ]
-    for (const [driver, dlId] of [['default', 'addon-distributedlock'], ['event loop', 'addon-distributedlock-loop']]) {
+    for (const [driver, dlId] of [['default: event loop', 'addon-distributedlock'], ['tokio', 'addon-distributedlock-tokio']]) {
       for (const [w, id, k, what] of issue24) {
         const a = dl(w, dlId)
         const b = get(id, w)

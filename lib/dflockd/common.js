@@ -212,19 +212,19 @@ function onLoopSettle(r) {
 }
 
 /**
- * The event-loop driver for DistributedLock, DistributedSemaphore and acquire('dflockd://…') is opt-in:
- * `SEMA_NATIVE_DFLOCKD_DRIVER=event-loop`. Measured (bench, 1 worker): 11 806 lock+release pairs/s against 4 644 on
- * tokio threads. Not the default because on the event loop a lease is renewed only while the loop runs: a thread
- * blocked longer than the renew interval or the server's 23 s idle limit (an `execSync` of a long build inside
- * withLock) lets the server give the key to another client before this one can even be told. On tokio threads the
- * renewals go on while JavaScript is blocked (dflockd-lock-loop.test.js shows both).
+ * DistributedLock, DistributedSemaphore and acquire('dflockd://…') make their round trips on the event loop by default
+ * (where it serves and the target is plain TCP: TLS, a shared mode, Bun, Deno and SEMA_NATIVE_LIBUV=off stay on tokio
+ * threads). Measured (bench, 1 worker): 11 806 lock+release pairs/s against 4 644 on tokio threads. A lease held there
+ * is renewed on the loop's timer while JavaScript runs on time, and by the native renew watchdog (one thread, same
+ * socket) while it is blocked (an `execSync` of a long build inside withLock), so a blocked holder keeps its lock as
+ * on tokio (dflockd-lock-loop.test.js shows both). `SEMA_NATIVE_DFLOCKD_DRIVER=tokio` forces the tokio threads.
  */
 function loopDriverChosen() {
-  return process.env.SEMA_NATIVE_DFLOCKD_DRIVER === 'event-loop'
+  return process.env.SEMA_NATIVE_DFLOCKD_DRIVER !== 'tokio'
 }
 
-/** Puts `prim`'s round trips on this thread's event loop where it serves and was chosen: its loop id, or 0 (tokio:
- * the default, TLS, a shared mode, Bun, Deno, SEMA_NATIVE_LIBUV=off). */
+/** Puts `prim`'s round trips on this thread's event loop where it serves and was not turned off: its loop id, or 0
+ * (tokio: SEMA_NATIVE_DFLOCKD_DRIVER=tokio, TLS, a shared mode, Bun, Deno, SEMA_NATIVE_LIBUV=off). */
 function useEventLoop(prim) {
   if (!loopDriverChosen()) return 0
   const id = (nextLoopId = (nextLoopId % 0xffffffff) + 1)

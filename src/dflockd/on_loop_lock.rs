@@ -11,6 +11,14 @@
 //! one with another waiter of this process before it on its key (the order chain), TLS, or a
 //! shared mode: the JS layer then calls the primitive's promise methods.
 //!
+//! A held lock is renewed on the loop's timer while JavaScript runs on time; when it is late
+//! (blocked in an `execSync`, a long synchronous loop), the process-wide renew watchdog
+//! (`sema_core::dflockd::watchdog`) writes the renew on the same socket, and the reply, read
+//! here once JavaScript runs again, goes through the same lease clock (with the watchdog's send
+//! instant) or the same loss path. Each connection has a watchdog slot; every write goes
+//! through it so the two writers never interleave, and each reply line is matched to its
+//! sender in wire order.
+//!
 //! Idle connections after a clean release stay in a per-thread pool (at most 64 per
 //! server, closed after 2 s unused or when the server closes them), unref'd: neither an idle
 //! held lock nor an idle pooled connection keeps the process alive.
@@ -20,7 +28,8 @@ use std::rc::{Rc, Weak};
 
 use sema_core::dflockd::connection::NonBlockingStream;
 use sema_core::dflockd::order::Place;
-use sema_core::dflockd::{ExternalHold, ExternalOp, Grant, Request};
+use sema_core::dflockd::watchdog::{self, Sender, Slot};
+use sema_core::dflockd::{ExternalHold, ExternalOp, Grant, PrimitiveOptions, Request};
 use tokio::time::Instant;
 
 use super::on_loop::SPIN;
@@ -106,8 +115,8 @@ fn in_handle_scope<R>(env: &Env, f: impl FnOnce() -> R) -> R {
 }
 
 impl LoopLock {
-    /// A loop driver for `prim` on this thread, or `None` when its loop cannot serve or the
-    /// options need tokio (TLS, a shared mode).
+    /// A loop driver for `prim` on this thread, or `None` when its loop cannot serve, the
+    /// options need tokio (TLS, a shared mode) or the renew watchdog could not start.
     pub(super) fn new(
         env: &Env,
         prim: Arc<Primitive>,
@@ -118,6 +127,7 @@ impl LoopLock {
         if o.connect.tls.is_some()
             || o.mode.is_some()
             || crate::event_loop::loop_unusable(env).is_some()
+            || watchdog::ensure_running().is_err()
         {
             settle.release();
             return None;
@@ -230,12 +240,19 @@ impl LoopLock {
                 id: NEXT_ROUTE.with(|n| n.replace(n.get() + 1)),
                 owner: RefCell::new(Some(self.me.clone())),
             });
+            let wd = Slot::new(stream.socket()).map_err(|e| {
+                DflockdError::new(
+                    core::ErrorCode::ConnectionError,
+                    format!("duplicating the socket for the renew watchdog failed: {e}"),
+                )
+            })?;
             let watch = SocketWatch::open(env, stream.socket(), route.clone())
                 .map_err(|e| DflockdError::new(core::ErrorCode::ConnectionError, e.reason))?;
             Ok(LoopConn {
                 stream,
                 watch,
                 route,
+                wd,
             })
         });
         match opened {
@@ -253,8 +270,9 @@ impl LoopLock {
         }
     }
 
-    /// Write `req` on the connection, arm its reply limit (`limit`, else the socket timeout)
-    /// and keep the loop alive while it is out when `alive`. `Err` = the write failed.
+    /// Write `req` on the connection (through its watchdog slot: after any half-written
+    /// watchdog renew, never inside one), arm its reply limit (`limit`, else the socket
+    /// timeout) and keep the loop alive while it is out when `alive`. `Err` = the write failed.
     fn send(
         &self,
         req: Request<'_>,
@@ -271,12 +289,19 @@ impl LoopLock {
         let mut buf = self.wbuf.borrow_mut();
         buf.clear();
         req.encode_into(&mut buf)?;
+        let renew = matches!(req, Request::Renew { .. } | Request::SemRenew { .. });
+        let mut w = c.wd.js_write();
+        w.prepend_pending(&mut buf);
         let sent = Instant::now();
         let done = c.stream.send(&buf)?;
+        w.sent(done, renew.then(|| sent.into_std()));
         let limit = limit.unwrap_or_else(|| c.stream.reply_limit(req.blocking_timeout_s()));
         c.watch.keep_alive(alive);
-        c.watch
-            .arm_timer(limit.as_millis().clamp(1, u64::MAX as u128) as u64);
+        // Rounded up, plus 1 ms: libuv counts from the loop's cached time, which may be most of a
+        // millisecond old, and a caller's deadline must not fire early (a `timeout: 1500` on the
+        // loop driver settled after 1498.9 ms in dflockd-timeouts.test.js).
+        let ms = limit.as_micros().div_ceil(1000) + 1;
+        c.watch.arm_timer(ms.min(u64::MAX as u128) as u64);
         c.watch.spin_for(SPIN);
         if !done {
             c.watch
@@ -420,6 +445,7 @@ impl LoopLock {
             match r {
                 Some(Ok(true)) => {
                     if let Some(c) = self.conn.borrow().as_ref() {
+                        c.wd.js_flushed();
                         let _ = c.watch.want(true, false);
                     }
                 }
@@ -471,6 +497,14 @@ impl LoopLock {
 
     /// The reply `line` to the request in flight (or an unsolicited one: the server dropping us).
     fn on_line(&self, line: &str) {
+        let sender = self
+            .conn
+            .borrow()
+            .as_ref()
+            .and_then(|c| c.wd.reply_sender());
+        if let Some(Sender::Watchdog(sent)) = sender {
+            return self.watchdog_answered(Instant::from_std(sent), line);
+        }
         if let Some(c) = self.conn.borrow().as_ref() {
             c.watch.disarm_timer();
             c.watch.stop_spin();
@@ -552,6 +586,7 @@ impl LoopLock {
                     linger: false,
                 };
                 self.arm_held();
+                self.arm_watchdog();
                 self.call(settle_value(self.id, Ok(true)));
             }
             Err(e) => {
@@ -582,4 +617,28 @@ impl LoopLock {
         self.stop();
         self.settle.release();
     }
+}
+
+/// The renew of the lock `token` of a primitive with options `o` (`n`, or `sn` for a semaphore).
+fn renew_request<'a>(o: &'a PrimitiveOptions, token: &'a str) -> Request<'a> {
+    if o.limit > 1 {
+        Request::SemRenew {
+            key: &o.key,
+            token,
+            ttl_s: o.lease_ttl_s,
+        }
+    } else {
+        Request::Renew {
+            key: &o.key,
+            token,
+            ttl_s: o.lease_ttl_s,
+        }
+    }
+}
+
+/// How many renews the watchdog wrote in this process because a holder's thread was late (for
+/// tests: 0 while every holder renews on time).
+#[napi(js_name = "dflockdWatchdogRenews")]
+pub fn dflockd_watchdog_renews() -> f64 {
+    watchdog::renews_sent() as f64
 }

@@ -1,5 +1,6 @@
 //! A held lock on the event loop: the renew timer (unref'd), the renew and release round
-//! trips, the loss (the connection closed, or no renew confirmed within the validity) and the
+//! trips, the replies to the renews the watchdog sent while JavaScript was late, the loss (the
+//! connection closed, a renew refused, or no renew confirmed within the validity) and the
 //! linger until the server's expiry after a loss the lease clock declared. The rules are the
 //! core's (`ExternalHold`); this only does the I/O.
 
@@ -28,6 +29,7 @@ impl LoopLock {
                     self.release();
                 } else {
                     self.arm_held();
+                    self.arm_watchdog();
                 }
             }
             Err(e) => {
@@ -45,6 +47,129 @@ impl LoopLock {
                     linger: false,
                 };
             }
+        }
+    }
+
+    /// The reply to a renew the watchdog sent at `sent` while JavaScript was late: through the
+    /// same lease clock as the loop's own renews, or the same loss path (reported now, as
+    /// JavaScript runs again). A lock already lost or being released ignores it: the release's
+    /// own reply decides.
+    pub(super) fn watchdog_answered(&self, sent: Instant, line: &str) {
+        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
+        let Stage::Held {
+            mut hold,
+            renewing,
+            release,
+            linger: false,
+        } = stage
+        else {
+            *self.stage.borrow_mut() = stage;
+            return;
+        };
+        let Ok(lease) = core::protocol::parse_renew_reply(line, "renew") else {
+            // A renew of the loop's own in flight is abandoned with the connection.
+            return self.renew_answered(hold, sent, release, line);
+        };
+        hold.renewed(lease, sent);
+        let loss_at = hold.loss_at();
+        *self.stage.borrow_mut() = Stage::Held {
+            hold,
+            renewing,
+            release,
+            linger: false,
+        };
+        self.arm_watchdog();
+        match (renewing, release) {
+            (None, _) => self.arm_held(),
+            // The reply limit of the loop's own renew in flight: the validity grew.
+            (Some(_), false) => self.arm_timer_at(loss_at),
+            // The release's wait for that renew stays as it was.
+            (Some(_), true) => {}
+        }
+    }
+
+    /// Arm the connection's timer for `at`.
+    fn arm_timer_at(&self, at: Instant) {
+        if let Some(c) = self.conn.borrow().as_ref() {
+            let ms = at.saturating_duration_since(Instant::now()).as_millis();
+            c.watch.arm_timer(ms.clamp(1, u64::MAX as u128) as u64);
+        }
+    }
+
+    /// Tell the watchdog what to renew and when (the lease clock's next renew instant plus its
+    /// grace), for the lock held now.
+    pub(super) fn arm_watchdog(&self) {
+        let stage = self.stage.borrow();
+        let Stage::Held {
+            hold,
+            linger: false,
+            ..
+        } = &*stage
+        else {
+            return;
+        };
+        let conn = self.conn.borrow();
+        let Some(c) = conn.as_ref() else {
+            return;
+        };
+        let mut buf = self.wbuf.borrow_mut();
+        buf.clear();
+        // The request the renew timer sends: it encodes (checked at acquire).
+        if renew_request(self.prim.options(), hold.token())
+            .encode_into(&mut buf)
+            .is_ok()
+        {
+            c.wd.arm(
+                &buf,
+                hold.renew_interval(),
+                hold.watchdog_grace(),
+                hold.sent().into_std(),
+            );
+        }
+    }
+
+    /// The watchdog renews nothing more on this connection (a release is about to be written,
+    /// or the lock was lost).
+    fn disarm_watchdog(&self) {
+        if let Some(c) = self.conn.borrow().as_ref() {
+            c.wd.disarm();
+        }
+    }
+
+    /// A timer fired while a watchdog renew was unanswered: read its reply first (libuv runs
+    /// timers before polls, so after a blocked stretch the renew timer or reply limit fires
+    /// before the reply it waits for is read). Returns whether the timer is still due.
+    fn timer_due_after_watchdog_replies(&self) -> bool {
+        let before = std::mem::discriminant(&*self.stage.borrow());
+        self.on_ready(true, false, None);
+        let stage = self.stage.borrow();
+        if std::mem::discriminant(&*stage) != before {
+            return false; // moved on (a release sent, a queued state...): its own timer is armed
+        }
+        let now = Instant::now();
+        match &*stage {
+            Stage::Held {
+                hold,
+                renewing: None,
+                release: false,
+                linger: false,
+            } if now < hold.renew_at() => {
+                drop(stage);
+                self.arm_held();
+                false
+            }
+            Stage::Held {
+                hold,
+                renewing: Some(_),
+                release: false,
+                linger: false,
+            } if now < hold.loss_at() => {
+                let at = hold.loss_at();
+                drop(stage);
+                self.arm_timer_at(at);
+                false
+            }
+            _ => true,
         }
     }
 
@@ -80,6 +205,14 @@ impl LoopLock {
     }
 
     pub(super) fn on_timer(&self) {
+        let wd_due = self
+            .conn
+            .borrow()
+            .as_ref()
+            .is_some_and(|c| c.wd.watchdog_reply_due());
+        if wd_due && !self.timer_due_after_watchdog_replies() {
+            return;
+        }
         let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
         match stage {
             Stage::Asking { .. } | Stage::Connecting { .. } => {
@@ -132,6 +265,8 @@ impl LoopLock {
                     // the server's expiry.
                     let reason = hold.unconfirmed_reason();
                     hold.lost(!release, &reason);
+                    // Lingering: the watchdog must not renew what was declared lost.
+                    self.disarm_watchdog();
                     if release {
                         self.call_void(Err(hold.lost_error()));
                     }
@@ -148,21 +283,26 @@ impl LoopLock {
                     }
                     return;
                 }
-                let o = self.prim.options();
+                let wd_renewing = self
+                    .conn
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|c| c.wd.watchdog_reply_due());
+                if wd_renewing {
+                    // Late: the watchdog sent this period's renew already. Its reply, not a
+                    // second renew, is awaited until the validity ends (then lost, above).
+                    let loss_at = hold.loss_at();
+                    *self.stage.borrow_mut() = Stage::Held {
+                        hold,
+                        renewing: None,
+                        release,
+                        linger: false,
+                    };
+                    self.arm_timer_at(loss_at);
+                    return;
+                }
                 let limit = hold.loss_at().saturating_duration_since(now);
-                let req = if o.limit > 1 {
-                    Request::SemRenew {
-                        key: &o.key,
-                        token: hold.token(),
-                        ttl_s: o.lease_ttl_s,
-                    }
-                } else {
-                    Request::Renew {
-                        key: &o.key,
-                        token: hold.token(),
-                        ttl_s: o.lease_ttl_s,
-                    }
-                };
+                let req = renew_request(self.prim.options(), hold.token());
                 let sent = self.send(req, Some(limit.max(Duration::from_millis(1))), false);
                 match sent {
                     Ok(sent) => {
@@ -290,6 +430,8 @@ impl LoopLock {
                 token: hold.token(),
             }
         };
+        // Before the release is written: no watchdog renew after it.
+        self.disarm_watchdog();
         let sent = self.send(req, Some(limit), true);
         *self.stage.borrow_mut() = Stage::Releasing { hold };
         if let Err(e) = sent {

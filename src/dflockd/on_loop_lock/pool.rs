@@ -10,6 +10,8 @@ pub(super) struct LoopConn {
     pub(super) stream: NonBlockingStream,
     pub(super) watch: SocketWatch,
     pub(super) route: Rc<Route>,
+    /// Its renew watchdog slot (dropped with it: the duplicate socket closes then).
+    pub(super) wd: Slot,
 }
 
 impl LoopConn {
@@ -102,6 +104,10 @@ pub(in crate::dflockd) fn hand_to_tokio_pool(
 }
 
 pub(super) fn pool_put(opts: &ConnectOptions, conn: LoopConn) {
+    if !conn.wd.is_idle() {
+        // Something is still due on it (never after a clean release): not reusable.
+        return conn.close();
+    }
     let full = POOL.with(|p| p.borrow().iter().filter(|(o, _)| o == opts).count() >= POOL_MAX);
     if full {
         return conn.close();

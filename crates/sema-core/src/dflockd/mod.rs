@@ -14,6 +14,7 @@
 //! - [`shared`]: shared (reader/writer) locks from a gate mutex and reader slots.
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.
+//! - [`watchdog`]: renews a lock in its holder's stead when the holder's own thread is late.
 //! - [`error`]: [`DflockdError`] with stable codes.
 //!
 //! Works with the Go server v1.10.0 and tolerates Python dflockd 0.5.0 (renew answers TTL−1,
@@ -32,6 +33,7 @@ pub mod shard;
 pub mod shared;
 pub mod stats;
 pub mod tls;
+pub mod watchdog;
 
 pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};

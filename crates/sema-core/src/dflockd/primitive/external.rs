@@ -8,6 +8,15 @@
 use super::*;
 use crate::dflockd::renewer::{release_error, unconfirmed};
 
+/// The longest a caller may be late for a renew before the watchdog renews in its stead
+/// ([`ExternalHold::watchdog_grace`]). Small, because the client does not know the server's
+/// idle limit: 23 s by default, but `--read-timeout` may set it just above the renew interval
+/// (the Web Locks steal test runs 5 s against renews every 4.5 s), and the watchdog's renew must
+/// come about when the caller's own would. 50 ms is tens of times a libuv timer's lateness on a
+/// loop that runs; a caller later than that finds the watchdog's renew in flight and awaits its
+/// reply instead of sending a second one, so lateness changes who renews, not how often.
+pub const WATCHDOG_GRACE_MAX: Duration = Duration::from_millis(50);
+
 /// An acquisition started by [`Primitive::begin_external`].
 #[derive(Debug)]
 pub struct ExternalOp {
@@ -175,6 +184,22 @@ impl ExternalHold {
     /// renewed before it is reported (it waited so long its first renew is already due).
     pub fn needs_confirm(&self, now: Instant) -> bool {
         now >= self.renew_at()
+    }
+
+    /// The lease clock's interval between renews.
+    pub fn renew_interval(&self) -> Duration {
+        self.schedule().renew_at(self.sent) - self.sent
+    }
+
+    /// How late past [`Self::renew_at`] the caller may be before a [`watchdog`] renews in its
+    /// stead: a quarter of the time between the renew instant and the loss instant (leaving
+    /// three quarters for the watchdog's round trip before the lease clock gives up), at most
+    /// [`WATCHDOG_GRACE_MAX`].
+    ///
+    /// [`watchdog`]: crate::dflockd::watchdog
+    pub fn watchdog_grace(&self) -> Duration {
+        let gap = self.loss_at().saturating_duration_since(self.renew_at());
+        (gap / 4).min(WATCHDOG_GRACE_MAX)
     }
 
     /// When the request that proved the lease was sent.

@@ -30,7 +30,7 @@ const script = (port, prelude = '') => `${prelude}
   const fail = (e) => { console.error(e && e.stack || e); process.exit(3) }
   ;(async () => {
     const raw = await new Promise((resolve, reject) => {
-      native.NativeDflockdConnection.connect({ server: { host: '127.0.0.1', port: ${port} } }, () => {})
+      native.NativeDflockdConnection.connect({ server: { host: '127.0.0.1', port: ${port} } })
         .then((r) => (r.ok ? resolve(r.value) : reject(r.error)), reject)
     })
     const driver = raw.driver

@@ -102,6 +102,30 @@ function counterWork() {
   }
 }
 
+/** Voluntary context switches (a thread blocked and was woken) and involuntary ones, summed over this process's
+ * threads now alive (the status file of each /proc/self/task entry): counts, unlike times, do not depend on the other load of the
+ * machine (issue 24's table of where a hand-off's CPU goes). Null where /proc is absent. */
+function ctxtSwitches() {
+  try {
+    let voluntary = 0
+    let involuntary = 0
+    const threads = fs.readdirSync('/proc/self/task')
+    for (const t of threads) {
+      let status
+      try {
+        status = fs.readFileSync(`/proc/self/task/${t}/status`, 'latin1')
+      } catch {
+        continue // the thread ended meanwhile
+      }
+      voluntary += Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+      involuntary += Number(/^nonvoluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+    }
+    return { voluntary, involuntary, threads: threads.length }
+  } catch {
+    return null
+  }
+}
+
 async function run(base) {
   const lock = makeLocker()
   const work = cfg.work === 'counter' ? counterWork() : null
@@ -109,6 +133,7 @@ async function run(base) {
   let overlaps = 0
   const now = () => Number(process.hrtime.bigint() - base)
   const cpu0 = process.cpuUsage() // this process's CPU (every thread: JS, tokio, inotify...) over the rounds
+  const cs0 = ctxtSwitches()
   for (let i = 0; i < cfg.rounds; i++) {
     times[i * 4] = now()
     const release = await lock()
@@ -137,7 +162,9 @@ async function run(base) {
     times[i * 4 + 3] = now()
   }
   const cpu = process.cpuUsage(cpu0)
-  return { times: Array.from(times), overlaps, cpuUs: cpu.user + cpu.system }
+  const cs1 = ctxtSwitches()
+  const switches = cs0 && cs1 ? { voluntary: cs1.voluntary - cs0.voluntary, involuntary: cs1.involuntary - cs0.involuntary, threads: cs1.threads } : null
+  return { times: Array.from(times), overlaps, cpuUs: cpu.user + cpu.system, switches }
 }
 
 let base = null

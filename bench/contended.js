@@ -78,6 +78,8 @@ function analyse(cfg, results) {
   let ivcsw = 0
   let threads = 0
   let switchesKnown = true
+  const byThread = {}
+  const cpuNsByThread = {}
   for (const r of results) {
     markerOverlaps += r.overlaps
     cpuUs += r.cpuUs || 0
@@ -85,6 +87,8 @@ function analyse(cfg, results) {
       vcsw += r.switches.voluntary
       ivcsw += r.switches.involuntary
       threads += r.switches.threads
+      for (const [name, v] of Object.entries(r.switches.byThread ?? {})) byThread[name] = (byThread[name] ?? 0) + v
+      for (const [name, v] of Object.entries(r.switches.cpuNsByThread ?? {})) cpuNsByThread[name] = (cpuNsByThread[name] ?? 0) + v
     } else switchesKnown = false
     for (let i = 0; i < r.times.length; i += 4) {
       holds.push({ pid: r.pid, called: r.times[i], acquired: r.times[i + 1], releaseCalled: r.times[i + 2], released: r.times[i + 3] })
@@ -127,7 +131,16 @@ function analyse(cfg, results) {
     cpuUsPerOp: cpuUs / holds.length,
     // Context switches per hand-off (all processes, every thread): voluntary = a thread went to sleep and was
     // woken (the thread hops of a wake-up), involuntary = preempted. Counts, not times: stable on a shared machine.
-    ...(switchesKnown ? { vcswPerOp: vcsw / holds.length, ivcswPerOp: ivcsw / holds.length, threadsPerProc: threads / results.length } : {}),
+    ...(switchesKnown
+      ? {
+          vcswPerOp: vcsw / holds.length,
+          ivcswPerOp: ivcsw / holds.length,
+          threadsPerProc: threads / results.length,
+          // by thread name (a name shared by threads, e.g. tokio's workers and blocking pool, sums them)
+          vcswPerOpByThread: Object.fromEntries(Object.entries(byThread).map(([n, v]) => [n, Math.round((v / holds.length) * 100) / 100])),
+          cpuUsPerOpByThread: Object.fromEntries(Object.entries(cpuNsByThread).map(([n, v]) => [n, Math.round(v / 1000 / holds.length)])),
+        }
+      : {}),
   }
 }
 

@@ -109,6 +109,8 @@ function ctxtSwitches() {
   try {
     let voluntary = 0
     let involuntary = 0
+    const byThread = {} // thread name → voluntary switches: which hop of a wake-up they are
+    const cpuNsByThread = {} // thread name → ns on a CPU (schedstat): where the CPU goes
     const threads = fs.readdirSync('/proc/self/task')
     for (const t of threads) {
       let status
@@ -117,10 +119,17 @@ function ctxtSwitches() {
       } catch {
         continue // the thread ended meanwhile
       }
-      voluntary += Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+      const v = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+      voluntary += v
       involuntary += Number(/^nonvoluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+      const name = /^Name:\s*(.*)$/m.exec(status)?.[1] ?? '?'
+      byThread[name] = (byThread[name] ?? 0) + v
+      try {
+        const ns = Number(fs.readFileSync(`/proc/self/task/${t}/schedstat`, 'latin1').split(' ')[0])
+        cpuNsByThread[name] = (cpuNsByThread[name] ?? 0) + ns
+      } catch {}
     }
-    return { voluntary, involuntary, threads: threads.length }
+    return { voluntary, involuntary, threads: threads.length, byThread, cpuNsByThread }
   } catch {
     return null
   }
@@ -163,7 +172,14 @@ async function run(base) {
   }
   const cpu = process.cpuUsage(cpu0)
   const cs1 = ctxtSwitches()
-  const switches = cs0 && cs1 ? { voluntary: cs1.voluntary - cs0.voluntary, involuntary: cs1.involuntary - cs0.involuntary, threads: cs1.threads } : null
+  let switches = null
+  if (cs0 && cs1) {
+    const byThread = {}
+    for (const [name, v] of Object.entries(cs1.byThread)) byThread[name] = v - (cs0.byThread[name] ?? 0)
+    const cpuNsByThread = {}
+    for (const [name, v] of Object.entries(cs1.cpuNsByThread)) cpuNsByThread[name] = v - (cs0.cpuNsByThread[name] ?? 0)
+    switches = { voluntary: cs1.voluntary - cs0.voluntary, involuntary: cs1.involuntary - cs0.involuntary, threads: cs1.threads, byThread, cpuNsByThread }
+  }
   return { times: Array.from(times), overlaps, cpuUs: cpu.user + cpu.system, switches }
 }
 

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -12,7 +13,8 @@ use std::time::Duration;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{AttemptError, Prepared};
+use super::attempt::{AttemptError, Busy, Prepared};
+use super::breaking::Examined;
 use super::error::{Holder, LockError};
 use super::held::HeldLock;
 use super::lock_file::LockFile;
@@ -21,6 +23,17 @@ use super::queue::{self, Place, STARVING_AFTER};
 use super::stale::{Observation, StaleJudgement};
 use super::sys::{self, CreationStrategy, FileSig, FsKind};
 use super::{unpoisoned, watch};
+
+/// Attempts sent off the calling tokio worker (`block_in_place` or the blocking pool) by
+/// [`LockFile::attempt_async`], process-wide: each is a thread hop (a test counts them).
+static BLOCKING_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many attempts of waiters this process sent off their tokio worker so far (see
+/// [`BLOCKING_ATTEMPTS`]): for tests that count thread hops.
+#[doc(hidden)]
+pub fn blocking_attempt_count() -> u64 {
+    BLOCKING_ATTEMPTS.load(Ordering::Relaxed)
+}
 
 /// Smallest polling interval while waiting (zero would spin).
 const MIN_RETRY: Duration = Duration::from_millis(1);
@@ -418,6 +431,26 @@ impl LockFile {
             // Nothing to sync, or syncs that return at once (tmpfs): all inline.
             return self.attempt(req, look_first, self.options.fsync, prepared);
         }
+        let mut look_first = look_first;
+        if look_first && self.fs == FsKind::Local {
+            // A waiter that saw a file there looks at it on this thread first: opening, reading
+            // and judging it (and unlinking it when stale) are short calls on a local file
+            // system, as the `stat` before them is; only a sync may wait. A busy look, what
+            // nearly every wake-up of a waiter finds, then costs no hand-off of this worker
+            // (with one tokio worker, `block_in_place` wakes a pool thread to take over the
+            // worker's role: 8 processes on the disk, ~1 voluntary context switch per
+            // hand-off less).
+            match self.examine_and_break() {
+                Examined::Held(holder, sig) => {
+                    return Err(AttemptError::Busy(Box::new(Busy { holder, sig })))
+                }
+                Examined::Symlink => return Err(AttemptError::Failed(self.symlink_error())),
+                // Free now (or changed): the attempt below links first, as the next round of
+                // `attempt` would.
+                Examined::Gone | Examined::Broken | Examined::Changed => look_first = false,
+            }
+        }
+        BLOCKING_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
         if tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::MultiThread
         {

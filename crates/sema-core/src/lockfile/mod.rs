@@ -83,6 +83,8 @@ pub mod stale;
 mod sys;
 mod watch;
 
+#[doc(hidden)]
+pub use acquire::blocking_attempt_count;
 pub use acquire::{AcquireNow, Tried};
 pub use error::{Holder, LockError};
 pub use format::{

@@ -5,8 +5,9 @@
 //! Opens, reads, closes, creations and in-place rewrites (heartbeats) wake nobody, not even this
 //! thread; `notify` would subscribe to all of them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
@@ -22,12 +23,32 @@ fn mask() -> WatchMask {
         | WatchMask::ONLYDIR
 }
 
+/// The mask of a parked watch (see [`Backend::unwatch`]): only the directory's own deletion,
+/// which nobody waits for there (the reader finds no waiter to wake).
+fn parked_mask() -> WatchMask {
+    WatchMask::DELETE_SELF | WatchMask::ONLYDIR
+}
+
+/// How many parked watches are kept (the oldest is removed past it): a contending process uses
+/// one directory or a few; the user's `max_user_watches` is shared with every other program.
+const MAX_PARKED: usize = 16;
+
+/// `IN_IGNORED` events read (a watch removed): each woke the reader thread for nothing.
+static IGNORED_EVENTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many `IN_IGNORED` events the reader thread has read (tests: a parked watch makes none).
+pub(crate) fn ignored_event_count() -> u64 {
+    IGNORED_EVENTS.load(Ordering::Relaxed)
+}
+
 pub(super) struct Backend {
     watches: Watches,
     /// Watch descriptor → directory, shared with the reader thread.
     wds: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>>,
-    /// Directory → watch descriptor.
+    /// Directory → watch descriptor (active or parked).
     by_dir: HashMap<PathBuf, WatchDescriptor>,
+    /// Parked directories, oldest first.
+    parked: VecDeque<PathBuf>,
 }
 
 pub(super) fn start(waiters: Waiters) -> Option<Backend> {
@@ -43,20 +64,61 @@ pub(super) fn start(waiters: Waiters) -> Option<Backend> {
         watches,
         wds,
         by_dir: HashMap::new(),
+        parked: VecDeque::new(),
     })
 }
 
 impl Backend {
     pub(super) fn watch(&mut self, dir: &Path) -> bool {
+        self.parked.retain(|p| p != dir);
+        // A parked watch of this directory gets its mask back (the kernel returns the same
+        // descriptor for the same directory; another one if the path now names another
+        // directory, whose old watch is removed).
         let Ok(wd) = self.watches.add(dir, mask()) else {
+            self.remove(dir);
             return false;
         };
-        lock(&self.wds).insert(wd.clone(), dir.to_path_buf());
-        self.by_dir.insert(dir.to_path_buf(), wd);
+        if let Some(old) = self.by_dir.insert(dir.to_path_buf(), wd.clone()) {
+            if old != wd {
+                lock(&self.wds).remove(&old);
+                let _ = self.watches.remove(old);
+            }
+        }
+        lock(&self.wds).insert(wd, dir.to_path_buf());
         true
     }
 
+    /// Nobody here waits in `dir` any more: its watch is parked (narrowed to the directory's
+    /// own deletion), not removed. Removing it queued an `IN_IGNORED` event, which woke the
+    /// reader thread for nothing once per acquisition of a contended lock (8 processes on a
+    /// disk: the reader's wake-ups per hand-off, summed over all processes, see the commit),
+    /// and a release in the directory no longer wakes it either, as with no watch.
     pub(super) fn unwatch(&mut self, dir: &Path) {
+        let Some(wd) = self.by_dir.get(dir).cloned() else {
+            return;
+        };
+        match self.watches.add(dir, parked_mask()) {
+            Ok(now) if now == wd => {}
+            other => {
+                // The path names another directory now (or none): nothing to park, and a
+                // watch just made on that other directory is not kept either.
+                if let Ok(other) = other {
+                    let _ = self.watches.remove(other);
+                }
+                self.remove(dir);
+                return;
+            }
+        }
+        self.parked.push_back(dir.to_path_buf());
+        if self.parked.len() > MAX_PARKED {
+            if let Some(oldest) = self.parked.pop_front() {
+                self.remove(&oldest);
+            }
+        }
+    }
+
+    fn remove(&mut self, dir: &Path) {
+        self.parked.retain(|p| p != dir);
         if let Some(wd) = self.by_dir.remove(dir) {
             lock(&self.wds).remove(&wd);
             // A watch the kernel already dropped (directory deleted) only fails with EINVAL.
@@ -96,6 +158,9 @@ fn read_loop(
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 wake_all(waiters);
                 continue;
+            }
+            if event.mask.contains(EventMask::IGNORED) {
+                IGNORED_EVENTS.fetch_add(1, Ordering::Relaxed);
             }
             let Some(dir) = lock(wds).get(&event.wd).cloned() else {
                 continue;

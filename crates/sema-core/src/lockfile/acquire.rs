@@ -84,7 +84,7 @@ impl LockFile {
             return Err(self.already_locked_from_disk());
         };
         let held = self
-            .attempt(req, false, self.options.fsync, &mut None)
+            .attempt(req, false, self.syncs(), &mut None)
             .map_err(|e| self.error_of(e))?;
         held.keep_turn(turn);
         Ok(held)
@@ -94,7 +94,7 @@ impl LockFile {
     /// it to race threads on the file itself.
     #[doc(hidden)]
     pub fn try_acquire_bypassing_queue(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        self.attempt(req, false, self.options.fsync, &mut None)
+        self.attempt(req, false, self.syncs(), &mut None)
             .map_err(|e| self.error_of(e))
     }
 
@@ -116,6 +116,14 @@ impl LockFile {
     ) -> Result<HeldLock, LockError> {
         self.acquire_in_order(req.clone(), timeout, cancel, None)
             .await
+    }
+
+    /// Whether an acquisition syncs its file and directory: `fsync` asked, and not on a memory
+    /// file system, whose `fsync` does nothing (tmpfs: `noop_fsync`): there it would only cost
+    /// four system calls per acquisition (the file's sync, and the directory's open, sync and
+    /// close; counted with `strace` on the one-process loop of bench/file-hops.js `--cycles`).
+    pub(super) fn syncs(&self) -> bool {
+        self.options.fsync && self.fs != FsKind::Memory
     }
 
     /// Whether one attempt is short enough for a thread that must not block (the JS thread): a
@@ -151,7 +159,7 @@ impl LockFile {
                 turn: Some(turn),
             });
         }
-        match self.attempt(req, false, self.options.fsync, &mut None) {
+        match self.attempt(req, false, self.syncs(), &mut None) {
             Ok(held) => {
                 held.keep_turn(turn);
                 AcquireNow::Done(Ok(held))
@@ -427,9 +435,9 @@ impl LockFile {
         look_first: bool,
         prepared: &mut Option<Prepared>,
     ) -> Result<HeldLock, AttemptError> {
-        if !self.options.fsync || self.fs == FsKind::Memory {
-            // Nothing to sync, or syncs that return at once (tmpfs): all inline.
-            return self.attempt(req, look_first, self.options.fsync, prepared);
+        if !self.syncs() {
+            // Nothing to sync: all inline.
+            return self.attempt(req, look_first, false, prepared);
         }
         let mut look_first = look_first;
         if look_first && self.fs == FsKind::Local {
@@ -518,8 +526,8 @@ impl LockFile {
         {
             return;
         }
-        if !self.options.fsync || self.fs == FsKind::Memory {
-            *ahead = self.prepare(req, prepared, self.options.fsync).is_some();
+        if !self.syncs() {
+            *ahead = self.prepare(req, prepared, false).is_some();
             return;
         }
         let this = self.clone();
@@ -609,5 +617,37 @@ impl Drop for AbandonOnDrop {
         if let Some(Ok(held)) = h.result.take() {
             let _ = held.release();
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod memory_fs_tests {
+    use super::super::{AcquireRequest, LockFile, LockOptions};
+
+    /// `fsync` on (the default) syncs nothing on a memory file system, where a sync does nothing
+    /// anyway; on a disk the content is synced (before the link).
+    #[test]
+    fn memory_file_system_skips_the_sync() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).expect("tempdir in /dev/shm");
+        let file = LockFile::new(dir.path().join("m.lock"), LockOptions::default());
+        assert!(file.options.fsync, "fsync is the default");
+        let held = file.try_acquire(&AcquireRequest::default()).expect("free");
+        let synced = held.inner.state.lock().expect("state").content_synced;
+        assert!(!synced, "nothing synced on tmpfs");
+        assert!(held.release().expect("released"));
+
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("tempdir on the disk");
+        let file = LockFile::new(disk.path().join("d.lock"), LockOptions::default());
+        if !file.syncs() {
+            return; // the work tree is on a memory file system itself
+        }
+        let held = file.try_acquire(&AcquireRequest::default()).expect("free");
+        let synced = held.inner.state.lock().expect("state").content_synced;
+        assert!(synced, "the content is synced on a disk");
+        assert!(held.release().expect("released"));
     }
 }

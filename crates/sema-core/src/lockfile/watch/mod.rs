@@ -1,5 +1,5 @@
 //! One process-wide file-system watcher that wakes waiters when something happens to their
-//! lock file's name: on Linux an inotify reader thread ([`inotify`]), elsewhere the `notify`
+//! lock file's name: on Linux inotify ([`inotify`], read on the tokio runtime), elsewhere the `notify`
 //! crate ([`portable`]: kqueue on BSD/macOS, ReadDirectoryChangesW on Windows).
 //!
 //! Each waited-on lock registers a [`WatchGuard`]: the parent directory is watched

@@ -7,6 +7,7 @@
 //   node bench/run.js --smoke              every benchmark with tiny counts (< 30 s); exit 1 on a crash or overlap
 //   node bench/run.js --only=file,contended,dflockd,kinds,memory,diagnostics
 //   node bench/run.js --render             re-render bench/results/latest.json (after a change of the tables)
+//   node bench/run.js --only=contended --floor-only   the file lock against its floor alone (latest-floor.md)
 
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
@@ -31,6 +32,8 @@ const KIND_SCRIPTS = [
 const argv = process.argv.slice(2)
 const smoke = argv.includes('--smoke')
 const renderOnly = argv.includes('--render') // re-render bench/results/latest.json without measuring
+// With --only=contended: the floor comparison alone (issue 24), written to latest-floor.{json,md}.
+const floorOnly = argv.includes('--floor-only')
 const onlyArg = argv.find((a) => a.startsWith('--only='))
 const only = onlyArg ? onlyArg.slice(7).split(',').filter(Boolean) : SECTIONS
 for (const s of only) {
@@ -663,8 +666,8 @@ async function main() {
       }
     }
     if (only.includes('contended')) {
-      res.contended = [...(await runContended(dirs)), ...(await runFloorCompare(dirs))]
-      res.fileHops = runFileHops(dirs)
+      res.contended = [...(floorOnly ? [] : await runContended(dirs)), ...(await runFloorCompare(dirs))]
+      if (!floorOnly) res.fileHops = runFileHops(dirs)
     }
     if (only.includes('dflockd')) {
       try {
@@ -693,7 +696,7 @@ async function main() {
   process.stdout.write(md)
   fs.mkdirSync(resultsDir, { recursive: true })
   // a smoke run does not replace the last full run's results
-  const base = smoke ? 'latest-smoke' : 'latest'
+  const base = smoke ? 'latest-smoke' : floorOnly ? 'latest-floor' : 'latest'
   fs.writeFileSync(path.join(resultsDir, `${base}.json`), JSON.stringify(res, null, 2) + '\n')
   fs.writeFileSync(path.join(resultsDir, `${base}.md`), md)
   log(`wrote bench/results/${base}.json and ${base}.md (${res.seconds.toFixed(0)} s)`)

@@ -61,7 +61,8 @@ const P = smoke
         { procs: 32, rounds: 100, dirs: ['tmpfs'] },
       ],
       // Against the floor of the same protocol and durability, on the disk (issue 24): 1 and 8 processes.
-      floorCompare: [{ procs: 1, rounds: 600, dirs: ['disk', 'tmpfs'] }, { procs: 8, rounds: 300, dirs: ['disk', 'tmpfs'] }],
+      // warmup: cycles each addon contender runs on a lock of its own before the barrier (bench/workers/contender.js).
+      floorCompare: [{ procs: 1, rounds: 5000, dirs: ['disk', 'tmpfs'], warmup: 3000 }, { procs: 8, rounds: 300, dirs: ['disk', 'tmpfs'], warmup: 500 }],
       contendedReps: 3,
       dflockd: { workers: [1, 10, 100], seconds: 1.5, reps: 3, goTimeoutMs: 180_000 },
       memory: { fileCycles: 1_000_000, dflockdPairs: 500_000, dflockdSeconds: 180, warmup: 2_000 },
@@ -252,7 +253,7 @@ async function runFloorCompare(dirs) {
       for (let rep = 0; rep < P.contendedReps; rep++) {
         for (const [i, { kind }] of runs.entries()) {
           try {
-            const r = await contend({ kind, work: 'counter', procs: c.procs, rounds: c.rounds, dir, timeoutMs: smoke ? 20_000 : 300_000 })
+            const r = await contend({ kind, work: 'counter', procs: c.procs, rounds: c.rounds, warmup: c.warmup, dir, timeoutMs: smoke ? 20_000 : 300_000 })
             done[i].push(r)
             log(`floor compare ${kind} ${c.procs}×${c.rounds} ${dirName}: ${num(r.opsPerSec)} ops/s, lost updates ${r.overlaps}`)
           } catch (e) {

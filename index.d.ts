@@ -178,7 +178,7 @@ export interface SemaphoreConfig {
   acquireTimeout?: number | null | undefined
   /** Tags are cut to this many UTF-16 code units. Default 10000. */
   maxTagLength?: number | undefined
-  /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. */
+  /** fsync the lock file and its directory on acquire (the format's spec asks for it). Default true. Skipped on a memory file system (tmpfs), whose sync does nothing. */
   fsync?: boolean | undefined
   /**
    * ms between refreshes of a held lock's timestamp; `null`, `false` or 0 turns it off. Default min(1 s,

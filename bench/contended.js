@@ -67,16 +67,29 @@ async function floorRun(cfg) {
   const bin = path.join(__dirname, 'floor', 'target', 'release', 'file-contended-floor')
   const order = cfg.kind === 'floor-after' ? 'after' : 'before'
   const { result } = await runJson(bin, [cfg.dir, String(cfg.procs), String(cfg.rounds), order], { timeoutMs: cfg.timeoutMs ?? 300_000 })
-  return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0, cpuUsPerOp: result.cpuUsPerOp }
+  return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0, cpuUsPerOp: result.cpuUsPerOp, vcswPerOp: result.vcswPerOp, ivcswPerOp: result.ivcswPerOp, threadsPerProc: 1 }
 }
 
 function analyse(cfg, results) {
   const holds = []
   let markerOverlaps = 0
   let cpuUs = 0
+  let vcsw = 0
+  let ivcsw = 0
+  let threads = 0
+  let switchesKnown = true
+  const byThread = {}
+  const cpuNsByThread = {}
   for (const r of results) {
     markerOverlaps += r.overlaps
     cpuUs += r.cpuUs || 0
+    if (r.switches) {
+      vcsw += r.switches.voluntary
+      ivcsw += r.switches.involuntary
+      threads += r.switches.threads
+      for (const [name, v] of Object.entries(r.switches.byThread ?? {})) byThread[name] = (byThread[name] ?? 0) + v
+      for (const [name, v] of Object.entries(r.switches.cpuNsByThread ?? {})) cpuNsByThread[name] = (cpuNsByThread[name] ?? 0) + v
+    } else switchesKnown = false
     for (let i = 0; i < r.times.length; i += 4) {
       holds.push({ pid: r.pid, called: r.times[i], acquired: r.times[i + 1], releaseCalled: r.times[i + 2], released: r.times[i + 3] })
     }
@@ -116,6 +129,18 @@ function analyse(cfg, results) {
     // CPU (user + system, every thread of every contender) per hand-off: on a machine with few cores a hand-off
     // that costs more CPU than the floor's cannot go as fast, whatever its latency.
     cpuUsPerOp: cpuUs / holds.length,
+    // Context switches per hand-off (all processes, every thread): voluntary = a thread went to sleep and was
+    // woken (the thread hops of a wake-up), involuntary = preempted. Counts, not times: stable on a shared machine.
+    ...(switchesKnown
+      ? {
+          vcswPerOp: vcsw / holds.length,
+          ivcswPerOp: ivcsw / holds.length,
+          threadsPerProc: threads / results.length,
+          // by thread name (a name shared by threads, e.g. tokio's workers and blocking pool, sums them)
+          vcswPerOpByThread: Object.fromEntries(Object.entries(byThread).map(([n, v]) => [n, Math.round((v / holds.length) * 100) / 100])),
+          cpuUsPerOpByThread: Object.fromEntries(Object.entries(cpuNsByThread).map(([n, v]) => [n, Math.round(v / 1000 / holds.length)])),
+        }
+      : {}),
   }
 }
 

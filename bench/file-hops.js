@@ -5,6 +5,9 @@
 // against the lock cycle itself. Each row: one call awaited at a time (latency, not throughput), p50 and mean µs.
 //
 //   node bench/file-hops.js [dir] [--n=3000]      dir: where lock files go (default: the work disk, bench/results/tmp)
+//   node bench/file-hops.js [dir] --cycles[=20000] [--kind=semaphore|functions]
+//      the contender's loop in one process (acquire, counter pread + pwrite, release), counted rather than timed:
+//      CPU per cycle on the JS thread and on all threads (schedstat), voluntary switches per cycle (issue 24).
 
 const fs = require('node:fs')
 const path = require('node:path')
@@ -44,7 +47,77 @@ function floorCycleUs(rounds) {
   return 1e6 / JSON.parse(r.stdout).opsPerSec
 }
 
+/** CPU ns on a CPU so far (schedstat) of the JS thread and of every thread, and voluntary switches of every thread. */
+function threadCounts() {
+  const jsNs = Number(fs.readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'latin1').split(' ')[0])
+  let allNs = 0
+  let voluntary = 0
+  for (const t of fs.readdirSync('/proc/self/task')) {
+    try {
+      allNs += Number(fs.readFileSync(`/proc/self/task/${t}/schedstat`, 'latin1').split(' ')[0])
+      voluntary += Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(fs.readFileSync(`/proc/self/task/${t}/status`, 'latin1'))[1])
+    } catch {} // the thread ended meanwhile
+  }
+  return { jsNs, allNs, voluntary }
+}
+
+/** `--cycles`: the contender's loop (bench/workers/contender.js, counter work) with nobody contending. */
+async function cycleLoop(n, kind) {
+  const lockPath = path.join(dir, 'cycles.lock')
+  const counterPath = path.join(dir, 'counter')
+  fs.writeFileSync(counterPath, '0\n')
+  const fd = fs.openSync(counterPath, 'r+')
+  const buf = Buffer.alloc(32)
+  const work = () => {
+    const k = fs.readSync(fd, buf, 0, buf.length, 0)
+    fs.writeSync(fd, `${Number(buf.toString('latin1', 0, k).trim()) + 1}\n`, 0)
+  }
+  const tag = `bench ${process.pid}`
+  const sem = new Semaphore(lockPath)
+  const options = { tag }
+  const cycle =
+    kind === 'functions'
+      ? async () => {
+          const r = await acquire(lockPath, options)
+          if (!r.ok) throw new Error(r.error.message)
+          work()
+          if (!(await r.value.release())) throw new Error('release returned false')
+        }
+      : async () => {
+          const r = await sem.acquire({ tag })
+          if (!r.ok) throw new Error(r.error.message)
+          work()
+          if (!sem.release().ok) throw new Error('release failed')
+        }
+  for (let i = 0; i < 500; i++) await cycle() // warm-up (JIT, first threads)
+  const c0 = threadCounts()
+  const t0 = process.hrtime.bigint()
+  for (let i = 0; i < n; i++) await cycle()
+  const wallNs = Number(process.hrtime.bigint() - t0)
+  const c1 = threadCounts()
+  fs.closeSync(fd)
+  const where = dir.startsWith('/dev/shm') ? 'tmpfs' : 'disk'
+  console.log(
+    JSON.stringify({
+      kind,
+      where,
+      cycles: n,
+      jsCpuUsPerCycle: +((c1.jsNs - c0.jsNs) / 1e3 / n).toFixed(2),
+      allCpuUsPerCycle: +((c1.allNs - c0.allNs) / 1e3 / n).toFixed(2),
+      voluntaryPerCycle: +((c1.voluntary - c0.voluntary) / n).toFixed(3),
+      wallUsPerCycle: +(wallNs / 1e3 / n).toFixed(2),
+    }),
+  )
+}
+
 async function main() {
+  const cyclesArg = args.find((a) => a === '--cycles' || a.startsWith('--cycles='))
+  if (cyclesArg) {
+    const kindArg = args.find((a) => a.startsWith('--kind='))
+    await cycleLoop(cyclesArg.includes('=') ? Number(cyclesArg.slice(9)) : 20_000, kindArg ? kindArg.slice(7) : 'semaphore')
+    fs.rmSync(dir, { recursive: true, force: true })
+    return
+  }
   const rows = []
   const syncN = N * 30
   rows.push(await time('sync napi call (takeHeldEnd)', syncN, () => native.takeHeldEnd(0)))

@@ -7,6 +7,7 @@
 //   node bench/run.js --smoke              every benchmark with tiny counts (< 30 s); exit 1 on a crash or overlap
 //   node bench/run.js --only=file,contended,dflockd,kinds,memory,diagnostics
 //   node bench/run.js --render             re-render bench/results/latest.json (after a change of the tables)
+//   node bench/run.js --only=contended --floor-only   the file lock against its floor alone (latest-floor.md)
 
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
@@ -31,6 +32,8 @@ const KIND_SCRIPTS = [
 const argv = process.argv.slice(2)
 const smoke = argv.includes('--smoke')
 const renderOnly = argv.includes('--render') // re-render bench/results/latest.json without measuring
+// With --only=contended: the floor comparison alone (issue 24), written to latest-floor.{json,md}.
+const floorOnly = argv.includes('--floor-only')
 const onlyArg = argv.find((a) => a.startsWith('--only='))
 const only = onlyArg ? onlyArg.slice(7).split(',').filter(Boolean) : SECTIONS
 for (const s of only) {
@@ -45,7 +48,7 @@ const P = smoke
   ? {
       file: { reps: 1, seconds: 0.05, warmup: 10 },
       contended: [{ procs: 8, rounds: 5, dirs: ['tmpfs'] }],
-      floorCompare: [{ procs: 1, rounds: 5 }, { procs: 8, rounds: 5 }],
+      floorCompare: [{ procs: 1, rounds: 5, dirs: ['disk'] }, { procs: 8, rounds: 5, dirs: ['disk'] }],
       contendedReps: 1,
       dflockd: { workers: [1, 10, 100], seconds: 0.2, reps: 1, goTimeoutMs: 20_000 },
       memory: { fileCycles: 2_000, dflockdPairs: 500, dflockdSeconds: 3, warmup: 100 },
@@ -58,7 +61,8 @@ const P = smoke
         { procs: 32, rounds: 100, dirs: ['tmpfs'] },
       ],
       // Against the floor of the same protocol and durability, on the disk (issue 24): 1 and 8 processes.
-      floorCompare: [{ procs: 1, rounds: 600 }, { procs: 8, rounds: 300 }],
+      // warmup: cycles each addon contender runs on a lock of its own before the barrier (bench/workers/contender.js).
+      floorCompare: [{ procs: 1, rounds: 5000, dirs: ['disk', 'tmpfs'], warmup: 3000 }, { procs: 8, rounds: 300, dirs: ['disk', 'tmpfs'], warmup: 500 }],
       contendedReps: 3,
       dflockd: { workers: [1, 10, 100], seconds: 1.5, reps: 3, goTimeoutMs: 180_000 },
       memory: { fileCycles: 1_000_000, dflockdPairs: 500_000, dflockdSeconds: 180, warmup: 2_000 },
@@ -240,19 +244,25 @@ async function runFloorCompare(dirs) {
   buildFloor()
   const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'addon' }, { kind: 'semaphore' }]
   for (const c of P.floorCompare) {
-    const done = runs.map(() => [])
-    for (let rep = 0; rep < P.contendedReps; rep++) {
-      for (const [i, { kind }] of runs.entries()) {
-        try {
-          const r = await contend({ kind, work: 'counter', procs: c.procs, rounds: c.rounds, dir: dirs.disk, timeoutMs: smoke ? 20_000 : 300_000 })
-          done[i].push(r)
-          log(`floor compare ${kind} ${c.procs}×${c.rounds} disk: ${num(r.opsPerSec)} ops/s, lost updates ${r.overlaps}`)
-        } catch (e) {
-          done[i].push({ error: fail(`floor-compare/${kind}/${c.procs}`, e).error })
+    // The disk (the issue's case) and tmpfs: the floor's rate on the shared disk swings with the other load on it,
+    // on tmpfs there is no device in the measurement at all.
+    for (const dirName of c.dirs ?? ['disk']) {
+      const dir = dirs[dirName]
+      if (!dir) continue
+      const done = runs.map(() => [])
+      for (let rep = 0; rep < P.contendedReps; rep++) {
+        for (const [i, { kind }] of runs.entries()) {
+          try {
+            const r = await contend({ kind, work: 'counter', procs: c.procs, rounds: c.rounds, warmup: c.warmup, dir, timeoutMs: smoke ? 20_000 : 300_000 })
+            done[i].push(r)
+            log(`floor compare ${kind} ${c.procs}×${c.rounds} ${dirName}: ${num(r.opsPerSec)} ops/s, lost updates ${r.overlaps}`)
+          } catch (e) {
+            done[i].push({ error: fail(`floor-compare/${kind}/${c.procs}/${dirName}`, e).error })
+          }
         }
       }
+      out.push(...medianRows(runs, done, { procs: c.procs, rounds: c.rounds, dir: dirName, work: 'counter' }))
     }
-    out.push(...medianRows(runs, done, { procs: c.procs, rounds: c.rounds, dir: 'disk', work: 'counter' }))
   }
   return out
 }
@@ -275,20 +285,23 @@ function floorCompareTable(rows) {
     addon: 'addon `acquire(p)` + `lock.release()`',
     semaphore: 'addon `Semaphore`: `await sem.acquire()` + `sem.release()`',
   }
-  const floor = (r) => rows.find((x) => x.kind === 'floor' && x.procs === r.procs && !x.error)
+  const floor = (r) => rows.find((x) => x.kind === 'floor' && x.procs === r.procs && (x.dir ?? 'disk') === (r.dir ?? 'disk') && !x.error)
   return table(
-    ['lock', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'CPU µs per hand-off (all processes)', 'lost updates'],
+    ['lock', 'dir', 'procs × rounds', 'ops/s', 'ms per hand-off', '× floor ops/s (target ≥ 0.8)', 'hand-off p50 ms', 'CPU µs per hand-off (all processes)', 'thread wake-ups per hand-off (all processes)', 'lost updates'],
     rows.map((r) => {
-      if (r.error) return [label[r.kind], `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '', '']
+      if (r.error) return [label[r.kind], r.dir ?? 'disk', `${r.procs} × ${r.rounds}`, `error: ${r.error}`, '', '', '', '', '', '']
       const fl = floor(r)
       return [
         label[r.kind],
+        r.dir ?? 'disk',
         `${r.procs} × ${r.rounds}`,
         num(r.opsPerSec),
         num(1000 / r.opsPerSec, 3),
         r.kind === 'floor' ? '1.00×' : fl ? ratio(r.opsPerSec, fl.opsPerSec) : '–',
         r.handoffP50Ms === undefined ? '' : num(r.handoffP50Ms, 3),
         r.cpuUsPerOp === undefined ? '' : num(r.cpuUsPerOp, 0),
+        // Voluntary context switches: counts, stable on a shared machine where the times are not.
+        r.vcswPerOp === undefined ? '' : num(r.vcswPerOp, 1),
         String(r.overlaps + (r.intervalOverlaps || 0)),
       ]
     }),
@@ -654,8 +667,8 @@ async function main() {
       }
     }
     if (only.includes('contended')) {
-      res.contended = [...(await runContended(dirs)), ...(await runFloorCompare(dirs))]
-      res.fileHops = runFileHops(dirs)
+      res.contended = [...(floorOnly ? [] : await runContended(dirs)), ...(await runFloorCompare(dirs))]
+      if (!floorOnly) res.fileHops = runFileHops(dirs)
     }
     if (only.includes('dflockd')) {
       try {
@@ -684,7 +697,7 @@ async function main() {
   process.stdout.write(md)
   fs.mkdirSync(resultsDir, { recursive: true })
   // a smoke run does not replace the last full run's results
-  const base = smoke ? 'latest-smoke' : 'latest'
+  const base = smoke ? 'latest-smoke' : floorOnly ? 'latest-floor' : 'latest'
   fs.writeFileSync(path.join(resultsDir, `${base}.json`), JSON.stringify(res, null, 2) + '\n')
   fs.writeFileSync(path.join(resultsDir, `${base}.md`), md)
   log(`wrote bench/results/${base}.json and ${base}.md (${res.seconds.toFixed(0)} s)`)

@@ -11,14 +11,14 @@ const path = require('node:path')
 const root = path.resolve(__dirname, '..', '..')
 const cfg = JSON.parse(process.argv[2])
 
-function makeLocker() {
+function makeLocker(lockPath = cfg.lockPath) {
   switch (cfg.kind) {
     case 'addon': {
       const { acquire } = require(root)
       const options = { tag: `bench ${process.pid}`, fsync: cfg.fsync, heartbeat: cfg.heartbeat, retryInterval: cfg.retryInterval }
       for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k]
       return async () => {
-        const r = await acquire(cfg.lockPath, options)
+        const r = await acquire(lockPath, options)
         if (!r.ok) throw new Error(`acquire failed: ${r.error.type} ${r.error.message}`)
         const lock = r.value
         return async () => {
@@ -31,7 +31,7 @@ function makeLocker() {
       const { Semaphore } = require(root)
       const options = { fsync: cfg.fsync, heartbeat: cfg.heartbeat }
       for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k]
-      const sem = new Semaphore(cfg.lockPath, options)
+      const sem = new Semaphore(lockPath, options)
       return async () => {
         const r = await sem.acquire({ tag: `bench ${process.pid}` })
         if (!r.ok) throw new Error(`Semaphore.acquire failed: ${r.error.type} ${r.error.message}`)
@@ -102,6 +102,39 @@ function counterWork() {
   }
 }
 
+/** Voluntary context switches (a thread blocked and was woken) and involuntary ones, summed over this process's
+ * threads now alive (the status file of each /proc/self/task entry): counts, unlike times, do not depend on the other load of the
+ * machine (issue 24's table of where a hand-off's CPU goes). Null where /proc is absent. */
+function ctxtSwitches() {
+  try {
+    let voluntary = 0
+    let involuntary = 0
+    const byThread = {} // thread name → voluntary switches: which hop of a wake-up they are
+    const cpuNsByThread = {} // thread name → ns on a CPU (schedstat): where the CPU goes
+    const threads = fs.readdirSync('/proc/self/task')
+    for (const t of threads) {
+      let status
+      try {
+        status = fs.readFileSync(`/proc/self/task/${t}/status`, 'latin1')
+      } catch {
+        continue // the thread ended meanwhile
+      }
+      const v = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+      voluntary += v
+      involuntary += Number(/^nonvoluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0)
+      const name = /^Name:\s*(.*)$/m.exec(status)?.[1] ?? '?'
+      byThread[name] = (byThread[name] ?? 0) + v
+      try {
+        const ns = Number(fs.readFileSync(`/proc/self/task/${t}/schedstat`, 'latin1').split(' ')[0])
+        cpuNsByThread[name] = (cpuNsByThread[name] ?? 0) + ns
+      } catch {}
+    }
+    return { voluntary, involuntary, threads: threads.length, byThread, cpuNsByThread }
+  } catch {
+    return null
+  }
+}
+
 async function run(base) {
   const lock = makeLocker()
   const work = cfg.work === 'counter' ? counterWork() : null
@@ -109,6 +142,7 @@ async function run(base) {
   let overlaps = 0
   const now = () => Number(process.hrtime.bigint() - base)
   const cpu0 = process.cpuUsage() // this process's CPU (every thread: JS, tokio, inotify...) over the rounds
+  const cs0 = ctxtSwitches()
   for (let i = 0; i < cfg.rounds; i++) {
     times[i * 4] = now()
     const release = await lock()
@@ -137,7 +171,16 @@ async function run(base) {
     times[i * 4 + 3] = now()
   }
   const cpu = process.cpuUsage(cpu0)
-  return { times: Array.from(times), overlaps, cpuUs: cpu.user + cpu.system }
+  const cs1 = ctxtSwitches()
+  let switches = null
+  if (cs0 && cs1) {
+    const byThread = {}
+    for (const [name, v] of Object.entries(cs1.byThread)) byThread[name] = v - (cs0.byThread[name] ?? 0)
+    const cpuNsByThread = {}
+    for (const [name, v] of Object.entries(cs1.cpuNsByThread)) cpuNsByThread[name] = v - (cs0.cpuNsByThread[name] ?? 0)
+    switches = { voluntary: cs1.voluntary - cs0.voluntary, involuntary: cs1.involuntary - cs0.involuntary, threads: cs1.threads, byThread, cpuNsByThread }
+  }
+  return { times: Array.from(times), overlaps, cpuUs: cpu.user + cpu.system, switches }
 }
 
 let base = null
@@ -149,10 +192,22 @@ process.on('message', (msg) => {
     (e) => process.send({ type: 'error', pid: process.pid, error: String(e && e.stack ? e.stack : e) }, () => process.exit(1)),
   )
 })
-// warm the module loading before the barrier, then say ready
-try {
+/**
+ * Before the barrier: the module loaded, and for the addon's rows `cfg.warmup` cycles on a lock file of this
+ * process's own (uncontended), so that the rounds measure compiled code, as the floor's native rounds do: at one
+ * process on tmpfs 600 rounds took ~30 ms, mostly before V8 had optimised the loop (CPU per hand-off 84-90 µs there,
+ * V8's compiler threads included, against 45-50 µs over 20 000 cycles of bench/file-hops.js --cycles; 54 µs on the
+ * JS thread and 73 µs in all over its first 2 000).
+ */
+async function warmUp() {
   makeLocker()
-  process.send({ type: 'ready', pid: process.pid })
-} catch (e) {
-  process.send({ type: 'error', pid: process.pid, error: String(e && e.stack ? e.stack : e) }, () => process.exit(1))
+  if (!(cfg.warmup > 0) || (cfg.kind !== 'addon' && cfg.kind !== 'semaphore')) return
+  const warmPath = `${cfg.lockPath}.warm-${process.pid}`
+  const lock = makeLocker(warmPath)
+  for (let i = 0; i < cfg.warmup; i++) await (await lock())()
 }
+
+warmUp().then(
+  () => process.send({ type: 'ready', pid: process.pid }),
+  (e) => process.send({ type: 'error', pid: process.pid, error: String(e && e.stack ? e.stack : e) }, () => process.exit(1)),
+)

@@ -201,14 +201,19 @@ impl Contender {
     }
 }
 
-/// This process's CPU time (user + system), µs.
-fn cpu_us() -> u64 {
+/// This process's CPU time (user + system, µs) and its voluntary and involuntary context switches (one thread: the
+/// voluntary ones are its sleeps in `read(inotify)` and the disk's syncs).
+fn usage() -> [u64; 3] {
     // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-pointer.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    us(ru.ru_utime) + us(ru.ru_stime)
+    [
+        us(ru.ru_utime) + us(ru.ru_stime),
+        ru.ru_nvcsw as u64,
+        ru.ru_nivcsw as u64,
+    ]
 }
 
 fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
@@ -219,13 +224,20 @@ fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
         std::process::exit(1)
     }
     let start = now_ns();
-    let cpu0 = cpu_us();
+    let u0 = usage();
     for _ in 0..rounds {
         let fd = c.acquire();
         c.work();
         c.release(fd);
     }
-    println!("done {start} {} {}", now_ns(), cpu_us() - cpu0);
+    let u1 = usage();
+    println!(
+        "done {start} {} {} {} {}",
+        now_ns(),
+        u1[0] - u0[0],
+        u1[1] - u0[1],
+        u1[2] - u0[2]
+    );
 }
 
 fn main() {
@@ -274,7 +286,7 @@ fn main() {
     for c in &mut children {
         let _ = c.stdin.as_mut().expect("piped").write_all(b"go\n");
     }
-    let (mut first, mut last, mut cpu) = (u64::MAX, 0u64, 0u64);
+    let (mut first, mut last, mut cpu, mut vcsw, mut ivcsw) = (u64::MAX, 0u64, 0u64, 0u64, 0u64);
     for out in &mut outs {
         let mut line = String::new();
         let _ = out.read_line(&mut line);
@@ -283,13 +295,15 @@ fn main() {
             .skip(1)
             .filter_map(|s| s.parse().ok())
             .collect();
-        if parts.len() != 3 {
+        if parts.len() != 5 {
             eprintln!("file-contended-floor: a child failed");
             std::process::exit(1)
         }
         first = first.min(parts[0]);
         last = last.max(parts[1]);
         cpu += parts[2];
+        vcsw += parts[3];
+        ivcsw += parts[4];
     }
     for c in &mut children {
         let _ = c.wait();
@@ -302,9 +316,11 @@ fn main() {
     let ops = procs as u64 * rounds;
     let seconds = (last - first) as f64 / 1e9;
     println!(
-        "{{\"procs\":{procs},\"rounds\":{rounds},\"ops\":{ops},\"seconds\":{seconds},\"opsPerSec\":{},\"counter\":{final_count},\"lostUpdates\":{},\"cpuUsPerOp\":{}}}",
+        "{{\"procs\":{procs},\"rounds\":{rounds},\"ops\":{ops},\"seconds\":{seconds},\"opsPerSec\":{},\"counter\":{final_count},\"lostUpdates\":{},\"cpuUsPerOp\":{},\"vcswPerOp\":{},\"ivcswPerOp\":{}}}",
         ops as f64 / seconds,
         ops.saturating_sub(final_count),
-        cpu as f64 / ops as f64
+        cpu as f64 / ops as f64,
+        vcsw as f64 / ops as f64,
+        ivcsw as f64 / ops as f64
     );
 }

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -12,7 +13,8 @@ use std::time::Duration;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{AttemptError, Prepared};
+use super::attempt::{AttemptError, Busy, Prepared};
+use super::breaking::Examined;
 use super::error::{Holder, LockError};
 use super::held::HeldLock;
 use super::lock_file::LockFile;
@@ -21,6 +23,17 @@ use super::queue::{self, Place, STARVING_AFTER};
 use super::stale::{Observation, StaleJudgement};
 use super::sys::{self, CreationStrategy, FileSig, FsKind};
 use super::{unpoisoned, watch};
+
+/// Attempts sent off the calling tokio worker (`block_in_place` or the blocking pool) by
+/// [`LockFile::attempt_async`], process-wide: each is a thread hop (a test counts them).
+static BLOCKING_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many attempts of waiters this process sent off their tokio worker so far (see
+/// [`BLOCKING_ATTEMPTS`]): for tests that count thread hops.
+#[doc(hidden)]
+pub fn blocking_attempt_count() -> u64 {
+    BLOCKING_ATTEMPTS.load(Ordering::Relaxed)
+}
 
 /// Smallest polling interval while waiting (zero would spin).
 const MIN_RETRY: Duration = Duration::from_millis(1);
@@ -71,7 +84,7 @@ impl LockFile {
             return Err(self.already_locked_from_disk());
         };
         let held = self
-            .attempt(req, false, self.options.fsync, &mut None)
+            .attempt(req, false, self.syncs(), &mut None)
             .map_err(|e| self.error_of(e))?;
         held.keep_turn(turn);
         Ok(held)
@@ -81,7 +94,7 @@ impl LockFile {
     /// it to race threads on the file itself.
     #[doc(hidden)]
     pub fn try_acquire_bypassing_queue(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        self.attempt(req, false, self.options.fsync, &mut None)
+        self.attempt(req, false, self.syncs(), &mut None)
             .map_err(|e| self.error_of(e))
     }
 
@@ -103,6 +116,14 @@ impl LockFile {
     ) -> Result<HeldLock, LockError> {
         self.acquire_in_order(req.clone(), timeout, cancel, None)
             .await
+    }
+
+    /// Whether an acquisition syncs its file and directory: `fsync` asked, and not on a memory
+    /// file system, whose `fsync` does nothing (tmpfs: `noop_fsync`): there it would only cost
+    /// four system calls per acquisition (the file's sync, and the directory's open, sync and
+    /// close; counted with `strace` on the one-process loop of bench/file-hops.js `--cycles`).
+    pub(super) fn syncs(&self) -> bool {
+        self.options.fsync && self.fs != FsKind::Memory
     }
 
     /// Whether one attempt is short enough for a thread that must not block (the JS thread): a
@@ -138,7 +159,7 @@ impl LockFile {
                 turn: Some(turn),
             });
         }
-        match self.attempt(req, false, self.options.fsync, &mut None) {
+        match self.attempt(req, false, self.syncs(), &mut None) {
             Ok(held) => {
                 held.keep_turn(turn);
                 AcquireNow::Done(Ok(held))
@@ -414,10 +435,30 @@ impl LockFile {
         look_first: bool,
         prepared: &mut Option<Prepared>,
     ) -> Result<HeldLock, AttemptError> {
-        if !self.options.fsync || self.fs == FsKind::Memory {
-            // Nothing to sync, or syncs that return at once (tmpfs): all inline.
-            return self.attempt(req, look_first, self.options.fsync, prepared);
+        if !self.syncs() {
+            // Nothing to sync: all inline.
+            return self.attempt(req, look_first, false, prepared);
         }
+        let mut look_first = look_first;
+        if look_first && self.fs == FsKind::Local {
+            // A waiter that saw a file there looks at it on this thread first: opening, reading
+            // and judging it (and unlinking it when stale) are short calls on a local file
+            // system, as the `stat` before them is; only a sync may wait. A busy look, what
+            // nearly every wake-up of a waiter finds, then costs no hand-off of this worker
+            // (with one tokio worker, `block_in_place` wakes a pool thread to take over the
+            // worker's role: 8 processes on the disk, ~1 voluntary context switch per
+            // hand-off less).
+            match self.examine_and_break() {
+                Examined::Held(holder, sig) => {
+                    return Err(AttemptError::Busy(Box::new(Busy { holder, sig })))
+                }
+                Examined::Symlink => return Err(AttemptError::Failed(self.symlink_error())),
+                // Free now (or changed): the attempt below links first, as the next round of
+                // `attempt` would.
+                Examined::Gone | Examined::Broken | Examined::Changed => look_first = false,
+            }
+        }
+        BLOCKING_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
         if tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::MultiThread
         {
@@ -485,8 +526,8 @@ impl LockFile {
         {
             return;
         }
-        if !self.options.fsync || self.fs == FsKind::Memory {
-            *ahead = self.prepare(req, prepared, self.options.fsync).is_some();
+        if !self.syncs() {
+            *ahead = self.prepare(req, prepared, false).is_some();
             return;
         }
         let this = self.clone();
@@ -576,5 +617,37 @@ impl Drop for AbandonOnDrop {
         if let Some(Ok(held)) = h.result.take() {
             let _ = held.release();
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod memory_fs_tests {
+    use super::super::{AcquireRequest, LockFile, LockOptions};
+
+    /// `fsync` on (the default) syncs nothing on a memory file system, where a sync does nothing
+    /// anyway; on a disk the content is synced (before the link).
+    #[test]
+    fn memory_file_system_skips_the_sync() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).expect("tempdir in /dev/shm");
+        let file = LockFile::new(dir.path().join("m.lock"), LockOptions::default());
+        assert!(file.options.fsync, "fsync is the default");
+        let held = file.try_acquire(&AcquireRequest::default()).expect("free");
+        let synced = held.inner.state.lock().expect("state").content_synced;
+        assert!(!synced, "nothing synced on tmpfs");
+        assert!(held.release().expect("released"));
+
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("tempdir on the disk");
+        let file = LockFile::new(disk.path().join("d.lock"), LockOptions::default());
+        if !file.syncs() {
+            return; // the work tree is on a memory file system itself
+        }
+        let held = file.try_acquire(&AcquireRequest::default()).expect("free");
+        let synced = held.inner.state.lock().expect("state").content_synced;
+        assert!(synced, "the content is synced on a disk");
+        assert!(held.release().expect("released"));
     }
 }

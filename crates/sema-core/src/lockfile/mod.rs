@@ -83,6 +83,8 @@ pub mod stale;
 mod sys;
 mod watch;
 
+#[doc(hidden)]
+pub use acquire::blocking_attempt_count;
 pub use acquire::{AcquireNow, Tried};
 pub use error::{Holder, LockError};
 pub use format::{
@@ -110,7 +112,7 @@ pub use stale::{
 #[doc(hidden)]
 pub use sys::CreationStrategy;
 #[doc(hidden)]
-pub use watch::watched_directory_count;
+pub use watch::{ignored_event_count, watched_directory_count};
 
 /// A mutex's guard, also after a panic elsewhere poisoned it (every value guarded here stays
 /// consistent between statements).

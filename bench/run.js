@@ -560,8 +560,9 @@ function targets(res) {
     const overlaps = all.reduce((s, r) => s + r.overlaps + r.intervalOverlaps, 0)
     add('contended: 0 overlapping holders (every run)', `${overlaps} overlaps in ${all.reduce((n, r) => n + (r.runs || 1), 0)} runs`, overlaps === 0 && all.length > 0)
     for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor'))) {
-      const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs)
-      if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, disk: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ≥ 0.8× floor ops/s`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, r.opsPerSec >= 0.8 * fl.opsPerSec)
+      // Paired by directory: the tmpfs rows against the tmpfs floor, the disk rows against the disk floor.
+      const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs && x.dir === r.dir)
+      if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ≥ 0.8× floor ops/s`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, r.opsPerSec >= 0.8 * fl.opsPerSec)
     }
     for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8 && x.fsync !== false && x.work !== 'counter')) {
       const pl = all.find((x) => x.kind === 'proper-lockfile' && x.procs === 8 && x.dir === r.dir)

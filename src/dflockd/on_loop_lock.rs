@@ -56,13 +56,15 @@ enum Stage {
         started: Instant,
         gen: u64,
     },
-    /// The `e`/`se` (or a try's `l`/`sl`) in flight since `sent`.
+    /// The `e`/`se` (or a try's `l`/`sl`) in flight since `sent`; `confirm`: a renew of that
+    /// grant instead, its reply read too late to report the grant unconfirmed (see `granted`).
     Asking {
         op: ExternalOp,
         place: Option<Place>,
         started: Instant,
         sent: Instant,
         reused: bool,
+        confirm: Option<Grant>,
     },
     /// Answered `queued`: waiting for `continueAcquire()` to hand it to tokio.
     Queued {
@@ -341,6 +343,7 @@ impl LoopLock {
             started,
             sent: *sent.as_ref().unwrap_or(&Instant::now()),
             reused,
+            confirm: None,
         };
         if let Err(e) = sent {
             self.asking_failed(e);
@@ -376,7 +379,12 @@ impl LoopLock {
     /// it) is replaced by a new one and the request sent again; else the acquisition fails.
     fn asking_failed(&self, e: DflockdError) {
         let reused = match &*self.stage.borrow() {
-            Stage::Asking { reused, .. } => *reused,
+            Stage::Asking {
+                reused,
+                confirm: None,
+                ..
+            } => *reused,
+            // A confirming renew failed: nothing is held (as on tokio, the acquisition fails).
             _ => return self.fail_acquire(e),
         };
         if e.code() != core::ErrorCode::ConnectionError {
@@ -513,6 +521,29 @@ impl LoopLock {
         match stage {
             Stage::Asking {
                 op,
+                started,
+                sent,
+                confirm: Some(g),
+                ..
+            } => {
+                let reply = core::protocol::parse_renew_reply(line, "renew");
+                match self.prim.external_confirmed(g, reply) {
+                    Ok(g) => self.granted(op, g, started, sent),
+                    Err(e) => {
+                        *self.stage.borrow_mut() = Stage::Asking {
+                            op,
+                            place: None,
+                            started,
+                            sent,
+                            reused: false,
+                            confirm: None,
+                        };
+                        self.fail_acquire(e);
+                    }
+                }
+            }
+            Stage::Asking {
+                op,
                 mut place,
                 started,
                 sent,
@@ -533,7 +564,7 @@ impl LoopLock {
                 let queued = place.is_some();
                 place.take();
                 match reply {
-                    Ok(Some(g)) => self.granted(op, g, sent),
+                    Ok(Some(g)) => self.granted(op, g, started, sent),
                     Ok(None) if queued => self.queued(op, started, sent),
                     Ok(None) => {
                         // A try answered `timeout`: the connection holds nothing, it goes to the pool.
@@ -548,6 +579,7 @@ impl LoopLock {
                             started,
                             sent,
                             reused: false,
+                            confirm: None,
                         };
                         self.fail_acquire(e);
                     }
@@ -576,7 +608,30 @@ impl LoopLock {
         }
     }
 
-    fn granted(&self, op: ExternalOp, g: Grant, sent: Instant) {
+    /// `g` answered the request sent at `sent`. Read so late (the JS thread blocked between
+    /// the request and its reply) that its first renew is due, or its validity already over
+    /// (the server may have expired it and granted the key to another), it is first renewed
+    /// and reported on that renew's reply, its lease counted from the renew: never `true` for a
+    /// lease the clock cannot prove (as `confirm_grant` on tokio).
+    fn granted(&self, op: ExternalOp, g: Grant, started: Instant, sent: Instant) {
+        let now = Instant::now();
+        if self.prim.external_needs_confirm(&g, sent, now) {
+            let limit = self.prim.external_confirm_limit(&g, now);
+            let req = renew_request(self.prim.options(), &g.token);
+            let sent = self.send(req, Some(limit), true);
+            *self.stage.borrow_mut() = Stage::Asking {
+                op,
+                place: None,
+                started,
+                sent: *sent.as_ref().unwrap_or(&now),
+                reused: false,
+                confirm: Some(g),
+            };
+            if let Err(e) = sent {
+                self.fail_acquire(e);
+            }
+            return;
+        }
         match self.prim.external_held(op, g, sent) {
             Ok(hold) => {
                 *self.stage.borrow_mut() = Stage::Held {

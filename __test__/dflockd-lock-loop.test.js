@@ -234,9 +234,25 @@ describe('DistributedLock on the event loop', { skip }, () => {
     process.env.SEMA_NATIVE_DFLOCKD_DRIVER = 'tokio'
     try {
       assert.equal(useEventLoop(prim()), 0)
+      process.env.SEMA_NATIVE_DFLOCKD_DRIVER = 'event-loop'
+      assert.notEqual(useEventLoop(prim()), 0)
     } finally {
       delete process.env.SEMA_NATIVE_DFLOCKD_DRIVER
     }
+  })
+
+  test('an unknown SEMA_NATIVE_DFLOCKD_DRIVER is ignored (the event loop) with one warning naming it', async () => {
+    const r = await runChild(
+      `const native = require('./lib/native')
+       const { useEventLoop } = require('./lib/dflockd/common')
+       const prim = () => new native.NativeDflockdPrimitive(${JSON.stringify(primitiveOptions(s.port))})
+       console.log(useEventLoop(prim()) !== 0, useEventLoop(prim()) !== 0)`,
+      15000,
+      { ...process.env, SEMA_NATIVE_DFLOCKD_DRIVER: 'tokyo' },
+    )
+    assert.equal(r.code, 0, r.stderr)
+    assert.equal(r.stdout.trim(), 'true true')
+    assert.equal(r.stderr.match(/SEMA_NATIVE_DFLOCKD_DRIVER="tokyo" is not 'tokio' or 'event-loop'/g)?.length, 1, r.stderr)
   })
 
   test('a plain-TCP primitive runs on the event loop; TLS, a shared mode and SEMA_NATIVE_LIBUV=off stay on tokio', async () => {

@@ -20,9 +20,9 @@ before(async () => {
 after(() => d.stopAll())
 
 /** Runs `code` in a child (this package as cwd); `lines` resolves with each stdout line as it comes. */
-function child(code) {
+function child(code, { stdin = false } = {}) {
   const c = spawnTracked(process.execPath, ['-e', code], { cwd: pkg, env: process.env })
-  c.stdin.end()
+  if (!stdin) c.stdin.end()
   let out = ''
   const waiters = []
   c.stdout.on('data', (b) => {
@@ -43,8 +43,19 @@ function child(code) {
           throw new Error(`child exited ${c.exitCode} before "${prefix}"; stdout ${out} stderr ${err}`)
       }
     },
+    /** Writes a line to the child's stdin (a child started with `stdin` waits for it), then ends it. */
+    unblock: () => c.stdin.end('go\n'),
     exited,
     stderr: () => err,
+  }
+}
+
+/** Resolves once the server's stats show a waiter on `key`. */
+async function queuedOn(key) {
+  for (;;) {
+    const st = await stats({ host: s.host, port: s.port })
+    if ((st.locks.find((l) => l.key === key)?.waiters ?? 0) > 0) return
+    await new Promise((res) => setTimeout(res, 20))
   }
 }
 
@@ -107,5 +118,43 @@ test('a grant read late but within its lease is renewed before it is reported, i
   assert.equal(await a.line('result '), 'result true')
   assert.match(await a.line('after '), /aborted=false$/)
   await a.line('released')
+  assert.equal(await a.exited, 0, a.stderr())
+})
+
+test('a holder blocked while hundreds of watchdog renews were answered keeps its lock when it runs again', { skip, timeout: 300_000 }, async () => {
+  // Lease 1 s renewed every 100 ms: the watchdog renews every ~150 ms while A's thread is blocked, and the replies
+  // (`ok 1`, 5 bytes) wait unread. A blocks until more than 900 were written (over 4 KiB of replies: more than one
+  // read), which takes ~2 min. When A runs again every reply must be read before the lease is judged: the lock was
+  // never lost (its release is accepted; B, waiting meanwhile, gets it then).
+  const a = child(`
+    const { DistributedLock } = require('.')
+    const native = require('./lib/native')
+    ;(async () => {
+      const l = new DistributedLock({ key: 'long-block', servers: [['${s.host}', ${s.port}]], leaseTtlS: 1,
+        renewMaxIntervalMs: 100, onLockLost: () => console.log('lost ' + l.signal.reason?.message) })
+      await l.acquire()
+      const base = native.dflockdWatchdogRenews()
+      console.log('held')
+      await new Promise((r) => process.stdin.once('data', r))
+      while (native.dflockdWatchdogRenews() - base < 900) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1000)
+      console.log('unblocked watchdog renews ' + (native.dflockdWatchdogRenews() - base))
+      // A few renew periods on the loop (its timers and the socket's replies run).
+      await new Promise((r) => setTimeout(r, 500))
+      console.log('aborted=' + l.signal.aborted)
+      console.log('releasing')
+      await l.release().then(() => console.log('released ok'), (e) => console.log('released ' + e.code))
+    })()`, { stdin: true })
+  await a.line('held')
+  const b = new DistributedLock({ key: 'long-block', servers: [[s.host, s.port]], acquireTimeoutS: 300 })
+  const got = b.acquire()
+  await queuedOn('long-block')
+  a.unblock()
+  const un = await a.line('unblocked ')
+  assert.ok(Number(un.split(' ').pop()) >= 900, un)
+  assert.equal(await a.line('aborted='), 'aborted=false')
+  // Released with its token: the server still had the key as A's (a lost lock's release fails LOCK_LOST).
+  assert.equal(await a.line('released '), 'released ok')
+  assert.equal(await got, true)
+  await b.release()
   assert.equal(await a.exited, 0, a.stderr())
 })

@@ -464,26 +464,35 @@ impl LoopLock {
         if !readable && error.is_none() {
             return;
         }
-        let read = self
-            .conn
-            .borrow_mut()
-            .as_mut()
-            .map(|c| c.stream.read_ready());
-        match read {
-            None => return,
-            Some(Err(e)) => return self.io_failed(e),
-            Some(Ok(())) => {}
-        }
+        // Drain: read until the socket has no more, handling each chunk's complete lines. After a
+        // long block, the replies of hundreds of watchdog renews wait (~5 bytes each: over 4 KiB
+        // after ~800); a caller judging the lease from the first chunk's replies alone declared
+        // a lock lost that the server still kept (review of #24).
         loop {
-            let line = self
+            let read = self
                 .conn
                 .borrow_mut()
                 .as_mut()
-                .and_then(|c| c.stream.next_line());
-            match line {
-                None => break,
+                .map(|c| c.stream.read_ready_more());
+            let more = match read {
+                None => return,
                 Some(Err(e)) => return self.io_failed(e),
-                Some(Ok(line)) => self.on_line(&line),
+                Some(Ok(more)) => more,
+            };
+            loop {
+                let line = self
+                    .conn
+                    .borrow_mut()
+                    .as_mut()
+                    .and_then(|c| c.stream.next_line());
+                match line {
+                    None => break,
+                    Some(Err(e)) => return self.io_failed(e),
+                    Some(Ok(line)) => self.on_line(&line),
+                }
+            }
+            if !more {
+                break;
             }
         }
         if let Some(status) = error {

@@ -536,8 +536,8 @@ impl LoopLock {
                 ..
             } => {
                 let reply = core::protocol::parse_renew_reply(line, "renew");
-                match self.prim.external_confirmed(g, reply) {
-                    Ok(g) => self.granted(op, g, started, sent),
+                match self.prim.external_confirmed(g, reply, sent, Instant::now()) {
+                    Ok(g) => self.granted(op, g, started, sent, true),
                     Err(e) => {
                         *self.stage.borrow_mut() = Stage::Asking {
                             op,
@@ -573,7 +573,7 @@ impl LoopLock {
                 let queued = place.is_some();
                 place.take();
                 match reply {
-                    Ok(Some(g)) => self.granted(op, g, started, sent),
+                    Ok(Some(g)) => self.granted(op, g, started, sent, false),
                     Ok(None) if queued => self.queued(op, started, sent),
                     Ok(None) => {
                         // A try answered `timeout`: the connection holds nothing, it goes to the pool.
@@ -622,9 +622,10 @@ impl LoopLock {
     /// (the server may have expired it and granted the key to another), it is first renewed
     /// and reported on that renew's reply, its lease counted from the renew: never `true` for a
     /// lease the clock cannot prove (as `confirm_grant` on tokio).
-    fn granted(&self, op: ExternalOp, g: Grant, started: Instant, sent: Instant) {
+    /// `confirmed`: `sent` is the confirming renew's (once is enough, as on tokio).
+    fn granted(&self, op: ExternalOp, g: Grant, started: Instant, sent: Instant, confirmed: bool) {
         let now = Instant::now();
-        if self.prim.external_needs_confirm(&g, sent, now) {
+        if !confirmed && self.prim.external_needs_confirm(&g, sent, now) {
             let limit = self.prim.external_confirm_limit(&g, now);
             let req = renew_request(self.prim.options(), &g.token);
             let sent = self.send(req, Some(limit), true);

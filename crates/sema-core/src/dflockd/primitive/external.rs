@@ -119,13 +119,27 @@ impl Primitive {
             .max(Duration::from_millis(1))
     }
 
-    /// The confirming renew of `grant` was answered `reply` (parsed as a renew reply): the
-    /// grant with the renewed lease, or `LOCK_LOST` when the server refused it (the grant's
-    /// lease had already ended, the key may be someone else's), as on tokio.
-    pub fn external_confirmed(&self, grant: Grant, reply: Result<Option<u64>>) -> Result<Grant> {
+    /// The confirming renew of `grant`, sent at `sent`, was answered `reply` (parsed as a renew
+    /// reply) at `now`: the grant with the renewed lease (reported held, even if its next renew
+    /// is due already: a slow link is not confirmed again and again), or `LOCK_LOST` when the
+    /// server refused it (the grant's lease had already ended, the key may be someone else's),
+    /// as on tokio, or when that reply too came after the validity it proves.
+    pub fn external_confirmed(
+        &self,
+        grant: Grant,
+        reply: Result<Option<u64>>,
+        sent: Instant,
+        now: Instant,
+    ) -> Result<Grant> {
         match reply {
             Ok(lease) => {
                 let lease_s = renewed_lease(self.opts.lease_ttl_s, lease, grant.lease_s);
+                if now >= Schedule::new(&self.opts, lease_s).loss_at(sent) {
+                    return Err(DflockdError::new(
+                        ErrorCode::LockLost,
+                        "the grant's confirming renew was answered after the validity it proves",
+                    ));
+                }
                 Ok(Grant { lease_s, ..grant })
             }
             Err(e) if e.code() == ErrorCode::ServerError => Err(DflockdError::lost_because(

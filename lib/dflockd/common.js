@@ -217,11 +217,24 @@ function onLoopSettle(r) {
  * threads). Measured (bench, 1 worker): 11 806 lock+release pairs/s against 4 644 on tokio threads. A lease held there
  * is renewed on the loop's timer while JavaScript runs on time, and by the native renew watchdog (one thread, same
  * socket) while it is blocked (an `execSync` of a long build inside withLock), so a blocked holder keeps its lock as
- * on tokio (dflockd-lock-loop.test.js shows both). `SEMA_NATIVE_DFLOCKD_DRIVER=tokio` forces the tokio threads.
+ * on tokio (dflockd-lock-loop.test.js shows both). `SEMA_NATIVE_DFLOCKD_DRIVER=tokio` forces the tokio threads;
+ * `event-loop` (or unset, or empty) is the default. Any other value is ignored (the default), with one process warning
+ * naming it: the variable is read where a primitive is made, so refusing there would fail every lock of a deployed
+ * process over a typo in a tuning switch, while a silent fallback would hide the typo.
  */
 function loopDriverChosen() {
-  return process.env.SEMA_NATIVE_DFLOCKD_DRIVER !== 'tokio'
+  const v = process.env.SEMA_NATIVE_DFLOCKD_DRIVER
+  if (v === 'tokio') return false
+  if (v !== undefined && v !== '' && v !== 'event-loop' && v !== warnedDriver) {
+    warnedDriver = v
+    process.emitWarning(
+      `SEMA_NATIVE_DFLOCKD_DRIVER=${JSON.stringify(v)} is not 'tokio' or 'event-loop': ignored, the event-loop driver is used`,
+      { code: 'SEMA_NATIVE_DFLOCKD_DRIVER' },
+    )
+  }
+  return true
 }
+let warnedDriver
 
 /** Puts `prim`'s round trips on this thread's event loop where it serves and was not turned off: its loop id, or 0
  * (tokio: SEMA_NATIVE_DFLOCKD_DRIVER=tokio, TLS, a shared mode, Bun, Deno, SEMA_NATIVE_LIBUV=off). */

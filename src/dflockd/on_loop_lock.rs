@@ -56,13 +56,15 @@ enum Stage {
         started: Instant,
         gen: u64,
     },
-    /// The `e`/`se` (or a try's `l`/`sl`) in flight since `sent`.
+    /// The `e`/`se` (or a try's `l`/`sl`) in flight since `sent`; `confirm`: a renew of that
+    /// grant instead, its reply read too late to report the grant unconfirmed (see `granted`).
     Asking {
         op: ExternalOp,
         place: Option<Place>,
         started: Instant,
         sent: Instant,
         reused: bool,
+        confirm: Option<Grant>,
     },
     /// Answered `queued`: waiting for `continueAcquire()` to hand it to tokio.
     Queued {
@@ -341,6 +343,7 @@ impl LoopLock {
             started,
             sent: *sent.as_ref().unwrap_or(&Instant::now()),
             reused,
+            confirm: None,
         };
         if let Err(e) = sent {
             self.asking_failed(e);
@@ -376,7 +379,12 @@ impl LoopLock {
     /// it) is replaced by a new one and the request sent again; else the acquisition fails.
     fn asking_failed(&self, e: DflockdError) {
         let reused = match &*self.stage.borrow() {
-            Stage::Asking { reused, .. } => *reused,
+            Stage::Asking {
+                reused,
+                confirm: None,
+                ..
+            } => *reused,
+            // A confirming renew failed: nothing is held (as on tokio, the acquisition fails).
             _ => return self.fail_acquire(e),
         };
         if e.code() != core::ErrorCode::ConnectionError {
@@ -456,26 +464,35 @@ impl LoopLock {
         if !readable && error.is_none() {
             return;
         }
-        let read = self
-            .conn
-            .borrow_mut()
-            .as_mut()
-            .map(|c| c.stream.read_ready());
-        match read {
-            None => return,
-            Some(Err(e)) => return self.io_failed(e),
-            Some(Ok(())) => {}
-        }
+        // Drain: read until the socket has no more, handling each chunk's complete lines. After a
+        // long block, the replies of hundreds of watchdog renews wait (~5 bytes each: over 4 KiB
+        // after ~800); a caller judging the lease from the first chunk's replies alone declared
+        // a lock lost that the server still kept (review of #24).
         loop {
-            let line = self
+            let read = self
                 .conn
                 .borrow_mut()
                 .as_mut()
-                .and_then(|c| c.stream.next_line());
-            match line {
-                None => break,
+                .map(|c| c.stream.read_ready_more());
+            let more = match read {
+                None => return,
                 Some(Err(e)) => return self.io_failed(e),
-                Some(Ok(line)) => self.on_line(&line),
+                Some(Ok(more)) => more,
+            };
+            loop {
+                let line = self
+                    .conn
+                    .borrow_mut()
+                    .as_mut()
+                    .and_then(|c| c.stream.next_line());
+                match line {
+                    None => break,
+                    Some(Err(e)) => return self.io_failed(e),
+                    Some(Ok(line)) => self.on_line(&line),
+                }
+            }
+            if !more {
+                break;
             }
         }
         if let Some(status) = error {
@@ -513,6 +530,29 @@ impl LoopLock {
         match stage {
             Stage::Asking {
                 op,
+                started,
+                sent,
+                confirm: Some(g),
+                ..
+            } => {
+                let reply = core::protocol::parse_renew_reply(line, "renew");
+                match self.prim.external_confirmed(g, reply, sent, Instant::now()) {
+                    Ok(g) => self.granted(op, g, started, sent, true),
+                    Err(e) => {
+                        *self.stage.borrow_mut() = Stage::Asking {
+                            op,
+                            place: None,
+                            started,
+                            sent,
+                            reused: false,
+                            confirm: None,
+                        };
+                        self.fail_acquire(e);
+                    }
+                }
+            }
+            Stage::Asking {
+                op,
                 mut place,
                 started,
                 sent,
@@ -533,7 +573,7 @@ impl LoopLock {
                 let queued = place.is_some();
                 place.take();
                 match reply {
-                    Ok(Some(g)) => self.granted(op, g, sent),
+                    Ok(Some(g)) => self.granted(op, g, started, sent, false),
                     Ok(None) if queued => self.queued(op, started, sent),
                     Ok(None) => {
                         // A try answered `timeout`: the connection holds nothing, it goes to the pool.
@@ -548,6 +588,7 @@ impl LoopLock {
                             started,
                             sent,
                             reused: false,
+                            confirm: None,
                         };
                         self.fail_acquire(e);
                     }
@@ -576,7 +617,31 @@ impl LoopLock {
         }
     }
 
-    fn granted(&self, op: ExternalOp, g: Grant, sent: Instant) {
+    /// `g` answered the request sent at `sent`. Read so late (the JS thread blocked between
+    /// the request and its reply) that its first renew is due, or its validity already over
+    /// (the server may have expired it and granted the key to another), it is first renewed
+    /// and reported on that renew's reply, its lease counted from the renew: never `true` for a
+    /// lease the clock cannot prove (as `confirm_grant` on tokio).
+    /// `confirmed`: `sent` is the confirming renew's (once is enough, as on tokio).
+    fn granted(&self, op: ExternalOp, g: Grant, started: Instant, sent: Instant, confirmed: bool) {
+        let now = Instant::now();
+        if !confirmed && self.prim.external_needs_confirm(&g, sent, now) {
+            let limit = self.prim.external_confirm_limit(&g, now);
+            let req = renew_request(self.prim.options(), &g.token);
+            let sent = self.send(req, Some(limit), true);
+            *self.stage.borrow_mut() = Stage::Asking {
+                op,
+                place: None,
+                started,
+                sent: *sent.as_ref().unwrap_or(&now),
+                reused: false,
+                confirm: Some(g),
+            };
+            if let Err(e) = sent {
+                self.fail_acquire(e);
+            }
+            return;
+        }
         match self.prim.external_held(op, g, sent) {
             Ok(hold) => {
                 *self.stage.borrow_mut() = Stage::Held {

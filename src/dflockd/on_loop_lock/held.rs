@@ -7,15 +7,26 @@
 use super::*;
 
 impl LoopLock {
-    /// The reply to a renew sent at `sent`; `release`: a release was asked meanwhile.
+    /// The reply `line` to a renew sent at `sent`; `release`: a release was asked meanwhile.
     pub(super) fn renew_answered(
         &self,
-        mut hold: ExternalHold,
+        hold: ExternalHold,
         sent: Instant,
         release: bool,
         line: &str,
     ) {
         let reply = core::protocol::parse_renew_reply(line, "renew");
+        self.renew_reply(hold, sent, release, reply);
+    }
+
+    /// A renew sent at `sent` answered `reply` (parsed).
+    fn renew_reply(
+        &self,
+        mut hold: ExternalHold,
+        sent: Instant,
+        release: bool,
+        reply: core::Result<Option<u64>>,
+    ) {
         match reply {
             Ok(lease) => {
                 hold.renewed(lease, sent);
@@ -66,9 +77,15 @@ impl LoopLock {
             *self.stage.borrow_mut() = stage;
             return;
         };
-        let Ok(lease) = core::protocol::parse_renew_reply(line, "renew") else {
+        // The loss reason says who renewed: the holder learns its thread was blocked.
+        let reply = core::protocol::parse_renew_reply(
+            line,
+            "renew sent by the watchdog while JavaScript was blocked",
+        );
+        let lease = match reply {
+            Ok(lease) => lease,
             // A renew of the loop's own in flight is abandoned with the connection.
-            return self.renew_answered(hold, sent, release, line);
+            Err(e) => return self.renew_reply(hold, sent, release, Err(e)),
         };
         hold.renewed(lease, sent);
         let loss_at = hold.loss_at();

@@ -186,6 +186,15 @@ impl NonBlockingStream {
         Ok(())
     }
 
+    /// As [`Self::read_ready`], and whether more may be waiting: the read filled its whole
+    /// chunk (plain TCP). A caller draining the socket handles the complete lines, then reads
+    /// again (after a long block, hundreds of replies may wait: one chunk is not all of them).
+    pub fn read_ready_more(&mut self) -> Result<bool> {
+        let before = self.lines.input().len();
+        self.read_ready()?;
+        Ok(self.tls.is_none() && self.lines.input().len().saturating_sub(before) >= READ_CHUNK)
+    }
+
     /// A plain-TCP stream with nothing left to write, taken apart (the socket, the reply bytes
     /// read and not consumed, the peer, the socket timeout) to be driven on tokio again
     /// ([`super::Connection::from_nonblocking`]); `None` with TLS or a partial write.

@@ -98,6 +98,60 @@ impl Primitive {
 }
 
 impl Primitive {
+    /// Whether a grant whose request was sent at `sent` must be confirmed by a renew before it
+    /// is reported held (as [`Primitive::confirm_grant`] on tokio): the reply was read so late
+    /// (the caller's thread blocked between the request and its reply) that the first renew is
+    /// due, or the lease clock already ran out though the server granted it then. The caller
+    /// then sends the renew (reply limit [`Primitive::external_confirm_limit`]) and ends with
+    /// [`Primitive::external_confirmed`]; the lease is counted from that renew.
+    pub fn external_needs_confirm(&self, grant: &Grant, sent: Instant, now: Instant) -> bool {
+        now >= Schedule::new(&self.opts, grant.lease_s).renew_at(sent)
+    }
+
+    /// The reply limit of a confirming renew started at `now` (as on tokio: the socket timeout,
+    /// at most the validity a renew sent now would prove).
+    pub fn external_confirm_limit(&self, grant: &Grant, now: Instant) -> Duration {
+        let sched = Schedule::new(&self.opts, grant.lease_s);
+        self.opts
+            .connect
+            .socket_timeout
+            .min(sched.loss_at(now) - now)
+            .max(Duration::from_millis(1))
+    }
+
+    /// The confirming renew of `grant`, sent at `sent`, was answered `reply` (parsed as a renew
+    /// reply) at `now`: the grant with the renewed lease (reported held, even if its next renew
+    /// is due already: a slow link is not confirmed again and again), or `LOCK_LOST` when the
+    /// server refused it (the grant's lease had already ended, the key may be someone else's),
+    /// as on tokio, or when that reply too came after the validity it proves.
+    pub fn external_confirmed(
+        &self,
+        grant: Grant,
+        reply: Result<Option<u64>>,
+        sent: Instant,
+        now: Instant,
+    ) -> Result<Grant> {
+        match reply {
+            Ok(lease) => {
+                let lease_s = renewed_lease(self.opts.lease_ttl_s, lease, grant.lease_s);
+                if now >= Schedule::new(&self.opts, lease_s).loss_at(sent) {
+                    return Err(DflockdError::new(
+                        ErrorCode::LockLost,
+                        "the grant's confirming renew was answered after the validity it proves",
+                    ));
+                }
+                Ok(Grant { lease_s, ..grant })
+            }
+            Err(e) if e.code() == ErrorCode::ServerError => Err(DflockdError::lost_because(
+                "the granted lease had already expired (renew right after the grant was rejected)",
+                &e,
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Primitive {
     /// The first request of an externally driven blocking acquisition (its `e`/`se`, sent at
     /// `sent`, the acquisition started at `started`) was answered `queued`: the wait goes on
     /// here, on tokio, on `conn` (a waiter gains nothing from the event loop, and this path

@@ -214,7 +214,7 @@ function onLoopSettle(r) {
 /**
  * DistributedLock, DistributedSemaphore and acquire('dflockd://…') make their round trips on the event loop by default
  * (where it serves and the target is plain TCP: TLS, a shared mode, Bun, Deno and SEMA_NATIVE_LIBUV=off stay on tokio
- * threads). Measured (bench, 1 worker): 11 806 lock+release pairs/s against 4 644 on tokio threads. A lease held there
+ * threads). Measured (bench, 1 worker, quiet machine): 10 290 lock+release pairs/s against 4 797 on tokio threads. A lease held there
  * is renewed on the loop's timer while JavaScript runs on time, and by the native renew watchdog (one thread, same
  * socket) while it is blocked (an `execSync` of a long build inside withLock), so a blocked holder keeps its lock as
  * on tokio (dflockd-lock-loop.test.js shows both). `SEMA_NATIVE_DFLOCKD_DRIVER=tokio` forces the tokio threads;

@@ -229,7 +229,7 @@ function loopDriverChosen() {
     warnedDriver = v
     process.emitWarning(
       `SEMA_NATIVE_DFLOCKD_DRIVER=${JSON.stringify(v)} is not 'tokio' or 'event-loop': ignored, the event-loop driver is used`,
-      { code: 'SEMA_NATIVE_DFLOCKD_DRIVER' },
+      'SemaNativeWarning',
     )
   }
   return true

@@ -16,7 +16,7 @@ use super::format::{parse_lock_info, read_lock_bytes_lossy, LockInfo};
 use super::heartbeat;
 use super::lock_file::FileInner;
 use super::process::now_unix_secs;
-use super::registry::{notify_owner, HeldEnd, REGISTRY};
+use super::registry::{keep_end, notify_owner, HeldEnd, NO_OWNER, REGISTRY};
 use super::sys::{self, FileId};
 use super::unpoisoned;
 
@@ -161,15 +161,18 @@ impl HeldInner {
     pub(super) fn lose(&self, state: &mut HeldState, reason: &str) {
         state.lost_reason = Some(reason.to_string());
         self.finish(state);
+        let owner = self.owner.load(Ordering::Acquire);
+        let how = HeldEnd::Lost(reason.to_string());
+        // Kept BEFORE the token is cancelled: a task woken by the cancel that asks
+        // `take_held_end` at once must find it (kept after, it raced: lockfile_held's
+        // `the_end_of_a_handled_lock_is_kept_until_asked_once` saw None under load).
+        if owner != NO_OWNER && self.handle_kept.load(Ordering::Acquire) {
+            keep_end(self.id, &how);
+        }
         if let Some(t) = &state.lost {
             t.cancel();
         }
-        notify_owner(
-            self.owner.load(Ordering::Acquire),
-            self.id,
-            HeldEnd::Lost(reason.to_string()),
-            self.handle_kept.load(Ordering::Acquire),
-        );
+        notify_owner(owner, self.id, how, false);
     }
 
     /// Verify that the lock is still ours, then rewrite its file in place with the current

@@ -89,6 +89,15 @@ pub fn set_loss_hook(owner: u64, hook: Option<Box<LossCallback>>) {
     }
 }
 
+/// Keep how the lock `id` ended for [`take_held_end`] (the oldest dropped beyond [`ENDS_MAX`]).
+pub(super) fn keep_end(id: u64, how: &HeldEnd) {
+    let mut ends = unpoisoned(&ENDS);
+    ends.insert(id, how.clone());
+    if ends.len() > ENDS_MAX {
+        ends.pop_first();
+    }
+}
+
 /// Tell `owner` how its lock `id` ended; with `keep`, first keep it for [`take_held_end`] (the
 /// owner keeps a handle per lock, which may not exist yet when the callback runs: a loss found
 /// between the grant and the handle's creation is answered when the handle asks).
@@ -97,11 +106,7 @@ pub(super) fn notify_owner(owner: u64, id: u64, how: HeldEnd, keep: bool) {
         return;
     }
     if keep {
-        let mut ends = unpoisoned(&ENDS);
-        ends.insert(id, how.clone());
-        if ends.len() > ENDS_MAX {
-            ends.pop_first();
-        }
+        keep_end(id, &how);
     }
     let hook = unpoisoned(&LOSS_HOOKS).get(&owner).cloned();
     if let Some(hook) = hook {

@@ -539,15 +539,7 @@ impl LoopLock {
                 match self.prim.external_confirmed(g, reply, sent, Instant::now()) {
                     Ok(g) => self.granted(op, g, started, sent, true),
                     Err(e) => {
-                        *self.stage.borrow_mut() = Stage::Asking {
-                            op,
-                            place: None,
-                            started,
-                            sent,
-                            reused: false,
-                            confirm: None,
-                        };
-                        self.fail_acquire(e);
+                        self.asking_answered_with(op, started, sent, e);
                     }
                 }
             }
@@ -582,15 +574,7 @@ impl LoopLock {
                         self.call(settle_value(self.id, r));
                     }
                     Err(e) => {
-                        *self.stage.borrow_mut() = Stage::Asking {
-                            op,
-                            place: None,
-                            started,
-                            sent,
-                            reused: false,
-                            confirm: None,
-                        };
-                        self.fail_acquire(e);
+                        self.asking_answered_with(op, started, sent, e);
                     }
                 }
             }
@@ -611,6 +595,26 @@ impl LoopLock {
     }
 
     /// After a try answered `timeout`: the connection holds nothing, it goes to the pool.
+    /// An acquire request answered with a failure (or its confirming renew refused): back to
+    /// `Asking` with nothing placed, then failed as any acquire.
+    fn asking_answered_with(
+        &self,
+        op: ExternalOp,
+        started: Instant,
+        sent: Instant,
+        e: DflockdError,
+    ) {
+        *self.stage.borrow_mut() = Stage::Asking {
+            op,
+            place: None,
+            started,
+            sent,
+            reused: false,
+            confirm: None,
+        };
+        self.fail_acquire(e);
+    }
+
     fn release_conn_idle(&self) {
         if let Some(c) = self.conn.borrow_mut().take() {
             pool_put(&self.prim.options().connect, c);

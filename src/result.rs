@@ -102,6 +102,12 @@ pub fn thrown(e: DflockdError) -> Thrown {
 /// the `dtsHeaderFile` of package.json's napi config: napi-rs v3 derives no generic object). A
 /// failure is a value, not a rejection or a throw: an async napi fn cannot give its rejection a
 /// custom `code`, and the JS layer wants semats' `SemaphoreResult` shapes anyway.
+///
+/// Its cost, measured (best of 5, tmpfs): an object made through Node-API is ~0.3 µs in a hot
+/// loop (its keys internalised, its map transitions walked); semats' synchronous `tryAcquire` +
+/// `release()` cycle, which answered a bare timestamp and `null` before, went from 26.6 to 28.2 µs.
+/// Tried and left out: a JS function making the objects (0.16 against 0.32 µs per object, but
+/// only -0.2 µs on that cycle) and a bare timestamp as `tryAcquireSync`'s value (-0.3 µs).
 pub struct NativeResult<T>(pub Result<T, NativeError>);
 
 impl<T, E: Into<NativeError>> From<Result<T, E>> for NativeResult<T> {

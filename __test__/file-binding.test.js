@@ -70,14 +70,20 @@ describe('binding: one result shape for every fallible file call', () => {
     assert.equal(assertResult(native.parseLockInfo('not a lock'), 'parseLockInfo(bad)').error.code, 'PARSE_ERROR')
 
     const a = lockFile(file)
-    const got = assertResult(a.tryAcquireSync('t', undefined), 'tryAcquireSync')
-    assert.deepEqual({ ...got.value, timestamp: 0 }, { pid: process.pid, timestamp: 0, tag: 't' })
+    // The two exceptions, semats' synchronous hot path (src/file/lock_file.rs): a lock written exactly as asked
+    // answers its bare timestamp, a release null; anything else the one shape.
+    const ts = a.tryAcquireSync('t', undefined)
+    assert.equal(typeof ts, 'number')
+    assert.equal(assertResult(a.releaseAsProcess(false) ?? { ok: true, value: undefined }, 'releaseAsProcess').ok, true)
+    const cut = assertResult(a.tryAcquireSync('t\nx', undefined), 'tryAcquireSync(tag sanitised)')
+    assert.equal(cut.value.pid, process.pid)
+    assert.notEqual(cut.value.tag, 't\nx')
     const busy = assertResult(lockFile(file).tryAcquireSync(undefined, undefined), 'tryAcquireSync(busy)')
     assert.equal(busy.error.code, 'ALREADY_LOCKED')
     assert.equal(busy.error.holderPid, process.pid)
     assert.equal(assertResult(a.cleanStale(), 'cleanStale').value, false)
-    assert.deepEqual(assertResult(a.releaseAsProcess(false), 'releaseAsProcess'), { ok: true, value: undefined })
-    assert.equal(assertResult(a.releaseAsProcess(false), 'releaseAsProcess(again)').error.code, 'NOT_LOCKED')
+    assert.equal(a.releaseAsProcess(false), null)
+    assert.equal(a.releaseAsProcess(false).code, 'NOT_LOCKED')
 
     const held = assertResult(await a.acquire('h', undefined, 1000, undefined), 'acquire')
     assert.deepEqual(Object.keys(held.value).sort(), ['id', 'pid', 'tag', 'timestamp', 'token'])

@@ -105,9 +105,11 @@ pub fn thrown(e: DflockdError) -> Thrown {
 ///
 /// Its cost, measured (best of 5, tmpfs): an object made through Node-API is ~0.3 µs in a hot
 /// loop (its keys internalised, its map transitions walked); semats' synchronous `tryAcquire` +
-/// `release()` cycle, which answered a bare timestamp and `null` before, went from 26.6 to 28.2 µs.
-/// Tried and left out: a JS function making the objects (0.16 against 0.32 µs per object, but
-/// only -0.2 µs on that cycle) and a bare timestamp as `tryAcquireSync`'s value (-0.3 µs).
+/// `release()` cycle went from 26.6 to 28.2 µs (+5.7%) with a `NativeResult` each, so those two
+/// calls keep their compact answers (a bare timestamp, `null`): the only exceptions, under names
+/// of their own (`NativeLockFile::try_acquire_sync`, `release_as_process`). Tried and left out: a
+/// JS function making the objects (0.16 against 0.32 µs per object, but only -0.2 µs on that
+/// cycle).
 pub struct NativeResult<T>(pub Result<T, NativeError>);
 
 impl<T, E: Into<NativeError>> From<Result<T, E>> for NativeResult<T> {

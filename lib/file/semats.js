@@ -100,7 +100,13 @@ class Semaphore {
   }
 
   #tryAcquire(tag, ownerPid) {
+    // The hot path's compact answer (src/file/lock_file.rs): a number is the timestamp of a lock written exactly as
+    // asked (this process's, the tag as given).
     const r = this.#file.tryAcquireSync(tag, ownerPid)
+    if (typeof r === 'number') {
+      installExitHook()
+      return { ok: true, value: { pid: process.pid, timestamp: r, tag } }
+    }
     if (!r.ok) return { ok: false, error: fileError(r.error, this.#path) }
     return { ok: true, value: heldInfo(r.value) }
   }
@@ -130,8 +136,8 @@ class Semaphore {
   }
 
   release(force = false) {
-    const r = this.#file.releaseAsProcess(Boolean(force))
-    return r.ok ? r : { ok: false, error: fileError(r.error, this.#path) }
+    const error = this.#file.releaseAsProcess(Boolean(force))
+    return error === null ? { ok: true, value: undefined } : { ok: false, error: fileError(error, this.#path) }
   }
 
   forceRelease() {

@@ -255,7 +255,8 @@ function leaveAllNow() {
     if (!guard) continue
     let got = false
     for (let i = 0; i < 50 && !got; i++) {
-      got = guard.tryAcquireSync(undefined, undefined).ok
+      const r = guard.tryAcquireSync(undefined, undefined)
+      got = typeof r === 'number' || r.ok // a number: the timestamp of a lock taken (src/file/lock_file.rs)
       if (!got) sleepSync(2)
     }
     if (!got) continue

@@ -256,4 +256,14 @@ describe('sema front end: release, status and wait', { concurrency: true }, () =
     expectRun(await sema(['wait', p, '--timeout', '0']), { code: 1, stderr: 'Timeout waiting for lock to be released\n' })
     assert.ok(fs.existsSync(p))
   })
+
+  it('wait refuses a symbolic link at the lock path (exit 3) instead of following it', async () => {
+    // The engine's wait (the core's, woken by file events) never follows a link it did not create; sema's exists()
+    // would call a dangling one free (docs/cli.md).
+    const p = lockPath()
+    fs.symlinkSync(`${p}.nowhere`, p)
+    const r = await sema(['wait', p, '--timeout', '0'])
+    assert.equal(r.code, 3, JSON.stringify(r))
+    assert.match(r.stderr, /^Error: .*symbolic link/)
+  })
 })

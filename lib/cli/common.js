@@ -303,44 +303,8 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/**
- * The one wait loop of the CLIs' `wait` commands: resolves `{ done: true, waitedMs }` as soon as `await check()` is
- * true, or `{ done: false, waitedMs }` once `timeoutMs` has passed (`undefined`/`null`: never). Checks every
- * `intervalMs`, and at once when something changes in `watchDir` (file-system events; polling alone without it or
- * when the directory cannot be watched).
- */
-async function waitFor(check, { timeoutMs, intervalMs, watchDir }) {
-  const start = Date.now()
-  let watcher = null
-  let wake = null
-  if (watchDir !== undefined) {
-    try {
-      watcher = fs.watch(watchDir, { persistent: false }, () => wake && wake())
-      watcher.on('error', () => {})
-    } catch {
-      watcher = null // polling alone
-    }
-  }
-  try {
-    for (;;) {
-      if (await check()) return { done: true, waitedMs: Date.now() - start }
-      const left = timeoutMs == null ? intervalMs : timeoutMs - (Date.now() - start)
-      if (left <= 0) return { done: false, waitedMs: Date.now() - start }
-      await new Promise((resolve) => {
-        const t = setTimeout(resolve, Math.min(intervalMs, left))
-        wake = () => {
-          clearTimeout(t)
-          resolve()
-        }
-      })
-      wake = null
-    }
-  } finally {
-    if (watcher) watcher.close()
-  }
-}
-
 module.exports = {
+  sleep,
   VALUE_FLAGS,
   unknownFlag,
   flagInRange,
@@ -366,6 +330,4 @@ module.exports = {
   exists,
   api,
   signalExitCode,
-  sleep,
-  waitFor,
 }

@@ -13,7 +13,7 @@
 const { ErrorCode } = require('../codes')
 const fs = require('node:fs')
 const path = require('node:path')
-const { out, err, exit, api, rustIoText, errnoCode, rustParent, exists, waitFor } = require('./common')
+const { out, err, exit, api, rustIoText, errnoCode, rustParent, exists } = require('./common')
 
 const VERSION = '0.1.0'
 
@@ -300,12 +300,21 @@ async function cmdWait(o) {
     err(`Error: Invalid path: ${problem}\n`)
     return 3
   }
-  // sema polls for the file to be gone every 100 ms and never breaks a stale lock itself.
+  // sema polls every 100 ms for the file to be gone and never breaks a stale lock itself: the engine's event-driven
+  // wait with staleness off (the file's existence only), looking again every 100 ms as sema does.
   const timeout = o.timeout === null ? null : secondsToMs(o.timeout)
-  const r = await waitFor(() => !exists(o.lockPath), { timeoutMs: timeout, intervalMs: POLL_MS })
-  if (r.done) {
+  const r = await api().wait(fileTarget(o.lockPath), {
+    staleTimeout: null,
+    retryInterval: POLL_MS,
+    timeout: timeout === Number.POSITIVE_INFINITY ? null : timeout,
+  })
+  if (r.ok) {
     if (!o.quiet) out(`Lock is free: ${o.lockPath}\n`)
     return 0
+  }
+  if (r.error.type !== ErrorCode.TIMEOUT) {
+    err(`Error: ${r.error.message}\n`)
+    return 3
   }
   if (!o.quiet) err('Timeout waiting for lock to be released\n')
   return 1

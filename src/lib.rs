@@ -5,6 +5,7 @@
 // every export looks unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod cancel;
 mod cli;
 mod dflockd;
 mod event_loop;

@@ -21,7 +21,8 @@ const native = require('../native')
 const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE, DISTRIBUTED_ACQUIRE, DISTRIBUTED_WAIT } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { withAbort } = require('../abort')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
 const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
@@ -71,8 +72,7 @@ class DistributedLock {
   #socketTimeoutMs
   #mode
 
-  /** The native primitive of server #primIdx, kept across acquisitions (rebuilt only for another shard server, or
-   * after an interrupted call whose late end could still touch it). */
+  /** The native primitive of server #primIdx, kept across acquisitions (rebuilt only for another shard server). */
   #prim = null
   #primIdx = -1
   #primId = 0
@@ -88,8 +88,6 @@ class DistributedLock {
   #enqueued = false
   /** A loss reported before the grant's continuation ran: `{token, reason}`. */
   #lostEarly = null
-  /** Interrupts the in-flight native acquire/enqueue/wait (see cancellable). */
-  #interrupt = null
   /** This acquisition's controller, created when `signal` is first read (or on a loss). */
   #controller = null
   #onLoss = (token, reason) => this.#lost(token, reason)
@@ -153,12 +151,6 @@ class DistributedLock {
     this.#primId = reportLosses(prim)
     this.#loopId = useEventLoop(prim)
     return prim
-  }
-
-  /** Forgets the primitive (after close() or an interrupt while a native call runs: its late end closes it). */
-  #discard() {
-    this.#prim = null
-    this.#primIdx = -1
   }
 
   get key() {
@@ -312,39 +304,16 @@ class DistributedLock {
     return r.value
   }
 
-  /** Runs one native acquire/enqueue/wait of `prim`, interruptible by `signal` and close(). */
-  async #run(prim, start, signal) {
-    if (!signal) {
-      // The common case: nothing to race against but close(), which cancels the native call itself.
-      const op = start()
-      this.#interrupt = () => this.#discard()
-      try {
-        return await op
-      } finally {
-        this.#interrupt = null
-      }
-    }
-    const { promise, interrupt } = cancellable(prim, start, signal)
-    // An interrupted primitive may still end its call later (and close itself then): a new one serves the next.
-    const stop = () => {
-      this.#discard()
-      interrupt()
-    }
-    this.#interrupt = stop
-    try {
-      const r = await promise
-      // Aborted by the signal: the interrupted primitive's late end closes it (cancellable), so it must not serve
-      // the next acquisition (which the event-loop driver can start before that end arrives).
-      if (!r.ok && r.error.code === ErrorCode.ABORTED && this.#prim === prim) this.#discard()
-      return r
-    } finally {
-      if (this.#interrupt === stop) this.#interrupt = null
-    }
+  /** Runs one native acquire/enqueue/wait, `start(cancelId)`: aborting `signal` cancels it by id as a file wait is
+   * (lib/abort.js), and close() cancels it on the primitive; either way the native call settles ABORTED itself and
+   * closes a grant that crossed the cancel, so the primitive serves the next acquisition at once. */
+  #run(start, signal) {
+    return withAbort(signal, start)
   }
 
   /** The native acquire: on the event loop when the primitive can (an `e` answered `queued` goes on on tokio). */
-  #startAcquire(prim) {
-    return loopAcquire(prim, this.#loopId)
+  #startAcquire(prim, cancelId) {
+    return loopAcquire(prim, this.#loopId, cancelId)
   }
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
@@ -352,7 +321,7 @@ class DistributedLock {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
     const gen = this.#gen
-    const r = await this.#run(prim, () => this.#startAcquire(prim), signal)
+    const r = await this.#run((cancelId) => this.#startAcquire(prim, cancelId), signal)
     if (!this.#settle(prim, gen, r, 'acquire')) {
       this.#drop(prim, gen)
       return false
@@ -367,7 +336,7 @@ class DistributedLock {
     const prim = this.#begin(force, signal)
     const gen = this.#gen
     this.#enqueued = true
-    const r = await this.#run(prim, () => prim.enqueue(), signal)
+    const r = await this.#run((cancelId) => prim.enqueue(cancelId ?? undefined), signal)
     const status = this.#settle(prim, gen, r, 'enqueue')
     if (status === 'acquired') this.#granted()
     else if (status !== 'queued') {
@@ -397,7 +366,7 @@ class DistributedLock {
     }
     if (typeof t !== 'number') throw invalidArgument(`timeoutS must be a number of seconds, got ${describe(t)}`)
     const gen = this.#gen
-    const r = await this.#run(prim, () => prim.wait(t), signal)
+    const r = await this.#run((cancelId) => prim.wait(t, cancelId ?? undefined), signal)
     // A timeout the native side refuses was never sent: the enqueue stays pending.
     if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && this.#gen === gen) throw toLockError(r.error)
     if (!this.#settle(prim, gen, r, 'wait')) {
@@ -417,14 +386,11 @@ class DistributedLock {
     const prim = this.#prim
     if (!this.#live || !prim) throw new LockError('not connected; nothing to release', ErrorCode.NOT_LOCKED)
     const held = this.#held
-    const interrupt = this.#interrupt
-    this.#interrupt = null
     this.#end()
     if (held) {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
       await loopRelease(prim, this.#loopId)
     } else {
-      if (interrupt) interrupt()
       prim.cancel()
       prim.close()
     }
@@ -467,10 +433,7 @@ class DistributedLock {
   close() {
     const prim = this.#prim
     if (!this.#live || !prim) return
-    const interrupt = this.#interrupt
-    this.#interrupt = null
     this.#end()
-    if (interrupt) interrupt()
     prim.cancel()
     prim.close()
   }

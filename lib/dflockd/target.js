@@ -7,7 +7,8 @@ const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { LockError, toLockError, semaphoreError, failure } = require('../errors')
 const { LockHandle } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, connectOptions, loopAcquire, loopRelease, nativeSync, opt, useEventLoop } = require('./common')
+const { withAbort } = require('../abort')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, connectOptions, loopAcquire, loopRelease, nativeSync, opt, useEventLoop } = require('./common')
 const { redactTarget, parseDflockdUrl, targetId } = require('./url')
 const { validate, checkBackend, ACQUIRE } = require('../validate')
 const { parseStatsJson, stats } = require('./connection')
@@ -152,7 +153,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   })
   // On this thread's event loop where it serves (see lock.js), else on tokio.
   const loopId = useEventLoop(prim)
-  const r = await cancellable(prim, () => loopAcquire(prim, loopId), signal).promise
+  const r = await withAbort(signal, (cancelId) => loopAcquire(prim, loopId, cancelId))
   if (!r.ok) {
     prim.close()
     if (r.error.code === ErrorCode.ABORTED) return failure(ErrorCode.ABORTED, 'acquire aborted')

@@ -20,6 +20,36 @@ pub struct NativeDflockdPrimitive {
     channel_id: std::sync::atomic::AtomicU32,
     /// The event-loop driver of its round trips (`useEventLoop`), when this thread's loop serves.
     looped: std::cell::RefCell<Option<std::rc::Rc<LoopLock>>>,
+    /// Counts the acquire/enqueue/wait calls and `close()`s, all made on the JS thread: a result
+    /// whose cancel id was cancelled closes the primitive only while its call is the latest
+    /// thing asked of it (see [`CancelOnly`]).
+    epoch: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The cancel id of one acquire/enqueue/wait (see `crate::cancel`): its token, and what the
+/// call's result must do when the token fired. Cancelled before the result reached the JS
+/// thread, the call settles `ABORTED`; a grant (or a queued enqueue) that crossed the cancel
+/// is closed first (the server releases it), unless a `close()` or another call came since,
+/// which then owns the primitive's state.
+struct CancelOnly {
+    token: tokio_util::sync::CancellationToken,
+    prim: Arc<Primitive>,
+    epoch: Arc<std::sync::atomic::AtomicU64>,
+    mine: u64,
+}
+
+impl CancelOnly {
+    /// `r` unless the cancel fired; run on the JS thread, where `cancelWait` runs too.
+    fn settle<T>(this: Option<CancelOnly>, r: core::Result<T>) -> core::Result<T> {
+        let Some(c) = this else { return r };
+        if !c.token.is_cancelled() || r.is_err() {
+            return r;
+        }
+        if c.epoch.load(std::sync::atomic::Ordering::Relaxed) == c.mine {
+            c.prim.close();
+        }
+        Err(DflockdError::aborted())
+    }
 }
 
 /// Ids (on a loss channel) of the primitives whose JS object is not finalized yet. A loss report
@@ -91,6 +121,38 @@ impl NativeDflockdLossChannel {
     }
 }
 
+impl NativeDflockdPrimitive {
+    /// A new call starts (after its ticket was taken): with a cancel id, `cancelWait(id)` now
+    /// cancels it as `cancel()` would (at once when the id was cancelled already).
+    fn call_cancelled_by(&self, cancel_id: Option<u32>) -> Option<CancelOnly> {
+        let mine = self
+            .epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let id = cancel_id?;
+        let prim = self.inner.clone();
+        let looped = self.looped.borrow().as_ref().map(std::rc::Rc::downgrade);
+        let p = prim.clone();
+        let epoch = self.epoch.clone();
+        let token = crate::cancel::on_cancel(id, move || {
+            // A close() or another call since owns the primitive now: not this id's to cancel.
+            if epoch.load(std::sync::atomic::Ordering::Relaxed) != mine {
+                return;
+            }
+            p.cancel();
+            if let Some(l) = looped.and_then(|w| w.upgrade()) {
+                l.cancel();
+            }
+        });
+        Some(CancelOnly {
+            token,
+            prim,
+            epoch: self.epoch.clone(),
+            mine,
+        })
+    }
+}
+
 #[napi]
 impl NativeDflockdPrimitive {
     /// Validate the options (throws synchronously, `code` `INVALID_ARGUMENT`, on bad options).
@@ -104,6 +166,7 @@ impl NativeDflockdPrimitive {
             channel_cb: std::sync::Mutex::new(None),
             channel_id: std::sync::atomic::AtomicU32::new(0),
             looped: Default::default(),
+            epoch: Default::default(),
         })
     }
 
@@ -146,19 +209,32 @@ impl NativeDflockdPrimitive {
 
     /// Start `acquire()` on the event loop: `true` = started (the result goes to `onSettle`;
     /// `queued: true` means call `continueAcquire()`), `false` = use `acquire()`.
+    /// `cancelId` (from `newCancelId`): `cancelWait(cancelId)` aborts it, as `cancel()`.
     #[napi]
-    pub fn acquire_on_loop(&self) -> bool {
+    pub fn acquire_on_loop(&self, cancel_id: Option<u32>) -> bool {
         let Some(l) = self.looped.borrow().clone() else {
             return false;
         };
-        l.acquire(self.inner.ticket())
+        if !l.acquire(self.inner.ticket()) {
+            return false;
+        }
+        // The result settles on this thread, synchronously with the reply: no grant can cross
+        // a cancel here before JS has it.
+        self.call_cancelled_by(cancel_id);
+        true
     }
 
     /// The rest of an `acquireOnLoop` answered `queued`, on tokio: resolves like `acquire()`.
     #[napi(ts_return_type = "Promise<BoolResult>")]
-    pub fn continue_acquire<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn continue_acquire<'env>(
+        &self,
+        env: &'env Env,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
-        let done = move |r| deferred.resolve(move |_| Ok(bool_result(r)));
+        let cancel = self.call_cancelled_by(cancel_id);
+        let done =
+            move |r| deferred.resolve(move |_| Ok(bool_result(CancelOnly::settle(cancel, r))));
         match self.looped.borrow().clone() {
             Some(l) => l.continue_queued(done)?,
             None => done(Err(DflockdError::new(
@@ -184,17 +260,23 @@ impl NativeDflockdPrimitive {
     ///
     /// One task serves the whole acquisition: it settles the promise and goes on as the
     /// renewal task while the lock is held (see `Primitive::acquire_then`).
+    /// `cancelId` (from `newCancelId`): `cancelWait(cancelId)` aborts it, as `cancel()`.
     #[napi(ts_return_type = "Promise<BoolResult>")]
-    pub fn acquire<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn acquire<'env>(
+        &self,
+        env: &'env Env,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         // The ticket is taken now, on the JS thread, so a cancel() right after this call
         // aborts it even before the future first runs.
         let p = self.inner.clone();
         let ticket = p.ticket();
+        let cancel = self.call_cancelled_by(cancel_id);
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
         let acquire = p.acquire_then(ticket, move |r| {
-            deferred.resolve(move |_| Ok(bool_result(r)));
+            deferred.resolve(move |_| Ok(bool_result(CancelOnly::settle(cancel, r))));
         });
         napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
@@ -204,20 +286,25 @@ impl NativeDflockdPrimitive {
     }
 
     /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
-    /// `'queued'` (call `wait()` promptly).
+    /// `'queued'` (call `wait()` promptly). `cancelId`: as `acquire()`'s.
     #[napi(ts_return_type = "Promise<NativeEnqueueResult>")]
     pub fn enqueue<'env>(
         &self,
         env: &'env Env,
-    ) -> napi::Result<PromiseRaw<'env, NativeEnqueueResult>> {
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
+        let cancel = self.call_cancelled_by(cancel_id);
+        let (deferred, promise) = env.create_deferred::<NativeEnqueueResult, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
-        env.spawn_future(async move {
+        napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
-            Ok(enqueue_result(p.enqueue_with(ticket).await))
-        })
+            let r = p.enqueue_with(ticket).await;
+            deferred.resolve(move |_| Ok(enqueue_result(CancelOnly::settle(cancel, r))));
+        });
+        Ok(promise)
     }
 
     /// Phase two: wait up to `timeoutS` seconds (fractions allowed) for the grant: the server
@@ -225,15 +312,17 @@ impl NativeDflockdPrimitive {
     /// dropping the connection (the server then withdraws the wait, or releases a grant that
     /// crossed the cut). `true` = held (verified by an immediate renew; a stale grant gives
     /// `LOCK_LOST`), `false` = timed out (connection closed; enqueue again). After an
-    /// `'acquired'` enqueue it resolves `true` at once.
+    /// `'acquired'` enqueue it resolves `true` at once. `cancelId`: as `acquire()`'s.
     #[napi(ts_return_type = "Promise<BoolResult>")]
     pub fn wait<'env>(
         &self,
         env: &'env Env,
         timeout_s: f64,
-    ) -> napi::Result<PromiseRaw<'env, BoolResult>> {
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
+        let cancel = self.call_cancelled_by(cancel_id);
         let max = core::protocol::MAX_SECONDS;
         let t = if timeout_s.is_finite() && timeout_s >= 0.0 && timeout_s <= max as f64 {
             Ok(Duration::from_secs_f64(timeout_s))
@@ -245,12 +334,15 @@ impl NativeDflockdPrimitive {
                 ),
             ))
         };
-        env.spawn_future(async move {
-            Ok(match t {
-                Ok(t) => bool_result(p.wait_for(ticket, t).await),
-                Err(e) => bool_result(Err(e)),
-            })
-        })
+        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        napi::bindgen_prelude::spawn(async move {
+            let r = match t {
+                Ok(t) => p.wait_for(ticket, t).await,
+                Err(e) => Err(e),
+            };
+            deferred.resolve(move |_| Ok(bool_result(CancelOnly::settle(cancel, r))));
+        });
+        Ok(promise)
     }
     /// Release the held lock/slot; after a clean `ok` the connection is kept (idle, unwatched)
     /// for the next `acquire()`/`enqueue()`, else closed. `NOT_LOCKED` when nothing is
@@ -274,6 +366,8 @@ impl NativeDflockdPrimitive {
     /// `reportLossesTo` channel stays: the primitive may acquire again.
     #[napi]
     pub fn close(&self) {
+        self.epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.close();
         let looped = self.looped.borrow().clone();
         if let Some(l) = looped {

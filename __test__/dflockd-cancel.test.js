@@ -86,11 +86,14 @@ for (const driver of ['tokio', 'event-loop']) {
       try {
         // Queued (on the event-loop driver, handed on to tokio: continueAcquire), then granted by the release; the
         // cancel comes after the grant reached the primitive and before its result reached JavaScript.
+        // The release is written before this thread spins (the holder's driver writes it at once), and nothing reaches
+        // JavaScript until the spin ends: the waiter's grant lands natively meanwhile.
         const pending = loopAcquire(prim, loopId, id)
         await queuedOn(key)
-        await holder.release()
+        const released = holder.release()
         spinUntilHeld(prim)
         native.cancelWait(id)
+        await released
         const r = await pending
         assert.equal(r.ok, false, `a grant crossing the cancel must not be handed out (got ${JSON.stringify(r)})`)
         assert.equal(r.error.code, 'ABORTED')

@@ -11,6 +11,7 @@ mod dflockd;
 mod event_loop;
 mod file;
 mod js_callback;
+mod losses;
 mod owner;
 mod result;
 

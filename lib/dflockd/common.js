@@ -5,6 +5,7 @@
 // withAbort: a cancel id the call takes; the native side settles it ABORTED and closes a grant that crossed the cancel).
 
 const native = require('../native')
+const { onLockEnded } = require('../losses')
 const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
 const { ErrorCode } = require('../codes')
@@ -142,6 +143,31 @@ function warnCallback(name, e) {
   process.emitWarning(`sema-native: ${name} callback failed: ${e && e.stack ? e.stack : e}`, 'SemaNativeWarning')
 }
 
+// ───────────────────────────── losses ─────────────────────────────
+
+/** What to tell of a loss, by the primitive's `lossId` (DistributedLock, acquire('dflockd://…')): `fn(token, reason)`.
+ * Set while a lock may be lost (an acquisition live, a Lock held), so nothing unreleased is kept alive by it. */
+const lossWatchers = new Map()
+
+// A dflockd lock's loss comes on this thread's one loss channel (lib/losses.js); its end is read from the native
+// registry, never from the primitive: one already finalized (Deno's test runner at teardown) answers null, and is
+// then not touched (src/losses.rs).
+onLockEnded((id) => {
+  const fn = lossWatchers.get(id)
+  if (fn === undefined) return
+  const end = native.takeHeldEnd(id)
+  if (end !== null) fn(end.token, end.lostReason)
+})
+
+/** Tells `fn(token, reason)` of each loss of the primitive with loss id `id`, until unwatchLoss(id). */
+function watchLoss(id, fn) {
+  lossWatchers.set(id, fn)
+}
+
+function unwatchLoss(id) {
+  lossWatchers.delete(id)
+}
+
 // ───────────────────────────── sharding ─────────────────────────────
 
 /** CRC-32/IEEE of the key's UTF-8 bytes modulo `numServers` (same as the Go, Python and TS clients). */
@@ -242,5 +268,7 @@ module.exports = {
   opt,
   pemText,
   stableHashShard,
+  unwatchLoss,
   warnCallback,
+  watchLoss,
 }

@@ -7,7 +7,8 @@
 // Why one primitive: building one per acquisition (options converted and validated again, a threadsafe function
 // for the loss callback created and released) cost ~7.6 µs of the ~120 µs of client CPU per acquire + release pair,
 // and a loss callback of its own per instance would leave one libuv handle per uncollected instance. Losses of all
-// instances go through one shared channel instead, dispatched by primitive id to the acquisition in progress.
+// instances go through the thread's one loss channel instead (lib/losses.js, shared with file locks), dispatched by
+// the primitive's loss id to the acquisition in progress.
 // Measured with the native side's one task per acquisition (Go server, best of 7 on a loaded 2-core machine): client
 // CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
 //
@@ -22,7 +23,7 @@ const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE, DISTRIBUTED_ACQUIRE, 
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
 const { withAbort } = require('../abort')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard, unwatchLoss, watchLoss } = require('./common')
 const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
@@ -33,26 +34,6 @@ function normalizeServers(o) {
   // Checked by the option table's `servers` kind (lib/validate.js): a non-empty array of [host, port] pairs.
   if (o.servers !== undefined && o.servers !== null) return Object.freeze(o.servers.map((s) => Object.freeze([hostOption(s[0]), s[1]])))
   return Object.freeze([Object.freeze([hostOption(o.host ?? DEFAULT_HOST), o.port ?? DEFAULT_PORT])])
-}
-
-/** Losses reported by the native side, by primitive id: set while an acquisition is live (begin → end), so an
- * instance that is never closed is not kept alive by this map. */
-const lossHandlers = new Map()
-let lossChannel = null
-let nextPrimitiveId = 0
-
-function reportLosses(prim) {
-  if (lossChannel === null) {
-    lossChannel = new native.NativeDflockdLossChannel((id, token, reason) => {
-      const handler = lossHandlers.get(id)
-      // Only while the primitive's object lives: a report can arrive after Deno's test runner finalized it at
-      // teardown (src/dflockd/primitive.rs LIVE_IDS), and reading it then would read freed memory.
-      if (handler && native.dflockdPrimitiveAlive(id)) handler(token, reason)
-    })
-  }
-  const id = ++nextPrimitiveId >>> 0
-  prim.reportLossesTo(lossChannel, id)
-  return id
 }
 
 class DistributedLock {
@@ -148,7 +129,7 @@ class DistributedLock {
     if (this.#prim !== null) this.#prim.close()
     this.#prim = prim
     this.#primIdx = idx
-    this.#primId = reportLosses(prim)
+    this.#primId = prim.lossId
     this.#loopId = useEventLoop(prim)
     return prim
   }
@@ -242,13 +223,13 @@ class DistributedLock {
     this.#live = true
     this.#held = false
     this.#lostEarly = null
-    lossHandlers.set(this.#primId, this.#onLoss)
+    watchLoss(this.#primId, this.#onLoss)
     return prim
   }
 
   /** Ends the live acquisition (released, closed, timed out, failed or lost). */
   #end() {
-    if (this.#live) lossHandlers.delete(this.#primId)
+    if (this.#live) unwatchLoss(this.#primId)
     this.#live = false
     this.#held = false
     this.#gen++
@@ -257,7 +238,7 @@ class DistributedLock {
   #lost(token, reason) {
     if (!this.#live) return
     if (!this.#held) {
-      // Lost before the grant's continuation ran: #granted replays it.
+      // Lost before the grant's continuation ran: #granted tells it.
       this.#lostEarly = { token, reason }
       return
     }
@@ -267,20 +248,34 @@ class DistributedLock {
     if (current !== null && current !== token) return
     const controller = this.#controller ?? (this.#controller = new AbortController())
     this.#end()
-    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
-    if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
+    this.#tell(controller, token, reason)
     // Told first, then stopped: a lock the native side still counts as held (its validity ran out before its own
     // report) is closed now; one it reported lost keeps its connection until the server's earliest expiry, so the
     // server does not free the key before this holder has been told.
     if (current !== null) this.#prim.close()
   }
 
-  /** Marks the acquisition held; replays a loss that arrived before this point (#lost drops an earlier one's). */
+  /** Aborts the acquisition's `controller` with LOCK_LOST and calls onLockLost. */
+  #tell(controller, token, reason) {
+    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
+    if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
+  }
+
+  /** Marks the acquisition held. A loss that arrived before this point (its report reached JavaScript before the
+   * grant's) ends it now and is told once acquire() has resolved, as a file lock's loss found while its handle is
+   * made: two microtask hops, past the continuation of a caller awaiting it, so the caller gets `true` first and then
+   * its signal aborted and onLockLost. A report of an earlier acquisition (another token) is dropped. */
   #granted() {
     this.#held = true
     const early = this.#lostEarly
+    if (early === null) return
     this.#lostEarly = null
-    if (early) this.#lost(early.token, early.reason)
+    const current = this.#prim.token
+    if (current !== null && current !== early.token) return
+    const controller = this.#controller ?? (this.#controller = new AbortController())
+    this.#end()
+    if (current !== null) this.#prim.close()
+    queueMicrotask(() => queueMicrotask(() => this.#tell(controller, early.token, early.reason)))
   }
 
   /** Ends the acquisition `gen` (after a timeout or failure) and drops its connection if still ours. */

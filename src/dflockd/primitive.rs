@@ -1,11 +1,13 @@
 //! `NativeDflockdPrimitive`: a lock or semaphore slot (acquire, two-phase enqueue/wait,
-//! renewal, release, loss callback) over `sema_core::dflockd::Primitive`.
+//! renewal, release) over `sema_core::dflockd::Primitive`; its losses go to its JS thread's one
+//! loss channel under its `lossId` (`crate::losses`).
 
 use napi::bindgen_prelude::Object;
 
 use super::on_loop_lock::{hand_to_tokio_pool, pool_take_stream, LoopLock, NativeLoopSettle};
 use super::*;
 use crate::js_callback::JsCallback;
+use crate::losses::LossRoute;
 
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
 /// automatic renewal. One connection per held lock/slot; after a clean `release()` it goes to
@@ -13,11 +15,8 @@ use crate::js_callback::JsCallback;
 #[napi]
 pub struct NativeDflockdPrimitive {
     inner: Arc<Primitive>,
-    /// The loss callback set by `reportLossesTo` for the primitive's lifetime; `close()` puts
-    /// it back in place of a per-primitive `onLost` callback.
-    channel_cb: std::sync::Mutex<Option<core::LossCallback>>,
-    /// Its id on a loss channel (0: none), removed from [`LIVE_IDS`] when the object is finalized.
-    channel_id: std::sync::atomic::AtomicU32,
+    /// Its id on its thread's loss channel, for its whole life (gone with its JS object).
+    route: LossRoute,
     /// The event-loop driver of its round trips (`useEventLoop`), when this thread's loop serves.
     looped: std::cell::RefCell<Option<std::rc::Rc<LoopLock>>>,
     /// Counts the acquire/enqueue/wait calls and `close()`s, all made on the JS thread: a result
@@ -52,72 +51,13 @@ impl CancelOnly {
     }
 }
 
-/// Ids (on a loss channel) of the primitives whose JS object is not finalized yet. A loss report
-/// already queued to the JS thread can arrive after its primitive was finalized: Deno's test
-/// runner finalizes every wrapped object at teardown and then keeps running the event loop
-/// (denoland/deno#36556), and a handler that then read the primitive would use freed memory
-/// (a SIGSEGV in `Primitive::token`, core dump of 2026-11-25). The JS handler asks
-/// [`dflockd_primitive_alive`] first; that is a function, not a method, so it reads no object.
-static LIVE_IDS: std::sync::Mutex<Option<std::collections::HashSet<u32>>> =
-    std::sync::Mutex::new(None);
-
-fn live_ids<R>(f: impl FnOnce(&mut std::collections::HashSet<u32>) -> R) -> R {
-    let mut guard = LIVE_IDS.lock().unwrap_or_else(|p| p.into_inner());
-    f(guard.get_or_insert_with(Default::default))
-}
-
-/// Whether the primitive reporting on a loss channel as `id` still has its JS object (see
-/// [`LIVE_IDS`]): a loss channel's handler calls this before it touches the primitive.
-#[napi]
-pub fn dflockd_primitive_alive(id: u32) -> bool {
-    live_ids(|ids| ids.contains(&id))
-}
-
 impl Drop for NativeDflockdPrimitive {
     fn drop(&mut self) {
         if let Some(l) = self.looped.get_mut().take() {
             l.collected();
         }
-        let id = *self.channel_id.get_mut();
-        if id != 0 {
-            live_ids(|ids| ids.remove(&id));
-        }
-    }
-}
-
-/// One JS loss callback `(id, token, reason) => void` shared by many primitives, each reporting
-/// with its own `id`: a `DistributedLock` keeps one primitive for its lifetime and still needs
-/// no threadsafe function (a libuv handle created and released per object) of its own. Held
-/// weakly: it never keeps the process alive.
-#[napi]
-pub struct NativeDflockdLossChannel {
-    notify: ChannelNotify,
-}
-
-/// Calls the channel's JS callback with `(id, token, reason)`.
-type ChannelNotify = Arc<dyn Fn(u32, &str, &str) + Send + Sync>;
-
-#[napi]
-impl NativeDflockdLossChannel {
-    /// Wrap `callback(id, token, reason)`.
-    #[napi(
-        constructor,
-        ts_args_type = "callback: (id: number, token: string, reason: string) => void"
-    )]
-    pub fn new(callback: Function<FnArgs<(u32, String, String)>, ()>) -> napi::Result<Self> {
-        let tsfn = callback
-            .build_threadsafe_function::<FnArgs<(u32, String, String)>>()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
-        Ok(NativeDflockdLossChannel {
-            notify: Arc::new(move |id: u32, token: &str, reason: &str| {
-                let _ = tsfn.call(
-                    FnArgs::from((id, token.to_string(), reason.to_string())),
-                    ThreadsafeFunctionCallMode::NonBlocking,
-                );
-            }),
-        })
+        // A loss reported from now on finds no route ([`LossRoute::callback`]).
+        self.inner.set_on_lost(None);
     }
 }
 
@@ -156,36 +96,27 @@ impl NativeDflockdPrimitive {
 #[napi]
 impl NativeDflockdPrimitive {
     /// Validate the options (throws synchronously, `code` `INVALID_ARGUMENT`, on bad options).
-    /// No I/O happens here.
+    /// No I/O happens here. Its losses (renewal failed, the server dropped the idle held
+    /// connection; never `release()`/`close()`) are named by `lossId` on this thread's loss
+    /// channel (`setLockLostHandler`), at most once per held lock; `takeHeldEnd(lossId)` gives
+    /// the lost hold's token and the reason.
     #[napi(constructor)]
-    pub fn new(options: NativePrimitiveOptions) -> Result<Self, Thrown> {
+    pub fn new(env: Env, options: NativePrimitiveOptions) -> Result<Self, Thrown> {
         let opts = primitive_options(&options).map_err(thrown)?;
         let inner = Primitive::new(opts).map_err(thrown)?;
+        let route = LossRoute::new(&env).map_err(|e| {
+            thrown(DflockdError::new(
+                core::ErrorCode::InvalidArgument,
+                e.reason,
+            ))
+        })?;
+        inner.set_on_lost(Some(route.callback()));
         Ok(NativeDflockdPrimitive {
             inner: Arc::new(inner),
-            channel_cb: std::sync::Mutex::new(None),
-            channel_id: std::sync::atomic::AtomicU32::new(0),
+            route,
             looped: Default::default(),
             epoch: Default::default(),
         })
-    }
-
-    /// Report every loss of this primitive, for its whole lifetime (`close()` included), to
-    /// `channel` as `(id, token, reason)`, replacing any `onLost` callback.
-    #[napi]
-    pub fn report_losses_to(&self, channel: &NativeDflockdLossChannel, id: u32) {
-        let notify = channel.notify.clone();
-        let cb: core::LossCallback =
-            Arc::new(move |_key: &str, token: &str, reason: &str| notify(id, token, reason));
-        live_ids(|ids| ids.insert(id));
-        let previous = self
-            .channel_id
-            .swap(id, std::sync::atomic::Ordering::Relaxed);
-        if previous != 0 && previous != id {
-            live_ids(|ids| ids.remove(&previous));
-        }
-        *self.channel_cb.lock().unwrap_or_else(|p| p.into_inner()) = Some(cb.clone());
-        self.inner.set_on_lost(Some(cb));
     }
 
     /// Make `acquireOnLoop`/`releaseOnLoop` run on this thread's event loop, settling through
@@ -360,10 +291,8 @@ impl NativeDflockdPrimitive {
     }
 
     /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
-    /// connection without sending a release (the server auto-releases on disconnect).
-    /// Also drops an `onLost` callback: its threadsafe function (a libuv handle Node's event
-    /// loop scans on every wakeup) is released now instead of when the object is collected. A
-    /// `reportLossesTo` channel stays: the primitive may acquire again.
+    /// connection without sending a release (the server auto-releases on disconnect). The
+    /// primitive may acquire again.
     #[napi]
     pub fn close(&self) {
         self.epoch
@@ -373,12 +302,12 @@ impl NativeDflockdPrimitive {
         if let Some(l) = looped {
             l.close();
         }
-        let channel = self
-            .channel_cb
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        self.inner.set_on_lost(channel);
+    }
+
+    /// Its id on this thread's loss channel (`setLockLostHandler`, `takeHeldEnd`).
+    #[napi(getter)]
+    pub fn loss_id(&self) -> f64 {
+        self.route.id() as f64
     }
 
     /// Abort an in-flight acquire/enqueue/wait: it resolves `{ok: false, error: {code: 'ABORTED'}}`.
@@ -415,32 +344,5 @@ impl NativeDflockdPrimitive {
     #[napi(getter)]
     pub fn remaining_ms(&self) -> f64 {
         self.inner.valid_for().as_secs_f64() * 1000.0
-    }
-
-    /// Register the loss callback `(key, token, reason) => void`, called at most once per held
-    /// lock when renewal fails or the server drops the idle connection (closed, reset, or an
-    /// unsolicited `error` before its read-timeout close; the server then releases the lock),
-    /// never for `release()`/`close()`. `reason` says what happened. It is held weakly: it never
-    /// keeps the process alive.
-    #[napi(ts_args_type = "callback: (key: string, token: string, reason: string) => void")]
-    pub fn on_lost(
-        &self,
-        callback: Function<FnArgs<(String, String, String)>, ()>,
-    ) -> napi::Result<()> {
-        let tsfn = callback
-            .build_threadsafe_function::<FnArgs<(String, String, String)>>()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
-        let tsfn = Arc::new(tsfn);
-        self.inner.set_on_lost(Some(Arc::new(
-            move |key: &str, token: &str, reason: &str| {
-                let _ = tsfn.call(
-                    FnArgs::from((key.to_string(), token.to_string(), reason.to_string())),
-                    ThreadsafeFunctionCallMode::NonBlocking,
-                );
-            },
-        )));
-        Ok(())
     }
 }

@@ -203,13 +203,6 @@ pub struct NativeHeld {
     pub token: String,
 }
 
-/// How a held lock ended otherwise than through its handle: `lostReason` when it was found
-/// lost, absent when it was released by path.
-#[napi(object)]
-pub struct NativeHeldEnd {
-    pub lost_reason: Option<String>,
-}
-
 #[napi(object)]
 pub struct HeldOutcome {
     pub ok: bool,

@@ -40,13 +40,21 @@ test('a loss of a finalized primitive is answered null; a live one\'s with its t
   // Both losses reported on this thread's channel (their ends are left in the registry: nobody takes them here).
   const reported = new Set()
   let bothReported
-  const both = new Promise((resolve) => (bothReported = resolve))
+  let noReport
+  const both = new Promise((resolve, reject) => {
+    bothReported = resolve
+    noReport = reject
+  })
+  // The loss channel is weak (it never keeps a process alive): this bound keeps the loop running meanwhile (Deno ends
+  // a test whose loop has nothing left), and fails the test if the reports never come.
+  const bound = setTimeout(() => noReport(new Error('the two losses were not reported within 10 s')), 10_000)
   onLockEnded((id) => {
     if (id === keptId || id === droppedId) reported.add(id)
     if (reported.size === 2) bothReported()
   })
   await srv.kill('SIGKILL')
   await both
+  clearTimeout(bound)
 
   // Finalize `dropped` (Node runs Node-API finalizers after the collection, from the event loop; bounded).
   let registry

@@ -110,6 +110,48 @@ pub fn take_held_end(id: f64) -> Option<NativeLockEnd> {
 pub struct LossRoute {
     owner: u64,
     id: u64,
+    held_back: Arc<Mutex<HeldBack>>,
+}
+
+/// A call whose result is on its way to the JS thread holds the primitive's loss reports back
+/// until it is there: a loss read off the JS thread (tokio) right after the grant must reach JS
+/// after the grant does, so that the JS side never hears of the loss of a lock it was not yet
+/// told it holds.
+#[derive(Default)]
+struct HeldBack {
+    /// The call in flight (0: none).
+    call: u64,
+    /// A report waits for it.
+    pending: bool,
+}
+
+fn held_back(m: &Mutex<HeldBack>) -> MutexGuard<'_, HeldBack> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Where a call's result tells the route it reached the JS thread ([`LossRoute::settled`]).
+pub struct RouteSettle {
+    owner: u64,
+    id: u64,
+    held_back: Arc<Mutex<HeldBack>>,
+}
+
+impl RouteSettle {
+    /// `call`'s result is on the JS thread now: a loss report it held back goes out (after it,
+    /// as the report's callback runs on a later turn of the loop).
+    pub fn settled(&self, call: u64) {
+        let flush = {
+            let mut h = held_back(&self.held_back);
+            if h.call != call {
+                return;
+            }
+            h.call = 0;
+            std::mem::take(&mut h.pending)
+        };
+        if flush {
+            lockfile::report_to_owner(self.owner, self.id, HeldEnd::Lost(String::new()));
+        }
+    }
 }
 
 impl LossRoute {
@@ -118,7 +160,22 @@ impl LossRoute {
         let owner = owner::of(env)?;
         let id = lockfile::new_held_id();
         ends().insert(id, VecDeque::new());
-        Ok(LossRoute { owner, id })
+        Ok(LossRoute {
+            owner,
+            id,
+            held_back: Default::default(),
+        })
+    }
+
+    /// Hold loss reports back while `call`'s result goes to the JS thread (see [`HeldBack`]);
+    /// the returned handle's `settled(call)` releases them.
+    pub fn hold_back_for(&self, call: u64) -> RouteSettle {
+        held_back(&self.held_back).call = call;
+        RouteSettle {
+            owner: self.owner,
+            id: self.id,
+            held_back: self.held_back.clone(),
+        }
     }
 
     /// The id the thread's callback is called with.
@@ -130,6 +187,7 @@ impl LossRoute {
     /// the thread's channel; nothing once the route was dropped.
     pub fn callback(&self) -> LossCallback {
         let (owner, id) = (self.owner, self.id);
+        let back = self.held_back.clone();
         Arc::new(move |_key: &str, token: &str, reason: &str| {
             {
                 let mut ends = ends();
@@ -143,6 +201,13 @@ impl LossRoute {
                     token: token.to_string(),
                     reason: reason.to_string(),
                 });
+            }
+            {
+                let mut h = held_back(&back);
+                if h.call != 0 {
+                    h.pending = true;
+                    return;
+                }
             }
             lockfile::report_to_owner(owner, id, HeldEnd::Lost(reason.to_string()));
         })

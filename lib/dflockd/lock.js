@@ -27,6 +27,12 @@ const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAU
 const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
+//
+// The acquisition's state lives in the native primitive only (crates/sema-core/src/dflockd/primitive.rs `Stage`:
+// idle → acquiring → queued → held → lost, read as `prim.stage`; which hold a loss report is for, `prim.holdToken`).
+// The binding settles a call replaced by close()/release()/force as ABORTED, and reports a loss read off this thread
+// only after the grant's result reached it (src/losses.rs). This class keeps what is JavaScript's: the option
+// snapshot, the sharding pick, the acquisition's AbortController, calling onLockLost, and withLock.
 
 const kLimit = Symbol('limit')
 
@@ -61,14 +67,6 @@ class DistributedLock {
   #loopId = 0
   /** The default strategy's answer, computed once (it depends on the key and the server count only). */
   #defaultIdx = -1
-  /** An acquisition is live: connecting, acquiring, queued or held. */
-  #live = false
-  /** Counts acquisitions: a continuation whose count is no longer current was replaced by close()/force. */
-  #gen = 0
-  #held = false
-  #enqueued = false
-  /** A loss reported before the grant's continuation ran: `{token, reason}`. */
-  #lostEarly = null
   /** This acquisition's controller, created when `signal` is first read (or on a loss). */
   #controller = null
   #onLoss = (token, reason) => this.#lost(token, reason)
@@ -126,7 +124,10 @@ class DistributedLock {
     if (this.#prim !== null && this.#primIdx === idx) return this.#prim
     const [host, port] = this.#servers[idx]
     const prim = nativeSync(() => new native.NativeDflockdPrimitive(this.#nativeOptions({ host, port })))
-    if (this.#prim !== null) this.#prim.close()
+    if (this.#prim !== null) {
+      unwatchLoss(this.#primId)
+      this.#prim.close()
+    }
     this.#prim = prim
     this.#primIdx = idx
     this.#primId = prim.lossId
@@ -169,20 +170,20 @@ class DistributedLock {
   }
   /** Token of the held lock, or null. */
   get token() {
-    return this.#held && this.#prim ? this.#prim.token : null
+    return this.#prim ? this.#prim.token : null
   }
   /** Lease in seconds of the held lock, 0 when none. */
   get lease() {
-    return this.#held && this.#prim ? this.#prim.lease : 0
+    return this.#prim ? this.#prim.lease : 0
   }
   /** End of the held lock's proven validity, in ms since the epoch (0 when none): the client's own lease clock,
    * counted from when the last acquire or renew was sent, minus a guard. */
   get validUntil() {
-    return this.#held && this.#prim ? this.#prim.validUntil : 0
+    return this.#prim ? this.#prim.validUntil : 0
   }
   /** Milliseconds the held lock is still proven valid (monotonic clock; 0 when none or lost). */
   remaining() {
-    return this.#held && this.#prim ? this.#prim.remainingMs : 0
+    return this.#prim ? this.#prim.remainingMs : 0
   }
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   get signal() {
@@ -207,9 +208,14 @@ class DistributedLock {
     return idx
   }
 
+  /** Whether an acquisition is live on the kept primitive (acquiring, queued or held: the primitive's own stage). */
+  #live(stage = this.#prim ? this.#prim.stage : 'idle') {
+    return stage === 'acquiring' || stage === 'queued' || stage === 'held'
+  }
+
   /** Checks the connection state and starts an acquisition on the kept primitive. */
   #begin(force, signal) {
-    if (this.#live) {
+    if (this.#live()) {
       if (!force) {
         throw new LockError('already connected; call release() or close() first, or pass { force: true }', ErrorCode.ALREADY_LOCKED)
       }
@@ -218,81 +224,40 @@ class DistributedLock {
     if (signal && signal.aborted) throw abortedError('acquire')
     // A clean release left its connection in the native idle pool, where this acquisition finds it.
     const prim = this.#primitive(this.#pickServer())
-    this.#gen++
     this.#controller = null
-    this.#live = true
-    this.#held = false
-    this.#lostEarly = null
     watchLoss(this.#primId, this.#onLoss)
     return prim
   }
 
-  /** Ends the live acquisition (released, closed, timed out, failed or lost). */
+  /** The acquisition is over (released, closed, lost, or ended without a hold): no more loss reports for it. */
   #end() {
-    if (this.#live) unwatchLoss(this.#primId)
-    this.#live = false
-    this.#held = false
-    this.#gen++
+    unwatchLoss(this.#primId)
   }
 
+  /** A loss report of the primitive: this hold's (the native side reports it after the grant's result, never
+   * before) unless it names another token (a late report of an earlier hold). */
   #lost(token, reason) {
-    if (!this.#live) return
-    if (!this.#held) {
-      // Lost before the grant's continuation ran: #granted tells it.
-      this.#lostEarly = { token, reason }
-      return
-    }
-    // A late report of an earlier acquisition names another token than the held one (null = this one is lost too).
-    // Read here, not at every grant: the loss path is rare, the grant path is hot.
-    const current = this.#prim.token
-    if (current !== null && current !== token) return
+    if (this.#prim === null || this.#prim.holdToken !== token) return
     const controller = this.#controller ?? (this.#controller = new AbortController())
+    // Read before #end: null once the native side reported it lost.
+    const current = this.#prim.token
     this.#end()
-    this.#tell(controller, token, reason)
+    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
+    if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
     // Told first, then stopped: a lock the native side still counts as held (its validity ran out before its own
     // report) is closed now; one it reported lost keeps its connection until the server's earliest expiry, so the
     // server does not free the key before this holder has been told.
     if (current !== null) this.#prim.close()
   }
 
-  /** Aborts the acquisition's `controller` with LOCK_LOST and calls onLockLost. */
-  #tell(controller, token, reason) {
-    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
-    if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
-  }
-
-  /** Marks the acquisition held. A loss that arrived before this point (its report reached JavaScript before the
-   * grant's) ends it now and is told once acquire() has resolved, as a file lock's loss found while its handle is
-   * made: two microtask hops, past the continuation of a caller awaiting it, so the caller gets `true` first and then
-   * its signal aborted and onLockLost. A report of an earlier acquisition (another token) is dropped. */
-  #granted() {
-    this.#held = true
-    const early = this.#lostEarly
-    if (early === null) return
-    this.#lostEarly = null
-    const current = this.#prim.token
-    if (current !== null && current !== early.token) return
-    const controller = this.#controller ?? (this.#controller = new AbortController())
-    this.#end()
-    if (current !== null) this.#prim.close()
-    queueMicrotask(() => queueMicrotask(() => this.#tell(controller, early.token, early.reason)))
-  }
-
-  /** Ends the acquisition `gen` (after a timeout or failure) and drops its connection if still ours. */
-  #drop(prim, gen) {
-    if (this.#gen === gen) this.#end()
-    prim.close()
-  }
-
-  /** The value of a native acquire/enqueue/wait result (false = timed out); throws LockError on failure. */
-  #settle(prim, gen, r, what) {
-    if (this.#gen !== gen) {
-      // close()/force replaced us while the request was in flight.
-      if (this.#prim !== prim || !this.#live) prim.close()
-      throw new LockError(`${what} interrupted: the lock was closed`, ErrorCode.ABORTED)
+  /** The value of a native acquire/enqueue/wait result (false = timed out); throws LockError on failure. A call
+   * replaced meanwhile (close(), release(), force) resolves ABORTED natively. */
+  #settle(prim, r, what) {
+    if (!r.ok || !r.value) {
+      // Ended without a hold (the native side dropped the connection); a newer acquisition keeps its watch.
+      if (this.#prim === prim && !this.#live()) this.#end()
     }
     if (!r.ok) {
-      this.#drop(prim, gen)
       if (r.error.code === ErrorCode.ABORTED) throw abortedError(what)
       throw toLockError(r.error, this.#key)
     }
@@ -315,27 +280,18 @@ class DistributedLock {
   async acquire(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
-    const gen = this.#gen
     const r = await this.#run((cancelId) => this.#startAcquire(prim, cancelId), signal)
-    if (!this.#settle(prim, gen, r, 'acquire')) {
-      this.#drop(prim, gen)
-      return false
-    }
-    this.#granted()
-    return true
+    return this.#settle(prim, r, 'acquire')
   }
 
   /** Two-phase step 1: 'acquired' (held now, renewing) or 'queued' (call wait()). */
   async enqueue(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
-    const gen = this.#gen
-    this.#enqueued = true
     const r = await this.#run((cancelId) => prim.enqueue(cancelId ?? undefined), signal)
-    const status = this.#settle(prim, gen, r, 'enqueue')
-    if (status === 'acquired') this.#granted()
-    else if (status !== 'queued') {
-      this.#drop(prim, gen)
+    const status = this.#settle(prim, r, 'enqueue')
+    if (status !== 'acquired' && status !== 'queued') {
+      this.close()
       throw new LockError(`enqueue: unexpected native status ${describe(status)}`, ErrorCode.PROTOCOL_ERROR)
     }
     return status
@@ -347,30 +303,22 @@ class DistributedLock {
   async wait(timeoutS, options) {
     const t = timeoutS ?? this.#acquireTimeoutS
     const { signal } = validate(options ?? undefined, DISTRIBUTED_WAIT)
-    if (this.#held) return true
     const prim = this.#prim
-    if (!this.#live || !prim) {
-      throw new LockError(
-        this.#enqueued ? 'connection closed; call enqueue() again' : 'not connected; call enqueue() first',
-        ErrorCode.NOT_LOCKED,
-      )
+    const stage = prim ? prim.stage : 'idle'
+    if (stage === 'held') return true
+    if (stage !== 'queued') {
+      throw new LockError('not queued; call enqueue() first, or enqueue() again after a timeout, a loss or close()', ErrorCode.NOT_LOCKED)
     }
     if (signal && signal.aborted) {
       this.close()
       throw abortedError('wait')
     }
     if (typeof t !== 'number') throw invalidArgument(`timeoutS must be a number of seconds, got ${describe(t)}`)
-    const gen = this.#gen
     const r = await this.#run((cancelId) => prim.wait(t, cancelId ?? undefined), signal)
     // A timeout the native side refuses was never sent: the enqueue stays pending.
-    if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && this.#gen === gen) throw toLockError(r.error)
-    if (!this.#settle(prim, gen, r, 'wait')) {
-      // After a `w` timeout (or the cut at the deadline) the server has dropped our queue entry: the connection is done.
-      this.#drop(prim, gen)
-      return false
-    }
-    this.#granted()
-    return true
+    if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && prim.stage === 'queued') throw toLockError(r.error)
+    // After a `w` timeout (or the cut at the deadline) the server has dropped our queue entry: the connection is done.
+    return this.#settle(prim, r, 'wait')
   }
 
   /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
@@ -379,8 +327,9 @@ class DistributedLock {
    * alive) for the next acquisition to that server by any instance. */
   async release() {
     const prim = this.#prim
-    if (!this.#live || !prim) throw new LockError('not connected; nothing to release', ErrorCode.NOT_LOCKED)
-    const held = this.#held
+    const stage = prim ? prim.stage : 'idle'
+    if (!this.#live(stage)) throw new LockError('not connected; nothing to release', ErrorCode.NOT_LOCKED)
+    const held = stage === 'held'
     this.#end()
     if (held) {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
@@ -407,8 +356,9 @@ class DistributedLock {
     } finally {
       // The lease's validity ended before fn did, and the native loss report has not run yet: lost now, so the
       // signal, onLockLost and this rejection agree.
-      if (!signal.aborted && this.#held && this.#prim && this.#prim.remainingMs === 0) {
-        this.#lost(this.#prim.token, 'the lease was no longer proven valid when fn finished (no renewal confirmed in time)')
+      const prim = this.#prim
+      if (!signal.aborted && prim && (prim.stage === 'lost' || (prim.stage === 'held' && prim.remainingMs === 0))) {
+        this.#lost(prim.holdToken, 'the lease was no longer proven valid when fn finished (no renewal confirmed in time)')
       }
       if (signal.aborted) {
         // Lost mid-work: nothing is left to release, and fn's work was not exclusive.
@@ -427,14 +377,14 @@ class DistributedLock {
   /** Drops the connection without releasing (the server releases on disconnect). Sync and idempotent. */
   close() {
     const prim = this.#prim
-    if (!this.#live || !prim) return
+    if (prim === null || prim.stage === 'idle') return
     this.#end()
     prim.cancel()
     prim.close()
   }
 
   async [asyncDispose]() {
-    if (this.#held && this.#live) await this.release()
+    if (this.#prim && this.#prim.stage === 'held') await this.release()
     else this.close()
   }
 }

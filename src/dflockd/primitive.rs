@@ -7,7 +7,7 @@ use napi::bindgen_prelude::Object;
 use super::on_loop_lock::{hand_to_tokio_pool, pool_take_stream, LoopLock, NativeLoopSettle};
 use super::*;
 use crate::js_callback::JsCallback;
-use crate::losses::LossRoute;
+use crate::losses::{LossRoute, RouteSettle};
 
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
 /// automatic renewal. One connection per held lock/slot; after a clean `release()` it goes to
@@ -19,35 +19,47 @@ pub struct NativeDflockdPrimitive {
     route: LossRoute,
     /// The event-loop driver of its round trips (`useEventLoop`), when this thread's loop serves.
     looped: std::cell::RefCell<Option<std::rc::Rc<LoopLock>>>,
-    /// Counts the acquire/enqueue/wait calls and `close()`s, all made on the JS thread: a result
-    /// whose cancel id was cancelled closes the primitive only while its call is the latest
-    /// thing asked of it (see [`CancelOnly`]).
+    /// Counts the acquire/enqueue/wait calls, `close()`s and `release()`s, all made on the JS
+    /// thread: a call's result counts only while its call is the latest thing asked (see
+    /// [`Call`]).
     epoch: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// The cancel id of one acquire/enqueue/wait (see `crate::cancel`): its token, and what the
-/// call's result must do when the token fired. Cancelled before the result reached the JS
-/// thread, the call settles `ABORTED`; a grant (or a queued enqueue) that crossed the cancel
-/// is closed first (the server releases it), unless a `close()` or another call came since,
-/// which then owns the primitive's state.
-struct CancelOnly {
-    token: tokio_util::sync::CancellationToken,
-    prim: Arc<Primitive>,
-    epoch: Arc<std::sync::atomic::AtomicU64>,
+/// One acquire/enqueue/wait, from its start to its result on the JS thread, where it is judged:
+/// a result of a call that a `close()`/`release()` or a later call replaced meanwhile is
+/// `ABORTED` (whatever it held, the close dropped); one whose cancel id (see `crate::cancel`)
+/// was cancelled settles `ABORTED`, a grant (or a queued enqueue) that crossed the cancel closed
+/// first (the server releases it). A loss read off the JS thread meanwhile is reported after the
+/// result ([`RouteSettle`]).
+struct Call {
     mine: u64,
+    epoch: Arc<std::sync::atomic::AtomicU64>,
+    prim: Arc<Primitive>,
+    cancel: Option<tokio_util::sync::CancellationToken>,
+    losses: Option<RouteSettle>,
 }
 
-impl CancelOnly {
-    /// `r` unless the cancel fired; run on the JS thread, where `cancelWait` runs too.
-    fn settle<T>(this: Option<CancelOnly>, r: core::Result<T>) -> core::Result<T> {
-        let Some(c) = this else { return r };
-        if !c.token.is_cancelled() || r.is_err() {
-            return r;
+impl Call {
+    /// `r` as the JS side must see it; run on the JS thread, where `cancelWait`, `close()` and
+    /// `release()` run too.
+    fn settle<T>(self, r: core::Result<T>) -> core::Result<T> {
+        let current = self.epoch.load(std::sync::atomic::Ordering::Relaxed) == self.mine;
+        let cancelled = self.cancel.as_ref().is_some_and(|c| c.is_cancelled());
+        let r = if !current {
+            Err(DflockdError::new(
+                core::ErrorCode::Aborted,
+                "interrupted: the lock was closed or released meanwhile",
+            ))
+        } else if cancelled && r.is_ok() {
+            self.prim.close();
+            Err(DflockdError::aborted())
+        } else {
+            r
+        };
+        if let Some(l) = &self.losses {
+            l.settled(self.mine);
         }
-        if c.epoch.load(std::sync::atomic::Ordering::Relaxed) == c.mine {
-            c.prim.close();
-        }
-        Err(DflockdError::aborted())
+        r
     }
 }
 
@@ -62,34 +74,44 @@ impl Drop for NativeDflockdPrimitive {
 }
 
 impl NativeDflockdPrimitive {
-    /// A new call starts (after its ticket was taken): with a cancel id, `cancelWait(id)` now
-    /// cancels it as `cancel()` would (at once when the id was cancelled already).
-    fn call_cancelled_by(&self, cancel_id: Option<u32>) -> Option<CancelOnly> {
+    /// A new call starts (after its ticket was taken): it replaces any earlier one's claim on
+    /// the primitive. With a cancel id, `cancelWait(id)` now cancels it as `cancel()` would (at
+    /// once when the id was cancelled already). `on_tokio`: its result reaches JS through a
+    /// deferred, so loss reports wait for it.
+    fn start_call(&self, cancel_id: Option<u32>, on_tokio: bool) -> Call {
         let mine = self
             .epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
-        let id = cancel_id?;
         let prim = self.inner.clone();
-        let looped = self.looped.borrow().as_ref().map(std::rc::Rc::downgrade);
-        let p = prim.clone();
-        let epoch = self.epoch.clone();
-        let token = crate::cancel::on_cancel(id, move || {
-            // A close() or another call since owns the primitive now: not this id's to cancel.
-            if epoch.load(std::sync::atomic::Ordering::Relaxed) != mine {
-                return;
-            }
-            p.cancel();
-            if let Some(l) = looped.and_then(|w| w.upgrade()) {
-                l.cancel();
-            }
+        let cancel = cancel_id.map(|id| {
+            let looped = self.looped.borrow().as_ref().map(std::rc::Rc::downgrade);
+            let p = prim.clone();
+            let epoch = self.epoch.clone();
+            crate::cancel::on_cancel(id, move || {
+                // A close() or another call since owns the primitive now: not this id's to cancel.
+                if epoch.load(std::sync::atomic::Ordering::Relaxed) != mine {
+                    return;
+                }
+                p.cancel();
+                if let Some(l) = looped.and_then(|w| w.upgrade()) {
+                    l.cancel();
+                }
+            })
         });
-        Some(CancelOnly {
-            token,
-            prim,
-            epoch: self.epoch.clone(),
+        Call {
             mine,
-        })
+            epoch: self.epoch.clone(),
+            prim,
+            cancel,
+            losses: on_tokio.then(|| self.route.hold_back_for(mine)),
+        }
+    }
+
+    /// `close()`/`release()`: any call in flight is no longer the primitive's.
+    fn replace_calls(&self) {
+        self.epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -150,8 +172,8 @@ impl NativeDflockdPrimitive {
             return false;
         }
         // The result settles on this thread, synchronously with the reply: no grant can cross
-        // a cancel here before JS has it.
-        self.call_cancelled_by(cancel_id);
+        // a cancel, and no loss can come first, before JS has it.
+        self.start_call(cancel_id, false);
         true
     }
 
@@ -163,9 +185,8 @@ impl NativeDflockdPrimitive {
         cancel_id: Option<u32>,
     ) -> napi::Result<Object<'env>> {
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
-        let cancel = self.call_cancelled_by(cancel_id);
-        let done =
-            move |r| deferred.resolve(move |_| Ok(bool_result(CancelOnly::settle(cancel, r))));
+        let call = self.start_call(cancel_id, true);
+        let done = move |r| deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
         match self.looped.borrow().clone() {
             Some(l) => l.continue_queued(done)?,
             None => done(Err(DflockdError::new(
@@ -183,6 +204,7 @@ impl NativeDflockdPrimitive {
         let Some(l) = self.looped.borrow().clone() else {
             return false;
         };
+        self.replace_calls();
         l.release()
     }
 
@@ -202,12 +224,12 @@ impl NativeDflockdPrimitive {
         // aborts it even before the future first runs.
         let p = self.inner.clone();
         let ticket = p.ticket();
-        let cancel = self.call_cancelled_by(cancel_id);
+        let call = self.start_call(cancel_id, true);
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
         let acquire = p.acquire_then(ticket, move |r| {
-            deferred.resolve(move |_| Ok(bool_result(CancelOnly::settle(cancel, r))));
+            deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
         });
         napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
@@ -226,14 +248,14 @@ impl NativeDflockdPrimitive {
     ) -> napi::Result<Object<'env>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
-        let cancel = self.call_cancelled_by(cancel_id);
+        let call = self.start_call(cancel_id, true);
         let (deferred, promise) = env.create_deferred::<NativeEnqueueResult, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
         napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
             let r = p.enqueue_with(ticket).await;
-            deferred.resolve(move |_| Ok(enqueue_result(CancelOnly::settle(cancel, r))));
+            deferred.resolve(move |_| Ok(enqueue_result(call.settle(r))));
         });
         Ok(promise)
     }
@@ -252,8 +274,6 @@ impl NativeDflockdPrimitive {
         cancel_id: Option<u32>,
     ) -> napi::Result<Object<'env>> {
         let p = self.inner.clone();
-        let ticket = p.ticket();
-        let cancel = self.call_cancelled_by(cancel_id);
         let max = core::protocol::MAX_SECONDS;
         let t = if timeout_s.is_finite() && timeout_s >= 0.0 && timeout_s <= max as f64 {
             Ok(Duration::from_secs_f64(timeout_s))
@@ -265,13 +285,17 @@ impl NativeDflockdPrimitive {
                 ),
             ))
         };
+        // A refused timeout takes no ticket: no call is on its way (see `Primitive::stage`).
+        let ticket = t.is_ok().then(|| p.ticket());
+        let call = self.start_call(cancel_id, true);
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
         napi::bindgen_prelude::spawn(async move {
-            let r = match t {
-                Ok(t) => p.wait_for(ticket, t).await,
-                Err(e) => Err(e),
+            let r = match (t, ticket) {
+                (Ok(t), Some(ticket)) => p.wait_for(ticket, t).await,
+                (Err(e), _) => Err(e),
+                (Ok(_), None) => Err(DflockdError::aborted()),
             };
-            deferred.resolve(move |_| Ok(bool_result(CancelOnly::settle(cancel, r))));
+            deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
         });
         Ok(promise)
     }
@@ -284,6 +308,7 @@ impl NativeDflockdPrimitive {
     #[napi(ts_return_type = "Promise<VoidResult>")]
     pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
         let (deferred, promise) = env.create_deferred::<VoidResult, _>()?;
+        self.replace_calls();
         self.inner.release_then(move |r| {
             deferred.resolve(move |_| Ok(void_result(r)));
         });
@@ -295,8 +320,7 @@ impl NativeDflockdPrimitive {
     /// primitive may acquire again.
     #[napi]
     pub fn close(&self) {
-        self.epoch
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.replace_calls();
         self.inner.close();
         let looped = self.looped.borrow().clone();
         if let Some(l) = looped {
@@ -318,6 +342,25 @@ impl NativeDflockdPrimitive {
         if let Some(l) = looped {
             l.cancel();
         }
+    }
+
+    /// Where the acquisition stands: `idle` (nothing started, or it ended: released, closed,
+    /// timed out, failed), `acquiring` (an acquire/enqueue/wait runs), `queued` (an enqueue
+    /// answered `queued`: `wait()` next), `held`, or `lost` (held, then lost; a new acquisition
+    /// may start).
+    #[napi(
+        getter,
+        ts_return_type = "'idle' | 'acquiring' | 'queued' | 'held' | 'lost'"
+    )]
+    pub fn stage(&self) -> &'static str {
+        self.inner.stage().as_str()
+    }
+
+    /// Token of the current hold, lost or not (`null` when nothing was granted since the last
+    /// acquisition ended): a loss report names it when it is this hold's.
+    #[napi(getter)]
+    pub fn hold_token(&self) -> Option<String> {
+        self.inner.hold_token()
     }
 
     /// Token of the held lock/slot, or `null`.

@@ -11,7 +11,7 @@ const { summarize } = require('./lib/stats')
  * @param {{kind: 'addon'|'proper-lockfile', procs: number, rounds: number, dir: string, timeoutMs?: number}} cfg
  */
 async function contend(cfg) {
-  if (cfg.kind === 'floor' || cfg.kind === 'floor-after') return floorRun(cfg)
+  if (cfg.kind === 'floor' || cfg.kind.startsWith('floor-')) return floorRun(cfg)
   const tag = `${cfg.kind}-${cfg.procs}-${process.pid}-${Date.now()}`
   const lockPath = path.join(cfg.dir, `contended-${tag}.lock`)
   const markerPath = path.join(cfg.dir, `contended-${tag}.marker`)
@@ -61,11 +61,13 @@ async function contend(cfg) {
 }
 
 /** The Rust floor of the same protocol (bench/floor/src/bin/file-contended-floor.rs), `counter` work; `floor-after`
- * syncs the lock content after the link instead of before the wait (the engine's order before issue 24). */
+ * syncs the lock content after the link instead of before the wait (the engine's order before issue 24);
+ * `floor-fifo` adds a FIFO line of waiters (a queue file's `flock`, as the engine's), `floor-fifo-hop` that and each
+ * acquisition made by a second thread (two thread hops per acquisition, as a caller that must not block pays). */
 async function floorRun(cfg) {
   const { runJson } = require('./lib/proc')
   const bin = path.join(__dirname, 'floor', 'target', 'release', 'file-contended-floor')
-  const order = cfg.kind === 'floor-after' ? 'after' : 'before'
+  const order = cfg.kind === 'floor' ? 'before' : cfg.kind.slice('floor-'.length)
   const { result } = await runJson(bin, [cfg.dir, String(cfg.procs), String(cfg.rounds), order], { timeoutMs: cfg.timeoutMs ?? 300_000 })
   return { kind: cfg.kind, procs: cfg.procs, rounds: cfg.rounds, ops: result.ops, seconds: result.seconds, opsPerSec: result.opsPerSec, overlaps: result.lostUpdates, intervalOverlaps: 0, cpuUsPerOp: result.cpuUsPerOp, vcswPerOp: result.vcswPerOp, ivcswPerOp: result.ivcswPerOp, threadsPerProc: 1 }
 }

@@ -242,7 +242,9 @@ async function runFloorCompare(dirs) {
   const out = []
   if (!dirs.disk || !P.floorCompare) return out
   buildFloor()
-  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'addon' }, { kind: 'semaphore' }]
+  // floor-fifo and floor-fifo-hop: the floor with the addon's fairness, and with that and two thread hops per
+  // acquisition (the addon's caller, a JS thread, must not block): what fairness and a non-blocking caller cost.
+  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'floor-fifo' }, { kind: 'floor-fifo-hop' }, { kind: 'addon' }, { kind: 'semaphore' }]
   for (const c of P.floorCompare) {
     // The disk (the issue's case) and tmpfs: the floor's rate on the shared disk swings with the other load on it,
     // on tmpfs there is no device in the measurement at all.
@@ -282,6 +284,8 @@ function floorCompareTable(rows) {
   const label = {
     floor: 'floor: the same protocol in Rust (O_TMPFILE + fsync, linkat, fsync(dir), inotify wake-up; no queue)',
     'floor-after': "the floor with the engine's former fsync order (the content synced after the link, with the directory)",
+    'floor-fifo': 'the floor with a FIFO line of waiters (flock of a queue file, only the head watches; the lock goes to the next process every time)',
+    'floor-fifo-hop': 'the floor with the FIFO line and each acquisition made by a second thread (two thread hops per acquisition, as for a caller that must not block)',
     addon: 'addon `acquire(p)` + `lock.release()`',
     semaphore: 'addon `Semaphore`: `await sem.acquire()` + `sem.release()`',
   }
@@ -563,6 +567,9 @@ function targets(res) {
       // Paired by directory: the tmpfs rows against the tmpfs floor, the disk rows against the disk floor.
       const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs && x.dir === r.dir)
       if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ≥ 0.8× floor ops/s`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, r.opsPerSec >= 0.8 * fl.opsPerSec)
+      // The bound of a fair lock whose caller must not block: the floor with the FIFO line and two thread hops.
+      const fh = all.find((x) => x.work === 'counter' && x.kind === 'floor-fifo-hop' && x.procs === r.procs && x.dir === r.dir)
+      if (fl && fh) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'}, the bound (floor with FIFO line + 2 thread hops)`, `${ratio(r.opsPerSec, fh.opsPerSec)} of that floor (${num(r.opsPerSec)} vs ${num(fh.opsPerSec)}), which is ${ratio(fh.opsPerSec, fl.opsPerSec)} of the floor`, null)
     }
     for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8 && x.fsync !== false && x.work !== 'counter')) {
       const pl = all.find((x) => x.kind === 'proper-lockfile' && x.procs === 8 && x.dir === r.dir)

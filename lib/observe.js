@@ -45,17 +45,17 @@ async function wait(target, options) {
 async function waitFile(path, options) {
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { ok: false, error: fileError(checked.error, path) }
-  if ((options.limit != null && options.limit > 1) || options.mode != null) return waitFileKind(checked.path, options)
+  if ((options.limit != null && options.limit > 1) || options.mode != null) return waitFileKind(checked.value, options)
   const config = { ...DEFAULT_CONFIG }
   if (options.staleTimeout !== undefined) config.staleTimeout = options.staleTimeout
   if (options.retryInterval != null) config.retryInterval = options.retryInterval
   const timeoutMs = acquireTimeoutMs(options.timeout) ?? undefined
   const r = await withAbort(options.signal, (cancelId) =>
-    native.waitLockFree(checked.path, engineOptions(config), timeoutMs, cancelId ?? undefined),
+    native.waitLockFree(checked.value, engineOptions(config), timeoutMs, cancelId ?? undefined),
   )
   if (r.ok) return r
   if (r.error.code === ErrorCode.TIMEOUT) return timeoutFailure(options.timeout)
-  return { ok: false, error: fileError(r.error, checked.path) }
+  return { ok: false, error: fileError(r.error, checked.value) }
 }
 
 /**

@@ -1,19 +1,22 @@
 //! What the CLI (`sema-native run`, the owner checks) needs of the engine beyond the public API.
 
 use napi_derive::napi;
-use sema_core::lockfile;
+use sema_core::lockfile::{self, LockError};
+
+use crate::result::{bool_result, NativeResult};
 
 /// Records process `pid` (the command of `sema-native run`, just spawned) as the holder of the held lock with this
 /// token, so that the command keeps the lock if the wrapper dies where an inherited descriptor cannot carry it
 /// (Windows). `false` when no such lock is held here or the process is not running.
 #[napi]
-pub fn hand_lock_to(token: String, pid: i64) -> napi::Result<bool> {
+pub fn hand_lock_to(token: String, pid: i64) -> NativeResult<bool> {
     let Some(held) = lockfile::held_with_token(&token) else {
-        return Ok(false);
+        return bool_result(Ok::<_, LockError>(false));
     };
-    held.hand_over(pid).map_err(|e| {
-        napi::Error::from_reason(format!("recording the command as the holder failed: {e}"))
-    })
+    bool_result(held.hand_over(pid).map_err(|source| LockError::Io {
+        context: "recording the command as the holder failed".into(),
+        source,
+    }))
 }
 
 /// The command line of process `pid` as words, where the system tells it (Linux `/proc`; Windows, split as the C

@@ -103,11 +103,8 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
     phase = 'running'
     // No descriptor carries the presence mark (Windows): the command becomes the recorded holder.
     if (held == null && lock.backend === 'file' && lock.token && child.pid) {
-      try {
-        native.handLockTo(lock.token, child.pid)
-      } catch (e) {
-        err(`sema-native: warning: ${rep.target} stays recorded as this process's lock: ${e.message}\n`)
-      }
+      const handed = native.handLockTo(lock.token, child.pid)
+      if (!handed.ok) err(`sema-native: warning: ${rep.target} stays recorded as this process's lock: ${handed.error.message}\n`)
     }
     child.once('error', (e) => {
       if (e.code === 'ENOENT') err(`sema-native: ${o.argv[0]}: command not found\n`)

@@ -114,7 +114,7 @@ function openFile(path, options = {}, fresh = false) {
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { error: fileError(checked.error, path) }
   // The target API keeps a Lock handle per lock: it must hear of a release by path from another thread.
-  const file = new native.NativeLockFile(checked.path, { ...engineOptions(config), keepForHandle: true })
+  const file = new native.NativeLockFile(checked.value, { ...engineOptions(config), keepForHandle: true })
   if (key !== null) {
     fileCache.set(key, file)
     if (fileCache.size > CACHE_MAX) fileCache.delete(fileCache.keys().next().value)
@@ -154,7 +154,7 @@ async function acquireMutex(target, path, options = {}, { wait }) {
     return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }
   installExitHook()
-  return { ok: true, value: new FileLock(r.lock, target, options.onLost, nodePath.resolve(path)) }
+  return { ok: true, value: new FileLock(r.value, target, options.onLost, nodePath.resolve(path)) }
 }
 
 async function acquireWith({ file, key, error }, options, wait, mayRetry) {
@@ -165,7 +165,7 @@ async function acquireWith({ file, key, error }, options, wait, mayRetry) {
     ? await withAbort(options.signal, (cancelId) =>
         file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
       )
-    : await withAbort(options.signal, () => file.tryAcquire(tag, ownerPid))
+    : await withAbort(options.signal, () => file.tryAcquireNow(tag, ownerPid) ?? file.tryAcquire(tag, ownerPid))
   if (mayRetry && !r.ok && key !== null && unexpected(r.error)) return { retry: key }
   return r
 }

@@ -54,7 +54,7 @@ class Semaphore {
       if (checked.error.code === ErrorCode.UNSUPPORTED_PLATFORM) throw toLockError(checked.error)
       throw new Error(checked.error.message)
     }
-    this.#path = checked.path
+    this.#path = checked.value
     // The snapshot: each config getter read once (a plain object from here on).
     this.#config = { ...DEFAULT_CONFIG, ...validate(config, CONFIG, 'config') }
     // The CLI front end's subclass (module-private: nothing in a user's config can ask for it).
@@ -100,15 +100,9 @@ class Semaphore {
   }
 
   #tryAcquire(tag, ownerPid) {
-    // A number is the timestamp of a lock written exactly as asked (our pid, the tag as given).
     const r = this.#file.tryAcquireSync(tag, ownerPid)
-    if (typeof r === 'number') {
-      installExitHook()
-      return { ok: true, value: { pid: process.pid, timestamp: r, tag } }
-    }
     if (!r.ok) return { ok: false, error: fileError(r.error, this.#path) }
-    installExitHook()
-    return { ok: true, value: { pid: r.pid, timestamp: r.timestamp, tag: r.tag ?? undefined } }
+    return { ok: true, value: heldInfo(r.value) }
   }
 
   async acquire(options) {
@@ -128,7 +122,7 @@ class Semaphore {
       }
       return { ok: false, error: fileError(r.error, this.#path) }
     }
-    return { ok: true, value: heldInfo(r.lock) }
+    return { ok: true, value: heldInfo(r.value) }
   }
 
   acquireTimeout(timeoutMs, tag) {
@@ -136,8 +130,8 @@ class Semaphore {
   }
 
   release(force = false) {
-    const error = this.#file.releaseAsProcess(Boolean(force))
-    return error == null ? { ok: true, value: undefined } : { ok: false, error: fileError(error, this.#path) }
+    const r = this.#file.releaseAsProcess(Boolean(force))
+    return r.ok ? r : { ok: false, error: fileError(r.error, this.#path) }
   }
 
   forceRelease() {

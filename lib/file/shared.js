@@ -229,7 +229,7 @@ async function pidOf(readerFile) {
 function nativeFile(path) {
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return null
-  return new native.NativeLockFile(checked.path, engineOptions({ ...DEFAULT_CONFIG, fsync: false, heartbeat: null }))
+  return new native.NativeLockFile(checked.value, engineOptions({ ...DEFAULT_CONFIG, fsync: false, heartbeat: null }))
 }
 
 function liveNow(path) {
@@ -255,8 +255,7 @@ function leaveAllNow() {
     if (!guard) continue
     let got = false
     for (let i = 0; i < 50 && !got; i++) {
-      const r = guard.tryAcquireSync(undefined, undefined)
-      got = typeof r === 'number' || r.ok
+      got = guard.tryAcquireSync(undefined, undefined).ok
       if (!got) sleepSync(2)
     }
     if (!got) continue

@@ -7,9 +7,9 @@ use napi_derive::napi;
 use sema_core::lockfile::{self, HeldLock, LockError};
 
 use super::pool::off_thread;
-use super::values::{HeldOutcome, NativeHeld};
+use super::values::NativeHeld;
 use crate::owner;
-use crate::result::{bool_result, BoolResult};
+use crate::result::{bool_result, result, NativeResult};
 
 /// Gives a fresh lock to the JS thread `owner` and starts its heartbeat (an entry in the
 /// engine's heartbeat list, no task). Fails (the lock released) when that thread has exited.
@@ -23,28 +23,17 @@ pub fn start(r: Result<HeldLock, LockError>, claim: owner::Claim) -> Result<Held
 }
 
 /// Describes a started lock (see [`start`]) for JS.
-pub fn acquired(r: Result<HeldLock, LockError>) -> HeldOutcome {
-    match r {
-        Ok(held) => {
-            let info = held.info_ref();
-            HeldOutcome {
-                ok: true,
-                lock: Some(NativeHeld {
-                    id: held.id() as f64,
-                    pid: info.pid,
-                    timestamp: info.timestamp,
-                    tag: info.tag.clone(),
-                    token: info.token.clone().unwrap_or_default(),
-                }),
-                error: None,
-            }
+pub fn acquired(r: Result<HeldLock, LockError>) -> NativeResult<NativeHeld> {
+    result(r.map(|held| {
+        let info = held.info_ref();
+        NativeHeld {
+            id: held.id() as f64,
+            pid: info.pid,
+            timestamp: info.timestamp,
+            tag: info.tag.clone(),
+            token: info.token.clone().unwrap_or_default(),
         }
-        Err(e) => HeldOutcome {
-            ok: false,
-            lock: None,
-            error: Some((&e).into()),
-        },
-    }
+    }))
 }
 
 fn release_by_id(id: u64) -> Result<bool, LockError> {
@@ -68,7 +57,7 @@ fn to_id(id: f64) -> u64 {
 /// `null`: then call `releaseHeldAsync`. `true`: released by this call; `false`: already released
 /// or lost. Never deletes a file that is not ours.
 #[napi]
-pub fn release_held_now(id: f64) -> Option<BoolResult> {
+pub fn release_held_now(id: f64) -> Option<NativeResult<bool>> {
     let held = lockfile::held_lock_by_id(to_id(id));
     if held.as_ref().is_some_and(|h| !h.release_is_short()) {
         return None;
@@ -77,8 +66,8 @@ pub fn release_held_now(id: f64) -> Option<BoolResult> {
 }
 
 /// `releaseHeldNow` on the blocking pool.
-#[napi(ts_return_type = "Promise<BoolResult>")]
-pub fn release_held_async(env: &Env, id: f64) -> napi::Result<PromiseRaw<'_, BoolResult>> {
+#[napi]
+pub fn release_held_async(env: &Env, id: f64) -> napi::Result<PromiseRaw<'_, NativeResult<bool>>> {
     let id = to_id(id);
     off_thread(env, move || bool_result(release_by_id(id)))
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use napi::bindgen_prelude::{Either, PromiseRaw};
+use napi::bindgen_prelude::PromiseRaw;
 use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, AcquireNow, LockFile, Observation};
@@ -12,12 +12,12 @@ use sema_core::lockfile::{self, AcquireNow, LockFile, Observation};
 use super::held::{acquired, start};
 use super::pool::off_thread;
 use super::values::{
-    engine_options, ms, request, HeldOutcome, NativeFileOptions, NativeObservation, NativeStatus,
-    SyncAcquire,
+    engine_options, ms, request, NativeFileOptions, NativeHeld, NativeLockInfo, NativeObservation,
+    NativeStatus,
 };
 use crate::cancel::cancel_token;
 use crate::owner;
-use crate::result::{bool_result, void_result, BoolResult, NativeError, VoidResult};
+use crate::result::{bool_result, result, void_result, NativeResult};
 
 /// One lock file with its options (the engine's `LockFile`).
 #[napi]
@@ -65,24 +65,33 @@ impl NativeLockFile {
         }
     }
 
-    /// One attempt (the target API's `tryAcquire`): on the calling thread when it is short (see
-    /// `LockFile::attempts_are_short`; the outcome comes back directly), else on the blocking pool (a promise).
-    #[napi(ts_return_type = "HeldOutcome | Promise<HeldOutcome>")]
+    /// One attempt on the calling thread when that is short (see `LockFile::attempts_are_short`:
+    /// a memory file system, or a local one with fsync off), else `null`: then call `tryAcquire`.
+    /// The target API's `tryAcquire` without the two thread hops of the pool.
+    #[napi]
+    pub fn try_acquire_now(
+        &self,
+        tag: Option<String>,
+        owner_pid: Option<u32>,
+    ) -> Option<NativeResult<NativeHeld>> {
+        if !self.inner.attempts_are_short() {
+            return None;
+        }
+        let req = request(tag, owner_pid);
+        Some(acquired(start(self.inner.try_acquire(&req), self.claim)))
+    }
+
+    /// One attempt (the target API's `tryAcquire`) on the blocking pool.
+    #[napi]
     pub fn try_acquire<'env>(
         &self,
         env: &'env Env,
         tag: Option<String>,
         owner_pid: Option<u32>,
-    ) -> napi::Result<Either<HeldOutcome, PromiseRaw<'env, HeldOutcome>>> {
+    ) -> napi::Result<PromiseRaw<'env, NativeResult<NativeHeld>>> {
         let req = request(tag, owner_pid);
-        if self.inner.attempts_are_short() {
-            return Ok(Either::A(acquired(start(
-                self.inner.try_acquire(&req),
-                self.claim,
-            ))));
-        }
         let (file, claim) = (self.inner.clone(), self.claim);
-        off_thread(env, move || acquired(start(file.try_acquire(&req), claim))).map(Either::B)
+        off_thread(env, move || acquired(start(file.try_acquire(&req), claim)))
     }
 
     /// Acquires, waiting on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` =
@@ -90,9 +99,11 @@ impl NativeLockFile {
     /// queue during this call, so waiters of one process are served in call order.
     ///
     /// The uncontended case is decided on the calling thread when the file calls are short (memory file system,
-    /// or local with fsync off; see `LockFile::acquire_now`): the outcome comes back directly, not as a promise,
-    /// saving two thread hops. Otherwise a promise.
-    #[napi(ts_return_type = "HeldOutcome | Promise<HeldOutcome>")]
+    /// or local with fsync off; see `LockFile::acquire_now`): the promise comes back already settled, saving two
+    /// thread hops. Not a synchronous `acquireNow` beside it: an attempt that finds the lock busy has taken a
+    /// place in the lines (the in-process turn, the cross-process queue) that only the wait started here can
+    /// keep; handed back to JS as "go async", it would be dropped and taken again.
+    #[napi]
     pub fn acquire<'env>(
         &self,
         env: &'env Env,
@@ -100,14 +111,16 @@ impl NativeLockFile {
         owner_pid: Option<u32>,
         timeout_ms: Option<f64>,
         cancel_id: Option<u32>,
-    ) -> napi::Result<Either<HeldOutcome, PromiseRaw<'env, HeldOutcome>>> {
+    ) -> napi::Result<PromiseRaw<'env, NativeResult<NativeHeld>>> {
         let req = request(tag, owner_pid);
         let cancelled = cancel_id.map(cancel_token);
         let tried = if cancelled.as_ref().is_some_and(|c| c.is_cancelled()) {
             None
         } else {
             match self.inner.acquire_now(&req) {
-                AcquireNow::Done(r) => return Ok(Either::A(acquired(start(r, self.claim)))),
+                AcquireNow::Done(r) => {
+                    return PromiseRaw::resolve(env, acquired(start(r, self.claim)))
+                }
                 AcquireNow::Wait(tried) => Some(tried),
             }
         };
@@ -119,7 +132,6 @@ impl NativeLockFile {
         );
         let claim = self.claim;
         env.spawn_future(async move { Ok(acquired(start(fut.await, claim))) })
-            .map(Either::B)
     }
 
     #[napi]
@@ -128,7 +140,7 @@ impl NativeLockFile {
     }
 
     /// `status` on the blocking pool.
-    #[napi(ts_return_type = "Promise<NativeStatus>")]
+    #[napi]
     pub fn status_async<'env>(
         &self,
         env: &'env Env,
@@ -140,27 +152,26 @@ impl NativeLockFile {
     /// semats' `release(force)` (by process, not by handle) on the blocking pool; `owner_pid`
     /// releases on behalf of the owner recorded by `acquire`'s `pid` (e.g. the CLI's `--pid`)
     /// instead of this process.
-    #[napi(ts_return_type = "Promise<VoidResult>")]
+    #[napi]
     pub fn release_as_async<'env>(
         &self,
         env: &'env Env,
         force: bool,
         owner_pid: Option<i64>,
-    ) -> napi::Result<PromiseRaw<'env, VoidResult>> {
+    ) -> napi::Result<PromiseRaw<'env, NativeResult<()>>> {
         let file = self.inner.clone();
         let owner = owner_pid.unwrap_or_else(lockfile::current_pid);
         off_thread(env, move || void_result(file.release_as(owner, force)))
     }
 
     #[napi]
-    pub fn clean_stale(&self) -> BoolResult {
+    pub fn clean_stale(&self) -> NativeResult<bool> {
         bool_result(self.inner.clean_stale())
     }
 
-    /// One attempt on the calling thread (semats' `tryAcquire` is synchronous). Success is just
-    /// the timestamp written (a number) when the written tag is the one given and the owner is
-    /// this process; otherwise an object. The lock stays in the engine's registry (released by
-    /// path or at exit).
+    /// One attempt on the calling thread, short or not (semats' `tryAcquire` is synchronous): the
+    /// lock as written (pid, timestamp, the tag sanitised and cut). The lock stays in the engine's
+    /// registry (released by path or at exit).
     ///
     /// A method, not a free function taking an index into a table of lock files: napi's borrow
     /// of `this` cost nothing measurable against the table's lock (acquire + release cycle p50
@@ -171,40 +182,21 @@ impl NativeLockFile {
         &self,
         tag: Option<String>,
         owner_pid: Option<u32>,
-    ) -> Either<i64, SyncAcquire> {
+    ) -> NativeResult<NativeLockInfo> {
         let req = request(tag, owner_pid);
-        match start(self.inner.try_acquire(&req), self.claim) {
-            Ok(held) => {
-                let info = held.info_ref();
-                if info.tag == req.tag && req.owner_pid.is_none() {
-                    Either::A(info.timestamp)
-                } else {
-                    Either::B(SyncAcquire {
-                        ok: true,
-                        pid: Some(info.pid),
-                        timestamp: Some(info.timestamp),
-                        tag: info.tag.clone(),
-                        error: None,
-                    })
-                }
+        result(start(self.inner.try_acquire(&req), self.claim).map(|held| {
+            let info = held.info_ref();
+            NativeLockInfo {
+                pid: info.pid,
+                timestamp: info.timestamp,
+                tag: info.tag.clone(),
             }
-            Err(e) => Either::B(SyncAcquire {
-                ok: false,
-                pid: None,
-                timestamp: None,
-                tag: None,
-                error: Some((&e).into()),
-            }),
-        }
+        }))
     }
 
-    /// semats' `release(force)`: by process, not by handle, on the calling thread. `null` on
-    /// success, else the error.
+    /// semats' `release(force)`: by process, not by handle, on the calling thread.
     #[napi]
-    pub fn release_as_process(&self, force: bool) -> Option<NativeError> {
-        self.inner
-            .release_as(lockfile::current_pid(), force)
-            .err()
-            .map(|e| (&e).into())
+    pub fn release_as_process(&self, force: bool) -> NativeResult<()> {
+        void_result(self.inner.release_as(lockfile::current_pid(), force))
     }
 }

@@ -1,8 +1,8 @@
 //! Bindings of the lock-file engine: they convert values and map errors, nothing more. No
 //! file-system logic here.
 //!
-//! Expected failures travel as values (`{ ok, error: { code, message, … } }`, see
-//! `crate::result`), never as thrown errors: an async napi fn cannot give its rejection a custom
+//! Expected failures travel as values (`NativeResult<T>`: `{ ok: true, value } | { ok: false,
+//! error: { code, message, … } }`, see `crate::result`), never as thrown errors: an async napi fn cannot give its rejection a custom
 //! `code`, and the JS layer wants semats' `SemaphoreResult` shapes anyway. Only programming
 //! errors (a bad argument type) throw.
 //!
@@ -16,7 +16,10 @@
 //! - threads: a wait runs on the tokio runtime, and every blocking file call on its blocking
 //!   pool: the `fsync` of a lock won while waiting, and a blocking call made from JS (an
 //!   attempt, a release, a status on a file system where they may block; [`pool::off_thread`]);
-//! - cancellation of a wait: the cancel ids of `crate::cancel`, fired by JS from its `AbortSignal`.
+//! - cancellation of a wait: the cancel ids of `crate::cancel`, fired by JS from its `AbortSignal`;
+//! - answers: one kind per call. An async call (`tryAcquire`, `acquire`, `releaseHeldAsync`)
+//!   always returns a promise; its synchronous twin, where a call may be short (`tryAcquireNow`,
+//!   `releaseHeldNow`), answers now or `null` ("not short here: call the async one").
 
 mod held;
 mod lock_file;

@@ -11,20 +11,20 @@ use sema_core::lockfile::{self, ListedLock, LockFile};
 use super::pool::off_thread;
 use super::values::{engine_options, ms, NativeFileOptions};
 use crate::cancel::cancel_token;
-use crate::result::{void_result, NativeError, VoidResult};
+use crate::result::{result, void_result, NativeResult};
 
 /// Resolves when the lock at `path` (from `checkLockPath`) is free or stale, without taking it and
 /// without creating any file: woken by the file events of its directory, polling at
 /// `retryIntervalMs` as the fallback. `timeoutMs` absent = forever; `cancelId` from `newCancelId`.
 /// Failures (`TIMEOUT`, `ABORTED`, a symlink at the path) come back as values.
-#[napi(ts_return_type = "Promise<VoidResult>")]
+#[napi]
 pub fn wait_lock_free<'env>(
     env: &'env Env,
     path: String,
     options: NativeFileOptions,
     timeout_ms: Option<f64>,
     cancel_id: Option<u32>,
-) -> napi::Result<PromiseRaw<'env, VoidResult>> {
+) -> napi::Result<PromiseRaw<'env, NativeResult<()>>> {
     let file = LockFile::new_canonical(PathBuf::from(path), engine_options(&options));
     let cancel = cancel_id.map(cancel_token).unwrap_or_default();
     let timeout = timeout_ms.map(ms);
@@ -77,42 +77,26 @@ impl From<ListedLock> for NativeListedLock {
     }
 }
 
-/// `{ ok: true, value: locks } | { ok: false, error }`.
-#[napi(object)]
-pub struct ListResult {
-    pub ok: bool,
-    pub value: Option<Vec<NativeListedLock>>,
-    pub error: Option<NativeError>,
-}
-
 /// Every lock of the directory `dir`, sorted by name, judged with `options` (see the core's
 /// `listing` module), on the blocking pool. Reads only.
-#[napi(ts_return_type = "Promise<ListResult>")]
+#[napi]
 pub fn list_locks<'env>(
     env: &'env Env,
     dir: String,
     options: NativeFileOptions,
-) -> napi::Result<PromiseRaw<'env, ListResult>> {
+) -> napi::Result<PromiseRaw<'env, NativeResult<Vec<NativeListedLock>>>> {
     let options = engine_options(&options);
     off_thread(env, move || {
-        match lockfile::list_locks(Path::new(&dir), &options) {
-            Ok(locks) => ListResult {
-                ok: true,
-                value: Some(locks.into_iter().map(Into::into).collect()),
-                error: None,
-            },
-            Err(e) => ListResult {
-                ok: false,
-                value: None,
-                error: Some(e.into()),
-            },
-        }
+        result(
+            lockfile::list_locks(Path::new(&dir), &options)
+                .map(|locks| locks.into_iter().map(Into::into).collect()),
+        )
     })
 }
 
 /// The facts about one lock path (for the waiting line), `null` when the path has no file name.
 /// On the blocking pool. Reads only.
-#[napi(ts_return_type = "Promise<NativeListedLock | null>")]
+#[napi]
 pub fn describe_lock<'env>(
     env: &'env Env,
     path: String,

@@ -7,7 +7,7 @@ use napi_derive::napi;
 use sema_core::lockfile::{self, AcquireRequest, LockOptions};
 use sema_core::ErrorCode;
 
-use crate::result::NativeError;
+use crate::result::{result, NativeError, NativeResult};
 
 #[napi(object)]
 pub struct NativeLockInfo {
@@ -26,28 +26,14 @@ impl From<lockfile::LockInfo> for NativeLockInfo {
     }
 }
 
-#[napi(object)]
-pub struct ParseResult {
-    pub ok: bool,
-    pub value: Option<NativeLockInfo>,
-    pub error: Option<NativeError>,
-}
-
 /// semats' `parseLockInfo` rules (see the core's `format` module).
 #[napi]
-pub fn parse_lock_info(content: String) -> ParseResult {
-    match lockfile::parse_lock_info(&content) {
-        Ok(info) => ParseResult {
-            ok: true,
-            value: Some(info.into()),
-            error: None,
-        },
-        Err(e) => ParseResult {
-            ok: false,
-            value: None,
-            error: Some(NativeError::of(ErrorCode::ParseError, e.to_string())),
-        },
-    }
+pub fn parse_lock_info(content: String) -> NativeResult<NativeLockInfo> {
+    result(
+        lockfile::parse_lock_info(&content)
+            .map(Into::into)
+            .map_err(|e| NativeError::of(ErrorCode::ParseError, e.to_string())),
+    )
 }
 
 /// `pid=…\ntimestamp=…\n[tag=…\n]` with the tag sanitised and cut to `max_tag_length` UTF-16 units.
@@ -73,35 +59,17 @@ pub fn is_process_running(pid: i64) -> bool {
     lockfile::is_process_running(pid)
 }
 
-#[napi(object)]
-pub struct PathCheck {
-    pub ok: bool,
-    pub path: Option<String>,
-    pub error: Option<NativeError>,
-}
-
 /// Validates a lock path. `semats`: semats' constructor rules and messages (any `..` substring refused);
-/// otherwise the target API's rules (`..` segments refused, directories refused).
+/// otherwise the target API's rules (`..` segments refused, directories refused). The value is the path to use.
 #[napi]
-pub fn check_lock_path(path: String, semats: bool) -> PathCheck {
+pub fn check_lock_path(path: String, semats: bool) -> NativeResult<String> {
     let checked = if semats {
         lockfile::validate_semats_path(&path)
             .map_err(|m| NativeError::of(ErrorCode::InvalidPath, m))
     } else {
         lockfile::validate_lock_path(&path).map_err(|e| NativeError::from(&e))
     };
-    match checked {
-        Ok(p) => PathCheck {
-            ok: true,
-            path: Some(p.to_string_lossy().into_owned()),
-            error: None,
-        },
-        Err(e) => PathCheck {
-            ok: false,
-            path: None,
-            error: Some(e),
-        },
-    }
+    result(checked.map(|p| p.to_string_lossy().into_owned()))
 }
 
 /// Engine options in milliseconds, defaults already applied by the JS layer.
@@ -201,24 +169,6 @@ pub struct NativeHeld {
     pub timestamp: i64,
     pub tag: Option<String>,
     pub token: String,
-}
-
-#[napi(object)]
-pub struct HeldOutcome {
-    pub ok: bool,
-    pub lock: Option<NativeHeld>,
-    pub error: Option<NativeError>,
-}
-
-/// `tryAcquireSync`'s answer when it is not just the timestamp: a failure, or a success whose
-/// written tag differs from the one given (sanitised or cut).
-#[napi(object)]
-pub struct SyncAcquire {
-    pub ok: bool,
-    pub pid: Option<i64>,
-    pub timestamp: Option<i64>,
-    pub tag: Option<String>,
-    pub error: Option<NativeError>,
 }
 
 pub fn request(tag: Option<String>, owner_pid: Option<u32>) -> AcquireRequest {

@@ -16,8 +16,17 @@
 //! ops, seconds (first call → last release), ops/s, CPU µs per hand-off (all processes) and the counter's final
 //! value, which must be procs × rounds (a lost update = two holders).
 //!
-//! Usage: `file-contended-floor <dir> <procs> <rounds> [before|after]`: `after` syncs the lock content after the
-//! link (with the directory), the engine's order today, instead of before the wait: what that order costs.
+//! Usage: `file-contended-floor <dir> <procs> <rounds> [before|after|fifo]`: `after` syncs the lock content after
+//! the link (with the directory), the engine's order before issue 24, instead of before the wait: what that order
+//! costs. `fifo` adds the engine's kind of fairness and nothing else: a contender lines up on an exclusive `flock`
+//! of a queue file (Linux grants blocked `flock` requests in the order they came) after its lock file is prepared
+//! and synced, only the head of the line waits on inotify and links, and it leaves the line once it holds the lock
+//! (after the directory's sync), so a process that releases queues behind every waiter: the lock goes to the next
+//! process every time, as the addon's FIFO queue hands it. The cost of fairness, measured rather than assumed.
+//! `hop` (and `fifo-hop`) make each acquisition on a second thread of the contender, as an addon whose caller must
+//! not block (a JS thread) has to: the main thread asks a helper thread (a channel: one wake-up), the helper makes
+//! the whole acquisition, syncs included, and answers (a second wake-up); the work and the release stay on the
+//! main thread. The least two thread hops per acquisition cost on this machine, with nothing else added.
 
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Error, Write};
@@ -57,10 +66,12 @@ struct Contender {
     content: Vec<u8>,
     /// Sync the content after the link (the engine's order before issue 24) rather than before the wait.
     sync_after_link: bool,
+    /// `fifo`: the queue file whose exclusive `flock` is the line of waiters.
+    queue: Option<libc::c_int>,
 }
 
 impl Contender {
-    fn open(dir: &str, name: &str, sync_after_link: bool) -> Contender {
+    fn open(dir: &str, name: &str, sync_after_link: bool, fifo: bool) -> Contender {
         let dir_c = CString::new(dir).expect("dir has no NUL");
         let path = CString::new(format!("{dir}/{name}")).expect("path has no NUL");
         let counter_path = CString::new(format!("{dir}/{name}.counter")).expect("path has no NUL");
@@ -74,6 +85,17 @@ impl Contender {
                 libc::open(counter_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC),
                 "open(counter)",
             );
+            let queue = fifo.then(|| {
+                let q = CString::new(format!("{dir}/{name}.queue")).expect("path has no NUL");
+                check(
+                    libc::open(
+                        q.as_ptr(),
+                        libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                        0o644,
+                    ),
+                    "open(queue)",
+                )
+            });
             let inotify = check(libc::inotify_init1(libc::IN_CLOEXEC), "inotify_init1");
             check(
                 libc::inotify_add_watch(
@@ -97,6 +119,7 @@ impl Contender {
                 inotify,
                 content,
                 sync_after_link,
+                queue,
             }
         }
     }
@@ -145,6 +168,10 @@ impl Contender {
             if !self.sync_after_link {
                 check(libc::fsync(fd), "fsync(lock)");
             }
+            if let Some(q) = self.queue {
+                // Behind every process that came first; at the head, wait for the lock itself.
+                check(libc::flock(q, libc::LOCK_EX), "flock(queue)");
+            }
             let proc_path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
             loop {
                 let r = libc::linkat(
@@ -159,6 +186,9 @@ impl Contender {
                         check(libc::fsync(fd), "fsync(lock)");
                     }
                     check(libc::fsync(self.dirfd), "fsync(dir)");
+                    if let Some(q) = self.queue {
+                        check(libc::flock(q, libc::LOCK_UN), "flock(queue, LOCK_UN)");
+                    }
                     return fd;
                 }
                 if Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
@@ -201,8 +231,9 @@ impl Contender {
     }
 }
 
-/// This process's CPU time (user + system, µs) and its voluntary and involuntary context switches (one thread: the
-/// voluntary ones are its sleeps in `read(inotify)` and the disk's syncs).
+/// This process's CPU time (user + system, µs) and its voluntary and involuntary context switches, all its threads
+/// (one, or two with `hop`: the voluntary ones are its sleeps in `read(inotify)`, `flock` and the disk's syncs, and
+/// with `hop` the two threads' waits for each other).
 fn usage() -> [u64; 3] {
     // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -216,8 +247,23 @@ fn usage() -> [u64; 3] {
     ]
 }
 
-fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
-    let c = Contender::open(dir, name, sync_after_link);
+fn child(dir: &str, name: &str, rounds: u64, order: &str) {
+    let fifo = order == "fifo" || order == "fifo-hop";
+    let c = std::sync::Arc::new(Contender::open(dir, name, order == "after", fifo));
+    // `hop`: the acquisitions are made by a helper thread, asked and answered over channels.
+    let helper = order.ends_with("hop").then(|| {
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (answer, answered) = std::sync::mpsc::channel::<libc::c_int>();
+        let h = c.clone();
+        std::thread::spawn(move || {
+            for () in asked {
+                if answer.send(h.acquire()).is_err() {
+                    break;
+                }
+            }
+        });
+        (ask, answered)
+    });
     println!("ready");
     let mut line = String::new();
     if std::io::stdin().read_line(&mut line).is_err() || line.trim() != "go" {
@@ -226,7 +272,15 @@ fn child(dir: &str, name: &str, rounds: u64, sync_after_link: bool) {
     let start = now_ns();
     let u0 = usage();
     for _ in 0..rounds {
-        let fd = c.acquire();
+        let fd = match &helper {
+            Some((ask, answered)) => {
+                if ask.send(()).is_err() {
+                    die("ask the helper")
+                }
+                answered.recv().unwrap_or_else(|_| die("hear the helper"))
+            }
+            None => c.acquire(),
+        };
         c.work();
         c.release(fd);
     }
@@ -244,11 +298,14 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 6 && args[1] == "--child" {
         let rounds = args[4].parse().unwrap_or_else(|_| std::process::exit(2));
-        return child(&args[2], &args[3], rounds, args[5] == "after");
+        return child(&args[2], &args[3], rounds, &args[5]);
     }
     let order = args.get(4).map(String::as_str).unwrap_or("before");
-    if !(4..=5).contains(&args.len()) || !["before", "after"].contains(&order) {
-        eprintln!("usage: file-contended-floor <dir> <procs> <rounds> [before|after]");
+    let orders = ["before", "after", "fifo", "hop", "fifo-hop"];
+    if !(4..=5).contains(&args.len()) || !orders.contains(&order) {
+        eprintln!(
+            "usage: file-contended-floor <dir> <procs> <rounds> [before|after|fifo|hop|fifo-hop]"
+        );
         std::process::exit(2)
     }
     let (dir, procs, rounds): (&str, usize, u64) = (
@@ -313,6 +370,7 @@ fn main() {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0);
     let _ = std::fs::remove_file(&counter);
+    let _ = std::fs::remove_file(format!("{dir}/{name}.queue"));
     let ops = procs as u64 * rounds;
     let seconds = (last - first) as f64 / 1e9;
     println!(

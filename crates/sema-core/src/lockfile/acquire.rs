@@ -260,10 +260,13 @@ impl LockFile {
 
         // The cross-process queue, if this lock ever had waiters: the first attempt is made only
         // at the head of it (behind waiting processes, not ahead of them).
+        // Shared (`Arc`) so that a won attempt can leave the line from another thread (see
+        // `attempt_async`).
         let mut place = match tried_place {
             Some(t) => Some(t),
             None => queue::existing(&self.key).map(|q| q.join()),
-        };
+        }
+        .map(Arc::new);
 
         // First attempt without registering for events: the uncontended fast path. A file
         // prepared for it and not linked is kept_turn for the next attempts.
@@ -274,8 +277,8 @@ impl LockFile {
         let mut last_holder: Option<Box<Holder>> = None;
         // A deadline that has passed still gets its one attempt (`Some(0)` = exactly one), even
         // behind the line: the head may be stopped with the lock free.
-        if !tried && (passed(deadline) || place.as_ref().is_none_or(Place::is_head)) {
-            match self.attempt_async(req, false, &mut prepared).await {
+        if !tried && (passed(deadline) || place.as_ref().is_none_or(|p| p.is_head())) {
+            match self.attempt_async(req, false, &mut prepared, None).await {
                 Ok(held) => {
                     held.keep_turn(turn);
                     return Ok(held);
@@ -288,7 +291,7 @@ impl LockFile {
             return Err(self.timeout_after(timeout, last_holder.take()));
         }
         if place.is_none() {
-            place = queue::create(&self.key).map(|q| q.join());
+            place = queue::create(&self.key).map(|q| Arc::new(q.join()));
         }
         // After STARVING_AFTER this waiter goes strictly first (see `queue`).
         let starve_at = start + STARVING_AFTER;
@@ -331,7 +334,10 @@ impl LockFile {
             };
             if !unchanged {
                 let look_first = !matches!(seen, Ok(None));
-                match self.attempt_async(req, look_first, &mut prepared).await {
+                match self
+                    .attempt_async(req, look_first, &mut prepared, place.as_ref())
+                    .await
+                {
                     Ok(held) => {
                         held.keep_turn(turn);
                         return Ok(held);
@@ -398,7 +404,7 @@ impl LockFile {
                 _ = &mut changed => {}
                 _ = tokio::time::sleep(self.options.retry_interval.max(MIN_RETRY)) => {
                     let look_first = !matches!(sys::stat_sig(&self.path), Ok(None));
-                    match self.attempt_async(req, look_first, prepared).await {
+                    match self.attempt_async(req, look_first, prepared, None).await {
                         Ok(held) => return Ok(Some(held)),
                         Err(AttemptError::Busy(_)) => {}
                         Err(AttemptError::Failed(e)) => return Err(e),
@@ -408,7 +414,7 @@ impl LockFile {
                 // One last look before giving up: with a timeout below `retry_interval` a
                 // waiter behind a stopped head would otherwise never look at all.
                 _ = sleep_until_opt(deadline) => {
-                    return match self.attempt_async(req, true, prepared).await {
+                    return match self.attempt_async(req, true, prepared, None).await {
                         Ok(held) => Ok(Some(held)),
                         Err(AttemptError::Busy(b)) => {
                             Err(self.timed_out_with(timeout, self.holder_of(b.holder.as_ref())))
@@ -429,11 +435,15 @@ impl LockFile {
     /// links it here and sends only the directory's sync there). If the calling future is
     /// dropped while the pool works, a lock obtained is released at once (nothing is left
     /// behind).
+    ///
+    /// `line`: the waiter's place in the cross-process line, left as soon as its prepared file
+    /// is linked (see below).
     pub(super) async fn attempt_async(
         &self,
         req: &AcquireRequest,
         look_first: bool,
         prepared: &mut Option<Prepared>,
+        line: Option<&Arc<Place>>,
     ) -> Result<HeldLock, AttemptError> {
         if !self.syncs() {
             // Nothing to sync: all inline.
@@ -458,10 +468,55 @@ impl LockFile {
                 Examined::Gone | Examined::Broken | Examined::Changed => look_first = false,
             }
         }
+        let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread;
+        if multi_thread && !look_first && self.fs == FsKind::Local {
+            // A waiter's prepared file, its content on the disk already: the hand-off. The link
+            // is a short call on a local file system and is made here, on the worker; only the
+            // directory's sync goes into `block_in_place`, whose new worker thread (woken by it
+            // anyway) leaves the line meanwhile: the next process becomes head without waiting
+            // for the sync, and the queue's four calls are no longer between the link and the
+            // caller being told. A link that finds the name taken again looks at it here, as a
+            // busy look does (no hop).
+            match self.link_ready(prepared) {
+                Some(Ok(held)) => {
+                    if let Some(line) = line {
+                        let line = line.clone();
+                        tokio::spawn(async move { line.leave() });
+                    }
+                    BLOCKING_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+                    // Never fails: the content was synced before the link (the directory's
+                    // sync is best effort); on a failure it would release the lock itself.
+                    let synced = tokio::task::block_in_place(|| held.sync_durable());
+                    // Left by now, or here: the line is never left after the caller is told.
+                    if let Some(line) = line {
+                        line.leave();
+                    }
+                    return synced.map(|()| held).map_err(AttemptError::Failed);
+                }
+                Some(Err(e)) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    match self.examine_and_break() {
+                        Examined::Held(holder, sig) => {
+                            return Err(AttemptError::Busy(Box::new(Busy { holder, sig })))
+                        }
+                        Examined::Symlink => {
+                            return Err(AttemptError::Failed(self.symlink_error()))
+                        }
+                        // Free again: the whole attempt below.
+                        Examined::Gone | Examined::Broken | Examined::Changed => {}
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(AttemptError::Failed(LockError::io(
+                        "Failed to create lock",
+                        e,
+                    )))
+                }
+                None => {}
+            }
+        }
         BLOCKING_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
-        if tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread
-        {
+        if multi_thread {
             // The whole attempt, syncs included, on this thread (the runtime moves its other
             // tasks to another one meanwhile): no round trip through the blocking pool, two
             // thread hops fewer per acquisition. Nothing can be abandoned half-way: this

@@ -165,6 +165,25 @@ impl LockFile {
         Some(self.adopt_new_file(p.file, p.info, p.content, p.synced))
     }
 
+    /// The link alone of a waiter's prepared file whose content is on the disk already and
+    /// whose timestamp is this second's: no sync here (the caller syncs the directory,
+    /// [`HeldLock::sync_durable`]; the name never points at content that is not on the
+    /// disk). `None`: no such file is ready (or unnamed files are unsupported here).
+    pub(super) fn link_ready(
+        &self,
+        prepared: &mut Option<Prepared>,
+    ) -> Option<io::Result<HeldLock>> {
+        if self.strategy != CreationStrategy::Auto || !LockFile::prepared_ready(prepared) {
+            return None;
+        }
+        let p = prepared.as_ref()?;
+        if let Err(e) = sys::link_unnamed(&p.file, &self.path, self.os_path())? {
+            return Some(Err(e));
+        }
+        let p = prepared.take()?;
+        Some(self.adopt_new_file(p.file, p.info, p.content, true))
+    }
+
     /// Make sure `prepared` holds this waiter's unnamed lock file with the current second's
     /// timestamp (built, or rewritten in place: nobody can read it before the link), its
     /// content synced when `sync`. `None`: unnamed files are unsupported here. On an error

@@ -21,6 +21,8 @@ use std::fs::File;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::LazyLock;
 
+use super::process::current_pid;
+
 enum Job {
     Close(File),
     /// Answered once everything sent before it is closed (tests).
@@ -31,7 +33,7 @@ enum Job {
 struct Closer {
     jobs: Sender<Job>,
     /// The process that started the thread.
-    pid: u32,
+    pid: i64,
 }
 
 static CLOSER: LazyLock<Option<Closer>> = LazyLock::new(|| {
@@ -51,16 +53,18 @@ static CLOSER: LazyLock<Option<Closer>> = LazyLock::new(|| {
         .ok()?;
     Some(Closer {
         jobs,
-        pid: std::process::id(),
+        pid: current_pid(),
     })
 });
 
-/// The closer of this process, if it has one.
+/// The closer of this process, if it has one. The pid compared is the cached one (reset in a
+/// forked child by the fork hook): `std::process::id()` was a `getpid` system call on the
+/// releasing (JS) thread at every release (strace of one contender, 8 processes on the disk).
 fn closer() -> Option<&'static Closer> {
     if cfg!(not(unix)) {
         return None;
     }
-    CLOSER.as_ref().filter(|c| c.pid == std::process::id())
+    CLOSER.as_ref().filter(|c| c.pid == current_pid())
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+use super::kinds::*;
 use super::*;
 use crate::dflockd::protocol::{validate_limit, validate_timeout, validate_ttl};
 

@@ -36,6 +36,9 @@ impl Place {
         true
     }
 
+    /// Nothing to leave.
+    pub(crate) fn leave(&self) {}
+
     pub(crate) async fn starving_from(&self, _at: tokio::time::Instant) {
         std::future::pending::<()>().await
     }

@@ -61,6 +61,10 @@ pub(crate) struct Place {
     queue: Arc<Queue>,
     /// This place's starving mark is set (see [`Place::starving_from`]).
     starving: std::sync::atomic::AtomicBool,
+    /// The line was left already ([`Place::leave`]): dropping the place does nothing more.
+    /// A mutex, not a flag: a second `leave` returns only once the first has finished, so
+    /// a later place of this process never has its `want` cleared by this one.
+    left: Mutex<bool>,
 }
 
 static QUEUES: LazyLock<Mutex<HashMap<PathBuf, Arc<Queue>>>> =
@@ -360,6 +364,7 @@ impl Queue {
         Place {
             queue: self.clone(),
             starving: std::sync::atomic::AtomicBool::new(false),
+            left: Mutex::new(false),
         }
     }
 
@@ -497,6 +502,21 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+impl Place {
+    /// Leave the line now, what dropping the place does, once: a waiter that won the lock
+    /// leaves it from another thread while its own makes the directory durable (see
+    /// `LockFile::attempt_async`), so the next process becomes head without waiting for
+    /// that sync, and the four calls below are off the path to telling the caller.
+    pub(crate) fn leave(&self) {
+        let mut left = lock(&self.left);
+        if *left {
+            return;
+        }
+        *left = true;
         let mut st = lock(&self.queue.state);
         st.want = false;
         let _ = byte_lock(&self.queue.file, STARVING, ByteLock::Unlock);

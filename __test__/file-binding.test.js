@@ -1,0 +1,141 @@
+'use strict'
+// The file side of the napi boundary (src/file/*, src/cli.rs), as the JS layer sees it: every fallible call answers
+// with the one result shape (`{ok: true, value} | {ok: false, error: {code, message, …}}`, src/result.rs), and each
+// call has one kind of answer: `tryAcquire` / `acquire` always a promise (also where the attempt is decided on the
+// calling thread), `tryAcquireNow` / `releaseHeldNow` a result now or `null` ("not short here: call the async one"),
+// never a promise. A caller that handled only one of the two answers of a `T | Promise<T>` call would have passed
+// these tests only on some file systems; now nothing of the kind is left to forget.
+
+const { test, describe } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const u = require('./helpers/file-util')
+const native = require('../lib/native')
+const { engineOptions, DEFAULT_CONFIG } = require('../lib/file/engine')
+
+const tmp = u.testDir('binding-')
+const CODES = new Set(native.errorCodes())
+
+/** Asserts the one result shape, exactly: no other key, no promise; a failure's code is one of the stable codes. */
+function assertResult(r, label) {
+  assert.ok(r !== null && typeof r === 'object' && !(r instanceof Promise), `${label}: a result object, got ${r}`)
+  if (r.ok === true) {
+    assert.deepEqual(Object.keys(r), ['ok', 'value'], label)
+  } else {
+    assert.equal(r.ok, false, label)
+    assert.deepEqual(Object.keys(r), ['ok', 'error'], label)
+    assert.ok(CODES.has(r.error.code), `${label}: a stable code, got ${r.error.code}`)
+    assert.equal(typeof r.error.message, 'string', label)
+  }
+  return r
+}
+
+function lockFile(file, config = {}) {
+  const checked = native.checkLockPath(file, false)
+  assert.equal(checked.ok, true, checked.error?.message)
+  return new native.NativeLockFile(checked.value, engineOptions({ ...DEFAULT_CONFIG, ...config }))
+}
+
+async function releaseHeld(id) {
+  return native.releaseHeldNow(id) ?? (await native.releaseHeldAsync(id))
+}
+
+/** A memory file system (tmpfs, ramfs), where every attempt is short whatever `fsync` says. */
+function onMemoryFs(dir) {
+  const type = fs.statfsSync(dir).type
+  return type === 0x01021994 || type === 0x858458f6
+}
+
+/** A directory on a disk (not a memory file system), or null: the temp directory, else one beside the clone. */
+function diskDir(t) {
+  for (const base of [os.tmpdir(), path.join(u.ROOT, 'target')]) {
+    if (fs.existsSync(base) && !onMemoryFs(base)) {
+      const dir = fs.mkdtempSync(path.join(base, 'sema-native-binding-'))
+      t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
+      return dir
+    }
+  }
+  return null
+}
+
+describe('binding: one result shape for every fallible file call', () => {
+  test('path checks, parsing, attempts, releases, listings and waits all answer {ok, value} or {ok, error}', async () => {
+    const file = tmp.fresh()
+    assert.equal(assertResult(native.checkLockPath(file, false), 'checkLockPath').value, file)
+    assert.equal(assertResult(native.checkLockPath(tmp.dir, false), 'checkLockPath(dir)').ok, false)
+    assert.equal(assertResult(native.checkLockPath('a/../b', true), 'checkLockPath(semats, ..)').error.code, 'INVALID_PATH')
+    assert.deepEqual(assertResult(native.parseLockInfo('pid=12\ntimestamp=34\ntag=x\n'), 'parseLockInfo').value, { pid: 12, timestamp: 34, tag: 'x' })
+    assert.equal(assertResult(native.parseLockInfo('not a lock'), 'parseLockInfo(bad)').error.code, 'PARSE_ERROR')
+
+    const a = lockFile(file)
+    const got = assertResult(a.tryAcquireSync('t', undefined), 'tryAcquireSync')
+    assert.deepEqual({ ...got.value, timestamp: 0 }, { pid: process.pid, timestamp: 0, tag: 't' })
+    const busy = assertResult(lockFile(file).tryAcquireSync(undefined, undefined), 'tryAcquireSync(busy)')
+    assert.equal(busy.error.code, 'ALREADY_LOCKED')
+    assert.equal(busy.error.holderPid, process.pid)
+    assert.equal(assertResult(a.cleanStale(), 'cleanStale').value, false)
+    assert.deepEqual(assertResult(a.releaseAsProcess(false), 'releaseAsProcess'), { ok: true, value: undefined })
+    assert.equal(assertResult(a.releaseAsProcess(false), 'releaseAsProcess(again)').error.code, 'NOT_LOCKED')
+
+    const held = assertResult(await a.acquire('h', undefined, 1000, undefined), 'acquire')
+    assert.deepEqual(Object.keys(held.value).sort(), ['id', 'pid', 'tag', 'timestamp', 'token'])
+    const listed = assertResult(await native.listLocks(tmp.dir, engineOptions(DEFAULT_CONFIG)), 'listLocks')
+    assert.ok(listed.value.some((l) => l.path === file && l.state === 'held'), JSON.stringify(listed.value))
+    const missing = assertResult(await native.listLocks(path.join(tmp.dir, 'none'), engineOptions(DEFAULT_CONFIG)), 'listLocks(missing)')
+    assert.equal(missing.error.errno, os.constants.errno.ENOENT)
+    assert.deepEqual(assertResult(native.handLockTo('no such token', process.pid), 'handLockTo'), { ok: true, value: false })
+    assert.deepEqual(assertResult(await releaseHeld(held.value.id), 'releaseHeld'), { ok: true, value: true })
+    assert.deepEqual(assertResult(await releaseHeld(held.value.id), 'releaseHeld(again)'), { ok: true, value: false })
+    assert.deepEqual(assertResult(await native.waitLockFree(file, engineOptions(DEFAULT_CONFIG), 1000), 'waitLockFree'), {
+      ok: true,
+      value: undefined,
+    })
+  })
+})
+
+describe('binding: the fast synchronous paths have names of their own', () => {
+  test('tryAcquire and acquire return a promise even where the attempt is decided on the calling thread', async () => {
+    // fsync off on a local file system (or any fsync on a memory one): attempts are short here.
+    const file = lockFile(tmp.fresh(), { fsync: false })
+    const tried = file.tryAcquire('try', undefined)
+    assert.ok(tried instanceof Promise, 'tryAcquire: a promise')
+    const first = assertResult(await tried, 'tryAcquire')
+    assert.equal(first.ok, true)
+    const busy = file.tryAcquire(undefined, undefined)
+    assert.ok(busy instanceof Promise, 'tryAcquire(busy): a promise')
+    assert.equal(assertResult(await busy, 'tryAcquire(busy)').error.code, 'ALREADY_LOCKED')
+    const timedOut = file.acquire(undefined, undefined, 0, undefined)
+    assert.ok(timedOut instanceof Promise, 'acquire(busy): a promise')
+    assert.equal(assertResult(await timedOut, 'acquire(busy)').error.code, 'TIMEOUT')
+    assert.equal((await releaseHeld(first.value.id)).value, true)
+
+    const taken = file.acquire('acq', undefined, undefined, undefined)
+    assert.ok(taken instanceof Promise, 'acquire(free): a promise, settled without a thread hop')
+    const second = assertResult(await taken, 'acquire')
+    assert.equal(second.value.tag, 'acq')
+    assert.equal((await releaseHeld(second.value.id)).value, true)
+  })
+
+  test('tryAcquireNow answers now where an attempt is short, never with a promise', async () => {
+    const file = lockFile(tmp.fresh(), { fsync: false })
+    const now = file.tryAcquireNow('now', undefined)
+    const got = assertResult(now, 'tryAcquireNow')
+    assert.equal(got.value.tag, 'now')
+    assert.equal(assertResult(file.tryAcquireNow(undefined, undefined), 'tryAcquireNow(busy)').error.code, 'ALREADY_LOCKED')
+    assert.equal(assertResult(native.releaseHeldNow(got.value.id), 'releaseHeldNow').value, true)
+  })
+
+  test('tryAcquireNow answers null where an attempt may block (fsync of a disk) and takes nothing', async (t) => {
+    const dir = diskDir(t)
+    if (dir === null) return t.skip('no disk directory here (the temp directory and the clone are on memory file systems)')
+    const at = path.join(dir, 'disk.lock')
+    const file = lockFile(at, { fsync: true })
+    assert.equal(file.tryAcquireNow(undefined, undefined), null)
+    assert.equal(fs.existsSync(at), false, 'nothing taken by a null answer')
+    const r = assertResult(await file.tryAcquire(undefined, undefined), 'tryAcquire(disk)')
+    assert.equal(r.ok, true)
+    assert.equal((await releaseHeld(r.value.id)).value, true)
+  })
+})

@@ -776,7 +776,8 @@ export declare class DistributedLock {
   readonly validUntil: number
   /** Milliseconds the held lock is still proven valid (monotonic clock; 0 when none, lost or past `validUntil`). */
   remaining(): number
-  /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
+  /** Aborted when the currently held lock is lost (one lost before `acquire()` resolved is told once, right after it
+   * resolved `true`); a fresh signal per acquisition. */
   readonly signal: AbortSignal
   /**
    * true = acquired; false = timed out. `force` closes a live connection first. Acquisitions of one process on the
@@ -793,7 +794,8 @@ export declare class DistributedLock {
    */
   enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>
   /** true once granted; false when `timeoutS` (fractions allowed: the server gets the ceiling in whole seconds, the
-   * client stops waiting at the exact deadline and drops the connection) passes first. */
+   * client stops waiting at the exact deadline and drops the connection) passes first. Rejects `NOT_LOCKED` when
+   * nothing is queued: call `enqueue()` again after a timeout, a loss or `close()`. */
   wait(timeoutS?: number, options?: { signal?: AbortSignal | undefined }): Promise<boolean>
   /**
    * Acquires (rejecting `AcquireTimeoutError` on timeout), runs `fn`, always releases; rejects `LOCK_LOST` if the

@@ -5,11 +5,13 @@
 // every export looks unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod cancel;
 mod cli;
 mod dflockd;
 mod event_loop;
 mod file;
 mod js_callback;
+mod losses;
 mod owner;
 mod result;
 

@@ -1,9 +1,11 @@
 'use strict'
 // dflockd client, JavaScript side: what the other modules of lib/dflockd/ share. Constants (the option table's
-// defaults), the conversions to native options (the tls option's fields, hosts), one cancellation scheme (cancellable: an AbortSignal or close() settles a pending native call at once and
-// cancels it), guarded user callbacks, and the sharding function.
+// defaults), the conversions to native options (the tls option's fields, hosts), the event-loop driver's calls, guarded
+// user callbacks, and the sharding function. A pending native call is cancelled as a file wait is (lib/abort.js
+// withAbort: a cancel id the call takes; the native side settles it ABORTED and closes a grant that crossed the cancel).
 
 const native = require('../native')
+const { onLockEnded } = require('../losses')
 const { LockError, fromNativeThrow, invalidArgument } = require('../errors')
 
 const { ErrorCode } = require('../codes')
@@ -119,56 +121,8 @@ function describe(v) {
   return typeof v
 }
 
-/** Calls `fn` once when `signal` aborts; returns the unsubscribe function. */
-function onAbort(signal, fn) {
-  if (!signal) return () => {}
-  signal.addEventListener('abort', fn, { once: true })
-  return () => signal.removeEventListener('abort', fn)
-}
-
 function abortedError(what) {
   return new LockError(`${what} aborted`, ErrorCode.ABORTED)
-}
-
-const ABORTED_RESULT = Object.freeze({ ok: false, error: Object.freeze({ code: ErrorCode.ABORTED, message: 'operation aborted' }) })
-
-/**
- * Starts a native acquire/enqueue/wait of `prim` and returns `{promise, interrupt}`: the promise resolves the native
- * result, or ABORTED at once when `signal` aborts or `interrupt()` is called. The native cancel()/close() can miss
- * an operation that has not started running yet, so the JS side does not wait for it: a result that still arrives
- * after the interrupt (a late grant) is dropped with close(), which the server turns into a release.
- */
-function cancellable(prim, start, signal) {
-  let settled = false
-  let interrupt
-  const promise = new Promise((resolve) => {
-    const op = start()
-    const off = onAbort(signal, () => interrupt())
-    interrupt = () => {
-      prim.cancel()
-      prim.close()
-      if (settled) return
-      settled = true
-      off()
-      resolve(ABORTED_RESULT)
-      op.then(() => prim.close(), () => prim.close())
-    }
-    op.then(
-      (r) => {
-        if (settled) return
-        settled = true
-        off()
-        resolve(r)
-      },
-      (e) => {
-        if (settled) return
-        settled = true
-        off()
-        resolve({ ok: false, error: { code: ErrorCode.PROTOCOL_ERROR, message: `native call failed: ${e && e.message ? e.message : e}` } })
-      },
-    )
-  })
-  return { promise, interrupt }
 }
 
 /** Options shared by connections (connect-time part). */
@@ -187,6 +141,31 @@ function guardedCallback(name, fn, ...args) {
 
 function warnCallback(name, e) {
   process.emitWarning(`sema-native: ${name} callback failed: ${e && e.stack ? e.stack : e}`, 'SemaNativeWarning')
+}
+
+// ───────────────────────────── losses ─────────────────────────────
+
+/** What to tell of a loss, by the primitive's `lossId` (DistributedLock, acquire('dflockd://…')): `fn(token, reason)`.
+ * Set while a lock may be lost (an acquisition live, a Lock held), so nothing unreleased is kept alive by it. */
+const lossWatchers = new Map()
+
+// A dflockd lock's loss comes on this thread's one loss channel (lib/losses.js); its end is read from the native
+// registry, never from the primitive: one already finalized (Deno's test runner at teardown) answers null, and is
+// then not touched (src/losses.rs).
+onLockEnded((id) => {
+  const fn = lossWatchers.get(id)
+  if (fn === undefined) return
+  const end = native.takeHeldEnd(id)
+  if (end !== null) fn(end.token, end.lostReason)
+})
+
+/** Tells `fn(token, reason)` of each loss of the primitive with loss id `id`, until unwatchLoss(id). */
+function watchLoss(id, fn) {
+  lossWatchers.set(id, fn)
+}
+
+function unwatchLoss(id) {
+  lossWatchers.delete(id)
 }
 
 // ───────────────────────────── sharding ─────────────────────────────
@@ -256,10 +235,11 @@ function loopCall(id, onLoop, fallback) {
 }
 
 /** The native acquire of `prim` (loop id `id`, 0 = tokio): on the event loop when it can; an `e` answered `queued`
- * goes on on tokio (continueAcquire). Resolves a BoolResult. */
-function loopAcquire(prim, id) {
-  if (id === 0) return prim.acquire()
-  return loopCall(id, () => prim.acquireOnLoop(), () => prim.acquire()).then((r) => (r.queued ? prim.continueAcquire() : r))
+ * goes on on tokio (continueAcquire). `cancelId` (lib/abort.js withAbort, or null) cancels it. Resolves a BoolResult. */
+function loopAcquire(prim, id, cancelId) {
+  const cid = cancelId ?? undefined
+  if (id === 0) return prim.acquire(cid)
+  return loopCall(id, () => prim.acquireOnLoop(cid), () => prim.acquire(cid)).then((r) => (r.queued ? prim.continueAcquire(cid) : r))
 }
 
 /** The native release of `prim` (see loopAcquire). Resolves `{ok, error?}`. */
@@ -268,7 +248,6 @@ function loopRelease(prim, id) {
 }
 
 module.exports = {
-  ABORTED_RESULT,
   DEFAULT_ACQUIRE_TIMEOUT_S,
   DEFAULT_HOST,
   DEFAULT_PORT,
@@ -277,7 +256,6 @@ module.exports = {
   TLS_FIELDS,
   abortedError,
   authOption,
-  cancellable,
   loopAcquire,
   loopRelease,
   useEventLoop,
@@ -287,9 +265,10 @@ module.exports = {
   hostOption,
   nativeSync,
   nativeTls,
-  onAbort,
   opt,
   pemText,
   stableHashShard,
+  unwatchLoss,
   warnCallback,
+  watchLoss,
 }

@@ -7,7 +7,8 @@
 // Why one primitive: building one per acquisition (options converted and validated again, a threadsafe function
 // for the loss callback created and released) cost ~7.6 µs of the ~120 µs of client CPU per acquire + release pair,
 // and a loss callback of its own per instance would leave one libuv handle per uncollected instance. Losses of all
-// instances go through one shared channel instead, dispatched by primitive id to the acquisition in progress.
+// instances go through the thread's one loss channel instead (lib/losses.js, shared with file locks), dispatched by
+// the primitive's loss id to the acquisition in progress.
 // Measured with the native side's one task per acquisition (Go server, best of 7 on a loaded 2-core machine): client
 // CPU per lock + release pair 61 → 50 µs with 1 worker, 42.6 → 28.5 µs with 10.
 //
@@ -21,10 +22,17 @@ const native = require('../native')
 const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE, DISTRIBUTED_ACQUIRE, DISTRIBUTED_WAIT } = require('../validate')
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, cancellable, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard } = require('./common')
+const { withAbort } = require('../abort')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard, unwatchLoss, watchLoss } = require('./common')
 const { ErrorCode } = require('../codes')
 
 // ───────────────────────────── DistributedLock / DistributedSemaphore ─────────────────────────────
+//
+// The acquisition's state lives in the native primitive only (crates/sema-core/src/dflockd/primitive.rs `Stage`:
+// idle → acquiring → queued → held → lost, read as `prim.stage`; which hold a loss report is for, `prim.holdToken`).
+// The binding settles a call replaced by close()/release()/force as ABORTED, and reports a loss read off this thread
+// only after the grant's result reached it (src/losses.rs). This class keeps what is JavaScript's: the option
+// snapshot, the sharding pick, the acquisition's AbortController, calling onLockLost, and withLock.
 
 const kLimit = Symbol('limit')
 
@@ -32,26 +40,6 @@ function normalizeServers(o) {
   // Checked by the option table's `servers` kind (lib/validate.js): a non-empty array of [host, port] pairs.
   if (o.servers !== undefined && o.servers !== null) return Object.freeze(o.servers.map((s) => Object.freeze([hostOption(s[0]), s[1]])))
   return Object.freeze([Object.freeze([hostOption(o.host ?? DEFAULT_HOST), o.port ?? DEFAULT_PORT])])
-}
-
-/** Losses reported by the native side, by primitive id: set while an acquisition is live (begin → end), so an
- * instance that is never closed is not kept alive by this map. */
-const lossHandlers = new Map()
-let lossChannel = null
-let nextPrimitiveId = 0
-
-function reportLosses(prim) {
-  if (lossChannel === null) {
-    lossChannel = new native.NativeDflockdLossChannel((id, token, reason) => {
-      const handler = lossHandlers.get(id)
-      // Only while the primitive's object lives: a report can arrive after Deno's test runner finalized it at
-      // teardown (src/dflockd/primitive.rs LIVE_IDS), and reading it then would read freed memory.
-      if (handler && native.dflockdPrimitiveAlive(id)) handler(token, reason)
-    })
-  }
-  const id = ++nextPrimitiveId >>> 0
-  prim.reportLossesTo(lossChannel, id)
-  return id
 }
 
 class DistributedLock {
@@ -71,8 +59,7 @@ class DistributedLock {
   #socketTimeoutMs
   #mode
 
-  /** The native primitive of server #primIdx, kept across acquisitions (rebuilt only for another shard server, or
-   * after an interrupted call whose late end could still touch it). */
+  /** The native primitive of server #primIdx, kept across acquisitions (rebuilt only for another shard server). */
   #prim = null
   #primIdx = -1
   #primId = 0
@@ -80,16 +67,6 @@ class DistributedLock {
   #loopId = 0
   /** The default strategy's answer, computed once (it depends on the key and the server count only). */
   #defaultIdx = -1
-  /** An acquisition is live: connecting, acquiring, queued or held. */
-  #live = false
-  /** Counts acquisitions: a continuation whose count is no longer current was replaced by close()/force. */
-  #gen = 0
-  #held = false
-  #enqueued = false
-  /** A loss reported before the grant's continuation ran: `{token, reason}`. */
-  #lostEarly = null
-  /** Interrupts the in-flight native acquire/enqueue/wait (see cancellable). */
-  #interrupt = null
   /** This acquisition's controller, created when `signal` is first read (or on a loss). */
   #controller = null
   #onLoss = (token, reason) => this.#lost(token, reason)
@@ -147,18 +124,15 @@ class DistributedLock {
     if (this.#prim !== null && this.#primIdx === idx) return this.#prim
     const [host, port] = this.#servers[idx]
     const prim = nativeSync(() => new native.NativeDflockdPrimitive(this.#nativeOptions({ host, port })))
-    if (this.#prim !== null) this.#prim.close()
+    if (this.#prim !== null) {
+      unwatchLoss(this.#primId)
+      this.#prim.close()
+    }
     this.#prim = prim
     this.#primIdx = idx
-    this.#primId = reportLosses(prim)
+    this.#primId = prim.lossId
     this.#loopId = useEventLoop(prim)
     return prim
-  }
-
-  /** Forgets the primitive (after close() or an interrupt while a native call runs: its late end closes it). */
-  #discard() {
-    this.#prim = null
-    this.#primIdx = -1
   }
 
   get key() {
@@ -196,20 +170,20 @@ class DistributedLock {
   }
   /** Token of the held lock, or null. */
   get token() {
-    return this.#held && this.#prim ? this.#prim.token : null
+    return this.#prim ? this.#prim.token : null
   }
   /** Lease in seconds of the held lock, 0 when none. */
   get lease() {
-    return this.#held && this.#prim ? this.#prim.lease : 0
+    return this.#prim ? this.#prim.lease : 0
   }
   /** End of the held lock's proven validity, in ms since the epoch (0 when none): the client's own lease clock,
    * counted from when the last acquire or renew was sent, minus a guard. */
   get validUntil() {
-    return this.#held && this.#prim ? this.#prim.validUntil : 0
+    return this.#prim ? this.#prim.validUntil : 0
   }
   /** Milliseconds the held lock is still proven valid (monotonic clock; 0 when none or lost). */
   remaining() {
-    return this.#held && this.#prim ? this.#prim.remainingMs : 0
+    return this.#prim ? this.#prim.remainingMs : 0
   }
   /** Aborted when the currently held lock is lost; a fresh signal per acquisition. */
   get signal() {
@@ -234,9 +208,14 @@ class DistributedLock {
     return idx
   }
 
+  /** Whether an acquisition is live on the kept primitive (acquiring, queued or held: the primitive's own stage). */
+  #live(stage = this.#prim ? this.#prim.stage : 'idle') {
+    return stage === 'acquiring' || stage === 'queued' || stage === 'held'
+  }
+
   /** Checks the connection state and starts an acquisition on the kept primitive. */
   #begin(force, signal) {
-    if (this.#live) {
+    if (this.#live()) {
       if (!force) {
         throw new LockError('already connected; call release() or close() first, or pass { force: true }', ErrorCode.ALREADY_LOCKED)
       }
@@ -245,35 +224,23 @@ class DistributedLock {
     if (signal && signal.aborted) throw abortedError('acquire')
     // A clean release left its connection in the native idle pool, where this acquisition finds it.
     const prim = this.#primitive(this.#pickServer())
-    this.#gen++
     this.#controller = null
-    this.#live = true
-    this.#held = false
-    this.#lostEarly = null
-    lossHandlers.set(this.#primId, this.#onLoss)
+    watchLoss(this.#primId, this.#onLoss)
     return prim
   }
 
-  /** Ends the live acquisition (released, closed, timed out, failed or lost). */
+  /** The acquisition is over (released, closed, lost, or ended without a hold): no more loss reports for it. */
   #end() {
-    if (this.#live) lossHandlers.delete(this.#primId)
-    this.#live = false
-    this.#held = false
-    this.#gen++
+    unwatchLoss(this.#primId)
   }
 
+  /** A loss report of the primitive: this hold's (the native side reports it after the grant's result, never
+   * before) unless it names another token (a late report of an earlier hold). */
   #lost(token, reason) {
-    if (!this.#live) return
-    if (!this.#held) {
-      // Lost before the grant's continuation ran: #granted replays it.
-      this.#lostEarly = { token, reason }
-      return
-    }
-    // A late report of an earlier acquisition names another token than the held one (null = this one is lost too).
-    // Read here, not at every grant: the loss path is rare, the grant path is hot.
-    const current = this.#prim.token
-    if (current !== null && current !== token) return
+    if (this.#prim === null || this.#prim.holdToken !== token) return
     const controller = this.#controller ?? (this.#controller = new AbortController())
+    // Read before #end: null once the native side reported it lost.
+    const current = this.#prim.token
     this.#end()
     controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
@@ -283,95 +250,48 @@ class DistributedLock {
     if (current !== null) this.#prim.close()
   }
 
-  /** Marks the acquisition held; replays a loss that arrived before this point (#lost drops an earlier one's). */
-  #granted() {
-    this.#held = true
-    const early = this.#lostEarly
-    this.#lostEarly = null
-    if (early) this.#lost(early.token, early.reason)
-  }
-
-  /** Ends the acquisition `gen` (after a timeout or failure) and drops its connection if still ours. */
-  #drop(prim, gen) {
-    if (this.#gen === gen) this.#end()
-    prim.close()
-  }
-
-  /** The value of a native acquire/enqueue/wait result (false = timed out); throws LockError on failure. */
-  #settle(prim, gen, r, what) {
-    if (this.#gen !== gen) {
-      // close()/force replaced us while the request was in flight.
-      if (this.#prim !== prim || !this.#live) prim.close()
-      throw new LockError(`${what} interrupted: the lock was closed`, ErrorCode.ABORTED)
+  /** The value of a native acquire/enqueue/wait result (false = timed out); throws LockError on failure. A call
+   * replaced meanwhile (close(), release(), force) resolves ABORTED natively. */
+  #settle(prim, r, what) {
+    if (!r.ok || !r.value) {
+      // Ended without a hold (the native side dropped the connection); a newer acquisition keeps its watch.
+      if (this.#prim === prim && !this.#live()) this.#end()
     }
     if (!r.ok) {
-      this.#drop(prim, gen)
       if (r.error.code === ErrorCode.ABORTED) throw abortedError(what)
       throw toLockError(r.error, this.#key)
     }
     return r.value
   }
 
-  /** Runs one native acquire/enqueue/wait of `prim`, interruptible by `signal` and close(). */
-  async #run(prim, start, signal) {
-    if (!signal) {
-      // The common case: nothing to race against but close(), which cancels the native call itself.
-      const op = start()
-      this.#interrupt = () => this.#discard()
-      try {
-        return await op
-      } finally {
-        this.#interrupt = null
-      }
-    }
-    const { promise, interrupt } = cancellable(prim, start, signal)
-    // An interrupted primitive may still end its call later (and close itself then): a new one serves the next.
-    const stop = () => {
-      this.#discard()
-      interrupt()
-    }
-    this.#interrupt = stop
-    try {
-      const r = await promise
-      // Aborted by the signal: the interrupted primitive's late end closes it (cancellable), so it must not serve
-      // the next acquisition (which the event-loop driver can start before that end arrives).
-      if (!r.ok && r.error.code === ErrorCode.ABORTED && this.#prim === prim) this.#discard()
-      return r
-    } finally {
-      if (this.#interrupt === stop) this.#interrupt = null
-    }
+  /** Runs one native acquire/enqueue/wait, `start(cancelId)`: aborting `signal` cancels it by id as a file wait is
+   * (lib/abort.js), and close() cancels it on the primitive; either way the native call settles ABORTED itself and
+   * closes a grant that crossed the cancel, so the primitive serves the next acquisition at once. */
+  #run(start, signal) {
+    return withAbort(signal, start)
   }
 
   /** The native acquire: on the event loop when the primitive can (an `e` answered `queued` goes on on tokio). */
-  #startAcquire(prim) {
-    return loopAcquire(prim, this.#loopId)
+  #startAcquire(prim, cancelId) {
+    return loopAcquire(prim, this.#loopId, cancelId)
   }
 
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   async acquire(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
-    const gen = this.#gen
-    const r = await this.#run(prim, () => this.#startAcquire(prim), signal)
-    if (!this.#settle(prim, gen, r, 'acquire')) {
-      this.#drop(prim, gen)
-      return false
-    }
-    this.#granted()
-    return true
+    const r = await this.#run((cancelId) => this.#startAcquire(prim, cancelId), signal)
+    return this.#settle(prim, r, 'acquire')
   }
 
   /** Two-phase step 1: 'acquired' (held now, renewing) or 'queued' (call wait()). */
   async enqueue(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
-    const gen = this.#gen
-    this.#enqueued = true
-    const r = await this.#run(prim, () => prim.enqueue(), signal)
-    const status = this.#settle(prim, gen, r, 'enqueue')
-    if (status === 'acquired') this.#granted()
-    else if (status !== 'queued') {
-      this.#drop(prim, gen)
+    const r = await this.#run((cancelId) => prim.enqueue(cancelId ?? undefined), signal)
+    const status = this.#settle(prim, r, 'enqueue')
+    if (status !== 'acquired' && status !== 'queued') {
+      this.close()
       throw new LockError(`enqueue: unexpected native status ${describe(status)}`, ErrorCode.PROTOCOL_ERROR)
     }
     return status
@@ -383,30 +303,22 @@ class DistributedLock {
   async wait(timeoutS, options) {
     const t = timeoutS ?? this.#acquireTimeoutS
     const { signal } = validate(options ?? undefined, DISTRIBUTED_WAIT)
-    if (this.#held) return true
     const prim = this.#prim
-    if (!this.#live || !prim) {
-      throw new LockError(
-        this.#enqueued ? 'connection closed; call enqueue() again' : 'not connected; call enqueue() first',
-        ErrorCode.NOT_LOCKED,
-      )
+    const stage = prim ? prim.stage : 'idle'
+    if (stage === 'held') return true
+    if (stage !== 'queued') {
+      throw new LockError('not queued; call enqueue() first, or enqueue() again after a timeout, a loss or close()', ErrorCode.NOT_LOCKED)
     }
     if (signal && signal.aborted) {
       this.close()
       throw abortedError('wait')
     }
     if (typeof t !== 'number') throw invalidArgument(`timeoutS must be a number of seconds, got ${describe(t)}`)
-    const gen = this.#gen
-    const r = await this.#run(prim, () => prim.wait(t), signal)
+    const r = await this.#run((cancelId) => prim.wait(t, cancelId ?? undefined), signal)
     // A timeout the native side refuses was never sent: the enqueue stays pending.
-    if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && this.#gen === gen) throw toLockError(r.error)
-    if (!this.#settle(prim, gen, r, 'wait')) {
-      // After a `w` timeout (or the cut at the deadline) the server has dropped our queue entry: the connection is done.
-      this.#drop(prim, gen)
-      return false
-    }
-    this.#granted()
-    return true
+    if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && prim.stage === 'queued') throw toLockError(r.error)
+    // After a `w` timeout (or the cut at the deadline) the server has dropped our queue entry: the connection is done.
+    return this.#settle(prim, r, 'wait')
   }
 
   /** Releases the lock. Best effort on the wire (as dflockd-client): a failed release closes the connection, and the
@@ -415,16 +327,14 @@ class DistributedLock {
    * alive) for the next acquisition to that server by any instance. */
   async release() {
     const prim = this.#prim
-    if (!this.#live || !prim) throw new LockError('not connected; nothing to release', ErrorCode.NOT_LOCKED)
-    const held = this.#held
-    const interrupt = this.#interrupt
-    this.#interrupt = null
+    const stage = prim ? prim.stage : 'idle'
+    if (!this.#live(stage)) throw new LockError('not connected; nothing to release', ErrorCode.NOT_LOCKED)
+    const held = stage === 'held'
     this.#end()
     if (held) {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
       await loopRelease(prim, this.#loopId)
     } else {
-      if (interrupt) interrupt()
       prim.cancel()
       prim.close()
     }
@@ -446,8 +356,9 @@ class DistributedLock {
     } finally {
       // The lease's validity ended before fn did, and the native loss report has not run yet: lost now, so the
       // signal, onLockLost and this rejection agree.
-      if (!signal.aborted && this.#held && this.#prim && this.#prim.remainingMs === 0) {
-        this.#lost(this.#prim.token, 'the lease was no longer proven valid when fn finished (no renewal confirmed in time)')
+      const prim = this.#prim
+      if (!signal.aborted && prim && (prim.stage === 'lost' || (prim.stage === 'held' && prim.remainingMs === 0))) {
+        this.#lost(prim.holdToken, 'the lease was no longer proven valid when fn finished (no renewal confirmed in time)')
       }
       if (signal.aborted) {
         // Lost mid-work: nothing is left to release, and fn's work was not exclusive.
@@ -466,17 +377,14 @@ class DistributedLock {
   /** Drops the connection without releasing (the server releases on disconnect). Sync and idempotent. */
   close() {
     const prim = this.#prim
-    if (!this.#live || !prim) return
-    const interrupt = this.#interrupt
-    this.#interrupt = null
+    if (prim === null || prim.stage === 'idle') return
     this.#end()
-    if (interrupt) interrupt()
     prim.cancel()
     prim.close()
   }
 
   async [asyncDispose]() {
-    if (this.#held && this.#live) await this.release()
+    if (this.#prim && this.#prim.stage === 'held') await this.release()
     else this.close()
   }
 }

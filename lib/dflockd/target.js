@@ -7,7 +7,8 @@ const { ErrorCode } = require('../codes')
 const native = require('../native')
 const { LockError, toLockError, semaphoreError, failure } = require('../errors')
 const { LockHandle } = require('../lock-handle')
-const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, cancellable, connectOptions, loopAcquire, loopRelease, nativeSync, opt, useEventLoop } = require('./common')
+const { withAbort } = require('../abort')
+const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, connectOptions, loopAcquire, loopRelease, nativeSync, opt, unwatchLoss, useEventLoop, watchLoss } = require('./common')
 const { redactTarget, parseDflockdUrl, targetId } = require('./url')
 const { validate, checkBackend, ACQUIRE } = require('../validate')
 const { parseStatsJson, stats } = require('./connection')
@@ -51,6 +52,7 @@ class DflockdLock extends LockHandle {
   }
 
   _unregister() {
+    unwatchLoss(this.#prim.lossId)
     const set = held.get(this.#id)
     if (set && set.delete(this) && set.size === 0) held.delete(this.#id)
   }
@@ -146,14 +148,15 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   }
   let handle = null
   let lostMessage = null
-  prim.onLost((key, token, reason) => {
+  watchLoss(prim.lossId, (token, reason) => {
     lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason || 'the lease could not be renewed'}`
     if (handle) handle._lost(lostMessage)
   })
   // On this thread's event loop where it serves (see lock.js), else on tokio.
   const loopId = useEventLoop(prim)
-  const r = await cancellable(prim, () => loopAcquire(prim, loopId), signal).promise
+  const r = await withAbort(signal, (cancelId) => loopAcquire(prim, loopId, cancelId))
   if (!r.ok) {
+    unwatchLoss(prim.lossId)
     prim.close()
     if (r.error.code === ErrorCode.ABORTED) return failure(ErrorCode.ABORTED, 'acquire aborted')
     // A try (timeout 0) that got no answer is a TIMEOUT, never ALREADY_LOCKED: nobody said the key was held.
@@ -161,6 +164,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     return { ok: false, error: semaphoreError(toLockError(r.error, cfg.key)) }
   }
   if (!r.value) {
+    unwatchLoss(prim.lossId)
     prim.close()
     return await timeoutResult(cfg, wait)
   }

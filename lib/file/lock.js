@@ -9,6 +9,7 @@ const native = require('../native')
 const { LockHandle } = require('../lock-handle')
 const { fileError, toLockError, holderFacts } = require('../errors')
 const { withAbort } = require('../abort')
+const { onLockEnded } = require('../losses')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
 const { ErrorCode } = require('../codes')
 
@@ -21,9 +22,8 @@ const { ErrorCode } = require('../codes')
  */
 const handles = new Map()
 
-// This thread's locks only: each worker thread that loads the module sets its own (the engine keeps one callback
-// per thread).
-native.setLockLostHandler((id) => {
+// This thread's locks only, on the thread's one loss channel (lib/losses.js, shared with dflockd).
+onLockEnded((id) => {
   const handle = handles.get(id)
   if (handle) settle(handle, id, false)
 })

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use napi::bindgen_prelude::Either;
-use napi::bindgen_prelude::{FnArgs, Function, PromiseRaw};
+use napi::bindgen_prelude::{Function, PromiseRaw};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi::Env;
 use napi_derive::napi;

@@ -1,11 +1,13 @@
 //! `NativeDflockdPrimitive`: a lock or semaphore slot (acquire, two-phase enqueue/wait,
-//! renewal, release, loss callback) over `sema_core::dflockd::Primitive`.
+//! renewal, release) over `sema_core::dflockd::Primitive`; its losses go to its JS thread's one
+//! loss channel under its `lossId` (`crate::losses`).
 
 use napi::bindgen_prelude::Object;
 
 use super::on_loop_lock::{hand_to_tokio_pool, pool_take_stream, LoopLock, NativeLoopSettle};
 use super::*;
 use crate::js_callback::JsCallback;
+use crate::losses::{LossRoute, RouteSettle};
 
 /// A distributed lock (limit 1) or semaphore slot (limit > 1) on one dflockd server, with
 /// automatic renewal. One connection per held lock/slot; after a clean `release()` it goes to
@@ -13,34 +15,52 @@ use crate::js_callback::JsCallback;
 #[napi]
 pub struct NativeDflockdPrimitive {
     inner: Arc<Primitive>,
-    /// The loss callback set by `reportLossesTo` for the primitive's lifetime; `close()` puts
-    /// it back in place of a per-primitive `onLost` callback.
-    channel_cb: std::sync::Mutex<Option<core::LossCallback>>,
-    /// Its id on a loss channel (0: none), removed from [`LIVE_IDS`] when the object is finalized.
-    channel_id: std::sync::atomic::AtomicU32,
+    /// Its id on its thread's loss channel, for its whole life (gone with its JS object).
+    route: LossRoute,
     /// The event-loop driver of its round trips (`useEventLoop`), when this thread's loop serves.
     looped: std::cell::RefCell<Option<std::rc::Rc<LoopLock>>>,
+    /// Counts the acquire/enqueue/wait calls, `close()`s and `release()`s, all made on the JS
+    /// thread: a call's result counts only while its call is the latest thing asked (see
+    /// [`Call`]).
+    epoch: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Ids (on a loss channel) of the primitives whose JS object is not finalized yet. A loss report
-/// already queued to the JS thread can arrive after its primitive was finalized: Deno's test
-/// runner finalizes every wrapped object at teardown and then keeps running the event loop
-/// (denoland/deno#36556), and a handler that then read the primitive would use freed memory
-/// (a SIGSEGV in `Primitive::token`, core dump of 2026-11-25). The JS handler asks
-/// [`dflockd_primitive_alive`] first; that is a function, not a method, so it reads no object.
-static LIVE_IDS: std::sync::Mutex<Option<std::collections::HashSet<u32>>> =
-    std::sync::Mutex::new(None);
-
-fn live_ids<R>(f: impl FnOnce(&mut std::collections::HashSet<u32>) -> R) -> R {
-    let mut guard = LIVE_IDS.lock().unwrap_or_else(|p| p.into_inner());
-    f(guard.get_or_insert_with(Default::default))
+/// One acquire/enqueue/wait, from its start to its result on the JS thread, where it is judged:
+/// a result of a call that a `close()`/`release()` or a later call replaced meanwhile is
+/// `ABORTED` (whatever it held, the close dropped); one whose cancel id (see `crate::cancel`)
+/// was cancelled settles `ABORTED`, a grant (or a queued enqueue) that crossed the cancel closed
+/// first (the server releases it). A loss read off the JS thread meanwhile is reported after the
+/// result ([`RouteSettle`]).
+struct Call {
+    mine: u64,
+    epoch: Arc<std::sync::atomic::AtomicU64>,
+    prim: Arc<Primitive>,
+    cancel: Option<tokio_util::sync::CancellationToken>,
+    losses: Option<RouteSettle>,
 }
 
-/// Whether the primitive reporting on a loss channel as `id` still has its JS object (see
-/// [`LIVE_IDS`]): a loss channel's handler calls this before it touches the primitive.
-#[napi]
-pub fn dflockd_primitive_alive(id: u32) -> bool {
-    live_ids(|ids| ids.contains(&id))
+impl Call {
+    /// `r` as the JS side must see it; run on the JS thread, where `cancelWait`, `close()` and
+    /// `release()` run too.
+    fn settle<T>(self, r: core::Result<T>) -> core::Result<T> {
+        let current = self.epoch.load(std::sync::atomic::Ordering::Relaxed) == self.mine;
+        let cancelled = self.cancel.as_ref().is_some_and(|c| c.is_cancelled());
+        let r = if !current {
+            Err(DflockdError::new(
+                core::ErrorCode::Aborted,
+                "interrupted: the lock was closed or released meanwhile",
+            ))
+        } else if cancelled && r.is_ok() {
+            self.prim.close();
+            Err(DflockdError::aborted())
+        } else {
+            r
+        };
+        if let Some(l) = &self.losses {
+            l.settled(self.mine);
+        }
+        r
+    }
 }
 
 impl Drop for NativeDflockdPrimitive {
@@ -48,81 +68,77 @@ impl Drop for NativeDflockdPrimitive {
         if let Some(l) = self.looped.get_mut().take() {
             l.collected();
         }
-        let id = *self.channel_id.get_mut();
-        if id != 0 {
-            live_ids(|ids| ids.remove(&id));
-        }
+        // A loss reported from now on finds no route ([`LossRoute::callback`]).
+        self.inner.set_on_lost(None);
     }
 }
 
-/// One JS loss callback `(id, token, reason) => void` shared by many primitives, each reporting
-/// with its own `id`: a `DistributedLock` keeps one primitive for its lifetime and still needs
-/// no threadsafe function (a libuv handle created and released per object) of its own. Held
-/// weakly: it never keeps the process alive.
-#[napi]
-pub struct NativeDflockdLossChannel {
-    notify: ChannelNotify,
-}
+impl NativeDflockdPrimitive {
+    /// A new call starts (after its ticket was taken): it replaces any earlier one's claim on
+    /// the primitive. With a cancel id, `cancelWait(id)` now cancels it as `cancel()` would (at
+    /// once when the id was cancelled already). `on_tokio`: its result reaches JS through a
+    /// deferred, so loss reports wait for it.
+    fn start_call(&self, cancel_id: Option<u32>, on_tokio: bool) -> Call {
+        let mine = self
+            .epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let prim = self.inner.clone();
+        let cancel = cancel_id.map(|id| {
+            let looped = self.looped.borrow().as_ref().map(std::rc::Rc::downgrade);
+            let p = prim.clone();
+            let epoch = self.epoch.clone();
+            crate::cancel::on_cancel(id, move || {
+                // A close() or another call since owns the primitive now: not this id's to cancel.
+                if epoch.load(std::sync::atomic::Ordering::Relaxed) != mine {
+                    return;
+                }
+                p.cancel();
+                if let Some(l) = looped.and_then(|w| w.upgrade()) {
+                    l.cancel();
+                }
+            })
+        });
+        Call {
+            mine,
+            epoch: self.epoch.clone(),
+            prim,
+            cancel,
+            losses: on_tokio.then(|| self.route.hold_back_for(mine)),
+        }
+    }
 
-/// Calls the channel's JS callback with `(id, token, reason)`.
-type ChannelNotify = Arc<dyn Fn(u32, &str, &str) + Send + Sync>;
-
-#[napi]
-impl NativeDflockdLossChannel {
-    /// Wrap `callback(id, token, reason)`.
-    #[napi(
-        constructor,
-        ts_args_type = "callback: (id: number, token: string, reason: string) => void"
-    )]
-    pub fn new(callback: Function<FnArgs<(u32, String, String)>, ()>) -> napi::Result<Self> {
-        let tsfn = callback
-            .build_threadsafe_function::<FnArgs<(u32, String, String)>>()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
-        Ok(NativeDflockdLossChannel {
-            notify: Arc::new(move |id: u32, token: &str, reason: &str| {
-                let _ = tsfn.call(
-                    FnArgs::from((id, token.to_string(), reason.to_string())),
-                    ThreadsafeFunctionCallMode::NonBlocking,
-                );
-            }),
-        })
+    /// `close()`/`release()`: any call in flight is no longer the primitive's.
+    fn replace_calls(&self) {
+        self.epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 #[napi]
 impl NativeDflockdPrimitive {
     /// Validate the options (throws synchronously, `code` `INVALID_ARGUMENT`, on bad options).
-    /// No I/O happens here.
+    /// No I/O happens here. Its losses (renewal failed, the server dropped the idle held
+    /// connection; never `release()`/`close()`) are named by `lossId` on this thread's loss
+    /// channel (`setLockLostHandler`), at most once per held lock; `takeHeldEnd(lossId)` gives
+    /// the lost hold's token and the reason.
     #[napi(constructor)]
-    pub fn new(options: NativePrimitiveOptions) -> Result<Self, Thrown> {
+    pub fn new(env: Env, options: NativePrimitiveOptions) -> Result<Self, Thrown> {
         let opts = primitive_options(&options).map_err(thrown)?;
         let inner = Primitive::new(opts).map_err(thrown)?;
+        let route = LossRoute::new(&env).map_err(|e| {
+            thrown(DflockdError::new(
+                core::ErrorCode::InvalidArgument,
+                e.reason,
+            ))
+        })?;
+        inner.set_on_lost(Some(route.callback()));
         Ok(NativeDflockdPrimitive {
             inner: Arc::new(inner),
-            channel_cb: std::sync::Mutex::new(None),
-            channel_id: std::sync::atomic::AtomicU32::new(0),
+            route,
             looped: Default::default(),
+            epoch: Default::default(),
         })
-    }
-
-    /// Report every loss of this primitive, for its whole lifetime (`close()` included), to
-    /// `channel` as `(id, token, reason)`, replacing any `onLost` callback.
-    #[napi]
-    pub fn report_losses_to(&self, channel: &NativeDflockdLossChannel, id: u32) {
-        let notify = channel.notify.clone();
-        let cb: core::LossCallback =
-            Arc::new(move |_key: &str, token: &str, reason: &str| notify(id, token, reason));
-        live_ids(|ids| ids.insert(id));
-        let previous = self
-            .channel_id
-            .swap(id, std::sync::atomic::Ordering::Relaxed);
-        if previous != 0 && previous != id {
-            live_ids(|ids| ids.remove(&previous));
-        }
-        *self.channel_cb.lock().unwrap_or_else(|p| p.into_inner()) = Some(cb.clone());
-        self.inner.set_on_lost(Some(cb));
     }
 
     /// Make `acquireOnLoop`/`releaseOnLoop` run on this thread's event loop, settling through
@@ -146,19 +162,31 @@ impl NativeDflockdPrimitive {
 
     /// Start `acquire()` on the event loop: `true` = started (the result goes to `onSettle`;
     /// `queued: true` means call `continueAcquire()`), `false` = use `acquire()`.
+    /// `cancelId` (from `newCancelId`): `cancelWait(cancelId)` aborts it, as `cancel()`.
     #[napi]
-    pub fn acquire_on_loop(&self) -> bool {
+    pub fn acquire_on_loop(&self, cancel_id: Option<u32>) -> bool {
         let Some(l) = self.looped.borrow().clone() else {
             return false;
         };
-        l.acquire(self.inner.ticket())
+        if !l.acquire(self.inner.ticket()) {
+            return false;
+        }
+        // The result settles on this thread, synchronously with the reply: no grant can cross
+        // a cancel, and no loss can come first, before JS has it.
+        self.start_call(cancel_id, false);
+        true
     }
 
     /// The rest of an `acquireOnLoop` answered `queued`, on tokio: resolves like `acquire()`.
     #[napi(ts_return_type = "Promise<BoolResult>")]
-    pub fn continue_acquire<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn continue_acquire<'env>(
+        &self,
+        env: &'env Env,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
-        let done = move |r| deferred.resolve(move |_| Ok(bool_result(r)));
+        let call = self.start_call(cancel_id, true);
+        let done = move |r| deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
         match self.looped.borrow().clone() {
             Some(l) => l.continue_queued(done)?,
             None => done(Err(DflockdError::new(
@@ -176,6 +204,7 @@ impl NativeDflockdPrimitive {
         let Some(l) = self.looped.borrow().clone() else {
             return false;
         };
+        self.replace_calls();
         l.release()
     }
 
@@ -184,17 +213,23 @@ impl NativeDflockdPrimitive {
     ///
     /// One task serves the whole acquisition: it settles the promise and goes on as the
     /// renewal task while the lock is held (see `Primitive::acquire_then`).
+    /// `cancelId` (from `newCancelId`): `cancelWait(cancelId)` aborts it, as `cancel()`.
     #[napi(ts_return_type = "Promise<BoolResult>")]
-    pub fn acquire<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn acquire<'env>(
+        &self,
+        env: &'env Env,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         // The ticket is taken now, on the JS thread, so a cancel() right after this call
         // aborts it even before the future first runs.
         let p = self.inner.clone();
         let ticket = p.ticket();
+        let call = self.start_call(cancel_id, true);
         let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
         let acquire = p.acquire_then(ticket, move |r| {
-            deferred.resolve(move |_| Ok(bool_result(r)));
+            deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
         });
         napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
@@ -204,20 +239,25 @@ impl NativeDflockdPrimitive {
     }
 
     /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
-    /// `'queued'` (call `wait()` promptly).
+    /// `'queued'` (call `wait()` promptly). `cancelId`: as `acquire()`'s.
     #[napi(ts_return_type = "Promise<NativeEnqueueResult>")]
     pub fn enqueue<'env>(
         &self,
         env: &'env Env,
-    ) -> napi::Result<PromiseRaw<'env, NativeEnqueueResult>> {
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let p = self.inner.clone();
         let ticket = p.ticket();
+        let call = self.start_call(cancel_id, true);
+        let (deferred, promise) = env.create_deferred::<NativeEnqueueResult, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
-        env.spawn_future(async move {
+        napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
-            Ok(enqueue_result(p.enqueue_with(ticket).await))
-        })
+            let r = p.enqueue_with(ticket).await;
+            deferred.resolve(move |_| Ok(enqueue_result(call.settle(r))));
+        });
+        Ok(promise)
     }
 
     /// Phase two: wait up to `timeoutS` seconds (fractions allowed) for the grant: the server
@@ -225,15 +265,15 @@ impl NativeDflockdPrimitive {
     /// dropping the connection (the server then withdraws the wait, or releases a grant that
     /// crossed the cut). `true` = held (verified by an immediate renew; a stale grant gives
     /// `LOCK_LOST`), `false` = timed out (connection closed; enqueue again). After an
-    /// `'acquired'` enqueue it resolves `true` at once.
+    /// `'acquired'` enqueue it resolves `true` at once. `cancelId`: as `acquire()`'s.
     #[napi(ts_return_type = "Promise<BoolResult>")]
     pub fn wait<'env>(
         &self,
         env: &'env Env,
         timeout_s: f64,
-    ) -> napi::Result<PromiseRaw<'env, BoolResult>> {
+        cancel_id: Option<u32>,
+    ) -> napi::Result<Object<'env>> {
         let p = self.inner.clone();
-        let ticket = p.ticket();
         let max = core::protocol::MAX_SECONDS;
         let t = if timeout_s.is_finite() && timeout_s >= 0.0 && timeout_s <= max as f64 {
             Ok(Duration::from_secs_f64(timeout_s))
@@ -245,12 +285,19 @@ impl NativeDflockdPrimitive {
                 ),
             ))
         };
-        env.spawn_future(async move {
-            Ok(match t {
-                Ok(t) => bool_result(p.wait_for(ticket, t).await),
-                Err(e) => bool_result(Err(e)),
-            })
-        })
+        // A refused timeout takes no ticket: no call is on its way (see `Primitive::stage`).
+        let ticket = t.is_ok().then(|| p.ticket());
+        let call = self.start_call(cancel_id, true);
+        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        napi::bindgen_prelude::spawn(async move {
+            let r = match (t, ticket) {
+                (Ok(t), Some(ticket)) => p.wait_for(ticket, t).await,
+                (Err(e), _) => Err(e),
+                (Ok(_), None) => Err(DflockdError::aborted()),
+            };
+            deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
+        });
+        Ok(promise)
     }
     /// Release the held lock/slot; after a clean `ok` the connection is kept (idle, unwatched)
     /// for the next `acquire()`/`enqueue()`, else closed. `NOT_LOCKED` when nothing is
@@ -261,6 +308,7 @@ impl NativeDflockdPrimitive {
     #[napi(ts_return_type = "Promise<VoidResult>")]
     pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
         let (deferred, promise) = env.create_deferred::<VoidResult, _>()?;
+        self.replace_calls();
         self.inner.release_then(move |r| {
             deferred.resolve(move |_| Ok(void_result(r)));
         });
@@ -268,23 +316,22 @@ impl NativeDflockdPrimitive {
     }
 
     /// Synchronous and idempotent: abort any in-flight operation, stop renewal and drop the
-    /// connection without sending a release (the server auto-releases on disconnect).
-    /// Also drops an `onLost` callback: its threadsafe function (a libuv handle Node's event
-    /// loop scans on every wakeup) is released now instead of when the object is collected. A
-    /// `reportLossesTo` channel stays: the primitive may acquire again.
+    /// connection without sending a release (the server auto-releases on disconnect). The
+    /// primitive may acquire again.
     #[napi]
     pub fn close(&self) {
+        self.replace_calls();
         self.inner.close();
         let looped = self.looped.borrow().clone();
         if let Some(l) = looped {
             l.close();
         }
-        let channel = self
-            .channel_cb
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        self.inner.set_on_lost(channel);
+    }
+
+    /// Its id on this thread's loss channel (`setLockLostHandler`, `takeHeldEnd`).
+    #[napi(getter)]
+    pub fn loss_id(&self) -> f64 {
+        self.route.id() as f64
     }
 
     /// Abort an in-flight acquire/enqueue/wait: it resolves `{ok: false, error: {code: 'ABORTED'}}`.
@@ -295,6 +342,25 @@ impl NativeDflockdPrimitive {
         if let Some(l) = looped {
             l.cancel();
         }
+    }
+
+    /// Where the acquisition stands: `idle` (nothing started, or it ended: released, closed,
+    /// timed out, failed), `acquiring` (an acquire/enqueue/wait runs), `queued` (an enqueue
+    /// answered `queued`: `wait()` next), `held`, or `lost` (held, then lost; a new acquisition
+    /// may start).
+    #[napi(
+        getter,
+        ts_return_type = "'idle' | 'acquiring' | 'queued' | 'held' | 'lost'"
+    )]
+    pub fn stage(&self) -> &'static str {
+        self.inner.stage().as_str()
+    }
+
+    /// Token of the current hold, lost or not (`null` when nothing was granted since the last
+    /// acquisition ended): a loss report names it when it is this hold's.
+    #[napi(getter)]
+    pub fn hold_token(&self) -> Option<String> {
+        self.inner.hold_token()
     }
 
     /// Token of the held lock/slot, or `null`.
@@ -321,32 +387,5 @@ impl NativeDflockdPrimitive {
     #[napi(getter)]
     pub fn remaining_ms(&self) -> f64 {
         self.inner.valid_for().as_secs_f64() * 1000.0
-    }
-
-    /// Register the loss callback `(key, token, reason) => void`, called at most once per held
-    /// lock when renewal fails or the server drops the idle connection (closed, reset, or an
-    /// unsolicited `error` before its read-timeout close; the server then releases the lock),
-    /// never for `release()`/`close()`. `reason` says what happened. It is held weakly: it never
-    /// keeps the process alive.
-    #[napi(ts_args_type = "callback: (key: string, token: string, reason: string) => void")]
-    pub fn on_lost(
-        &self,
-        callback: Function<FnArgs<(String, String, String)>, ()>,
-    ) -> napi::Result<()> {
-        let tsfn = callback
-            .build_threadsafe_function::<FnArgs<(String, String, String)>>()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
-        let tsfn = Arc::new(tsfn);
-        self.inner.set_on_lost(Some(Arc::new(
-            move |key: &str, token: &str, reason: &str| {
-                let _ = tsfn.call(
-                    FnArgs::from((key.to_string(), token.to_string(), reason.to_string())),
-                    ThreadsafeFunctionCallMode::NonBlocking,
-                );
-            },
-        )));
-        Ok(())
     }
 }

@@ -1,14 +1,13 @@
 //! Held locks, addressed by the engine registry's id: starting one for a JS thread, describing
-//! it, releasing it, hearing of its loss, and the process's and threads' exit hooks.
+//! it, releasing it (its loss is heard through `crate::losses`), and the process's and threads' exit hooks.
 
-use napi::bindgen_prelude::{Function, PromiseRaw};
-use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::bindgen_prelude::PromiseRaw;
 use napi::Env;
 use napi_derive::napi;
-use sema_core::lockfile::{self, HeldEnd, HeldLock, LockError};
+use sema_core::lockfile::{self, HeldLock, LockError};
 
 use super::pool::off_thread;
-use super::values::{NativeHeld, NativeHeldEnd};
+use super::values::NativeHeld;
 use crate::owner;
 use crate::result::{bool_result, result, NativeResult};
 
@@ -54,20 +53,6 @@ fn to_id(id: f64) -> u64 {
     }
 }
 
-/// How the lock `id` ended, if it ended otherwise than through its handle (lost, or released by
-/// path) and nobody asked yet: the engine keeps it for the target API's handle, which may be
-/// made after the loss callback ran. `null` while held, after a release through the handle, or
-/// once asked.
-#[napi]
-pub fn take_held_end(id: f64) -> Option<NativeHeldEnd> {
-    lockfile::take_held_end(to_id(id)).map(|how| NativeHeldEnd {
-        lost_reason: match how {
-            HeldEnd::Lost(reason) => Some(reason),
-            HeldEnd::ReleasedByPath => None,
-        },
-    })
-}
-
 /// Releases the held lock `id` on the calling thread when that is short (the lock is not on a network file system), else
 /// `null`: then call `releaseHeldAsync`. `true`: released by this call; `false`: already released
 /// or lost. Never deletes a file that is not ours.
@@ -85,27 +70,6 @@ pub fn release_held_now(id: f64) -> Option<NativeResult<bool>> {
 pub fn release_held_async(env: &Env, id: f64) -> napi::Result<PromiseRaw<'_, NativeResult<bool>>> {
     let id = to_id(id);
     off_thread(env, move || bool_result(release_by_id(id)))
-}
-
-/// Sets this JS thread's loss callback: `callback(id)` runs (on this thread) for every lock this thread holds
-/// that is found lost or released by path (`releaseAsAsync`, semats' `release`) rather than through its id;
-/// `takeHeldEnd(id)` tells which (for a lock whose file asked `keepForHandle`). Each thread hears about its
-/// own locks only. The callback is weak: it never keeps Node alive.
-#[napi(ts_args_type = "callback: (id: number) => void")]
-pub fn set_lock_lost_handler(env: Env, callback: Function<f64, ()>) -> napi::Result<()> {
-    let owner = owner::of(&env)?;
-    let tsfn = callback
-        .build_threadsafe_function()
-        .weak::<true>()
-        .callee_handled::<false>()
-        .build()?;
-    lockfile::set_loss_hook(
-        owner,
-        Some(Box::new(move |id, _how| {
-            tsfn.call(id as f64, ThreadsafeFunctionCallMode::NonBlocking);
-        })),
-    );
-    Ok(())
 }
 
 /// The descriptor of the held lock with this token (for `sema-native run`, which hands it to its command so that

@@ -9,13 +9,13 @@ use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, AcquireNow, LockError, LockFile, Observation};
 
-use super::cancel::cancel_token;
 use super::held::{acquired, start};
 use super::pool::off_thread;
 use super::values::{
     engine_options, ms, request, NativeFileOptions, NativeHeld, NativeLockInfo, NativeObservation,
     NativeStatus,
 };
+use crate::cancel::cancel_token;
 use crate::owner;
 use crate::result::{bool_result, result, void_result, NativeError, NativeResult};
 

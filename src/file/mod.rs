@@ -16,12 +16,11 @@
 //! - threads: a wait runs on the tokio runtime, and every blocking file call on its blocking
 //!   pool: the `fsync` of a lock won while waiting, and a blocking call made from JS (an
 //!   attempt, a release, a status on a file system where they may block; [`pool::off_thread`]);
-//! - cancellation of a wait: the cancel ids of `cancel.rs`, fired by JS from its `AbortSignal`;
+//! - cancellation of a wait: the cancel ids of `crate::cancel`, fired by JS from its `AbortSignal`;
 //! - answers: one kind per call. An async call (`tryAcquire`, `acquire`, `releaseHeldAsync`)
 //!   always returns a promise; its synchronous twin, where a call may be short (`tryAcquireNow`,
 //!   `releaseHeldNow`), answers now or `null` ("not short here: call the async one").
 
-mod cancel;
 mod held;
 mod lock_file;
 mod observe;

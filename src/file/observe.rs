@@ -8,9 +8,9 @@ use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, ListedLock, LockFile};
 
-use super::cancel::cancel_token;
 use super::pool::off_thread;
 use super::values::{engine_options, ms, NativeFileOptions};
+use crate::cancel::cancel_token;
 use crate::result::{result, void_result, NativeResult};
 
 /// Resolves when the lock at `path` (from `checkLockPath`) is free or stale, without taking it and

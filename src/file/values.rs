@@ -171,13 +171,6 @@ pub struct NativeHeld {
     pub token: String,
 }
 
-/// How a held lock ended otherwise than through its handle: `lostReason` when it was found
-/// lost, absent when it was released by path.
-#[napi(object)]
-pub struct NativeHeldEnd {
-    pub lost_reason: Option<String>,
-}
-
 pub fn request(tag: Option<String>, owner_pid: Option<u32>) -> AcquireRequest {
     AcquireRequest { tag, owner_pid }
 }

@@ -38,7 +38,8 @@ pub mod watchdog;
 pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};
 pub use primitive::{
-    EnqueueOutcome, ExternalHold, ExternalOp, LossCallback, Primitive, PrimitiveOptions, Ticket,
+    EnqueueOutcome, ExternalHold, ExternalOp, LossCallback, Primitive, PrimitiveOptions, Stage,
+    Ticket,
 };
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Reply, Request};
 pub use shard::stable_hash_shard;

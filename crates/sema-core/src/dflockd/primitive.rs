@@ -65,6 +65,35 @@ pub enum EnqueueOutcome {
     Queued,
 }
 
+/// Where a primitive's acquisition stands, for a caller that keeps no copy of it (the JS
+/// `DistributedLock` reads it instead of mirroring it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Nothing started, or the last acquisition ended (released, closed, timed out, failed).
+    Idle,
+    /// An acquire/enqueue/wait is running.
+    Acquiring,
+    /// An `enqueue` answered `queued`: `wait` next.
+    Queued,
+    /// Held, renewing.
+    Held,
+    /// Held and then lost (reported once); a new acquisition may start.
+    Lost,
+}
+
+impl Stage {
+    /// The stage's name: `idle`, `acquiring`, `queued`, `held`, `lost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Idle => "idle",
+            Stage::Acquiring => "acquiring",
+            Stage::Queued => "queued",
+            Stage::Held => "held",
+            Stage::Lost => "lost",
+        }
+    }
+}
+
 /// Loss notification: `(key, token, reason)`; the reason says why (the server closed the
 /// connection, sent an unsolicited reply, refused the renew, ...).
 pub type LossCallback = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
@@ -179,6 +208,9 @@ pub struct Primitive {
     on_lost: Arc<Mutex<Option<LossCallback>>>,
     tickets: AtomicU64,
     cancelled_upto: AtomicU64,
+    /// The newest ticket whose call has started (taken the state lock): a newer one not
+    /// cancelled is a call on its way, and the stage says `Acquiring` already.
+    started_upto: AtomicU64,
 }
 
 impl std::fmt::Debug for Primitive {
@@ -217,6 +249,7 @@ impl Primitive {
             on_lost: Arc::new(Mutex::new(None)),
             tickets: AtomicU64::new(0),
             cancelled_upto: AtomicU64::new(0),
+            started_upto: AtomicU64::new(0),
         })
     }
 
@@ -226,7 +259,9 @@ impl Primitive {
         Ticket(self.tickets.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
+    /// Whether the call of ticket `t` was cancelled before it started; marks it started.
     fn ticket_cancelled(&self, t: Ticket) -> bool {
+        self.started_upto.fetch_max(t.0, Ordering::SeqCst);
         self.cancelled_upto.load(Ordering::SeqCst) >= t.0
     }
 
@@ -253,6 +288,39 @@ impl Primitive {
     fn held_shared(&self) -> Option<Arc<HeldShared>> {
         match &lock(&self.state).phase {
             Phase::Held(h) if !h.shared.lost.load(Ordering::SeqCst) => Some(h.shared.clone()),
+            _ => None,
+        }
+    }
+
+    /// Where the acquisition stands.
+    pub fn stage(&self) -> Stage {
+        let st = lock(&self.state);
+        match &st.phase {
+            Phase::Idle => {
+                // A call whose ticket was taken (on the JS thread) but which has not started yet.
+                let issued = self.tickets.load(Ordering::SeqCst);
+                let done = self
+                    .cancelled_upto
+                    .load(Ordering::SeqCst)
+                    .max(self.started_upto.load(Ordering::SeqCst));
+                if issued > done {
+                    Stage::Acquiring
+                } else {
+                    Stage::Idle
+                }
+            }
+            Phase::Busy { .. } => Stage::Acquiring,
+            Phase::Queued(_) => Stage::Queued,
+            Phase::Held(h) if h.shared.lost.load(Ordering::SeqCst) => Stage::Lost,
+            Phase::Held(_) => Stage::Held,
+        }
+    }
+
+    /// The token of the current hold, lost or not (`None` when nothing was granted since the
+    /// last acquisition ended): tells a loss report of this hold from a late one of an earlier.
+    pub fn hold_token(&self) -> Option<String> {
+        match &lock(&self.state).phase {
+            Phase::Held(h) => Some(h.shared.token.clone()),
             _ => None,
         }
     }

@@ -102,8 +102,9 @@ pub use process::{
     process_start_ticks, Liveness,
 };
 pub use registry::{
-    held_lock_by_id, held_locks, held_with_token, release_all_held, release_all_held_by,
-    set_loss_hook, take_held_end, HeldEnd, LossCallback, NO_OWNER,
+    held_lock_by_id, held_locks, held_with_token, new_held_id, release_all_held,
+    release_all_held_by, report_to_owner, set_loss_hook, take_held_end, HeldEnd, LossCallback,
+    NO_OWNER,
 };
 pub use stale::{
     is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,

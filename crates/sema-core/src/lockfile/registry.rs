@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use super::held::HeldLock;
@@ -18,6 +18,19 @@ pub(super) static REGISTRY: LazyLock<Mutex<HashMap<u64, HeldLock>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh id from the held locks' id space, for a lock of another backend (a dflockd
+/// primitive) reported through the same per-owner loss hook ([`report_to_owner`]): one id
+/// space, so one JS callback per thread tells both backends' locks apart by id alone.
+pub fn new_held_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Tell `owner`'s [`set_loss_hook`] callback that the lock `id` (from [`new_held_id`]) ended as
+/// `how`; nothing is kept for [`take_held_end`] (its backend keeps its own ends).
+pub fn report_to_owner(owner: u64, id: u64, how: HeldEnd) {
+    notify_owner(owner, id, how, false);
+}
 
 /// Every lock this process holds (e.g. for an exit hook).
 pub fn held_locks() -> Vec<HeldLock> {

@@ -119,6 +119,8 @@ impl Primitive {
         timeout_s: u64,
         deadline: Option<Instant>,
     ) -> Result<bool> {
+        // Started, even when refused here: the stage no longer counts it as on its way.
+        self.started_upto.fetch_max(ticket.0, Ordering::SeqCst);
         protocol::validate_timeout(timeout_s)?;
         let (op, cancel, mut conn) = {
             let mut st = lock(&self.state);

@@ -6,9 +6,3 @@
  * a stable `code`. Never a rejection or a throw for an expected failure.
  */
 export type NativeResult<T> = { ok: true; value: T } | { ok: false; error: NativeError }
-/** `NativeResult<undefined>`, under the name src/dflockd's `ts_return_type`s still use. */
-export type VoidResult = NativeResult<undefined>
-/** `NativeResult<boolean>`, under the name src/dflockd's `ts_return_type`s still use. */
-export type BoolResult = NativeResult<boolean>
-/** `NativeResult<string>`, under the name src/dflockd's `ts_return_type`s still use. */
-export type StringResult = NativeResult<string>

@@ -3,7 +3,7 @@
 use napi_derive::napi;
 use sema_core::lockfile::{self, LockError};
 
-use crate::result::{bool_result, NativeResult};
+use crate::result::{result, NativeResult};
 
 /// Records process `pid` (the command of `sema-native run`, just spawned) as the holder of the held lock with this
 /// token, so that the command keeps the lock if the wrapper dies where an inherited descriptor cannot carry it
@@ -11,9 +11,9 @@ use crate::result::{bool_result, NativeResult};
 #[napi]
 pub fn hand_lock_to(token: String, pid: i64) -> NativeResult<bool> {
     let Some(held) = lockfile::held_with_token(&token) else {
-        return bool_result(Ok::<_, LockError>(false));
+        return result(Ok::<_, LockError>(false));
     };
-    bool_result(held.hand_over(pid).map_err(|source| LockError::Io {
+    result(held.hand_over(pid).map_err(|source| LockError::Io {
         context: "recording the command as the holder failed".into(),
         source,
     }))

@@ -169,22 +169,3 @@ impl<T: ToNapiValue> ToNapiValue for NativeResult<T> {
         }
     }
 }
-
-/// `NativeResult<undefined>` (`value` is `undefined`).
-pub type VoidResult = NativeResult<()>;
-/// `NativeResult<boolean>`.
-pub type BoolResult = NativeResult<bool>;
-/// `NativeResult<string>`.
-pub type StringResult = NativeResult<String>;
-
-pub fn void_result<E: Into<NativeError>>(r: Result<(), E>) -> VoidResult {
-    r.into()
-}
-
-pub fn bool_result<E: Into<NativeError>>(r: Result<bool, E>) -> BoolResult {
-    r.into()
-}
-
-pub fn string_result<E: Into<NativeError>>(r: Result<String, E>) -> StringResult {
-    r.into()
-}

@@ -183,11 +183,11 @@ function stableHashShard(key, numServers) {
  * native side holds it strongly, so it must not reach an instance (which would then never be collected). */
 const settleHandlers = new Map()
 let nextLoopId = 0
-function onLoopSettle(r) {
-  const resolve = settleHandlers.get(r.id)
+function onLoopSettle({ id, result }) {
+  const resolve = settleHandlers.get(id)
   if (resolve === undefined) return
-  settleHandlers.delete(r.id)
-  resolve(r)
+  settleHandlers.delete(id)
+  resolve(result)
 }
 
 /**
@@ -235,11 +235,11 @@ function loopCall(id, onLoop, fallback) {
 }
 
 /** The native acquire of `prim` (loop id `id`, 0 = tokio): on the event loop when it can; an `e` answered `queued`
- * goes on on tokio (continueAcquire). `cancelId` (lib/abort.js withAbort, or null) cancels it. Resolves a BoolResult. */
+ * goes on on tokio (continueAcquire). `cancelId` (lib/abort.js withAbort, or null) cancels it. Resolves a NativeResult<boolean>. */
 function loopAcquire(prim, id, cancelId) {
   const cid = cancelId ?? undefined
   if (id === 0) return prim.acquire(cid)
-  return loopCall(id, () => prim.acquireOnLoop(cid), () => prim.acquire(cid)).then((r) => (r.queued ? prim.continueAcquire(cid) : r))
+  return loopCall(id, () => prim.acquireOnLoop(cid), () => prim.acquire(cid)).then((r) => (r.ok && r.value === 'queued' ? prim.continueAcquire(cid) : r))
 }
 
 /** The native release of `prim` (see loopAcquire). Resolves `{ok, error?}`. */

@@ -69,12 +69,12 @@ class Connection {
     return new Connection(kConnection, r.value)
   }
 
-  /** Runs one native call; resolves its result, rejects with the mapped LockError. */
+  /** Runs one native call; resolves its value (a NativeReply), rejects with the mapped LockError. */
   async #call(label, key, start) {
     if (this.#closed) throw new LockError('connection closed', ErrorCode.CONNECTION_ERROR)
     const r = await nativeSync(start)
     if (!r.ok) throw callError(r.error, label, key)
-    return r
+    return r.value
   }
 
   /** Sends a raw request (validated framing) and resolves the reply line. */

@@ -65,11 +65,11 @@ impl NativeDflockdConnection {
 #[napi]
 impl NativeDflockdConnection {
     /// Connect (TCP, TLS when `tls` is given, then `auth` when given).
-    #[napi(ts_return_type = "Promise<NativeConnectionResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeDflockdConnection>>")]
     pub fn connect<'env>(
         env: &'env Env,
         options: NativeConnectOptions,
-    ) -> napi::Result<PromiseRaw<'env, NativeConnectionResult>> {
+    ) -> napi::Result<PromiseRaw<'env, NativeResult<NativeDflockdConnection>>> {
         let opts = connect_options(
             &options.server,
             &options.tls,
@@ -89,17 +89,10 @@ impl NativeDflockdConnection {
             let reply = match Replies::new(env, "sema-native:dflockd") {
                 Ok(replies) => Rc::new(replies),
                 Err(e) => {
-                    return Ok(NativeConnectionResult {
-                        ok: false,
-                        value: None,
-                        error: Some(
-                            DflockdError::new(
-                                core::ErrorCode::ConnectionError,
-                                format!("cannot set up the connection's replies: {}", e.reason),
-                            )
-                            .into(),
-                        ),
-                    })
+                    return Ok(result(Err(DflockdError::new(
+                        core::ErrorCode::ConnectionError,
+                        format!("cannot set up the connection's replies: {}", e.reason),
+                    ))))
                 }
             };
             let replies = reply.clone();
@@ -116,21 +109,12 @@ impl NativeDflockdConnection {
                 };
                 Conn::open(env, stream, reply).map(Driver::Loop)
             });
-            Ok(match opened {
-                Ok(conn) => NativeConnectionResult {
-                    ok: true,
-                    value: Some(NativeDflockdConnection { conn, replies }),
-                    error: None,
-                },
-                Err(e) => {
-                    replies.release();
-                    NativeConnectionResult {
-                        ok: false,
-                        value: None,
-                        error: Some(e.into()),
-                    }
-                }
-            })
+            if opened.is_err() {
+                replies.release();
+            }
+            Ok(result(
+                opened.map(|conn| NativeDflockdConnection { conn, replies }),
+            ))
         })
     }
 
@@ -147,7 +131,7 @@ impl NativeDflockdConnection {
     /// `l key timeout [ttl]` (or `sl key timeout limit [ttl]` when `limit` is given): resolves
     /// `{ok, token, lease}`; a server `timeout` is `{ok: false, error: {code: 'TIMEOUT', reply:
     /// 'timeout'}}`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn lock<'env>(
         &self,
         env: &'env Env,
@@ -167,7 +151,7 @@ impl NativeDflockdConnection {
     }
 
     /// `r key token` (`sr` when `sem`): resolves `{ok}` on exactly `ok`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn release<'env>(
         &self,
         env: &'env Env,
@@ -179,7 +163,7 @@ impl NativeDflockdConnection {
     }
 
     /// `n key token [ttl]` (`sn` when `sem`): resolves `{ok, lease}`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn renew<'env>(
         &self,
         env: &'env Env,
@@ -195,7 +179,7 @@ impl NativeDflockdConnection {
 
     /// `e key [ttl]` (or `se key limit [ttl]` when `limit` is given): resolves
     /// `{ok, status: 'acquired', token, lease}` or `{ok, status: 'queued'}`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn enqueue<'env>(
         &self,
         env: &'env Env,
@@ -213,7 +197,7 @@ impl NativeDflockdConnection {
     }
 
     /// `w key timeout` (`sw` when `sem`): like `lock`.
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn wait<'env>(
         &self,
         env: &'env Env,
@@ -227,7 +211,7 @@ impl NativeDflockdConnection {
     }
 
     /// `stats`: resolves `{ok, text}` with the JSON text after `ok ` (Go server only).
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn stats<'env>(&self, env: &'env Env) -> Reply<'env> {
         self.submit(env, Encoded::new(&Request::Stats))
     }
@@ -235,7 +219,7 @@ impl NativeDflockdConnection {
     /// Send one request (the three lines `cmd`, `key`, `arg`; framing validated first:
     /// lowercase command word, key rules for keyed commands, no CR/LF/NUL, lines <= 256 bytes)
     /// and resolve `{ok, text}` with the raw reply line (one trailing CR stripped).
-    #[napi(ts_return_type = "Promise<NativeCallResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<NativeReply>>")]
     pub fn request<'env>(
         &self,
         env: &'env Env,

@@ -21,10 +21,7 @@ use sema_core::dflockd::{
     EnqueueReply, Primitive, PrimitiveOptions, TlsOptions,
 };
 
-use crate::result::{
-    bool_result, string_result, thrown, void_result, BoolResult, NativeError, StringResult, Thrown,
-    VoidResult,
-};
+use crate::result::{result, thrown, NativeResult, Thrown};
 
 mod connection;
 mod on_loop;
@@ -33,8 +30,6 @@ mod on_tokio;
 mod ops;
 mod primitive;
 mod replies;
-
-use connection::NativeDflockdConnection;
 
 /// A dflockd server address (already chosen by sharding).
 #[napi(object)]
@@ -115,48 +110,12 @@ pub struct NativeConnectOptions {
     pub socket_timeout_ms: Option<f64>,
 }
 
-/// `{ ok: true, value: 'acquired' | 'queued' } | { ok: false, error }`.
-#[napi(object)]
-pub struct NativeEnqueueResult {
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// The value when `ok`.
-    #[napi(ts_type = "'acquired' | 'queued'")]
-    pub value: Option<String>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
-}
-
-/// `{ ok: true, value: NativeDflockdConnection } | { ok: false, error }`.
-#[napi(object, object_from_js = false)]
-pub struct NativeConnectionResult {
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// The connection when `ok`.
-    pub value: Option<NativeDflockdConnection>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
-}
-
-fn enqueue_result(r: core::Result<EnqueueOutcome>) -> NativeEnqueueResult {
-    match r {
-        Ok(outcome) => NativeEnqueueResult {
-            ok: true,
-            value: Some(
-                match outcome {
-                    EnqueueOutcome::Acquired => "acquired",
-                    EnqueueOutcome::Queued => "queued",
-                }
-                .to_string(),
-            ),
-            error: None,
-        },
-        Err(e) => NativeEnqueueResult {
-            ok: false,
-            value: None,
-            error: Some(e.into()),
-        },
-    }
+/// An enqueue's answer: `'acquired'` or `'queued'`.
+fn enqueue_result(r: core::Result<EnqueueOutcome>) -> NativeResult<&'static str> {
+    result(r.map(|outcome| match outcome {
+        EnqueueOutcome::Acquired => "acquired",
+        EnqueueOutcome::Queued => "queued",
+    }))
 }
 
 fn invalid(msg: String) -> DflockdError {
@@ -290,8 +249,11 @@ pub fn dflockd_validate_options(options: NativePrimitiveOptions) -> Result<(), T
 }
 
 /// Connect, send `stats`, resolve the JSON text after `ok ` (Go server only), close.
-#[napi(js_name = "dflockdStats", ts_return_type = "Promise<StringResult>")]
-pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<StringResult> {
+#[napi(
+    js_name = "dflockdStats",
+    ts_return_type = "Promise<NativeResult<string>>"
+)]
+pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<NativeResult<String>> {
     let opts = match connect_options(
         &options.server,
         &options.tls,
@@ -300,9 +262,9 @@ pub async fn dflockd_stats(options: NativeConnectOptions) -> napi::Result<String
         options.socket_timeout_ms,
     ) {
         Ok(o) => o,
-        Err(e) => return Ok(string_result(Err(e))),
+        Err(e) => return Ok(result(Err(e))),
     };
-    Ok(string_result(core::stats_json(&opts).await))
+    Ok(result(core::stats_json(&opts).await))
 }
 
 /// CRC-32/IEEE of the key's UTF-8 bytes modulo `numServers` (same as every dflockd client).

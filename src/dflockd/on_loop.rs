@@ -9,7 +9,7 @@ use std::rc::{Rc, Weak};
 
 use sema_core::dflockd::connection::NonBlockingStream;
 
-use super::ops::{reply_result, NativeCallResult};
+use super::ops::{call_error, reply_result, NativeCallResult};
 use super::replies::Replies;
 use super::*;
 use crate::event_loop::{SocketWatch, WatchHandler};
@@ -161,8 +161,9 @@ impl Conn {
                 Some(Ok(None)) => {}
                 Some(Ok(Some((result, _)))) => {
                     let protocol_error = result
-                        .error
+                        .0
                         .as_ref()
+                        .err()
                         .is_some_and(|e| e.code == core::ErrorCode::ProtocolError.as_str());
                     self.after_reply();
                     self.settle(result);
@@ -268,7 +269,7 @@ impl Conn {
                 _ if by_close => closed_error(),
                 _ => peer_closed_error(&peer),
             };
-            reply.settle(NativeCallResult::err(e));
+            reply.settle(call_error(e));
         }
         reply.release();
     }
@@ -324,14 +325,14 @@ impl Conn {
     pub(super) fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
-            Err(e) => return Either::B(NativeCallResult::err(e)),
+            Err(e) => return Either::B(call_error(e)),
         };
         let conn = self;
         {
             let mut guard = conn.state.borrow_mut();
             let st = &mut *guard;
             if let Some(ended) = &st.ended {
-                return Either::B(NativeCallResult::err(ended.refusal(&mut st.idle_error)));
+                return Either::B(call_error(ended.refusal(&mut st.idle_error)));
             }
             if !st.queue.is_empty() {
                 // Validated and encoded by the call, written when its turn comes.
@@ -346,7 +347,7 @@ impl Conn {
                 // Nothing written: the write failed.
                 conn.state.borrow_mut().queue.pop_back();
                 conn.fail(e.clone());
-                return Either::B(NativeCallResult::err(e));
+                return Either::B(call_error(e));
             }
             conn.fail(e);
         }

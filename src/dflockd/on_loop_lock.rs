@@ -45,7 +45,7 @@ use crate::js_callback::JsCallback;
 pub(super) use pool::{hand_to_tokio_pool, pool_take_stream};
 use pool::{pool_put, pool_take, watch_env_teardown, LoopConn, Route, LIVE, NEXT_ROUTE};
 pub use settle::NativeLoopSettle;
-use settle::{settle_value, timeout_error};
+use settle::{settle_queued, settle_value, timeout_error};
 
 enum Stage {
     Idle,

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
-use super::ops::{reply_result, NativeCallResult};
+use super::ops::{call_error, reply_result, NativeCallResult};
 use super::replies::Replies;
 use super::*;
 use sema_core::dflockd::protocol::Encoded;
@@ -126,19 +126,19 @@ impl TokioConn {
     pub(super) fn submit(&self, op: core::Result<Encoded>) -> Either<f64, NativeCallResult> {
         let op = match op {
             Ok(op) => op,
-            Err(e) => return Either::B(NativeCallResult::err(e)),
+            Err(e) => return Either::B(call_error(e)),
         };
         let first = {
             let mut guard = self.shared.lock();
             let st = &mut *guard;
             if let Some(ended) = &st.ended {
-                return Either::B(NativeCallResult::err(ended.refusal(&mut st.idle_error)));
+                return Either::B(call_error(ended.refusal(&mut st.idle_error)));
             }
             let seq = st.submitted;
             // Sent under the lock: the task marks the end under it too, then drains the
             // channel, so a request is either answered by the task or refused here.
             if self.requests.send((seq, op)).is_err() {
-                return Either::B(NativeCallResult::err(closed_error()));
+                return Either::B(call_error(closed_error()));
             }
             st.submitted += 1;
             st.settled == seq
@@ -219,7 +219,7 @@ impl TokioConn {
                 } else {
                     closed_error()
                 };
-                self.reply.settle(NativeCallResult::err(e));
+                self.reply.settle(call_error(e));
             }
         }
         self.reply.release();
@@ -240,7 +240,7 @@ impl TokioConn {
 async fn request(conn: &mut Connection, op: &Encoded) -> NativeCallResult {
     match conn.request_encoded(op).await {
         Ok(line) => reply_result(op, &line),
-        Err(e) => NativeCallResult::err(e),
+        Err(e) => call_error(e),
     }
 }
 
@@ -277,10 +277,10 @@ async fn run(
             _ = closed.cancelled() => break,
             r = request(&mut conn, &op) => r,
         };
-        let protocol_error = r
-            .error
-            .as_ref()
-            .is_some_and(|e| e.code == core::ErrorCode::ProtocolError.as_str());
+        let protocol_error =
+            r.0.as_ref()
+                .err()
+                .is_some_and(|e| e.code == core::ErrorCode::ProtocolError.as_str());
         send(&deliver, seq, r);
         answered = seq + 1;
         if protocol_error || conn.is_closed() {
@@ -301,10 +301,6 @@ async fn run(
     }
     requests.close();
     while let Ok((seq, _)) = requests.try_recv() {
-        send(
-            &deliver,
-            seq,
-            NativeCallResult::err(peer_closed_error(&peer)),
-        );
+        send(&deliver, seq, call_error(peer_closed_error(&peer)));
     }
 }

@@ -7,13 +7,15 @@ use sema_core::dflockd::Reply;
 
 use super::*;
 
-/// Result of a `NativeDflockdConnection` call: `{ok: true, ...fields}` or
-/// `{ok: false, error}`. A server `timeout` to `lock`/`wait` is `ok: false` with code
-/// `TIMEOUT` and `reply: 'timeout'` (client-side time limits have no `reply`).
+/// What a `NativeDflockdConnection` call answers, in the one result shape: `{ok: true, value:
+/// NativeReply}` or `{ok: false, error}`. A server `timeout` to `lock`/`wait` is `ok: false` with
+/// code `TIMEOUT` and `reply: 'timeout'` (client-side time limits have no `reply`).
+pub type NativeCallResult = NativeResult<NativeReply>;
+
+/// The value of a successful `NativeDflockdConnection` call: the fields its command has.
 #[napi(object)]
-pub struct NativeCallResult {
-    /// Whether the call succeeded.
-    pub ok: bool,
+#[derive(Default)]
+pub struct NativeReply {
     /// `lock`/`wait`/`enqueue` (acquired): the lease token.
     pub token: Option<String>,
     /// `lock`/`wait`/`enqueue` (acquired): the lease granted, `renew`: the lease now applied
@@ -24,44 +26,21 @@ pub struct NativeCallResult {
     pub status: Option<String>,
     /// `stats`: the JSON text; `request`: the raw reply line.
     pub text: Option<String>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
 }
 
-impl NativeCallResult {
-    pub(super) fn ok() -> Self {
-        NativeCallResult {
-            ok: true,
-            token: None,
-            lease: None,
-            status: None,
-            text: None,
-            error: None,
-        }
-    }
-
-    pub(super) fn grant(g: core::Grant) -> Self {
-        NativeCallResult {
+impl NativeReply {
+    fn grant(g: core::Grant) -> Self {
+        NativeReply {
             token: Some(g.token),
             lease: Some(g.lease_s as f64),
-            ..Self::ok()
+            ..Self::default()
         }
     }
+}
 
-    pub(super) fn text(t: String) -> Self {
-        NativeCallResult {
-            text: Some(t),
-            ..Self::ok()
-        }
-    }
-
-    pub(super) fn err(e: DflockdError) -> Self {
-        NativeCallResult {
-            ok: false,
-            error: Some(e.into()),
-            ..Self::ok()
-        }
-    }
+/// A failed call's answer.
+pub(super) fn call_error(e: DflockdError) -> NativeCallResult {
+    NativeResult(Err(e.into()))
 }
 
 /// Lease the official clients assume when a renew reply does not say.
@@ -69,25 +48,29 @@ pub(super) const FALLBACK_LEASE_S: u64 = 30;
 
 /// The result of request `req` for its reply `line` (parsed by the core's session).
 pub(super) fn reply_result(req: &Encoded, line: &str) -> NativeCallResult {
-    match req.parse_reply(line) {
-        Ok(Reply::Acquire(AcquireReply::Granted(g))) => NativeCallResult::grant(g),
-        Ok(Reply::Acquire(AcquireReply::TimedOut)) => NativeCallResult::err(timed_out(req.key())),
-        Ok(Reply::Enqueue(EnqueueReply::Acquired(g))) => NativeCallResult {
+    let reply = match req.parse_reply(line) {
+        Ok(Reply::Acquire(AcquireReply::Granted(g))) => NativeReply::grant(g),
+        Ok(Reply::Acquire(AcquireReply::TimedOut)) => return call_error(timed_out(req.key())),
+        Ok(Reply::Enqueue(EnqueueReply::Acquired(g))) => NativeReply {
             status: Some("acquired".to_string()),
-            ..NativeCallResult::grant(g)
+            ..NativeReply::grant(g)
         },
-        Ok(Reply::Enqueue(EnqueueReply::Queued)) => NativeCallResult {
+        Ok(Reply::Enqueue(EnqueueReply::Queued)) => NativeReply {
             status: Some("queued".to_string()),
-            ..NativeCallResult::ok()
+            ..NativeReply::default()
         },
-        Ok(Reply::Renew(lease)) => NativeCallResult {
+        Ok(Reply::Renew(lease)) => NativeReply {
             lease: Some(lease.or(req.sent_ttl()).unwrap_or(FALLBACK_LEASE_S) as f64),
-            ..NativeCallResult::ok()
+            ..NativeReply::default()
         },
-        Ok(Reply::Release | Reply::Auth) => NativeCallResult::ok(),
-        Ok(Reply::Stats(text) | Reply::Line(text)) => NativeCallResult::text(text),
-        Err(e) => NativeCallResult::err(e),
-    }
+        Ok(Reply::Release | Reply::Auth) => NativeReply::default(),
+        Ok(Reply::Stats(text) | Reply::Line(text)) => NativeReply {
+            text: Some(text),
+            ..NativeReply::default()
+        },
+        Err(e) => return call_error(e),
+    };
+    NativeResult(Ok(reply))
 }
 
 pub(super) fn timed_out(key: &str) -> DflockdError {

@@ -142,7 +142,7 @@ impl NativeDflockdPrimitive {
     }
 
     /// Make `acquireOnLoop`/`releaseOnLoop` run on this thread's event loop, settling through
-    /// `onSettle({id, ok, value?, queued?, error?})` with this `id`.
+    /// `onSettle({id, result})` with this `id`.
     /// `false` (and nothing changes) when the loop cannot serve here or the options need tokio
     /// (TLS, a shared mode).
     #[napi(ts_args_type = "id: number, onSettle: (result: NativeLoopSettle) => void")]
@@ -161,7 +161,7 @@ impl NativeDflockdPrimitive {
     }
 
     /// Start `acquire()` on the event loop: `true` = started (the result goes to `onSettle`;
-    /// `queued: true` means call `continueAcquire()`), `false` = use `acquire()`.
+    /// a `'queued'` value means call `continueAcquire()`), `false` = use `acquire()`.
     /// `cancelId` (from `newCancelId`): `cancelWait(cancelId)` aborts it, as `cancel()`.
     #[napi]
     pub fn acquire_on_loop(&self, cancel_id: Option<u32>) -> bool {
@@ -178,15 +178,15 @@ impl NativeDflockdPrimitive {
     }
 
     /// The rest of an `acquireOnLoop` answered `queued`, on tokio: resolves like `acquire()`.
-    #[napi(ts_return_type = "Promise<BoolResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<boolean>>")]
     pub fn continue_acquire<'env>(
         &self,
         env: &'env Env,
         cancel_id: Option<u32>,
     ) -> napi::Result<Object<'env>> {
-        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        let (deferred, promise) = env.create_deferred::<NativeResult<bool>, _>()?;
         let call = self.start_call(cancel_id, true);
-        let done = move |r| deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
+        let done = move |r| deferred.resolve(move |_| Ok(result(call.settle(r))));
         match self.looped.borrow().clone() {
             Some(l) => l.continue_queued(done)?,
             None => done(Err(DflockdError::new(
@@ -214,7 +214,7 @@ impl NativeDflockdPrimitive {
     /// One task serves the whole acquisition: it settles the promise and goes on as the
     /// renewal task while the lock is held (see `Primitive::acquire_then`).
     /// `cancelId` (from `newCancelId`): `cancelWait(cancelId)` aborts it, as `cancel()`.
-    #[napi(ts_return_type = "Promise<BoolResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<boolean>>")]
     pub fn acquire<'env>(
         &self,
         env: &'env Env,
@@ -225,11 +225,11 @@ impl NativeDflockdPrimitive {
         let p = self.inner.clone();
         let ticket = p.ticket();
         let call = self.start_call(cancel_id, true);
-        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        let (deferred, promise) = env.create_deferred::<NativeResult<bool>, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
         let acquire = p.acquire_then(ticket, move |r| {
-            deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
+            deferred.resolve(move |_| Ok(result(call.settle(r))));
         });
         napi::bindgen_prelude::spawn(async move {
             hand_to_tokio_pool(&opts, pooled);
@@ -240,7 +240,7 @@ impl NativeDflockdPrimitive {
 
     /// Phase one of a two-phase acquire: resolves `'acquired'` (held, renewal started) or
     /// `'queued'` (call `wait()` promptly). `cancelId`: as `acquire()`'s.
-    #[napi(ts_return_type = "Promise<NativeEnqueueResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<'acquired' | 'queued'>>")]
     pub fn enqueue<'env>(
         &self,
         env: &'env Env,
@@ -249,7 +249,7 @@ impl NativeDflockdPrimitive {
         let p = self.inner.clone();
         let ticket = p.ticket();
         let call = self.start_call(cancel_id, true);
-        let (deferred, promise) = env.create_deferred::<NativeEnqueueResult, _>()?;
+        let (deferred, promise) = env.create_deferred::<NativeResult<&'static str>, _>()?;
         let opts = p.options().connect.clone();
         let pooled = pool_take_stream(&opts);
         napi::bindgen_prelude::spawn(async move {
@@ -266,7 +266,7 @@ impl NativeDflockdPrimitive {
     /// crossed the cut). `true` = held (verified by an immediate renew; a stale grant gives
     /// `LOCK_LOST`), `false` = timed out (connection closed; enqueue again). After an
     /// `'acquired'` enqueue it resolves `true` at once. `cancelId`: as `acquire()`'s.
-    #[napi(ts_return_type = "Promise<BoolResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<boolean>>")]
     pub fn wait<'env>(
         &self,
         env: &'env Env,
@@ -288,14 +288,14 @@ impl NativeDflockdPrimitive {
         // A refused timeout takes no ticket: no call is on its way (see `Primitive::stage`).
         let ticket = t.is_ok().then(|| p.ticket());
         let call = self.start_call(cancel_id, true);
-        let (deferred, promise) = env.create_deferred::<BoolResult, _>()?;
+        let (deferred, promise) = env.create_deferred::<NativeResult<bool>, _>()?;
         napi::bindgen_prelude::spawn(async move {
             let r = match (t, ticket) {
                 (Ok(t), Some(ticket)) => p.wait_for(ticket, t).await,
                 (Err(e), _) => Err(e),
                 (Ok(_), None) => Err(DflockdError::aborted()),
             };
-            deferred.resolve(move |_| Ok(bool_result(call.settle(r))));
+            deferred.resolve(move |_| Ok(result(call.settle(r))));
         });
         Ok(promise)
     }
@@ -305,12 +305,12 @@ impl NativeDflockdPrimitive {
     ///
     /// The renewal task sends the release and settles the promise itself: one hop from the
     /// JS thread to it and one back, no task of the binding's between.
-    #[napi(ts_return_type = "Promise<VoidResult>")]
+    #[napi(ts_return_type = "Promise<NativeResult<undefined>>")]
     pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
-        let (deferred, promise) = env.create_deferred::<VoidResult, _>()?;
+        let (deferred, promise) = env.create_deferred::<NativeResult<()>, _>()?;
         self.replace_calls();
         self.inner.release_then(move |r| {
-            deferred.resolve(move |_| Ok(void_result(r)));
+            deferred.resolve(move |_| Ok(result(r)));
         });
         Ok(promise)
     }

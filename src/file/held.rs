@@ -9,7 +9,7 @@ use sema_core::lockfile::{self, HeldLock, LockError};
 use super::pool::off_thread;
 use super::values::NativeHeld;
 use crate::owner;
-use crate::result::{bool_result, result, NativeResult};
+use crate::result::{result, NativeResult};
 
 /// Gives a fresh lock to the JS thread `owner` and starts its heartbeat (an entry in the
 /// engine's heartbeat list, no task). Fails (the lock released) when that thread has exited.
@@ -62,14 +62,14 @@ pub fn release_held_now(id: f64) -> Option<NativeResult<bool>> {
     if held.as_ref().is_some_and(|h| !h.release_is_short()) {
         return None;
     }
-    Some(bool_result(release_found(held)))
+    Some(result(release_found(held)))
 }
 
 /// `releaseHeldNow` on the blocking pool.
 #[napi]
 pub fn release_held_async(env: &Env, id: f64) -> napi::Result<PromiseRaw<'_, NativeResult<bool>>> {
     let id = to_id(id);
-    off_thread(env, move || bool_result(release_by_id(id)))
+    off_thread(env, move || result(release_by_id(id)))
 }
 
 /// The descriptor of the held lock with this token (for `sema-native run`, which hands it to its command so that

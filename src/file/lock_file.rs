@@ -17,7 +17,7 @@ use super::values::{
 };
 use crate::cancel::cancel_token;
 use crate::owner;
-use crate::result::{bool_result, result, void_result, NativeError, NativeResult};
+use crate::result::{result, NativeError, NativeResult};
 
 /// One lock file with its options (the engine's `LockFile`).
 #[napi]
@@ -161,12 +161,12 @@ impl NativeLockFile {
     ) -> napi::Result<PromiseRaw<'env, NativeResult<()>>> {
         let file = self.inner.clone();
         let owner = owner_pid.unwrap_or_else(lockfile::current_pid);
-        off_thread(env, move || void_result(file.release_as(owner, force)))
+        off_thread(env, move || result(file.release_as(owner, force)))
     }
 
     #[napi]
     pub fn clean_stale(&self) -> NativeResult<bool> {
-        bool_result(self.inner.clean_stale())
+        result(self.inner.clean_stale())
     }
 
     /// One attempt on the calling thread, short or not (semats' `tryAcquire` is synchronous). The

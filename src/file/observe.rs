@@ -11,7 +11,7 @@ use sema_core::lockfile::{self, ListedLock, LockFile};
 use super::pool::off_thread;
 use super::values::{engine_options, ms, NativeFileOptions};
 use crate::cancel::cancel_token;
-use crate::result::{result, void_result, NativeResult};
+use crate::result::{result, NativeResult};
 
 /// Resolves when the lock at `path` (from `checkLockPath`) is free or stale, without taking it and
 /// without creating any file: woken by the file events of its directory, polling at
@@ -28,7 +28,7 @@ pub fn wait_lock_free<'env>(
     let file = LockFile::new_canonical(PathBuf::from(path), engine_options(&options));
     let cancel = cancel_id.map(cancel_token).unwrap_or_default();
     let timeout = timeout_ms.map(ms);
-    env.spawn_future(async move { Ok(void_result(file.wait_until_free(timeout, cancel).await)) })
+    env.spawn_future(async move { Ok(result(file.wait_until_free(timeout, cancel).await)) })
 }
 
 /// One lock of a directory (the engine's `ListedLock`; no ownership token).

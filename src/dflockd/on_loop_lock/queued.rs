@@ -17,13 +17,7 @@ impl LoopLock {
             started,
             sent,
         };
-        self.call(NativeLoopSettle {
-            id: self.id,
-            ok: true,
-            value: None,
-            queued: Some(true),
-            error: None,
-        });
+        self.call(settle_queued(self.id));
     }
 
     /// The rest of a queued acquisition, on tokio (see the module comment).

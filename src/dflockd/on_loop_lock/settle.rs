@@ -1,20 +1,19 @@
 //! What a loop call of a `DistributedLock` primitive settles with, given to its JS callback.
 
+use napi::bindgen_prelude::Either;
+
 use super::*;
 
-/// What the settle callback gets: `{id, ok, value?, queued?, error?}`.
-#[napi(object)]
+/// The settle callback's message: which primitive's call (`id`) and its result, in the one
+/// result shape: acquire's value is `true` (held), `false` (timed out) or `'queued'` (the `e`
+/// was answered `queued`: call `continueAcquire()` for the rest); release's is `true`.
+#[napi(object, object_from_js = false)]
 pub struct NativeLoopSettle {
-    /// The primitive's id on its loss channel.
+    /// The primitive's loop id (`useEventLoop`).
     pub id: u32,
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// acquire: held (`true`) or timed out (`false`).
-    pub value: Option<bool>,
-    /// acquire: the `e` was answered `queued`; call `continueAcquire()` for the rest.
-    pub queued: Option<bool>,
-    /// The failure when not `ok`.
-    pub error: Option<NativeError>,
+    /// The call's result.
+    #[napi(ts_type = "NativeResult<boolean | 'queued'>")]
+    pub result: NativeResult<Either<bool, &'static str>>,
 }
 
 pub(super) fn timeout_error(msg: String) -> DflockdError {
@@ -22,20 +21,16 @@ pub(super) fn timeout_error(msg: String) -> DflockdError {
 }
 
 pub(super) fn settle_value(id: u32, r: core::Result<bool>) -> NativeLoopSettle {
-    match r {
-        Ok(v) => NativeLoopSettle {
-            id,
-            ok: true,
-            value: Some(v),
-            queued: None,
-            error: None,
-        },
-        Err(e) => NativeLoopSettle {
-            id,
-            ok: false,
-            value: None,
-            queued: None,
-            error: Some(e.into()),
-        },
+    NativeLoopSettle {
+        id,
+        result: result(r.map(Either::A)),
+    }
+}
+
+/// An acquire's `e` was answered `queued`.
+pub(super) fn settle_queued(id: u32) -> NativeLoopSettle {
+    NativeLoopSettle {
+        id,
+        result: NativeResult(Ok(Either::B("queued"))),
     }
 }

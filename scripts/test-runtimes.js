@@ -45,7 +45,7 @@ const SUITES = [
   // dflockd: the client over the real Go server. Left out: dflockd-evloop (Node's libuv loop, its worker_threads
   // termination and busy-poll CPU bound), dflockd-runtimes (it starts Node, Bun and Deno itself), dflockd-exit and
   // dflockd-secrets (Node child processes with Node CLI flags), dflockd-tls (Node's tls module as a proxy).
-  ...['dflockd-connection', 'dflockd-fake', 'dflockd-finalized', 'dflockd-lock', 'dflockd-pool', 'dflockd-renew', 'dflockd-replies', 'dflockd-target', 'dflockd-validation'].map((n) => [`${n}.test.js`, {}]),
+  ...['dflockd-cancel', 'dflockd-connection', 'dflockd-fake', 'dflockd-finalized', 'dflockd-lock', 'dflockd-losses', 'dflockd-pool', 'dflockd-renew', 'dflockd-replies', 'dflockd-target', 'dflockd-validation'].map((n) => [`${n}.test.js`, {}]),
 ]
 const SKIP = {
   deno: {

@@ -299,12 +299,7 @@ function signalExitCode(signal) {
   return n === undefined ? 1 : 128 + n
 }
 
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms))
-}
-
 module.exports = {
-  sleep,
   VALUE_FLAGS,
   unknownFlag,
   flagInRange,

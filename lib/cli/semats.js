@@ -10,7 +10,7 @@
 // `isOwnedByCurrentProcess` is still false.
 
 const { ErrorCode } = require('../codes')
-const { out, err, exit, api, sleep } = require('./common')
+const { out, err, exit, api } = require('./common')
 
 const USAGE = `Usage: semats <command> [options]
 
@@ -39,7 +39,6 @@ Examples:
 
 /** semats' stale timeout (its CLI has no flag for it). */
 const STALE_MS = 3_600_000
-const RETRY_MS = 100
 
 /**
  * semats' argument scan: words in any order (first = command, second = path, more ignored), unknown dashes
@@ -111,19 +110,6 @@ function acquired(value, info, tag) {
   return { status: 'acquired', pid: info.pid, timestamp: value.timestamp ?? info.timestamp, tag }
 }
 
-/** semats' acquire loop: one LockInfo, a try every 100 ms, TIMEOUT once `timeout` ms have passed. */
-async function acquireLoop(sem, info, timeout) {
-  const start = Date.now()
-  for (;;) {
-    const r = sem.tryAcquireWithInfo(info)
-    if (r.ok || r.error.type !== ErrorCode.ALREADY_LOCKED) return r
-    if (timeout !== null && Date.now() - start >= timeout) {
-      return { ok: false, error: { type: ErrorCode.TIMEOUT, message: `Timeout waiting for lock after ${timeout}ms` } }
-    }
-    await sleep(RETRY_MS)
-  }
-}
-
 async function main(args) {
   const { help, command, options } = parse(args)
   if (help) {
@@ -142,7 +128,7 @@ async function main(args) {
   const { isLockStale } = api()
   // semats' file layout exactly (no host identity of ours): the lock outlives this CLI and its parent as
   // semats' does, judged by its rule by every reader (see PlainSemaphore).
-  const { PlainSemaphore: Semaphore } = require('../file/semats')
+  const { PlainSemaphore: Semaphore, kAcquireWithInfo } = require('../file/semats')
   let code = 0
   try {
     const sem = new Semaphore(options.path)
@@ -151,7 +137,8 @@ async function main(args) {
       case 'acquire': {
         if (options.verbose) err(`[INFO] Acquiring lock: ${options.path}\n`)
         const timeout = options.timeout === undefined ? null : options.timeout
-        const r = await acquireLoop(sem, owner, timeout)
+        // semats tries every 100 ms; the engine waits for the file events (and looks every 100 ms too).
+        const r = await sem[kAcquireWithInfo](owner, timeout)
         if (r.ok) {
           out(format(acquired(r.value, owner, options.tag), json) + '\n')
         } else {

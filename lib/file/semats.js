@@ -38,6 +38,9 @@ function isProcessRunning(pid) {
 /** The key of `Semaphore`'s `cleanStale` that reports why it failed (not part of the public class). */
 const CLEAN_STALE_RESULT = Symbol('cleanStaleResult')
 
+/** The semats CLI's acquire with a LockInfo of its own (module-private: not on the public class's surface). */
+const kAcquireWithInfo = Symbol('acquireWithInfo')
+
 class Semaphore {
   #path
   #config
@@ -117,14 +120,23 @@ class Semaphore {
     } catch (e) {
       return asFailure(e)
     }
-    const timeout = acquireTimeoutMs(options.timeout ?? this.#config.acquireTimeout)
-    const r = await withAbort(options.signal, (cancelId) =>
-      this.#file.acquire(options.tag ?? undefined, undefined, timeout ?? undefined, cancelId ?? undefined),
+    return this.#acquire(options.tag ?? undefined, undefined, options.timeout ?? this.#config.acquireTimeout, options.signal)
+  }
+
+  /** The semats CLI's acquire (lib/cli/semats.js): a lock written for `info`'s pid and tag, waited for in the engine
+   * as acquire() waits (woken by file events, in line with other waiters), `timeout` ms (null: forever). */
+  [kAcquireWithInfo](info, timeout) {
+    const ownerPid = info.pid != null && info.pid !== process.pid ? info.pid : undefined
+    return this.#acquire(info.tag ?? undefined, ownerPid, timeout, undefined)
+  }
+
+  async #acquire(tag, ownerPid, timeout, signal) {
+    const r = await withAbort(signal, (cancelId) =>
+      this.#file.acquire(tag, ownerPid, acquireTimeoutMs(timeout) ?? undefined, cancelId ?? undefined),
     )
     if (!r.ok) {
       if (r.error.code === ErrorCode.TIMEOUT) {
-        const message = `Timeout waiting for lock after ${options.timeout ?? this.#config.acquireTimeout}ms`
-        return failure(ErrorCode.TIMEOUT, message, holderFacts(r.error))
+        return failure(ErrorCode.TIMEOUT, `Timeout waiting for lock after ${timeout}ms`, holderFacts(r.error))
       }
       return { ok: false, error: fileError(r.error, this.#path) }
     }
@@ -172,6 +184,7 @@ class Semaphore {
  */
 class PlainSemaphore extends Semaphore {}
 
+
 /** The LockInfo a successful semats acquire returns: what was written, with the `tag` key always present. */
 function heldInfo(lock) {
   installExitHook()
@@ -187,4 +200,5 @@ module.exports = {
   isProcessRunning,
   CLEAN_STALE_RESULT,
   PlainSemaphore,
+  kAcquireWithInfo,
 }

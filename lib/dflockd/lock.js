@@ -306,6 +306,7 @@ class DistributedLock {
     const prim = this.#prim
     const stage = prim ? prim.stage : 'idle'
     if (stage === 'held') return true
+    if (stage === 'acquiring') throw new LockError('not queued: an enqueue() or wait() of this lock is in progress', ErrorCode.NOT_LOCKED)
     if (stage !== 'queued') {
       throw new LockError('not queued; call enqueue() first, or enqueue() again after a timeout, a loss or close()', ErrorCode.NOT_LOCKED)
     }

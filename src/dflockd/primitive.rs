@@ -83,6 +83,7 @@ impl NativeDflockdPrimitive {
             .epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
+        self.route.forget_ends();
         let prim = self.inner.clone();
         let cancel = cancel_id.map(|id| {
             let looped = self.looped.borrow().as_ref().map(std::rc::Rc::downgrade);

@@ -280,3 +280,19 @@ test('two acquire() in one tick after a loss: one is granted, the other refused,
   }
   assert.deepEqual(bad, [], 'each round: one acquire() granted (the lock held), the other refused ALREADY_LOCKED')
 })
+
+test('two native acquire() in one tick on one primitive: the grant is kept by its call, never settled ABORTED and left held', { skip, timeout: 60_000 }, async () => {
+  const native = require('../lib/native')
+  const srv = await d.startServer()
+  const key = 'double-native'
+  const bad = []
+  for (let i = 0; i < 20; i++) {
+    // No event-loop driver: both calls run on tokio, and whichever starts second finds the first busy (or holding).
+    const prim = new native.NativeDflockdPrimitive({ key, limit: 1, acquireTimeoutS: 5, renewRatio: 0.5, server: { host: srv.host, port: srv.port } })
+    const rs = await Promise.all([prim.acquire(), prim.acquire()])
+    const granted = rs.filter((r) => r.ok && r.value === true).length
+    if (granted !== 1 || prim.token === null) bad.push({ i, rs: rs.map((r) => (r.ok ? r.value : r.error.code)), held: prim.token !== null })
+    prim.close()
+  }
+  assert.deepEqual(bad, [], 'each round: one call granted, and the primitive holds it')
+})

@@ -795,7 +795,8 @@ export declare class DistributedLock {
   enqueue(options?: { force?: boolean | undefined; signal?: AbortSignal | undefined }): Promise<'acquired' | 'queued'>
   /** true once granted; false when `timeoutS` (fractions allowed: the server gets the ceiling in whole seconds, the
    * client stops waiting at the exact deadline and drops the connection) passes first. Rejects `NOT_LOCKED` when
-   * nothing is queued: call `enqueue()` again after a timeout, a loss or `close()`. */
+   * nothing is queued: call `enqueue()` again after a timeout, a loss or `close()`; also while an `enqueue()` or
+   * another `wait()` of this instance is in progress (one wins, the other is refused). */
   wait(timeoutS?: number, options?: { signal?: AbortSignal | undefined }): Promise<boolean>
   /**
    * Acquires (rejecting `AcquireTimeoutError` on timeout), runs `fn`, always releases; rejects `LOCK_LOST` if the

@@ -178,6 +178,14 @@ impl LossRoute {
         }
     }
 
+    /// A new call starts: ends of earlier holds still queued (their report came when no
+    /// acquisition watched) are moot, and must not be read as the next hold's.
+    pub fn forget_ends(&self) {
+        if let Some(q) = ends().get_mut(&self.id) {
+            q.clear();
+        }
+    }
+
     /// The id the thread's callback is called with.
     pub fn id(&self) -> u64 {
         self.id

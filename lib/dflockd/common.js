@@ -145,6 +145,9 @@ function warnCallback(name, e) {
 
 // ───────────────────────────── losses ─────────────────────────────
 
+/** Why a lock was lost when the native side gave no reason: the one wording for every dflockd loss message. */
+const LEASE_NOT_RENEWED = 'the lease could not be renewed'
+
 /** What to tell of a loss, by the primitive's `lossId` (DistributedLock, acquire('dflockd://…')): `fn(token, reason)`.
  * Set while a lock may be lost (an acquisition live, a Lock held), so nothing unreleased is kept alive by it. */
 const lossWatchers = new Map()
@@ -156,10 +159,10 @@ onLockEnded((id) => {
   const fn = lossWatchers.get(id)
   if (fn === undefined) return
   const end = native.takeHeldEnd(id)
-  if (end !== null) fn(end.token, end.lostReason)
+  if (end !== null) fn(end.token, end.lostReason || LEASE_NOT_RENEWED)
 })
 
-/** Tells `fn(token, reason)` of each loss of the primitive with loss id `id`, until unwatchLoss(id). */
+/** Tells `fn(token, reason)` (a reason always given) of each loss of the primitive with loss id `id`, until unwatchLoss(id). */
 function watchLoss(id, fn) {
   lossWatchers.set(id, fn)
 }

@@ -242,7 +242,7 @@ class DistributedLock {
     // Read before #end: null once the native side reported it lost.
     const current = this.#prim.token
     this.#end()
-    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason || 'the lease could not be renewed'}`, ErrorCode.LOCK_LOST))
+    controller.abort(new LockError(`lock '${this.#key}' lost: ${reason}`, ErrorCode.LOCK_LOST))
     if (this.#onLockLost) guardedCallback('onLockLost', this.#onLockLost, this.#key, token)
     // Told first, then stopped: a lock the native side still counts as held (its validity ran out before its own
     // report) is closed now; one it reported lost keeps its connection until the server's earliest expiry, so the
@@ -264,23 +264,13 @@ class DistributedLock {
     return r.value
   }
 
-  /** Runs one native acquire/enqueue/wait, `start(cancelId)`: aborting `signal` cancels it by id as a file wait is
-   * (lib/abort.js), and close() cancels it on the primitive; either way the native call settles ABORTED itself and
-   * closes a grant that crossed the cancel, so the primitive serves the next acquisition at once. */
-  #run(start, signal) {
-    return withAbort(signal, start)
-  }
-
-  /** The native acquire: on the event loop when the primitive can (an `e` answered `queued` goes on on tokio). */
-  #startAcquire(prim, cancelId) {
-    return loopAcquire(prim, this.#loopId, cancelId)
-  }
-
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   async acquire(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
-    const r = await this.#run((cancelId) => this.#startAcquire(prim, cancelId), signal)
+    // Aborting `signal` cancels the call by id as a file wait is (lib/abort.js), close() cancels it on the primitive;
+    // either way it settles ABORTED natively and closes a grant that crossed the cancel (so enqueue() and wait() too).
+    const r = await withAbort(signal, (cancelId) => loopAcquire(prim, this.#loopId, cancelId))
     return this.#settle(prim, r, 'acquire')
   }
 
@@ -288,7 +278,7 @@ class DistributedLock {
   async enqueue(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
-    const r = await this.#run((cancelId) => prim.enqueue(cancelId ?? undefined), signal)
+    const r = await withAbort(signal, (cancelId) => prim.enqueue(cancelId ?? undefined))
     const status = this.#settle(prim, r, 'enqueue')
     if (status !== 'acquired' && status !== 'queued') {
       this.close()
@@ -306,6 +296,7 @@ class DistributedLock {
     const prim = this.#prim
     const stage = prim ? prim.stage : 'idle'
     if (stage === 'held') return true
+    if (stage === 'acquiring') throw new LockError('not queued: an enqueue() or wait() of this lock is in progress', ErrorCode.NOT_LOCKED)
     if (stage !== 'queued') {
       throw new LockError('not queued; call enqueue() first, or enqueue() again after a timeout, a loss or close()', ErrorCode.NOT_LOCKED)
     }
@@ -314,7 +305,7 @@ class DistributedLock {
       throw abortedError('wait')
     }
     if (typeof t !== 'number') throw invalidArgument(`timeoutS must be a number of seconds, got ${describe(t)}`)
-    const r = await this.#run((cancelId) => prim.wait(t, cancelId ?? undefined), signal)
+    const r = await withAbort(signal, (cancelId) => prim.wait(t, cancelId ?? undefined))
     // A timeout the native side refuses was never sent: the enqueue stays pending.
     if (!r.ok && r.error.code === ErrorCode.INVALID_ARGUMENT && prim.stage === 'queued') throw toLockError(r.error)
     // After a `w` timeout (or the cut at the deadline) the server has dropped our queue entry: the connection is done.
@@ -335,8 +326,7 @@ class DistributedLock {
       // The native release ends the hold whatever the server answers (a failed one closes the connection).
       await loopRelease(prim, this.#loopId)
     } else {
-      prim.cancel()
-      prim.close()
+      prim.close() // cancels a call in flight too
     }
   }
 
@@ -379,7 +369,7 @@ class DistributedLock {
     const prim = this.#prim
     if (prim === null || prim.stage === 'idle') return
     this.#end()
-    prim.cancel()
+    // The native close() cancels a call in flight too (the core's tickets, the event loop's round trip).
     prim.close()
   }
 

@@ -149,7 +149,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   let handle = null
   let lostMessage = null
   watchLoss(prim.lossId, (token, reason) => {
-    lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason || 'the lease could not be renewed'}`
+    lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason}`
     if (handle) handle._lost(lostMessage)
   })
   // On this thread's event loop where it serves (see lock.js), else on tokio.

@@ -20,20 +20,25 @@ pub struct NativeDflockdPrimitive {
     /// The event-loop driver of its round trips (`useEventLoop`), when this thread's loop serves.
     looped: std::cell::RefCell<Option<std::rc::Rc<LoopLock>>>,
     /// Counts the acquire/enqueue/wait calls, `close()`s and `release()`s, all made on the JS
-    /// thread: a call's result counts only while its call is the latest thing asked (see
-    /// [`Call`]).
+    /// thread: a call's cancel id cancels the primitive only while its call is the latest thing
+    /// asked, and a call's loss reports are held back under this number (see [`Call`]).
     epoch: Arc<std::sync::atomic::AtomicU64>,
+    /// Counts the `close()`s and `release()`s only: they, not a later call, end a call's claim.
+    /// A later call the core refused (busy, already held) must not turn the earlier call's
+    /// grant into `ABORTED`: nothing would close it, and the key would stay held for nobody.
+    closes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One acquire/enqueue/wait, from its start to its result on the JS thread, where it is judged:
-/// a result of a call that a `close()`/`release()` or a later call replaced meanwhile is
-/// `ABORTED` (whatever it held, the close dropped); one whose cancel id (see `crate::cancel`)
+/// a result of a call that a `close()`/`release()` replaced meanwhile is `ABORTED` (whatever it
+/// held, the close dropped); one whose cancel id (see `crate::cancel`)
 /// was cancelled settles `ABORTED`, a grant (or a queued enqueue) that crossed the cancel closed
 /// first (the server releases it). A loss read off the JS thread meanwhile is reported after the
 /// result ([`RouteSettle`]).
 struct Call {
     mine: u64,
-    epoch: Arc<std::sync::atomic::AtomicU64>,
+    closed_at: u64,
+    closes: Arc<std::sync::atomic::AtomicU64>,
     prim: Arc<Primitive>,
     cancel: Option<tokio_util::sync::CancellationToken>,
     losses: Option<RouteSettle>,
@@ -43,7 +48,7 @@ impl Call {
     /// `r` as the JS side must see it; run on the JS thread, where `cancelWait`, `close()` and
     /// `release()` run too.
     fn settle<T>(self, r: core::Result<T>) -> core::Result<T> {
-        let current = self.epoch.load(std::sync::atomic::Ordering::Relaxed) == self.mine;
+        let current = self.closes.load(std::sync::atomic::Ordering::Relaxed) == self.closed_at;
         let cancelled = self.cancel.as_ref().is_some_and(|c| c.is_cancelled());
         let r = if !current {
             Err(DflockdError::new(
@@ -74,8 +79,9 @@ impl Drop for NativeDflockdPrimitive {
 }
 
 impl NativeDflockdPrimitive {
-    /// A new call starts (after its ticket was taken): it replaces any earlier one's claim on
-    /// the primitive. With a cancel id, `cancelWait(id)` now cancels it as `cancel()` would (at
+    /// A new call starts (after its ticket was taken): an earlier call's cancel id no longer
+    /// cancels the primitive, but its result stands (only `close()`/`release()` end a call:
+    /// the core refuses this one while the earlier one runs or holds). With a cancel id, `cancelWait(id)` now cancels it as `cancel()` would (at
     /// once when the id was cancelled already). `on_tokio`: its result reaches JS through a
     /// deferred, so loss reports wait for it.
     fn start_call(&self, cancel_id: Option<u32>, on_tokio: bool) -> Call {
@@ -83,6 +89,7 @@ impl NativeDflockdPrimitive {
             .epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
+        self.route.forget_ends();
         let prim = self.inner.clone();
         let cancel = cancel_id.map(|id| {
             let looped = self.looped.borrow().as_ref().map(std::rc::Rc::downgrade);
@@ -101,7 +108,8 @@ impl NativeDflockdPrimitive {
         });
         Call {
             mine,
-            epoch: self.epoch.clone(),
+            closed_at: self.closes.load(std::sync::atomic::Ordering::Relaxed),
+            closes: self.closes.clone(),
             prim,
             cancel,
             losses: on_tokio.then(|| self.route.hold_back_for(mine)),
@@ -111,6 +119,8 @@ impl NativeDflockdPrimitive {
     /// `close()`/`release()`: any call in flight is no longer the primitive's.
     fn replace_calls(&self) {
         self.epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.closes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
@@ -138,6 +148,7 @@ impl NativeDflockdPrimitive {
             route,
             looped: Default::default(),
             epoch: Default::default(),
+            closes: Default::default(),
         })
     }
 

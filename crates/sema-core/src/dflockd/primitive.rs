@@ -292,34 +292,39 @@ impl Primitive {
         }
     }
 
-    /// Where the acquisition stands.
+    /// Whether a call's ticket was taken (on the JS thread) but the call has not started yet.
+    fn call_pending(&self) -> bool {
+        let issued = self.tickets.load(Ordering::SeqCst);
+        let done = self
+            .cancelled_upto
+            .load(Ordering::SeqCst)
+            .max(self.started_upto.load(Ordering::SeqCst));
+        issued > done
+    }
+
+    /// Where the acquisition stands. A call on its way (its ticket taken, not started yet) is
+    /// `Acquiring` in every phase but an active hold, which it cannot replace: so a second call
+    /// in the same tick (a second `wait()` on a queued lock, a second `acquire()` after a loss)
+    /// is refused by the caller's checks instead of racing the first one in the core.
     pub fn stage(&self) -> Stage {
         let st = lock(&self.state);
         match &st.phase {
-            Phase::Idle => {
-                // A call whose ticket was taken (on the JS thread) but which has not started yet.
-                let issued = self.tickets.load(Ordering::SeqCst);
-                let done = self
-                    .cancelled_upto
-                    .load(Ordering::SeqCst)
-                    .max(self.started_upto.load(Ordering::SeqCst));
-                if issued > done {
-                    Stage::Acquiring
-                } else {
-                    Stage::Idle
-                }
-            }
             Phase::Busy { .. } => Stage::Acquiring,
+            Phase::Held(h) if !h.shared.lost.load(Ordering::SeqCst) => Stage::Held,
+            _ if self.call_pending() => Stage::Acquiring,
+            Phase::Idle => Stage::Idle,
             Phase::Queued(_) => Stage::Queued,
-            Phase::Held(h) if h.shared.lost.load(Ordering::SeqCst) => Stage::Lost,
-            Phase::Held(_) => Stage::Held,
+            Phase::Held(_) => Stage::Lost,
         }
     }
 
     /// The token of the current hold, lost or not (`None` when nothing was granted since the
-    /// last acquisition ended): tells a loss report of this hold from a late one of an earlier.
+    /// last acquisition ended, or when a new call is on its way after a loss): tells a loss
+    /// report of this hold from a late one of an earlier, so a late report of the lost hold
+    /// never reaches the acquisition that replaces it.
     pub fn hold_token(&self) -> Option<String> {
         match &lock(&self.state).phase {
+            Phase::Held(h) if h.shared.lost.load(Ordering::SeqCst) && self.call_pending() => None,
             Phase::Held(h) => Some(h.shared.token.clone()),
             _ => None,
         }

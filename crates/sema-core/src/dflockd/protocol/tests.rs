@@ -1,6 +1,7 @@
 //! Unit tests of the wire codec.
 
 use super::*;
+use crate::dflockd::error::ErrorCode;
 
 #[test]
 fn encodes_every_command() {

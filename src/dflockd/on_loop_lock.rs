@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use super::on_loop::SPIN;
 use super::*;
 
+mod answered;
 mod held;
 mod pool;
 mod queued;
@@ -512,156 +513,9 @@ impl LoopLock {
             .unwrap_or_default()
     }
 
-    /// The reply `line` to the request in flight (or an unsolicited one: the server dropping us).
-    fn on_line(&self, line: &str) {
-        let sender = self
-            .conn
-            .borrow()
-            .as_ref()
-            .and_then(|c| c.wd.reply_sender());
-        if let Some(Sender::Watchdog(sent)) = sender {
-            return self.watchdog_answered(Instant::from_std(sent), line);
-        }
-        if let Some(c) = self.conn.borrow().as_ref() {
-            c.watch.disarm_timer();
-            c.watch.stop_spin();
-        }
-        let stage = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle);
-        match stage {
-            Stage::Asking {
-                op,
-                started,
-                sent,
-                confirm: Some(g),
-                ..
-            } => {
-                let reply = core::protocol::parse_renew_reply(line, "renew");
-                match self.prim.external_confirmed(g, reply, sent, Instant::now()) {
-                    Ok(g) => self.granted(op, g, started, sent, true),
-                    Err(e) => {
-                        self.asking_answered_with(op, started, sent, e);
-                    }
-                }
-            }
-            Stage::Asking {
-                op,
-                mut place,
-                started,
-                sent,
-                ..
-            } => {
-                let reply = if place.is_some() {
-                    core::protocol::parse_enqueue_reply(line, "acquire").map(|r| match r {
-                        EnqueueReply::Acquired(g) => Some(g),
-                        EnqueueReply::Queued => None,
-                    })
-                } else {
-                    core::protocol::parse_acquire_reply(line, "acquire").map(|r| match r {
-                        AcquireReply::Granted(g) => Some(g),
-                        AcquireReply::TimedOut => None,
-                    })
-                };
-                // Answered: the next waiter of this process may send its own.
-                let queued = place.is_some();
-                place.take();
-                match reply {
-                    Ok(Some(g)) => self.granted(op, g, started, sent, false),
-                    Ok(None) if queued => self.queued(op, started, sent),
-                    Ok(None) => {
-                        // A try answered `timeout`: the connection holds nothing, it goes to the pool.
-                        self.release_conn_idle();
-                        let r = self.prim.external_end(op).map(|()| false);
-                        self.call(settle_value(self.id, r));
-                    }
-                    Err(e) => {
-                        self.asking_answered_with(op, started, sent, e);
-                    }
-                }
-            }
-            Stage::Held {
-                hold,
-                renewing: Some(sent),
-                release,
-                linger: false,
-            } => self.renew_answered(hold, sent, release, line),
-            Stage::Releasing { hold } => self.release_answered(hold, line),
-            other => {
-                // Nothing asked (an idle held lock, a lingering one): the server dropped us.
-                *self.stage.borrow_mut() = other;
-                let peer = self.peer();
-                self.io_failed(core::connection::unsolicited(&peer, line.as_bytes()));
-            }
-        }
-    }
-
-    /// After a try answered `timeout`: the connection holds nothing, it goes to the pool.
-    /// An acquire request answered with a failure (or its confirming renew refused): back to
-    /// `Asking` with nothing placed, then failed as any acquire.
-    fn asking_answered_with(
-        &self,
-        op: ExternalOp,
-        started: Instant,
-        sent: Instant,
-        e: DflockdError,
-    ) {
-        *self.stage.borrow_mut() = Stage::Asking {
-            op,
-            place: None,
-            started,
-            sent,
-            reused: false,
-            confirm: None,
-        };
-        self.fail_acquire(e);
-    }
-
     fn release_conn_idle(&self) {
         if let Some(c) = self.conn.borrow_mut().take() {
             pool_put(&self.prim.options().connect, c);
-        }
-    }
-
-    /// `g` answered the request sent at `sent`. Read so late (the JS thread blocked between
-    /// the request and its reply) that its first renew is due, or its validity already over
-    /// (the server may have expired it and granted the key to another), it is first renewed
-    /// and reported on that renew's reply, its lease counted from the renew: never `true` for a
-    /// lease the clock cannot prove (as `confirm_grant` on tokio).
-    /// `confirmed`: `sent` is the confirming renew's (once is enough, as on tokio).
-    fn granted(&self, op: ExternalOp, g: Grant, started: Instant, sent: Instant, confirmed: bool) {
-        let now = Instant::now();
-        if !confirmed && self.prim.external_needs_confirm(&g, sent, now) {
-            let limit = self.prim.external_confirm_limit(&g, now);
-            let req = renew_request(self.prim.options(), &g.token);
-            let sent = self.send(req, Some(limit), true);
-            *self.stage.borrow_mut() = Stage::Asking {
-                op,
-                place: None,
-                started,
-                sent: *sent.as_ref().unwrap_or(&now),
-                reused: false,
-                confirm: Some(g),
-            };
-            if let Err(e) = sent {
-                self.fail_acquire(e);
-            }
-            return;
-        }
-        match self.prim.external_held(op, g, sent) {
-            Ok(hold) => {
-                *self.stage.borrow_mut() = Stage::Held {
-                    hold,
-                    renewing: None,
-                    release: false,
-                    linger: false,
-                };
-                self.arm_held();
-                self.arm_watchdog();
-                self.call(settle_value(self.id, Ok(true)));
-            }
-            Err(e) => {
-                self.close_conn();
-                self.call(settle_value(self.id, Err(e)));
-            }
         }
     }
 

@@ -56,7 +56,7 @@ async function contend(cfg) {
     throw e
   } finally {
     clearTimeout(timer)
-    for (const p of [lockPath, markerPath, counterPath, `${lockPath}.lock`]) fs.rmSync(p, { force: true, recursive: true })
+    for (const p of [lockPath, markerPath, counterPath, `${lockPath}.lock`, `${lockPath}.queue`]) fs.rmSync(p, { force: true, recursive: true })
   }
 }
 

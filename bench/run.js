@@ -244,7 +244,9 @@ async function runFloorCompare(dirs) {
   buildFloor()
   // floor-fifo and floor-fifo-hop: the floor with the addon's fairness, and with that and two thread hops per
   // acquisition (the addon's caller, a JS thread, must not block): what fairness and a non-blocking caller cost.
-  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'floor-fifo' }, { kind: 'floor-fifo-hop' }, { kind: 'addon' }, { kind: 'semaphore' }]
+  // node-floor: the floor-fifo contender behind Node (its acquisition on libuv's pool, a promise, the JS round):
+  // the floor of any lock a Node caller awaits, with none of the addon in it.
+  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'floor-fifo' }, { kind: 'floor-fifo-hop' }, { kind: 'node-floor' }, { kind: 'addon' }, { kind: 'semaphore' }]
   for (const c of P.floorCompare) {
     // The disk (the issue's case) and tmpfs: the floor's rate on the shared disk swings with the other load on it,
     // on tmpfs there is no device in the measurement at all.
@@ -286,6 +288,7 @@ function floorCompareTable(rows) {
     'floor-after': "the floor with the engine's former fsync order (the content synced after the link, with the directory)",
     'floor-fifo': 'the floor with a FIFO line of waiters (flock of a queue file, only the head watches; the lock goes to the next process every time)',
     'floor-fifo-hop': 'the floor with the FIFO line and each acquisition made by a second thread (two thread hops per acquisition, as for a caller that must not block)',
+    'node-floor': "the floor with the FIFO line behind Node: the floor's contender as a Node-API module, its acquisition on libuv's pool (napi async work), a promise per acquisition, the round's work and the release on the JS thread (what any lock a Node caller awaits pays)",
     addon: 'addon `acquire(p)` + `lock.release()`',
     semaphore: 'addon `Semaphore`: `await sem.acquire()` + `sem.release()`',
   }
@@ -315,6 +318,7 @@ function floorCompareTable(rows) {
 function contendedTable(rows) {
   const peer = (r) => rows.find((x) => x.kind === 'proper-lockfile' && x.procs === r.procs && x.dir === r.dir && !x.error)
   const label = {
+    'node-floor': "the floor with the FIFO line behind Node: the floor's contender as a Node-API module, its acquisition on libuv's pool (napi async work), a promise per acquisition, the round's work and the release on the JS thread (what any lock a Node caller awaits pays)",
     addon: 'addon `acquire(p)` + `lock.release()`',
     'proper-lockfile': 'proper-lockfile 4.1.2 `lock()` (retries 1–10 ms)',
     'js-watch': 'reference: wake and attempt on the JS thread (fs.watch + sync tryAcquire), no queue, no fairness',
@@ -563,13 +567,16 @@ function targets(res) {
     const all = res.contended.filter((r) => !r.error)
     const overlaps = all.reduce((s, r) => s + r.overlaps + r.intervalOverlaps, 0)
     add('contended: 0 overlapping holders (every run)', `${overlaps} overlaps in ${all.reduce((n, r) => n + (r.runs || 1), 0)} runs`, overlaps === 0 && all.length > 0)
-    for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor'))) {
+    for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor') && x.kind !== 'node-floor')) {
       // Paired by directory: the tmpfs rows against the tmpfs floor, the disk rows against the disk floor.
       const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs && x.dir === r.dir)
       if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ≥ 0.8× floor ops/s`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, r.opsPerSec >= 0.8 * fl.opsPerSec)
       // The bound of a fair lock whose caller must not block: the floor with the FIFO line and two thread hops.
       const fh = all.find((x) => x.work === 'counter' && x.kind === 'floor-fifo-hop' && x.procs === r.procs && x.dir === r.dir)
       if (fl && fh) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'}, the bound (floor with FIFO line + 2 thread hops)`, `${ratio(r.opsPerSec, fh.opsPerSec)} of that floor (${num(r.opsPerSec)} vs ${num(fh.opsPerSec)}), which is ${ratio(fh.opsPerSec, fl.opsPerSec)} of the floor`, null)
+      // The bound for any Node caller: the same fair protocol behind Node, the addon's own cost is the rest.
+      const nf = all.find((x) => x.work === 'counter' && x.kind === 'node-floor' && x.procs === r.procs && x.dir === r.dir)
+      if (fl && nf) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'}, the bound for a Node caller (floor with FIFO line behind Node)`, `${ratio(r.opsPerSec, nf.opsPerSec)} of that floor (${num(r.opsPerSec)} vs ${num(nf.opsPerSec)}), which is ${ratio(nf.opsPerSec, fl.opsPerSec)} of the floor`, null)
     }
     for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8 && x.fsync !== false && x.work !== 'counter')) {
       const pl = all.find((x) => x.kind === 'proper-lockfile' && x.procs === 8 && x.dir === r.dir)

@@ -41,6 +41,19 @@ function makeLocker(lockPath = cfg.lockPath) {
         }
       }
     }
+    case 'node-floor': {
+      // The contended floor's contender (bench/floor/src/contended.rs, `fifo` order) behind Node: its acquisition on
+      // libuv's pool (napi async work), a promise per acquisition, its release on this thread
+      // (bench/floor/src/node_addon.rs). What any Node caller pays around the floor's protocol, none of the addon.
+      const m = { exports: {} }
+      process.dlopen(m, path.join(root, 'bench', 'floor', 'target', 'release', 'libsema_bench_floor.so'))
+      const floor = m.exports
+      floor.open(path.dirname(lockPath), path.basename(lockPath))
+      return async () => {
+        const fd = await floor.acquire()
+        return async () => floor.release(fd)
+      }
+    }
     case 'js-watch': {
       // Reference rows, not a product: the cheapest wake-up a Node process can have. The wake (fs.watch: libuv's
       // inotify on the JS thread's own event loop) and the attempt (the addon's synchronous Semaphore#tryAcquire)

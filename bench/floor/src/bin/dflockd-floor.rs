@@ -56,11 +56,19 @@ impl Worker {
         self.request("l", "30 10")?;
         let token = match self.line.trim_end().split(' ').collect::<Vec<_>>()[..] {
             ["ok", token, _] => token.to_string(),
-            _ => return Err(std::io::Error::other(format!("l: unexpected reply {:?}", self.line))),
+            _ => {
+                return Err(std::io::Error::other(format!(
+                    "l: unexpected reply {:?}",
+                    self.line
+                )))
+            }
         };
         self.request("r", &token)?;
         if self.line.trim_end() != "ok" {
-            return Err(std::io::Error::other(format!("r: unexpected reply {:?}", self.line)));
+            return Err(std::io::Error::other(format!(
+                "r: unexpected reply {:?}",
+                self.line
+            )));
         }
         Ok(())
     }
@@ -75,7 +83,10 @@ fn usage_now() -> (f64, f64) {
         ru
     };
     let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    (us(ru.ru_utime) + us(ru.ru_stime), (ru.ru_nvcsw + ru.ru_nivcsw) as f64)
+    (
+        us(ru.ru_utime) + us(ru.ru_stime),
+        (ru.ru_nvcsw + ru.ru_nivcsw) as f64,
+    )
 }
 
 fn main() {

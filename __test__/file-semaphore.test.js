@@ -281,6 +281,25 @@ describe('limit: N on a lock file', () => {
     }
     assert.deepEqual(tmp.left(file), [])
   })
+
+  test('a large limit: status and wait() look at the slot files present, not at every slot', { timeout: 60_000 }, async () => {
+    // Before, status visited each of `limit` slots (one engine call each): limit 1e9 never returned.
+    const file = tmp.fresh('large')
+    const limit = 1e9
+    const a = await sema.tryAcquire(file, { limit })
+    const b = await sema.tryAcquire(file, { limit })
+    assert.ok(a.ok && b.ok)
+    const s = await sema.status(file, { limit })
+    assert.equal(s.holders, 2)
+    assert.equal(s.limit, limit)
+    assert.equal(s.locked, true)
+    assert.equal(s.info.pid, process.pid)
+    const w = await sema.wait(file, { limit, timeout: 0 })
+    assert.equal(w.ok, true, JSON.stringify(w.error))
+    for (const l of [a, b]) await l.value.release()
+    assert.equal((await sema.status(file, { limit })).holders, 0)
+    assert.deepEqual(tmp.left(file), [])
+  })
 })
 
 describe('the CLI: --limit', () => {

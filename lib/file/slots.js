@@ -288,8 +288,28 @@ async function slotFree(path, options) {
   const live = (p) => isLive(p, options)
   const wrong = await mismatch(base, options.limit, live)
   if (wrong) return wrong
-  for (let i = 0; i < options.limit; i++) if (!(await live(slotPath(base, i, options.limit)))) return { ok: true, value: true }
+  const taken = presentSlots(base, options.limit)
+  if (taken.length < options.limit) return { ok: true, value: true } // a slot has no file
+  for (const p of taken) if (!(await live(p))) return { ok: true, value: true }
   return { ok: true, value: false }
+}
+
+/**
+ * The slot files of `base` with `limit` that exist now, slot 0 (the base) first: only they can be taken, so status
+ * and wait() visit these and not every one of `limit` slots (limit may be up to 1e9: a visit of each never ended).
+ */
+function presentSlots(base, limit) {
+  const others = siblingSlots(base)
+    .filter((s) => s.limit === limit && s.index > 0 && s.index < limit)
+    .sort((a, b) => a.index - b.index)
+    .map((s) => s.path)
+  let baseExists = true
+  try {
+    fs.lstatSync(base)
+  } catch {
+    baseExists = false
+  }
+  return baseExists ? [base, ...others] : others
 }
 
 /**
@@ -300,10 +320,15 @@ async function slotFree(path, options) {
 async function statusSlots(target, path, options) {
   const limit = options.limit
   const base = nodePath.resolve(path)
-  const all = []
-  for (let i = 0; i < limit; i++) all.push(await statusMutex(target, slotPath(base, i, limit), { staleTimeout: options.staleTimeout }))
-  const held = all.filter((s) => s.locked)
-  return { ...all[0], locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
+  const statusOf = (p) => statusMutex(target, p, { staleTimeout: options.staleTimeout })
+  const first = await statusOf(base)
+  const held = first.locked ? [first] : []
+  for (const p of presentSlots(base, limit)) {
+    if (p === base) continue
+    const s = await statusOf(p)
+    if (s.locked) held.push(s)
+  }
+  return { ...first, locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
 }
 
 module.exports = { acquireSlot, slotFree, statusSlots, slotPath, siblingSlots, siblings, keepLive, waitFor, changes, ended, isLive }

@@ -5,7 +5,8 @@
 // on the JS thread, three ways:
 //   native     the binding alone: NativeLockFile#acquire + releaseHeldNow (what the JS layer adds nothing to);
 //   functions  `await acquire(p)` + `await lock.release()`;
-//   semaphore  `await sem.acquire()` + `sem.release()`.
+//   semaphore  `await sem.acquire()` + `sem.release()`;
+//   tokio, blocking  (not by default) one promise round trip through tokio / its blocking pool, no file call.
 // Each row: CPU µs per cycle of the JS thread (schedstat), median of `--runs` runs of `--n` cycles; the JS layer's
 // cost is a row minus `native`.
 //
@@ -37,6 +38,10 @@ function jsThreadNs() {
 }
 
 function cycleOf(kind, lockPath) {
+  // A promise from the binding resolved on tokio (every waiting acquire pays one), and one from the blocking pool
+  // (a release that may block, on a disk): the thread-hop part of the JS thread's cost, without any file call.
+  if (kind === 'tokio') return () => native.benchTokioRoundTrip()
+  if (kind === 'blocking') return () => native.benchBlockingRoundTrip()
   if (kind === 'native') {
     const file = new native.NativeLockFile(native.checkLockPath(lockPath, false).value, {
       ...engineOptions({ ...DEFAULT_CONFIG, fsync: false }),

@@ -55,8 +55,13 @@ class FileLock extends LockHandle {
     settle(this, held.id, true)
   }
 
-  async _release() {
-    const r = native.releaseHeldNow(this.#id) ?? (await native.releaseHeldAsync(this.#id))
+  /** The value, or a promise of it when the release runs off this thread (LockHandle#release awaits either). */
+  _release() {
+    const now = native.releaseHeldNow(this.#id)
+    return now === null ? native.releaseHeldAsync(this.#id).then((r) => this.#released(r)) : this.#released(now)
+  }
+
+  #released(r) {
     if (!r.ok) throw toLockError(r.error)
     handles.delete(this.#id)
     return r.value
@@ -68,7 +73,7 @@ class FileLock extends LockHandle {
 const OPTION_KEYS = ['staleTimeout', 'retryInterval', 'fsync', 'heartbeat', 'maxTagLength']
 const CACHE_MAX = 64
 /**
- * key → NativeLockFile; insertion order is recency (a hit moves the entry to the end). The one cache of lock files:
+ * key → {file: NativeLockFile, key, resolved: the absolute path}; insertion order is recency (a hit moves the entry to the end). The one cache of lock files:
  * each NativeLockFile alone owns its engine `LockFile` (the engine shares only the per-path FIFO between them).
  * Keyed here by the path as given, so that a hit costs no system call (the engine's key is the canonical path, a
  * `realpath` and a `statfs` away).
@@ -106,20 +111,37 @@ function openFile(path, options = {}, fresh = false) {
   if (key !== null && !fresh) {
     const hit = fileCache.get(key)
     if (hit) {
-      fileCache.delete(key)
-      fileCache.set(key, hit)
-      return { file: hit, key }
+      // Recency: moved to the end, unless it is there already (one lock used again and again: no Map churn).
+      if (key !== lastKey) {
+        fileCache.delete(key)
+        fileCache.set(key, hit)
+        lastKey = key
+      }
+      return hit
     }
   }
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { error: fileError(checked.error, path) }
   // The target API keeps a Lock handle per lock: it must hear of a release by path from another thread.
   const file = new native.NativeLockFile(checked.value, { ...engineOptions(config), keepForHandle: true })
+  // The absolute path, resolved once per entry (the key holds the working directory a relative path is taken in).
+  const opened = { file, key, resolved: nodePath.resolve(path) }
   if (key !== null) {
-    fileCache.set(key, file)
+    fileCache.delete(key) // a fresh open replacing an entry: at the end, as lastKey says
+    fileCache.set(key, opened)
+    lastKey = key
     if (fileCache.size > CACHE_MAX) fileCache.delete(fileCache.keys().next().value)
   }
-  return { file, key }
+  return opened
+}
+
+/** The key last put at the end of fileCache (the most recent), or null. */
+let lastKey = null
+
+/** Drops a cache entry (a failure it may owe to a changed file system: the next call checks the path afresh). */
+function forget(key) {
+  fileCache.delete(key)
+  if (lastKey === key) lastKey = null
 }
 
 /** Failures a cached handle may owe to a changed file system (a removed directory...): retried with a fresh check. */
@@ -140,10 +162,12 @@ function acquireFile(target, path, options = {}, how) {
 
 /** One lock file, as a mutex. */
 async function acquireMutex(target, path, options = {}, { wait }) {
-  let r = await acquireWith(openFile(path, options), options, wait, true)
+  let opened = openFile(path, options)
+  let r = await acquireWith(opened, options, wait, true)
   if (r.retry) {
-    fileCache.delete(r.retry)
-    r = await acquireWith(openFile(path, options, true), options, wait, false)
+    forget(r.retry)
+    opened = openFile(path, options, true)
+    r = await acquireWith(opened, options, wait, false)
   }
   if (r.failed) return r.failed
   if (!r.ok) {
@@ -154,7 +178,7 @@ async function acquireMutex(target, path, options = {}, { wait }) {
     return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }
   installExitHook()
-  return { ok: true, value: new FileLock(r.value, target, options.onLost, nodePath.resolve(path)) }
+  return { ok: true, value: new FileLock(r.value, target, options.onLost, opened.resolved) }
 }
 
 async function acquireWith({ file, key, error }, options, wait, mayRetry) {
@@ -193,7 +217,7 @@ async function releaseMutex(path, options = {}) {
   if (error) return { ok: false, error }
   let r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)
   if (!r.ok && key !== null && r.error.code !== ErrorCode.NOT_LOCKED && r.error.code !== ErrorCode.PERMISSION_DENIED) {
-    fileCache.delete(key)
+    forget(key)
     ;({ file, error } = openFile(path, {}, true))
     if (error) return { ok: false, error }
     r = await file.releaseAsAsync(Boolean(options.force), options.pid ?? undefined)

@@ -45,14 +45,22 @@ function settle(handle, id, fresh) {
 
 class FileLock extends LockHandle {
   #id
+  #path
 
   constructor(held, target, onLost, path) {
     super({ target, backend: 'file', pid: held.pid, timestamp: held.timestamp, tag: held.tag ?? undefined, token: held.token, onLost })
     this.#id = held.id
-    /** The absolute lock path (for release by path). */
-    Object.defineProperty(this, '_path', { value: path })
+    this.#path = path
     handles.set(held.id, this)
     settle(this, held.id, true)
+  }
+
+  /**
+   * The absolute lock path (for release by path), read-only and not enumerable. A getter, not an own property made
+   * with Object.defineProperty per lock (~100 ns more per acquisition).
+   */
+  get _path() {
+    return this.#path
   }
 
   /** The value, or a promise of it when the release runs off this thread (LockHandle#release awaits either). */

@@ -10,7 +10,7 @@
 // Each row: CPU µs per cycle of the JS thread (schedstat), median of `--runs` runs of `--n` cycles; the JS layer's
 // cost is a row minus `native`.
 //
-//   node bench/file-js-cost.js [--n=20000] [--runs=3] [--kind=native,functions,semaphore] [dir (default /dev/shm)]
+//   node bench/file-js-cost.js [--n=20000] [--runs=3] [--kind=native,functions,semaphore] [--fsync] [dir (default /dev/shm)]
 
 const fs = require('node:fs')
 const os = require('node:os')
@@ -29,6 +29,8 @@ const arg = (name, dflt) => {
 const N = Number(arg('n', 20_000))
 const RUNS = Number(arg('runs', 3))
 const KINDS = arg('kind', 'native,functions,semaphore').split(',')
+// --fsync (with a disk dir): the default durability, whose file calls run off the JS thread (two thread hops a cycle)
+const FSYNC = args.includes('--fsync')
 const base = args.find((a) => !a.startsWith('--')) ?? (fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir())
 const dir = fs.mkdtempSync(path.join(base, 'js-cost-'))
 
@@ -44,7 +46,7 @@ function cycleOf(kind, lockPath) {
   if (kind === 'blocking') return () => native.benchBlockingRoundTrip()
   if (kind === 'native') {
     const file = new native.NativeLockFile(native.checkLockPath(lockPath, false).value, {
-      ...engineOptions({ ...DEFAULT_CONFIG, fsync: false }),
+      ...engineOptions({ ...DEFAULT_CONFIG, fsync: FSYNC }),
       keepForHandle: true,
     })
     return async () => {
@@ -55,7 +57,7 @@ function cycleOf(kind, lockPath) {
     }
   }
   if (kind === 'functions') {
-    const options = { fsync: false }
+    const options = { fsync: FSYNC }
     return async () => {
       const r = await acquire(lockPath, options)
       if (!r.ok) throw new Error(r.error.message)
@@ -63,7 +65,7 @@ function cycleOf(kind, lockPath) {
     }
   }
   if (kind === 'semaphore') {
-    const sem = new Semaphore(lockPath, { fsync: false })
+    const sem = new Semaphore(lockPath, { fsync: FSYNC })
     return async () => {
       const r = await sem.acquire()
       if (!r.ok) throw new Error(r.error.message)

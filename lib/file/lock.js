@@ -114,17 +114,15 @@ function cacheKey(path, config) {
 
 /** Validated engine handle for a path, or a SemaphoreError. `fresh` skips the cache. */
 function openFile(path, options = {}, fresh = false) {
+  if (!fresh && last !== null && isLast(path, options)) return last.opened
   const config = configOf(options)
   const key = typeof path === 'string' ? cacheKey(path, config) : null
   if (key !== null && !fresh) {
     const hit = fileCache.get(key)
     if (hit) {
-      // Recency: moved to the end, unless it is there already (one lock used again and again: no Map churn).
-      if (key !== lastKey) {
-        fileCache.delete(key)
-        fileCache.set(key, hit)
-        lastKey = key
-      }
+      fileCache.delete(key) // recency: to the end
+      fileCache.set(key, hit)
+      remember(path, config, hit)
       return hit
     }
   }
@@ -135,21 +133,44 @@ function openFile(path, options = {}, fresh = false) {
   // The absolute path, resolved once per entry (the key holds the working directory a relative path is taken in).
   const opened = { file, key, resolved: nodePath.resolve(path) }
   if (key !== null) {
-    fileCache.delete(key) // a fresh open replacing an entry: at the end, as lastKey says
+    fileCache.delete(key) // a fresh open replacing an entry: at the end, the most recent
     fileCache.set(key, opened)
-    lastKey = key
+    remember(path, config, opened)
     if (fileCache.size > CACHE_MAX) fileCache.delete(fileCache.keys().next().value)
   }
   return opened
 }
 
-/** The key last put at the end of fileCache (the most recent), or null. */
-let lastKey = null
+/**
+ * The most recent entry of fileCache (its last) and what it was opened for: the same path and options again (one
+ * lock taken in a loop, the common case) find it without a config object, a key string and two Map operations
+ * (~0.75 µs a call, measured). Cleared when the entry leaves the cache.
+ */
+let last = null
+
+function remember(path, config, opened) {
+  const cwd = nodePath.isAbsolute(path) ? null : process.cwd()
+  last = { path, cwd, values: OPTION_KEYS.map((k) => config[k]), plain: config.plainFormat === true, opened }
+}
+
+/** Whether `path` and `options` have `last`'s key (the same comparison the key string makes: typeof and String). */
+function isLast(path, options) {
+  if (path !== last.path || (options[PLAIN_FORMAT] === true) !== last.plain) return false
+  if (last.cwd !== null && last.cwd !== process.cwd()) return false
+  for (let i = 0; i < OPTION_KEYS.length; i++) {
+    const k = OPTION_KEYS[i]
+    let v = options[k]
+    if (v === undefined || (v === null && !NULL_MEANS.has(k))) v = DEFAULT_CONFIG[k]
+    const was = last.values[i]
+    if (v !== was && (typeof v !== typeof was || String(v) !== String(was))) return false
+  }
+  return true
+}
 
 /** Drops a cache entry (a failure it may owe to a changed file system: the next call checks the path afresh). */
 function forget(key) {
   fileCache.delete(key)
-  if (lastKey === key) lastKey = null
+  if (last !== null && last.opened.key === key) last = null
 }
 
 /** Failures a cached handle may owe to a changed file system (a removed directory...): retried with a fresh check. */
@@ -171,13 +192,14 @@ function acquireFile(target, path, options = {}, how) {
 /** One lock file, as a mutex. */
 async function acquireMutex(target, path, options = {}, { wait }) {
   let opened = openFile(path, options)
-  let r = await acquireWith(opened, options, wait, true)
-  if (r.retry) {
-    forget(r.retry)
+  if (opened.error) return { ok: false, error: opened.error }
+  let r = await attempt(opened.file, options, wait)
+  if (!r.ok && opened.key !== null && unexpected(r.error)) {
+    forget(opened.key)
     opened = openFile(path, options, true)
-    r = await acquireWith(opened, options, wait, false)
+    if (opened.error) return { ok: false, error: opened.error }
+    r = await attempt(opened.file, options, wait)
   }
-  if (r.failed) return r.failed
   if (!r.ok) {
     if (r.error.code === ErrorCode.TIMEOUT) {
       const message = `Timeout waiting for lock after ${options.timeout}ms`
@@ -189,17 +211,18 @@ async function acquireMutex(target, path, options = {}, { wait }) {
   return { ok: true, value: new FileLock(r.value, target, options.onLost, opened.resolved) }
 }
 
-async function acquireWith({ file, key, error }, options, wait, mayRetry) {
-  if (error) return { failed: { ok: false, error } }
+/**
+ * One native acquire (wait) or attempt (no wait) on `file`: the native result, or a promise of it. A plain function
+ * handing back withAbort's value, not an async one: one promise and its ticks fewer per acquisition.
+ */
+function attempt(file, options, wait) {
   const tag = options.tag ?? undefined
   const ownerPid = options.pid ?? undefined
-  const r = wait
-    ? await withAbort(options.signal, (cancelId) =>
+  return wait
+    ? withAbort(options.signal, (cancelId) =>
         file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
       )
-    : await withAbort(options.signal, () => file.tryAcquireNow(tag, ownerPid) ?? file.tryAcquire(tag, ownerPid))
-  if (mayRetry && !r.ok && key !== null && unexpected(r.error)) return { retry: key }
-  return r
+    : withAbort(options.signal, () => file.tryAcquireNow(tag, ownerPid) ?? file.tryAcquire(tag, ownerPid))
 }
 
 /**

@@ -351,3 +351,41 @@ describe('waiting', () => {
     await r.value.release()
   })
 })
+
+describe('one target acquired again and again (the engine handle cached per path and options)', () => {
+  test('each acquire uses its own options: maxTagLength given, then absent, then given again', async () => {
+    const file = fresh('same-path-options')
+    for (const [options, tag] of [
+      [{ tag: 'abcdef', maxTagLength: 3 }, 'abc'],
+      [{ tag: 'abcdef' }, 'abcdef'],
+      [{ tag: 'abcdef', maxTagLength: 3 }, 'abc'],
+      [{ tag: 'abcdef', maxTagLength: null }, 'abcdef'],
+      [{ tag: 'abcdef', maxTagLength: 4 }, 'abcd'],
+    ]) {
+      const r = await sema.acquire(file, options)
+      assert.equal(r.ok, true, JSON.stringify(r.error))
+      assert.equal(u.readLockKeys(file).tag, tag, JSON.stringify(options))
+      assert.equal(await r.value.release(), true)
+    }
+    assert.deepEqual(left(file), [])
+  })
+
+  test('a relative path after process.chdir() is the file in the new working directory', async () => {
+    const a = path.dirname(fresh('chdir-a'))
+    const b = path.dirname(fresh('chdir-b'))
+    const cwd = process.cwd()
+    try {
+      for (const dir of [a, b, a]) {
+        process.chdir(dir)
+        const r = await sema.acquire('rel.lock', { tag: 'rel' })
+        assert.equal(r.ok, true, JSON.stringify(r.error))
+        assert.equal(u.readLockKeys(path.join(dir, 'rel.lock')).tag, 'rel', dir)
+        assert.equal(fs.existsSync(path.join(dir === a ? b : a, 'rel.lock')), false)
+        assert.equal(await r.value.release(), true)
+        assert.equal(fs.existsSync(path.join(dir, 'rel.lock')), false)
+      }
+    } finally {
+      process.chdir(cwd)
+    }
+  })
+})

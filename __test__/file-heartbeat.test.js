@@ -136,3 +136,62 @@ describe('loss while inside withLock', () => {
     assert.deepEqual(u.ls(path.dirname(file)), [])
   })
 })
+
+describe('lock.signal read for the first time after the lock ended', () => {
+  // The handle makes its AbortSignal on the first read (lib/lock-handle.js): what that read sees must be what an
+  // AbortSignal made at acquisition would show by then.
+  test('after a loss: already aborted, its reason the LockError LOCK_LOST that onLost got; the same signal on every read', { timeout: 10000, skip: u.WINE_DELETE }, async () => {
+    const file = fresh('lazy-signal-lost')
+    let onLost
+    const lostWith = new Promise((resolve) => (onLost = (lock, error) => resolve({ lock, error })))
+    const r = await sema.acquire(file, { heartbeat: HEARTBEAT, onLost })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    const lock = r.value
+    fs.unlinkSync(file)
+    const lost = await u.within(lostWith, 5000, 'onLost')
+    assert.equal(lost.lock, lock)
+    const signal = lock.signal // the first read
+    assert.ok(signal instanceof AbortSignal)
+    assert.equal(signal.aborted, true)
+    assert.equal(signal.reason, lost.error, 'the reason is the error onLost was given')
+    assert.ok(signal.reason instanceof sema.LockError)
+    assert.equal(signal.reason.code, 'LOCK_LOST')
+    assert.equal(lock.signal, signal, 'one signal per lock')
+    assert.throws(() => signal.throwIfAborted(), (e) => e === lost.error)
+    assert.equal(lock.released, true)
+    assert.equal(await lock.release(), false)
+    assert.deepEqual(u.ls(path.dirname(file)), [])
+  })
+
+  test('after a release: not aborted, also after a second release', { timeout: 10000 }, async () => {
+    const file = fresh('lazy-signal-released')
+    const r = await sema.acquire(file, { heartbeat: HEARTBEAT })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    assert.equal(await r.value.release(), true)
+    const signal = r.value.signal
+    assert.equal(signal.aborted, false)
+    assert.equal(signal.reason, undefined)
+    assert.equal(r.value.signal, signal)
+    assert.equal(await r.value.release(), false)
+    assert.equal(signal.aborted, false)
+  })
+
+  test('read before the loss: the abort event fires once, with the same reason a later first read would see', { timeout: 10000, skip: u.WINE_DELETE }, async () => {
+    const file = fresh('lazy-signal-early')
+    const r = await sema.acquire(file, { heartbeat: HEARTBEAT })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    let events = 0
+    const aborted = new Promise((resolve) =>
+      r.value.signal.addEventListener('abort', () => {
+        events++
+        resolve()
+      }),
+    )
+    fs.unlinkSync(file)
+    await u.within(aborted, 5000, 'lock.signal abort')
+    assert.equal(events, 1)
+    assert.equal(r.value.signal.reason.code, 'LOCK_LOST')
+    assert.equal(await r.value.release(), false)
+    assert.equal(events, 1)
+  })
+})

@@ -14,6 +14,7 @@ const path = require('node:path')
 const u = require('./helpers/file-util')
 const native = require('../lib/native')
 const { engineOptions, DEFAULT_CONFIG } = require('../lib/file/engine')
+const { settledAcquire } = require('../lib/file/settle')
 
 const tmp = u.testDir('binding-')
 const CODES = new Set(native.errorCodes())
@@ -85,7 +86,7 @@ describe('binding: one result shape for every fallible file call', () => {
     assert.equal(a.releaseAsProcess(false), null)
     assert.equal(a.releaseAsProcess(false).code, 'NOT_LOCKED')
 
-    const held = assertResult(await a.acquire('h', undefined, 1000, undefined), 'acquire')
+    const held = assertResult(await settledAcquire(a, 'h', undefined, 1000, undefined), 'acquire')
     assert.deepEqual(Object.keys(held.value).sort(), ['id', 'pid', 'tag', 'timestamp', 'token'])
     const listed = assertResult(await native.listLocks(tmp.dir, engineOptions(DEFAULT_CONFIG)), 'listLocks')
     assert.ok(listed.value.some((l) => l.path === file && l.state === 'held'), JSON.stringify(listed.value))
@@ -112,16 +113,33 @@ describe('binding: the fast synchronous paths have names of their own', () => {
     const busy = file.tryAcquire(undefined, undefined)
     assert.ok(busy instanceof Promise, 'tryAcquire(busy): a promise')
     assert.equal(assertResult(await busy, 'tryAcquire(busy)').error.code, 'ALREADY_LOCKED')
-    const timedOut = file.acquire(undefined, undefined, 0, undefined)
+    const timedOut = settledAcquire(file, undefined, undefined, 0, undefined)
     assert.ok(timedOut instanceof Promise, 'acquire(busy): a promise')
     assert.equal(assertResult(await timedOut, 'acquire(busy)').error.code, 'TIMEOUT')
     assert.equal((await releaseHeld(first.value.id)).value, true)
 
-    const taken = file.acquire('acq', undefined, undefined, undefined)
+    const taken = settledAcquire(file, 'acq', undefined, undefined, undefined)
     assert.ok(taken instanceof Promise, 'acquire(free): a promise, settled without a thread hop')
     const second = assertResult(await taken, 'acquire')
     assert.equal(second.value.tag, 'acq')
     assert.equal((await releaseHeld(second.value.id)).value, true)
+  })
+
+  test('acquire answers now where the attempt is short here, else null and settles through the thread\'s channel', async () => {
+    const short = lockFile(tmp.fresh(), { fsync: false })
+    const now = assertResult(short.acquire('now', undefined, undefined, undefined, 1), 'acquire(short)')
+    assert.equal(now.value.tag, 'now')
+    // The same lock busy: null now, the result later through the channel.
+    const later = settledAcquire(short, 'later', undefined, undefined, undefined)
+    assert.equal((await releaseHeld(now.value.id)).value, true)
+    const got = assertResult(await later, 'acquire(waited)')
+    assert.equal(got.value.tag, 'later')
+    assert.equal((await releaseHeld(got.value.id)).value, true)
+    // fsync on: on a disk the first attempt is made off this thread (null, then the channel); on tmpfs now.
+    const synced = lockFile(tmp.fresh(), { fsync: true })
+    const r = assertResult(await settledAcquire(synced, 'synced', undefined, undefined, undefined), 'acquire(fsync)')
+    assert.equal(r.value.tag, 'synced')
+    assert.equal((await releaseHeld(r.value.id)).value, true)
   })
 
   test('tryAcquireNow answers now where an attempt is short, never with a promise', async () => {

@@ -19,6 +19,7 @@ const path = require('node:path')
 const root = path.resolve(__dirname, '..')
 const native = require(path.join(root, 'lib', 'native'))
 const { engineOptions, DEFAULT_CONFIG } = require(path.join(root, 'lib', 'file', 'engine'))
+const { settledAcquire } = require(path.join(root, 'lib', 'file', 'settle'))
 const { Semaphore, acquire } = require(root)
 
 const args = process.argv.slice(2)
@@ -50,7 +51,7 @@ function cycleOf(kind, lockPath) {
       keepForHandle: true,
     })
     return async () => {
-      const r = await file.acquire(undefined, undefined, undefined, undefined)
+      const r = await settledAcquire(file, undefined, undefined, undefined, undefined)
       if (!r.ok) throw new Error(r.error.message)
       const done = native.releaseHeldNow(r.value.id) ?? (await native.releaseHeldAsync(r.value.id))
       if (!done.ok || !done.value) throw new Error('release failed')

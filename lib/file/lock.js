@@ -12,6 +12,7 @@ const { withAbort } = require('../abort')
 const { onLockEnded } = require('../losses')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
 const { ErrorCode } = require('../codes')
+const { settledAcquire } = require('./settle')
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
@@ -220,7 +221,7 @@ function attempt(file, options, wait) {
   const ownerPid = options.pid ?? undefined
   return wait
     ? withAbort(options.signal, (cancelId) =>
-        file.acquire(tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
+        settledAcquire(file, tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
       )
     : withAbort(options.signal, () => file.tryAcquireNow(tag, ownerPid) ?? file.tryAcquire(tag, ownerPid))
 }

@@ -9,6 +9,7 @@ const { semaphoreError, fileError, failure, toLockError, holderFacts, invalidArg
 const { withAbort } = require('../abort')
 const { validate, one, asFailure, CONFIG, SEMATS_ACQUIRE, SEMATS_INFO } = require('../validate')
 const { DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook } = require('./engine')
+const { settledAcquire } = require('./settle')
 
 // ─── format helpers ───
 
@@ -132,7 +133,7 @@ class Semaphore {
 
   async #acquire(tag, ownerPid, timeout, signal) {
     const r = await withAbort(signal, (cancelId) =>
-      this.#file.acquire(tag, ownerPid, acquireTimeoutMs(timeout) ?? undefined, cancelId ?? undefined),
+      settledAcquire(this.#file, tag, ownerPid, acquireTimeoutMs(timeout) ?? undefined, cancelId ?? undefined),
     )
     if (!r.ok) {
       if (r.error.code === ErrorCode.TIMEOUT) {

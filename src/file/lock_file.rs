@@ -4,13 +4,14 @@
 
 use std::path::PathBuf;
 
-use napi::bindgen_prelude::{Either, PromiseRaw};
+use napi::bindgen_prelude::{spawn, spawn_blocking, Either, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
 use sema_core::lockfile::{self, AcquireNow, LockError, LockFile, Observation};
 
 use super::held::{acquired, start};
 use super::pool::off_thread;
+use super::settle::settler;
 use super::values::{
     engine_options, ms, request, NativeFileOptions, NativeHeld, NativeLockInfo, NativeObservation,
     NativeStatus,
@@ -94,44 +95,61 @@ impl NativeLockFile {
         off_thread(env, move || acquired(start(file.try_acquire(&req), claim)))
     }
 
-    /// Acquires, waiting on the tokio pool: file-system events, `retryInterval` polling, the timeout (`null` =
-    /// forever, 0 = one attempt) and the cancel id (from `newCancelId`). Takes its place in the in-process FIFO
-    /// queue during this call, so waiters of one process are served in call order.
+    /// Acquires: file-system events, `retryInterval` polling, the timeout (`null` = forever, 0 = one attempt) and
+    /// the cancel id (from `newCancelId`). Takes its place in the in-process FIFO queue during this call, so
+    /// waiters of one process are served in call order.
     ///
-    /// The uncontended case is decided on the calling thread when the file calls are short (memory file system,
-    /// or local with fsync off; see `LockFile::acquire_now`): the promise comes back already settled, saving two
-    /// thread hops. Not a synchronous `acquireNow` beside it: an attempt that finds the lock busy has taken a
-    /// place in the lines (the in-process turn, the cross-process queue) that only the wait started here can
-    /// keep; handed back to JS as "go async", it would be dropped and taken again.
+    /// Answers the result when it is decided on the calling thread (the file calls are short there: memory file
+    /// system, or local with fsync off; see `LockFile::acquire_now`), else `null`: the result then comes through
+    /// this thread's file settler (`setFileSettler`) as `{ id: settleId, result }`. Where the first attempt is
+    /// not short (fsync on a disk) and this caller may make it at once, it is made on the blocking pool, which
+    /// answers JS itself: two thread hops, as a Node `fs` call makes. A wait runs on the tokio runtime. Not a
+    /// synchronous `acquireNow` beside it: an attempt that finds the lock busy has taken a place in the lines
+    /// (the in-process turn, the cross-process queue) that only the wait started here can keep.
     #[napi]
-    pub fn acquire<'env>(
+    pub fn acquire(
         &self,
-        env: &'env Env,
         tag: Option<String>,
         owner_pid: Option<u32>,
         timeout_ms: Option<f64>,
         cancel_id: Option<u32>,
-    ) -> napi::Result<PromiseRaw<'env, NativeResult<NativeHeld>>> {
+        settle_id: u32,
+    ) -> napi::Result<Option<NativeResult<NativeHeld>>> {
         let req = request(tag, owner_pid);
-        let cancelled = cancel_id.map(cancel_token);
-        let tried = if cancelled.as_ref().is_some_and(|c| c.is_cancelled()) {
+        let claim = self.claim;
+        let Some(settler) = settler(settle_id, claim) else {
+            return Err(napi::Error::from_reason(
+                "acquire: setFileSettler was not called on this thread",
+            ));
+        };
+        let cancel = cancel_id.map(cancel_token).unwrap_or_default();
+        let timeout = timeout_ms.map(ms);
+        let tried = if cancel.is_cancelled() {
             None
-        } else {
+        } else if self.inner.attempts_are_short() {
             match self.inner.acquire_now(&req) {
-                AcquireNow::Done(r) => {
-                    return PromiseRaw::resolve(env, acquired(start(r, self.claim)))
-                }
+                AcquireNow::Done(r) => return Ok(Some(acquired(start(r, claim)))),
                 AcquireNow::Wait(tried) => Some(tried),
             }
+        } else {
+            match self.inner.claim_now() {
+                Err(tried) => Some(tried),
+                Ok(claimed) => {
+                    let file = self.inner.clone();
+                    spawn_blocking(move || match claimed.attempt(&file, &req) {
+                        AcquireNow::Done(r) => settler.settle(r),
+                        AcquireNow::Wait(tried) => {
+                            let wait = file.acquire_in_order(req, timeout, cancel, Some(tried));
+                            spawn(async move { settler.settle(wait.await) });
+                        }
+                    });
+                    return Ok(None);
+                }
+            }
         };
-        let fut = self.inner.acquire_in_order(
-            req,
-            timeout_ms.map(ms),
-            cancelled.unwrap_or_default(),
-            tried,
-        );
-        let claim = self.claim;
-        env.spawn_future(async move { Ok(acquired(start(fut.await, claim))) })
+        let wait = self.inner.acquire_in_order(req, timeout, cancel, tried);
+        spawn(async move { settler.settle(wait.await) });
+        Ok(None)
     }
 
     #[napi]

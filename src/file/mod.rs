@@ -25,4 +25,5 @@ mod held;
 mod lock_file;
 mod observe;
 mod pool;
+mod settle;
 mod values;

@@ -137,19 +137,48 @@ impl LockFile {
         if !self.attempts_are_short() {
             return AcquireNow::Wait(Tried::nothing());
         }
+        match self.claim_now() {
+            Ok(claimed) => claimed.attempt(self, req),
+            Err(tried) => AcquireNow::Wait(tried),
+        }
+    }
+
+    /// The part of [`LockFile::acquire_now`] that keeps call order, for a caller that must not
+    /// block where attempts are not short: on the calling thread, the in-process turn and the
+    /// place in the cross-process line (no file I/O but the line's). `Ok` = this caller may
+    /// attempt at once: [`Claimed::attempt`] on a thread that may block. `Err` = it must wait:
+    /// pass the `Tried` to [`LockFile::acquire_in_order`] (the turn and the place are in it).
+    pub fn claim_now(&self) -> Result<Claimed, Tried> {
         let Ok(turn) = self.fifo.clone().try_acquire_owned() else {
-            return AcquireNow::Wait(Tried::nothing());
+            return Err(Tried::nothing());
         };
         // Waiting processes go first: the place taken in their line is handed on to the wait.
         let place = queue::existing(&self.key).map(|q| q.join());
         if place.as_ref().is_some_and(|t| !t.is_head()) {
-            return AcquireNow::Wait(Tried {
+            return Err(Tried {
                 attempted: false,
                 place,
                 turn: Some(turn),
             });
         }
-        match self.attempt(req, false, self.syncs(), &mut None) {
+        Ok(Claimed { turn, place })
+    }
+}
+
+/// The in-process turn and the head's place (if the lock has a line) taken by
+/// [`LockFile::claim_now`]: the first attempt is this caller's to make, on any thread.
+pub struct Claimed {
+    /// Declared before `turn`, as in [`Tried`].
+    place: Option<Place>,
+    turn: OwnedSemaphorePermit,
+}
+
+impl Claimed {
+    /// The first attempt of `file` (made with its syncs: blocking): `Done` when won or failed
+    /// for good, else `Wait` with the turn and the place for [`LockFile::acquire_in_order`].
+    pub fn attempt(self, file: &LockFile, req: &AcquireRequest) -> AcquireNow {
+        let Claimed { place, turn } = self;
+        match file.attempt(req, false, file.syncs(), &mut None) {
             Ok(held) => {
                 held.keep_turn(turn);
                 AcquireNow::Done(Ok(held))
@@ -162,7 +191,9 @@ impl LockFile {
             Err(AttemptError::Failed(e)) => AcquireNow::Done(Err(e)),
         }
     }
+}
 
+impl LockFile {
     /// [`LockFile::acquire`] that takes its place in the in-process FIFO NOW, on the calling
     /// thread (no file I/O happens here), instead of when the returned future is first polled:
     /// callers that spawn the future on a multi-threaded runtime keep their call order. After

@@ -85,7 +85,7 @@ mod watch;
 
 #[doc(hidden)]
 pub use acquire::blocking_attempt_count;
-pub use acquire::{AcquireNow, Tried};
+pub use acquire::{AcquireNow, Claimed, Tried};
 pub use error::{Holder, LockError};
 pub use format::{
     is_js_whitespace, js_trim, parse_js_int, parse_lock_info, parse_sema_lock_info,

@@ -282,7 +282,7 @@ describe('limit: N on a lock file', () => {
     assert.deepEqual(tmp.left(file), [])
   })
 
-  test('a large limit: status and wait() look at the slot files present, not at every slot', { timeout: 60_000 }, async () => {
+  test('a large limit: status, wait() and release by path look at the slot files present, not at every slot', { timeout: 60_000 }, async () => {
     // Before, status visited each of `limit` slots (one engine call each): limit 1e9 never returned.
     const file = tmp.fresh('large')
     const limit = 1e9
@@ -296,7 +296,10 @@ describe('limit: N on a lock file', () => {
     assert.equal(s.info.pid, process.pid)
     const w = await sema.wait(file, { limit, timeout: 0 })
     assert.equal(w.ok, true, JSON.stringify(w.error))
-    for (const l of [a, b]) await l.value.release()
+    assert.equal((await sema.release(file, { limit })).ok, true, 'release by path: the first slot that is released')
+    assert.equal((await sema.status(file, { limit })).holders, 1)
+    await b.value.release()
+    assert.equal((await sema.release(file, { limit })).error.type, 'NOT_LOCKED', 'nothing left to release')
     assert.equal((await sema.status(file, { limit })).holders, 0)
     assert.deepEqual(tmp.left(file), [])
   })

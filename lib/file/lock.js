@@ -234,11 +234,13 @@ async function releaseFile(path, options = {}) {
   const shared = await require('./shared').releaseSharedByPath(path, options)
   if (shared) return shared
   if (options.limit == null) return releaseMutex(path, options)
-  const { slotPath } = require('./slots')
+  const { presentSlots } = require('./slots')
   const base = nodePath.resolve(path)
+  // Only the slot files there now can be released: a visit of each of `limit` slots (up to 1e9) never ended.
+  const present = presentSlots(base, options.limit)
   let r
-  for (let i = 0; i < options.limit; i++) {
-    r = await releaseMutex(slotPath(base, i, options.limit), options)
+  for (const slot of present.length > 0 ? present : [base]) {
+    r = await releaseMutex(slot, options)
     if (r.ok || (r.error.type !== ErrorCode.NOT_LOCKED && r.error.type !== ErrorCode.PERMISSION_DENIED)) return r
   }
   return r

@@ -331,4 +331,4 @@ async function statusSlots(target, path, options) {
   return { ...first, locked: held.length > 0, info: held[0]?.info ?? null, holders: held.length, limit }
 }
 
-module.exports = { acquireSlot, slotFree, statusSlots, slotPath, siblingSlots, siblings, keepLive, waitFor, changes, ended, isLive }
+module.exports = { acquireSlot, slotFree, statusSlots, slotPath, presentSlots, siblingSlots, siblings, keepLive, waitFor, changes, ended, isLive }

@@ -22,17 +22,21 @@ const { engineOptions, DEFAULT_CONFIG } = require(path.join(root, 'lib', 'file',
 const { settledAcquire } = require(path.join(root, 'lib', 'file', 'settle'))
 const { Semaphore, acquire } = require(root)
 
-const args = process.argv.slice(2)
-const arg = (name, dflt) => {
-  const a = args.find((x) => x.startsWith(`--${name}=`))
-  return a ? a.slice(name.length + 3) : dflt
-}
-const N = Number(arg('n', 20_000))
-const RUNS = Number(arg('runs', 3))
-const KINDS = arg('kind', 'native,functions,semaphore').split(',')
-// --fsync (with a disk dir): the default durability, whose file calls run off the JS thread (two thread hops a cycle)
-const FSYNC = args.includes('--fsync')
-const base = args.find((a) => !a.startsWith('--')) ?? (fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir())
+const { values: opts, positionals } = require('node:util').parseArgs({
+  allowPositionals: true,
+  options: {
+    n: { type: 'string', default: '20000' },
+    runs: { type: 'string', default: '3' },
+    kind: { type: 'string', default: 'native,functions,semaphore' },
+    // with a disk dir: the default durability, whose file calls run off the JS thread (two thread hops a cycle)
+    fsync: { type: 'boolean', default: false },
+  },
+})
+const N = Number(opts.n)
+const RUNS = Number(opts.runs)
+const KINDS = opts.kind.split(',')
+const FSYNC = opts.fsync
+const base = positionals[0] ?? (fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir())
 const dir = fs.mkdtempSync(path.join(base, 'js-cost-'))
 
 /** CPU ns on a CPU so far of this (the JS) thread. */

@@ -16,6 +16,9 @@ const native = require('../lib/native')
 const { engineOptions, DEFAULT_CONFIG } = require('../lib/file/engine')
 const { settledAcquire } = require('../lib/file/settle')
 
+/** statfs f_type of a memory file system. */
+const TMPFS_MAGIC = 0x01021994
+
 const tmp = u.testDir('binding-')
 const CODES = new Set(native.errorCodes())
 
@@ -103,7 +106,7 @@ describe('binding: one result shape for every fallible file call', () => {
 })
 
 describe('binding: the fast synchronous paths have names of their own', () => {
-  test('tryAcquire and acquire return a promise even where the attempt is decided on the calling thread', async () => {
+  test('tryAcquire returns a promise even where the attempt is decided on the calling thread', async () => {
     // fsync off on a local file system (or any fsync on a memory one): attempts are short here.
     const file = lockFile(tmp.fresh(), { fsync: false })
     const tried = file.tryAcquire('try', undefined)
@@ -118,16 +121,15 @@ describe('binding: the fast synchronous paths have names of their own', () => {
     assert.equal(assertResult(await timedOut, 'acquire(busy)').error.code, 'TIMEOUT')
     assert.equal((await releaseHeld(first.value.id)).value, true)
 
-    const taken = settledAcquire(file, 'acq', undefined, undefined, undefined)
-    assert.ok(taken instanceof Promise, 'acquire(free): a promise, settled without a thread hop')
-    const second = assertResult(await taken, 'acquire')
+    const second = assertResult(await settledAcquire(file, 'acq', undefined, undefined, undefined), 'acquire')
     assert.equal(second.value.tag, 'acq')
     assert.equal((await releaseHeld(second.value.id)).value, true)
   })
 
   test('acquire answers now where the attempt is short here, else null and settles through the thread\'s channel', async () => {
     const short = lockFile(tmp.fresh(), { fsync: false })
-    const now = assertResult(short.acquire('now', undefined, undefined, undefined, 1), 'acquire(short)')
+    const unused = new native.NativeFileSettler(() => assert.fail('nothing to settle: decided now'))
+    const now = assertResult(short.acquire('now', undefined, undefined, undefined, unused, 1), 'acquire(short)')
     assert.equal(now.value.tag, 'now')
     // The same lock busy: null now, the result later through the channel.
     const later = settledAcquire(short, 'later', undefined, undefined, undefined)
@@ -135,11 +137,51 @@ describe('binding: the fast synchronous paths have names of their own', () => {
     const got = assertResult(await later, 'acquire(waited)')
     assert.equal(got.value.tag, 'later')
     assert.equal((await releaseHeld(got.value.id)).value, true)
-    // fsync on: on a disk the first attempt is made off this thread (null, then the channel); on tmpfs now.
-    const synced = lockFile(tmp.fresh(), { fsync: true })
-    const r = assertResult(await settledAcquire(synced, 'synced', undefined, undefined, undefined), 'acquire(fsync)')
+    // fsync on: on a disk the first attempt is not short, so it is made off this thread (null, then the channel);
+    // on a memory file system (the suite's tmpfs pass) fsync does nothing and the answer comes now.
+    const syncedPath = tmp.fresh()
+    const memory = fs.statfsSync(path.dirname(syncedPath)).type === TMPFS_MAGIC
+    const synced = lockFile(syncedPath, { fsync: true })
+    let settle
+    const settled = new Promise((resolve) => {
+      settle = resolve
+    })
+    const channel = new native.NativeFileSettler(settle)
+    channel.keepAlive(true)
+    const answer = synced.acquire('synced', undefined, undefined, undefined, channel, 7)
+    let r
+    if (memory) {
+      r = assertResult(answer, 'acquire(fsync, tmpfs)')
+    } else {
+      assert.equal(answer, null, 'a disk with fsync: decided off the JS thread')
+      const s = await settled
+      assert.equal(s.id, 7)
+      r = assertResult(s.result, 'acquire(fsync, disk)')
+    }
+    channel.keepAlive(false)
     assert.equal(r.value.tag, 'synced')
     assert.equal((await releaseHeld(r.value.id)).value, true)
+  })
+
+  test('two copies of the JS layer in one thread each hear their own waits (a channel per module instance)', async () => {
+    // Before, the channel was the thread's: the copy loaded second took it over, and a wait of the first copy
+    // settled into the second's table (never resolved).
+    const settlePath = require.resolve('../lib/file/settle')
+    const first = require(settlePath)
+    delete require.cache[settlePath]
+    const second = require(settlePath)
+    assert.notEqual(first, second)
+    const file = lockFile(tmp.fresh(), { fsync: false })
+    const held = assertResult(await first.settledAcquire(file, 'holder', undefined, undefined, undefined), 'holder')
+    const a = first.settledAcquire(file, 'a', undefined, undefined, undefined)
+    const b = second.settledAcquire(file, 'b', undefined, undefined, undefined)
+    assert.equal((await releaseHeld(held.value.id)).value, true)
+    const got = assertResult(await a, 'first copy')
+    assert.equal(got.value.tag, 'a')
+    assert.equal((await releaseHeld(got.value.id)).value, true)
+    const got2 = assertResult(await b, 'second copy')
+    assert.equal(got2.value.tag, 'b')
+    assert.equal((await releaseHeld(got2.value.id)).value, true)
   })
 
   test('tryAcquireNow answers now where an attempt is short, never with a promise', async () => {

@@ -11,7 +11,7 @@ use sema_core::lockfile::{self, AcquireNow, LockError, LockFile, Observation};
 
 use super::held::{acquired, start};
 use super::pool::off_thread;
-use super::settle::settler;
+use super::settle::NativeFileSettler;
 use super::values::{
     engine_options, ms, request, NativeFileOptions, NativeHeld, NativeLockInfo, NativeObservation,
     NativeStatus,
@@ -101,7 +101,7 @@ impl NativeLockFile {
     ///
     /// Answers the result when it is decided on the calling thread (the file calls are short there: memory file
     /// system, or local with fsync off; see `LockFile::acquire_now`), else `null`: the result then comes through
-    /// this thread's file settler (`setFileSettler`) as `{ id: settleId, result }`. Where the first attempt is
+    /// `settler`'s channel as `{ id: settleId, result }`. Where the first attempt is
     /// not short (fsync on a disk) and this caller may make it at once, it is made on the blocking pool, which
     /// answers JS itself: two thread hops, as a Node `fs` call makes. A wait runs on the tokio runtime. Not a
     /// synchronous `acquireNow` beside it: an attempt that finds the lock busy has taken a place in the lines
@@ -113,22 +113,21 @@ impl NativeLockFile {
         owner_pid: Option<u32>,
         timeout_ms: Option<f64>,
         cancel_id: Option<u32>,
+        settler: &NativeFileSettler,
         settle_id: u32,
-    ) -> napi::Result<Option<NativeResult<NativeHeld>>> {
+    ) -> Option<NativeResult<NativeHeld>> {
         let req = request(tag, owner_pid);
         let claim = self.claim;
-        let Some(settler) = settler(settle_id, claim) else {
-            return Err(napi::Error::from_reason(
-                "acquire: setFileSettler was not called on this thread",
-            ));
-        };
+        // Made only where the result goes through the channel: a settler dropped unused reports
+        // a failure there.
+        let settle = || settler.settler(settle_id, claim);
         let cancel = cancel_id.map(cancel_token).unwrap_or_default();
         let timeout = timeout_ms.map(ms);
         let tried = if cancel.is_cancelled() {
             None
         } else if self.inner.attempts_are_short() {
             match self.inner.acquire_now(&req) {
-                AcquireNow::Done(r) => return Ok(Some(acquired(start(r, claim)))),
+                AcquireNow::Done(r) => return Some(acquired(start(r, claim))),
                 AcquireNow::Wait(tried) => Some(tried),
             }
         } else {
@@ -136,20 +135,29 @@ impl NativeLockFile {
                 Err(tried) => Some(tried),
                 Ok(claimed) => {
                     let file = self.inner.clone();
-                    spawn_blocking(move || match claimed.attempt(&file, &req) {
-                        AcquireNow::Done(r) => settler.settle(r),
-                        AcquireNow::Wait(tried) => {
-                            let wait = file.acquire_in_order(req, timeout, cancel, Some(tried));
-                            spawn(async move { settler.settle(wait.await) });
+                    let settler = settle();
+                    spawn_blocking(move || {
+                        // Aborted before this thread got to it: no attempt, as a wait checks first.
+                        if cancel.is_cancelled() {
+                            drop(claimed);
+                            return settler.settle(Err(LockError::Aborted));
+                        }
+                        match claimed.attempt(&file, &req) {
+                            AcquireNow::Done(r) => settler.settle(r),
+                            AcquireNow::Wait(tried) => {
+                                let wait = file.acquire_in_order(req, timeout, cancel, Some(tried));
+                                spawn(async move { settler.settle(wait.await) });
+                            }
                         }
                     });
-                    return Ok(None);
+                    return None;
                 }
             }
         };
         let wait = self.inner.acquire_in_order(req, timeout, cancel, tried);
+        let settler = settle();
         spawn(async move { settler.settle(wait.await) });
-        Ok(None)
+        None
     }
 
     #[napi]

@@ -1,16 +1,18 @@
-//! One completion channel per JS thread for file acquisitions made off it (`setFileSettler`):
-//! an acquisition that cannot be decided on the JS thread answers an id, and its result comes
-//! later as `callback({ id, result })`, sent straight from the thread that decided it (a
+//! A completion channel for file acquisitions made off the JS thread ([`NativeFileSettler`], one
+//! per JS thread and module instance): an acquisition that cannot be decided on the JS thread
+//! answers `null`, and its result comes later as `callback({ id, result })`, sent straight from
+//! the thread that decided it (a
 //! blocking-pool thread for the first attempt, a tokio worker for a wait). One threadsafe
 //! function per JS thread, not one per call, and no tokio worker between a blocking first
 //! attempt and JS: with `fsync` on a disk an uncontended `acquire` hops JS → pool → JS, as a
 //! Node `fs` call does, instead of JS → worker → `block_in_place` → JS.
 //!
-//! The channel keeps the process alive only while an acquisition of its thread is pending
-//! (`fileSettlerRef(true)` from JS when the first starts, `false` when the last ends): an idle
-//! channel never holds Node open.
+//! The channel keeps the process alive only while an acquisition given it is pending
+//! (`keepAlive(true)` from JS when the first starts, `false` when the last ends): an idle channel
+//! never holds Node open. A channel per module instance, not per thread: two copies of the JS
+//! layer in one thread (a cleared require cache, two installs loading one binary) each hear
+//! their own acquisitions.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::Function;
@@ -34,44 +36,59 @@ pub struct NativeFileSettle {
 
 type Channel = ThreadsafeFunction<NativeFileSettle, (), NativeFileSettle, Status, false, true>;
 
-thread_local! {
-    /// This JS thread's channel (set once by lib/file/settle.js when it loads).
-    static CHANNEL: RefCell<Option<Arc<Channel>>> = const { RefCell::new(None) };
-}
-
-/// Sets this JS thread's channel: `callback({ id, result })` runs on this thread for each
-/// acquisition that answered an id. Weak until `fileSettlerRef(true)`.
-#[napi(ts_args_type = "callback: (settled: NativeFileSettle) => void")]
-pub fn set_file_settler(callback: Function<NativeFileSettle, ()>) -> napi::Result<()> {
-    let channel = callback
-        .build_threadsafe_function()
-        .weak::<true>()
-        .callee_handled::<false>()
-        .build()?;
-    CHANNEL.with(|c| *c.borrow_mut() = Some(Arc::new(channel)));
-    Ok(())
-}
-
-/// Whether this thread's channel keeps the process alive: `true` while an acquisition of this
-/// thread is pending, `false` when none is (called by JS on the JS thread).
+/// A completion channel (lib/file/settle.js makes one per JS thread and module instance):
+/// `callback({ id, result })` runs on the thread that made it, for each acquisition given this
+/// channel that answered `null`. Weak until `keepAlive(true)`.
 #[napi]
-pub fn file_settler_ref(env: Env, keep_alive: bool) {
-    CHANNEL.with(|c| {
-        let c = c.borrow();
-        let Some(channel) = c.as_ref().filter(|ch| !ch.aborted()) else {
+pub struct NativeFileSettler {
+    channel: Arc<Channel>,
+}
+
+#[napi]
+impl NativeFileSettler {
+    #[napi(
+        constructor,
+        ts_args_type = "callback: (settled: NativeFileSettle) => void"
+    )]
+    pub fn new(callback: Function<NativeFileSettle, ()>) -> napi::Result<Self> {
+        let channel = callback
+            .build_threadsafe_function()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        Ok(NativeFileSettler {
+            channel: Arc::new(channel),
+        })
+    }
+
+    /// Whether the channel keeps the process alive: `true` while an acquisition given it is
+    /// pending, `false` when none is (called on its JS thread).
+    #[napi]
+    pub fn keep_alive(&self, env: Env, keep_alive: bool) {
+        if self.channel.aborted() {
             return;
-        };
-        // SAFETY: `channel` was made on this JS thread (a thread-local) for this thread's env,
-        // which is alive (JS is calling), and it is not aborted, so its raw handle is live;
-        // ref/unref only set the flag of its libuv handle, on the loop's own thread.
+        }
+        // SAFETY: a JS object is only used on the JS thread that made it, so `env` is the env
+        // the channel was made for, alive (JS is calling); the channel is not aborted, so its raw
+        // handle is live. Ref/unref only set the flag of its libuv handle, on the loop's thread.
         unsafe {
             if keep_alive {
-                napi::sys::napi_ref_threadsafe_function(env.raw(), channel.raw());
+                napi::sys::napi_ref_threadsafe_function(env.raw(), self.channel.raw());
             } else {
-                napi::sys::napi_unref_threadsafe_function(env.raw(), channel.raw());
+                napi::sys::napi_unref_threadsafe_function(env.raw(), self.channel.raw());
             }
         }
-    })
+    }
+
+    /// The way back of the acquisition `id` made for `claim`'s thread.
+    pub fn settler(&self, id: u32, claim: owner::Claim) -> Settler {
+        Settler {
+            channel: self.channel.clone(),
+            id,
+            claim,
+            sent: false,
+        }
+    }
 }
 
 /// A pending acquisition's way back to its JS thread.
@@ -79,19 +96,21 @@ pub struct Settler {
     channel: Arc<Channel>,
     id: u32,
     claim: owner::Claim,
-}
-
-/// The channel of the calling JS thread for the acquisition `id`; `None` when JS has not set it.
-pub fn settler(id: u32, claim: owner::Claim) -> Option<Settler> {
-    CHANNEL
-        .with(|c| c.borrow().clone())
-        .map(|channel| Settler { channel, id, claim })
+    /// The result was sent: a settler dropped before that (a panic, the runtime shutting down)
+    /// sends a failure instead, so that no promise waits forever with the channel keeping Node
+    /// alive.
+    sent: bool,
 }
 
 impl Settler {
     /// Gives the result to the JS thread (the lock started for it first). A lock its thread can
     /// no longer be told of (the thread exited meanwhile) is released at once.
-    pub fn settle(self, r: Result<HeldLock, LockError>) {
+    pub fn settle(mut self, r: Result<HeldLock, LockError>) {
+        self.send(r);
+    }
+
+    fn send(&mut self, r: Result<HeldLock, LockError>) {
+        self.sent = true;
         let result = acquired(start(r, self.claim));
         let id = match &result.0 {
             Ok(NativeHeld { id, .. }) => Some(*id as u64),
@@ -108,6 +127,18 @@ impl Settler {
             if let Some(held) = id.and_then(lockfile::held_lock_by_id) {
                 let _ = held.release();
             }
+        }
+    }
+}
+
+impl Drop for Settler {
+    fn drop(&mut self) {
+        if !self.sent {
+            let why = std::io::Error::other("the acquisition ended without a result");
+            self.send(Err(LockError::Io {
+                context: "Failed to create lock".into(),
+                source: why,
+            }));
         }
     }
 }

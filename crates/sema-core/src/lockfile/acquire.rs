@@ -47,6 +47,10 @@ pub struct Tried {
     /// The in-process turn taken by the attempt, kept_turn so that no other waiter of this process
     /// (another thread, a worker_thread) can take it between the attempt and the wait.
     pub(super) turn: Option<OwnedSemaphorePermit>,
+    /// The file the attempt built (with `fsync`, its content already on the disk) and could not
+    /// link: the wait's next attempt links it instead of building and syncing another.
+    /// Boxed: it would make `Tried` (an `Err` of `claim_now`) large.
+    pub(super) prepared: Option<Box<Prepared>>,
 }
 
 impl Tried {
@@ -55,6 +59,7 @@ impl Tried {
             attempted: false,
             place: None,
             turn: None,
+            prepared: None,
         }
     }
 }
@@ -159,6 +164,7 @@ impl LockFile {
                 attempted: false,
                 place,
                 turn: Some(turn),
+                prepared: None,
             });
         }
         Ok(Claimed { turn, place })
@@ -177,8 +183,11 @@ impl Claimed {
     /// The first attempt of `file` (made with its syncs: blocking): `Done` when won or failed
     /// for good, else `Wait` with the turn and the place for [`LockFile::acquire_in_order`].
     pub fn attempt(self, file: &LockFile, req: &AcquireRequest) -> AcquireNow {
-        let Claimed { place, turn } = self;
-        match file.attempt(req, false, file.syncs(), &mut None) {
+        // `turn` bound first: locals drop in reverse order, so on a failure `place` leaves the
+        // line before the turn is given up, as when a `Tried` or a `Claimed` is dropped whole.
+        let Claimed { turn, place } = self;
+        let mut prepared = None;
+        match file.attempt(req, false, file.syncs(), &mut prepared) {
             Ok(held) => {
                 held.keep_turn(turn);
                 AcquireNow::Done(Ok(held))
@@ -187,6 +196,7 @@ impl Claimed {
                 attempted: true,
                 place,
                 turn: Some(turn),
+                prepared: prepared.map(Box::new),
             }),
             Err(AttemptError::Failed(e)) => AcquireNow::Done(Err(e)),
         }
@@ -255,9 +265,9 @@ impl LockFile {
             )
         };
         // `tried` counts only if the turn was free at once (no other waiter went first since).
-        let (tried, tried_place) = match tried {
-            Some(t) if matches!(first, Poll::Ready(Ok(_))) => (t.attempted, t.place),
-            _ => (false, None),
+        let (tried, tried_place, tried_prepared) = match tried {
+            Some(t) if matches!(first, Poll::Ready(Ok(_))) => (t.attempted, t.place, t.prepared),
+            _ => (false, None, None),
         };
         let turn = match first {
             Poll::Ready(Ok(p)) => p,
@@ -291,7 +301,7 @@ impl LockFile {
 
         // First attempt without registering for events: the uncontended fast path. A file
         // prepared for it and not linked is kept_turn for the next attempts.
-        let mut prepared = None;
+        let mut prepared = tried_prepared.map(|p| *p);
         // Cleared when this file system has no unnamed files to prepare ahead.
         let mut ahead = true;
         // The holder the last refusal was judged on (a timeout reports it).

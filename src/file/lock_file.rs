@@ -132,6 +132,20 @@ impl NativeLockFile {
             }
         } else {
             match self.inner.claim_now() {
+                // In line behind other processes with the turn: the waiter's file is built and
+                // synced on the pool before the wait starts (no round trip from the wait to it).
+                Err(mut tried) if tried.has_turn() => {
+                    let file = self.inner.clone();
+                    let settler = settle();
+                    spawn_blocking(move || {
+                        if !cancel.is_cancelled() {
+                            tried.prepare(&file, &req);
+                        }
+                        let wait = file.acquire_in_order(req, timeout, cancel, Some(tried));
+                        spawn(async move { settler.settle(wait.await) });
+                    });
+                    return None;
+                }
                 Err(tried) => Some(tried),
                 Ok(claimed) => {
                     let file = self.inner.clone();

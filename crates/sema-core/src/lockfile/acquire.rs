@@ -19,7 +19,7 @@ use super::lock_file::LockFile;
 use super::options::AcquireRequest;
 use super::queue::{self, Place, STARVING_AFTER};
 use super::stale::{Observation, StaleJudgement};
-use super::sys::{self, FileSig, FsKind};
+use super::sys::{self, CreationStrategy, FileSig, FsKind};
 use super::watch;
 
 mod async_attempt;
@@ -54,6 +54,26 @@ pub struct Tried {
 }
 
 impl Tried {
+    /// Whether this waiter holds the in-process turn (it waits only behind other processes).
+    pub fn has_turn(&self) -> bool {
+        self.turn.is_some()
+    }
+
+    /// Builds, stamps and (with `fsync`) syncs the waiter's lock file now, on a thread that may
+    /// block, for the wait to link when the lock comes free: what the wait would otherwise do
+    /// on the blocking pool before it first sleeps (a round trip from the tokio worker: two
+    /// thread hops per contended acquisition). Only for a waiter holding the turn (else its
+    /// turn may come much later, and the wait prepares then). A failure is left to the wait.
+    pub fn prepare(&mut self, file: &LockFile, req: &AcquireRequest) {
+        if self.turn.is_none() || !file.syncs() || file.strategy != CreationStrategy::Auto {
+            return;
+        }
+        let mut prepared = self.prepared.take().map(|p| *p);
+        // On a failure `prepare` leaves nothing: the wait builds its own.
+        let _ = file.prepare(req, &mut prepared, true);
+        self.prepared = prepared.map(Box::new);
+    }
+
     pub(super) fn nothing() -> Tried {
         Tried {
             attempted: false,

@@ -195,3 +195,34 @@ describe('lock.signal read for the first time after the lock ended', () => {
     assert.equal(events, 1)
   })
 })
+
+describe('two copies of the JS layer in one thread', () => {
+  test('a lock of the first copy is told of its loss after a second copy loaded (each copy hears its own locks)', { timeout: 20000, skip: u.WINE_DELETE }, async () => {
+    // A test runner's fresh module registry, or two installs over one binary: before, the copy loaded second took the
+    // thread's one loss callback over, and the first copy's locks were never told they were lost.
+    const root = path.resolve(__dirname, '..')
+    const file = fresh('two-copies')
+    let onLost
+    const lostWith = new Promise((resolve) => (onLost = (lock, error) => resolve(error)))
+    const r = await sema.acquire(file, { heartbeat: HEARTBEAT, onLost })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    const kept = {}
+    for (const k of Object.keys(require.cache)) if (k.startsWith(path.join(root, 'lib')) || k === path.join(root, 'index.js')) kept[k] = require.cache[k]
+    for (const k of Object.keys(kept)) delete require.cache[k]
+    try {
+      const second = require(root)
+      assert.notEqual(second.acquire, sema.acquire, 'a second copy of the JS layer')
+      const other = await second.acquire(fresh('two-copies-other'), { heartbeat: HEARTBEAT })
+      assert.equal(other.ok, true)
+      fs.unlinkSync(file)
+      const error = await u.within(lostWith, 5000, "the first copy's onLost")
+      assert.equal(error.code, 'LOCK_LOST')
+      assert.equal(r.value.signal.aborted, true)
+      assert.equal(other.value.signal.aborted, false, "the second copy's lock is not lost")
+      assert.equal(await other.value.release(), true)
+    } finally {
+      for (const k of Object.keys(require.cache)) if (k.startsWith(path.join(root, 'lib')) || k === path.join(root, 'index.js')) delete require.cache[k]
+      Object.assign(require.cache, kept)
+    }
+  })
+})

@@ -8,8 +8,9 @@ const native = require('./native')
 
 const dispatchers = []
 
-// This thread's locks only: each worker thread that loads the module sets its own (one callback per thread).
-native.setLockLostHandler((id) => {
+// This thread's locks only (each worker thread that loads the module adds its own); a second copy of this module on
+// the thread adds another, and each dispatcher answers only for the ids it knows.
+native.addLockLostHandler((id) => {
   for (const d of dispatchers) d(id)
 })
 

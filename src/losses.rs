@@ -1,6 +1,7 @@
-//! One loss channel per JS thread, for both backends: `setLockLostHandler(callback)` sets the
-//! thread's one callback, `callback(id)` names a lock of this thread that ended otherwise than
-//! through its handle, and `takeHeldEnd(id)` says how (once). A file lock's id is the engine
+//! One loss channel per JS thread, for both backends: `addLockLostHandler(callback)` adds a
+//! callback of the thread (one per copy of the JS layer on it), `callback(id)` names a lock of
+//! this thread that ended otherwise than through its handle, and `takeHeldEnd(id)` says how
+//! (once: asked by the one dispatcher that knows the id). A file lock's id is the engine
 //! registry's; a dflockd primitive takes an id from the same space ([`LossRoute`]) and reports
 //! through the same per-thread hook (`lockfile::report_to_owner`), so JS tells the backends
 //! apart by id alone. The callback is weak: it never keeps the process alive.
@@ -60,26 +61,59 @@ fn to_id(id: f64) -> u64 {
     }
 }
 
-/// Sets this JS thread's loss callback: `callback(id)` runs (on this thread) for every lock this
-/// thread holds that is found lost (a file lock or a dflockd lock/slot) or released by path
+/// A JS thread's loss callbacks: one per copy of the JS layer loaded on it (a test runner's
+/// fresh module registry, two installs over one binary), each told every report of the thread.
+/// Each JS dispatcher answers only for the ids it knows (lib/losses.js), so one copy's locks are
+/// told to it whatever the other copies do. Before, a second copy took the thread's one
+/// callback over, and the first copy's locks were never told they were lost.
+type LossHandler = Arc<dyn Fn(f64) + Send + Sync>;
+
+static HANDLERS: LazyLock<Mutex<HashMap<u64, Vec<LossHandler>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn handlers() -> MutexGuard<'static, HashMap<u64, Vec<LossHandler>>> {
+    HANDLERS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Adds a loss callback of this JS thread: `callback(id)` runs (on this thread) for every lock
+/// this thread holds that is found lost (a file lock or a dflockd lock/slot) or released by path
 /// (`releaseAsAsync`, semats' `release`) rather than through its handle; `takeHeldEnd(id)` tells
-/// which. Each thread hears about its own locks only. The callback is weak: it never keeps Node
-/// alive.
+/// which. Each thread hears about its own locks only; every callback of the thread hears all of
+/// them. The callback is weak: it never keeps Node alive.
 #[napi(ts_args_type = "callback: (id: number) => void")]
-pub fn set_lock_lost_handler(env: Env, callback: Function<f64, ()>) -> napi::Result<()> {
+pub fn add_lock_lost_handler(env: Env, callback: Function<f64, ()>) -> napi::Result<()> {
     let owner = owner::of(&env)?;
     let tsfn = callback
         .build_threadsafe_function()
         .weak::<true>()
         .callee_handled::<false>()
         .build()?;
-    lockfile::set_loss_hook(
-        owner,
-        Some(Box::new(move |id, _how| {
-            tsfn.call(id as f64, ThreadsafeFunctionCallMode::NonBlocking);
-        })),
-    );
+    let handler: LossHandler = Arc::new(move |id| {
+        tsfn.call(id, ThreadsafeFunctionCallMode::NonBlocking);
+    });
+    let first = {
+        let mut all = handlers();
+        let list = all.entry(owner).or_default();
+        list.push(handler);
+        list.len() == 1
+    };
+    if first {
+        lockfile::set_loss_hook(
+            owner,
+            Some(Box::new(move |id, _how| {
+                let list = handlers().get(&owner).cloned().unwrap_or_default();
+                for h in list {
+                    h(id as f64);
+                }
+            })),
+        );
+    }
     Ok(())
+}
+
+/// The JS thread `owner` ended: its callbacks go (with the engine's hook, `owner::end`).
+pub fn forget_handlers(owner: u64) {
+    handlers().remove(&owner);
 }
 
 /// How the lock `id` ended, once, if it ended otherwise than through its handle: a file lock

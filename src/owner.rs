@@ -39,6 +39,7 @@ pub fn of(env: &Env) -> napi::Result<u64> {
 fn end(owner: u64) {
     live().remove(&owner);
     lockfile::set_loss_hook(owner, None);
+    crate::losses::forget_handlers(owner);
     lockfile::release_all_held_by(owner);
 }
 

@@ -130,7 +130,7 @@ impl NativeDflockdPrimitive {
     /// Validate the options (throws synchronously, `code` `INVALID_ARGUMENT`, on bad options).
     /// No I/O happens here. Its losses (renewal failed, the server dropped the idle held
     /// connection; never `release()`/`close()`) are named by `lossId` on this thread's loss
-    /// channel (`setLockLostHandler`), at most once per held lock; `takeHeldEnd(lossId)` gives
+    /// channel (`addLockLostHandler`), at most once per held lock; `takeHeldEnd(lossId)` gives
     /// the lost hold's token and the reason.
     #[napi(constructor)]
     pub fn new(env: Env, options: NativePrimitiveOptions) -> Result<Self, Thrown> {
@@ -339,7 +339,7 @@ impl NativeDflockdPrimitive {
         }
     }
 
-    /// Its id on this thread's loss channel (`setLockLostHandler`, `takeHeldEnd`).
+    /// Its id on this thread's loss channel (`addLockLostHandler`, `takeHeldEnd`).
     #[napi(getter)]
     pub fn loss_id(&self) -> f64 {
         self.route.id() as f64

@@ -161,7 +161,7 @@ impl From<lockfile::LockStatus> for NativeStatus {
 }
 
 /// A held lock as plain values: `id` addresses it in the engine's registry (`releaseHeldNow`,
-/// `setLockLostHandler`), so no native object (and no finalizer) exists per acquisition.
+/// `addLockLostHandler`), so no native object (and no finalizer) exists per acquisition.
 #[napi(object)]
 pub struct NativeHeld {
     pub id: f64,

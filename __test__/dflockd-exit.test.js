@@ -84,6 +84,8 @@ describe('process exit', { skip }, () => {
     const r = await runChild(`${prelude(s.port)}
       ;(async () => {
         const a = await Connection.connect({ host: '127.0.0.1', port: ${s.port} })
+        // Kept reachable: a Connection collected by the GC closes its socket, and the server would grant b.
+        globalThis.a = a
         const b = await Connection.connect({ host: '127.0.0.1', port: ${s.port} })
         await a.acquire('exit-pending', 0, 10)
         // Nothing else is pending: only b's request (the server answers 'timeout' after 1 s) keeps the

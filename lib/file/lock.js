@@ -92,24 +92,34 @@ const fileCache = new Map()
 /** Options whose `null` has a meaning of its own (never stale, heartbeat off); for the others null = the default. */
 const NULL_MEANS = new Set(['staleTimeout', 'heartbeat'])
 
-/** Engine config from validated target options: absent (undefined, or null where null has no meaning) = default. */
+/** An option's engine value from validated target options: absent (undefined, or null where null has no meaning) = default. */
+function configValue(options, k) {
+  const v = options[k]
+  return v === undefined || (v === null && !NULL_MEANS.has(k)) ? DEFAULT_CONFIG[k] : v
+}
+
+/** Engine config from validated target options (see configValue). */
 function configOf(options) {
   const config = { ...DEFAULT_CONFIG }
-  for (const k of OPTION_KEYS) {
-    const v = options[k]
-    if (v !== undefined && (v !== null || NULL_MEANS.has(k))) config[k] = v
-  }
+  for (const k of OPTION_KEYS) config[k] = configValue(options, k)
   if (options[PLAIN_FORMAT] === true) config.plainFormat = true
   return config
 }
 
+/** A relative path means something else after process.chdir(): its working directory is part of its key. */
+function keyCwd(path) {
+  return nodePath.isAbsolute(path) ? null : process.cwd()
+}
+
+/** What an option's value adds to a key: its type and its string (1 and '1' differ). */
+function keyPart(v) {
+  return `${typeof v}:${String(v)}`
+}
+
 function cacheKey(path, config) {
-  // A relative path means something else after process.chdir(): the working directory is part of the key.
-  let key = nodePath.isAbsolute(path) ? path : `${process.cwd()}\0${path}`
-  for (const k of OPTION_KEYS) {
-    const v = config[k]
-    key += `\0${typeof v}:${String(v)}`
-  }
+  const cwd = keyCwd(path)
+  let key = cwd === null ? path : `${cwd}\0${path}`
+  for (const k of OPTION_KEYS) key += `\0${keyPart(config[k])}`
   return config.plainFormat ? `${key}\0plain` : key
 }
 
@@ -150,20 +160,17 @@ function openFile(path, options = {}, fresh = false) {
 let last = null
 
 function remember(path, config, opened) {
-  const cwd = nodePath.isAbsolute(path) ? null : process.cwd()
-  last = { path, cwd, values: OPTION_KEYS.map((k) => config[k]), plain: config.plainFormat === true, opened }
+  last = { path, cwd: keyCwd(path), values: OPTION_KEYS.map((k) => config[k]), plain: config.plainFormat === true, opened }
 }
 
-/** Whether `path` and `options` have `last`'s key (the same comparison the key string makes: typeof and String). */
+/** Whether `path` and `options` would make `last`'s key (configValue, keyCwd and keyPart, without the string). */
 function isLast(path, options) {
   if (path !== last.path || (options[PLAIN_FORMAT] === true) !== last.plain) return false
   if (last.cwd !== null && last.cwd !== process.cwd()) return false
   for (let i = 0; i < OPTION_KEYS.length; i++) {
-    const k = OPTION_KEYS[i]
-    let v = options[k]
-    if (v === undefined || (v === null && !NULL_MEANS.has(k))) v = DEFAULT_CONFIG[k]
+    const v = configValue(options, OPTION_KEYS[i])
     const was = last.values[i]
-    if (v !== was && (typeof v !== typeof was || String(v) !== String(was))) return false
+    if (v !== was && keyPart(v) !== keyPart(was)) return false
   }
   return true
 }

@@ -568,9 +568,11 @@ function targets(res) {
     const overlaps = all.reduce((s, r) => s + r.overlaps + r.intervalOverlaps, 0)
     add('contended: 0 overlapping holders (every run)', `${overlaps} overlaps in ${all.reduce((n, r) => n + (r.runs || 1), 0)} runs`, overlaps === 0 && all.length > 0)
     for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor') && x.kind !== 'node-floor')) {
-      // Paired by directory: the tmpfs rows against the tmpfs floor, the disk rows against the disk floor.
+      // Paired by directory: the tmpfs rows against the tmpfs floor, the disk rows against the disk floor. The target
+      // (issue 24) is the disk's; on tmpfs, where the floor makes no system call that waits, the ratio is shown only.
       const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs && x.dir === r.dir)
-      if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ≥ 0.8× floor ops/s`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, r.opsPerSec >= 0.8 * fl.opsPerSec)
+      const target = r.dir === 'disk'
+      if (fl) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'} ${target ? '≥ 0.8× floor ops/s' : '(no target on tmpfs)'}`, `${ratio(r.opsPerSec, fl.opsPerSec)} (${num(r.opsPerSec)} vs ${num(fl.opsPerSec)})`, target ? r.opsPerSec >= 0.8 * fl.opsPerSec : null)
       // The bound of a fair lock whose caller must not block: the floor with the FIFO line and two thread hops.
       const fh = all.find((x) => x.work === 'counter' && x.kind === 'floor-fifo-hop' && x.procs === r.procs && x.dir === r.dir)
       if (fl && fh) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'}, the bound (floor with FIFO line + 2 thread hops)`, `${ratio(r.opsPerSec, fh.opsPerSec)} of that floor (${num(r.opsPerSec)} vs ${num(fh.opsPerSec)}), which is ${ratio(fh.opsPerSec, fl.opsPerSec)} of the floor`, null)

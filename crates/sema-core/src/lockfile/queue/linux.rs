@@ -337,6 +337,10 @@ impl Queue {
         if !st.present {
             st.present = byte_lock(&self.file, PRESENT, ByteLock::Read).is_ok();
         }
+        // The idle agent is woken once `state` is unlocked: woken under it, it would block on the
+        // mutex at once and be woken a second time by the unlock (two futex wakes on the calling
+        // thread, the JS thread, and two context switches of the agent per contended acquisition).
+        let mut wake_agent = false;
         if !st.head && !st.broken {
             let first = !others_marked(&self.file, STARVING)
                 && flock(&self.file, FlockOperation::NonBlockingLockExclusive).is_ok();
@@ -345,7 +349,9 @@ impl Queue {
             } else if !st.in_line {
                 st.in_line = true;
                 if st.agent {
-                    self.demand.notify_one();
+                    // `in_line` is set under the lock: an agent between its check and its wait
+                    // is woken by the notify below, one that checks later sees it set.
+                    wake_agent = true;
                 } else {
                     let queue = self.clone();
                     let spawned = std::thread::Builder::new()
@@ -360,6 +366,10 @@ impl Queue {
                     }
                 }
             }
+        }
+        drop(st);
+        if wake_agent {
+            self.demand.notify_one();
         }
         Place {
             queue: self.clone(),

@@ -129,13 +129,29 @@ async function ourDeadLockContent() {
   return { content, pid: holder.pid }
 }
 
+/**
+ * `ours` while the engine still judges it stale, else the content of a new dead holder. The OS may give a dead pid to
+ * a new process (or thread) within seconds: on Windows under Wine a round once found pid 1636 live, every contender
+ * rightly refused the lock and nobody won. A foreign file (timestamp 0) is immune: any process now running started
+ * after it.
+ */
+async function stillStale(file, ours) {
+  for (let i = 0; i < 3; i++) {
+    fs.writeFileSync(file, ours.content)
+    if (new sema.Semaphore(file).status().isStale) return ours
+    ours = await ourDeadLockContent()
+  }
+  assert.fail(`no dead holder's lock stays stale (last pid ${ours.pid})`)
+}
+
 async function storm(t, apiOf) {
   const work = fs.mkdtempSync(path.join(tmp.dir, 'storm-'))
   const file = path.join(work, 's.lock')
   const dead = await u.deadPid()
   const foreign = `pid=${dead}\ntimestamp=0\ntag=dead\n`
-  const ours = await ourDeadLockContent()
+  let ours = await ourDeadLockContent()
   assert.equal(u.pidAlive(ours.pid), false)
+  let remade = 0 // dead holders made again: their pid was reused
 
   const kids = Array.from({ length: STORM_PROCS }, (_, i) => u.spawnNode('file-storm-worker.js', [file, apiOf(i)]))
   const outs = kids.map((k) => u.lines(k))
@@ -145,6 +161,11 @@ async function storm(t, apiOf) {
   try {
     for (let round = 0; round < ROUNDS; round++) {
       const kind = round % 2 === 0 ? 'foreign' : 'ours'
+      if (kind === 'ours') {
+        const was = ours
+        ours = await stillStale(file, ours)
+        if (ours !== was) remade++
+      }
       fs.writeFileSync(file, kind === 'foreign' ? foreign : ours.content)
       for (const k of kids) k.stdin.write(`go ${round}\n`) // the barrier: every contender starts now
       const results = await Promise.all(outs.map((o) => o.next((l) => l.startsWith(`result ${round} `), 15000)))
@@ -168,7 +189,7 @@ async function storm(t, apiOf) {
     }
   } finally {
     for (const k of kids) k.stdin.end()
-    t.diagnostic(`winners per round: ${JSON.stringify(winsPerRound)}; wins per process: ${JSON.stringify(winnerCount)}`)
+    t.diagnostic(`winners per round: ${JSON.stringify(winsPerRound)}; wins per process: ${JSON.stringify(winnerCount)}; dead holders made again (pid reused): ${remade}`)
   }
   const exits = await Promise.all(kids.map((k) => u.waitExit(k, 10000, 'storm worker')))
   for (const e of exits) assert.equal(e.code, 0, e.stdout + e.stderr)

@@ -144,6 +144,11 @@ async function stillStale(file, ours) {
   assert.fail(`no dead holder's lock stays stale (last pid ${ours.pid})`)
 }
 
+/** The round's stale file untouched (nobody broke it) and judged held now: its dead holder's pid lives again. */
+function heldByReusedPid(file, ours) {
+  return fs.readFileSync(file, 'utf8') === ours.content && !new sema.Semaphore(file).status().isStale
+}
+
 async function storm(t, apiOf) {
   const work = fs.mkdtempSync(path.join(tmp.dir, 'storm-'))
   const file = path.join(work, 's.lock')
@@ -170,9 +175,18 @@ async function storm(t, apiOf) {
       for (const k of kids) k.stdin.write(`go ${round}\n`) // the barrier: every contender starts now
       const results = await Promise.all(outs.map((o) => o.next((l) => l.startsWith(`result ${round} `), 15000)))
       const winners = results.map((l, i) => [l.split(' ')[2], i]).filter(([r]) => r === 'ok')
+      if (winners.length === 0 && kind === 'ours' && remade < 5 && heldByReusedPid(file, ours)) {
+        // The dead holder's pid went to a new process or thread during the round (under Wine a thread the
+        // contenders start at the barrier can take it within milliseconds: CI of 11:19, round 29): every contender
+        // rightly refused a lock whose holder looks alive. A new dead holder, and the round again.
+        ours = await ourDeadLockContent()
+        remade++
+        round--
+        continue
+      }
       winsPerRound.push(winners.length)
       const others = results.map((l) => l.split(' ')[2]).filter((r) => r !== 'ok')
-      assert.equal(winners.length, 1, `round ${round} (${kind} stale file): exactly one winner; got ${JSON.stringify(results)}`)
+      assert.equal(winners.length, 1, `round ${round} (${kind} stale file): exactly one winner; got ${JSON.stringify(results)}; the dead holder's pid ${ours.pid}, the contenders' ${kids.map((k) => k.pid)}; the file now: ${JSON.stringify(fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null)}`)
       assert.deepEqual([...new Set(others)], ['ALREADY_LOCKED'], `round ${round}: losers see ALREADY_LOCKED: ${results}`)
       const w = winners[0][1]
       winnerCount[w]++

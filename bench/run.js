@@ -245,8 +245,9 @@ async function runFloorCompare(dirs) {
   // floor-fifo and floor-fifo-hop: the floor with the addon's fairness, and with that and two thread hops per
   // acquisition (the addon's caller, a JS thread, must not block): what fairness and a non-blocking caller cost.
   // node-floor: the floor-fifo contender behind Node (its acquisition on libuv's pool, a promise, the JS round):
-  // the floor of any lock a Node caller awaits, with none of the addon in it.
-  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'floor-fifo' }, { kind: 'floor-fifo-hop' }, { kind: 'node-floor' }, { kind: 'addon' }, { kind: 'semaphore' }]
+  // the floor of any lock a Node caller awaits, with none of the addon in it. node-floor-agent: the same with the line
+  // stood in by an agent thread and waits a cancel could end, as the addon's: what a wait that can time out costs.
+  const runs = [{ kind: 'floor' }, { kind: 'floor-after' }, { kind: 'floor-fifo' }, { kind: 'floor-fifo-hop' }, { kind: 'node-floor' }, { kind: 'node-floor-agent' }, { kind: 'addon' }, { kind: 'semaphore' }]
   for (const c of P.floorCompare) {
     // The disk (the issue's case) and tmpfs: the floor's rate on the shared disk swings with the other load on it,
     // on tmpfs there is no device in the measurement at all.
@@ -289,6 +290,7 @@ function floorCompareTable(rows) {
     'floor-fifo': 'the floor with a FIFO line of waiters (flock of a queue file, only the head watches; the lock goes to the next process every time)',
     'floor-fifo-hop': 'the floor with the FIFO line and each acquisition made by a second thread (two thread hops per acquisition, as for a caller that must not block)',
     'node-floor': "the floor with the FIFO line behind Node: the floor's contender as a Node-API module, its acquisition on libuv's pool (napi async work), a promise per acquisition, the round's work and the release on the JS thread (what any lock a Node caller awaits pays)",
+    'node-floor-agent': 'the floor behind Node with a line a cancel can leave: an agent thread stands in the line for the contender and wakes it at the head, the inotify wait polled beside an eventfd (what a wait that can time out or be aborted adds, as the addon pays it)',
     addon: 'addon `acquire(p)` + `lock.release()`',
     semaphore: 'addon `Semaphore`: `await sem.acquire()` + `sem.release()`',
   }
@@ -567,7 +569,7 @@ function targets(res) {
     const all = res.contended.filter((r) => !r.error)
     const overlaps = all.reduce((s, r) => s + r.overlaps + r.intervalOverlaps, 0)
     add('contended: 0 overlapping holders (every run)', `${overlaps} overlaps in ${all.reduce((n, r) => n + (r.runs || 1), 0)} runs`, overlaps === 0 && all.length > 0)
-    for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor') && x.kind !== 'node-floor')) {
+    for (const r of all.filter((x) => x.work === 'counter' && !x.kind.startsWith('floor') && !x.kind.startsWith('node-floor'))) {
       // Paired by directory: the tmpfs rows against the tmpfs floor, the disk rows against the disk floor. The target
       // (issue 24) is the disk's; on tmpfs, where the floor makes no system call that waits, the ratio is shown only.
       const fl = all.find((x) => x.work === 'counter' && x.kind === 'floor' && x.procs === r.procs && x.dir === r.dir)
@@ -579,6 +581,9 @@ function targets(res) {
       // The bound for any Node caller: the same fair protocol behind Node, the addon's own cost is the rest.
       const nf = all.find((x) => x.work === 'counter' && x.kind === 'node-floor' && x.procs === r.procs && x.dir === r.dir)
       if (fl && nf) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'}, the bound for a Node caller (floor with FIFO line behind Node)`, `${ratio(r.opsPerSec, nf.opsPerSec)} of that floor (${num(r.opsPerSec)} vs ${num(nf.opsPerSec)}), which is ${ratio(nf.opsPerSec, fl.opsPerSec)} of the floor`, null)
+      // The same with the addon's way of making the wait cancellable (an agent thread in the line): its cost.
+      const na = all.find((x) => x.work === 'counter' && x.kind === 'node-floor-agent' && x.procs === r.procs && x.dir === r.dir)
+      if (fl && na) add(`file vs its floor, ${r.procs} process${r.procs > 1 ? 'es' : ''}, ${r.dir}: ${r.kind === 'semaphore' ? '`Semaphore`' : 'functions'}, the bound for a Node caller whose wait can be cancelled (that floor with the line stood in by an agent thread)`, `${ratio(r.opsPerSec, na.opsPerSec)} of that floor (${num(r.opsPerSec)} vs ${num(na.opsPerSec)}), which is ${ratio(na.opsPerSec, fl.opsPerSec)} of the floor`, null)
     }
     for (const r of all.filter((x) => x.kind === 'addon' && x.procs === 8 && x.fsync !== false && x.work !== 'counter')) {
       const pl = all.find((x) => x.kind === 'proper-lockfile' && x.procs === 8 && x.dir === r.dir)

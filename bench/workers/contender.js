@@ -41,14 +41,17 @@ function makeLocker(lockPath = cfg.lockPath) {
         }
       }
     }
-    case 'node-floor': {
+    case 'node-floor':
+    case 'node-floor-agent': {
       // The contended floor's contender (bench/floor/src/contended.rs, `fifo` order) behind Node: its acquisition on
       // libuv's pool (napi async work), a promise per acquisition, its release on this thread
       // (bench/floor/src/node_addon.rs). What any Node caller pays around the floor's protocol, none of the addon.
+      // node-floor-agent: the same with the line stood in by an agent thread and waits a cancel could end, as the
+      // addon's (contended.rs `Agent`): what a wait that can be timed out or aborted costs on top.
       const m = { exports: {} }
       process.dlopen(m, path.join(root, 'bench', 'floor', 'target', 'release', 'libsema_bench_floor.so'))
       const floor = m.exports
-      floor.open(path.dirname(lockPath), path.basename(lockPath))
+      floor.open(path.dirname(lockPath), path.basename(lockPath), cfg.kind === 'node-floor-agent' ? 1 : 0)
       return async () => {
         const fd = await floor.acquire()
         return async () => floor.release(fd)

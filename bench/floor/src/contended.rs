@@ -3,6 +3,8 @@
 
 use std::ffi::CString;
 use std::io::Error;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 pub fn die(what: &str) -> ! {
     eprintln!(
@@ -40,10 +42,110 @@ pub struct Contender {
     sync_after_link: bool,
     /// `fifo`: the queue file whose exclusive `flock` is the line of waiters.
     queue: Option<libc::c_int>,
+    /// `cancellable`: the thread that stands in the line for this contender, and the eventfd a
+    /// cancel would write (see [`Agent`]).
+    agent: Option<(Arc<Agent>, libc::c_int)>,
+}
+
+/// The line's cost for a wait that can be cancelled (a timeout, an abort), as the addon's queue
+/// pays it: a thread blocked in `flock` cannot hear a cancel, so an agent thread stands in the
+/// line for the contender, and the waiting thread's own waits are ones a cancel can end (a
+/// condition variable for the agent's word, `poll` of the inotify descriptor beside an eventfd).
+/// Per contended acquisition that is two thread wake-ups more than `fifo`, where the waiting
+/// thread blocks in `flock` itself: the agent woken to stand in line, and the waiter woken by it
+/// at the head. Nothing here is ever cancelled: the row measures what the ability costs.
+pub struct Agent {
+    queue: libc::c_int,
+    state: Mutex<Line>,
+    /// Wakes the agent: a waiter wants a place.
+    demand: Condvar,
+    /// Wakes the waiter: the agent got the head's place.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Line {
+    in_line: bool,
+    head: bool,
+}
+
+impl Agent {
+    fn start(queue: libc::c_int) -> Arc<Agent> {
+        let agent = Arc::new(Agent {
+            queue,
+            state: Mutex::new(Line::default()),
+            demand: Condvar::new(),
+            changed: Condvar::new(),
+        });
+        let a = agent.clone();
+        std::thread::spawn(move || a.run());
+        agent
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn run(&self) {
+        let mut line = self.lock();
+        loop {
+            while !line.in_line {
+                line = self
+                    .demand
+                    .wait(line)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            drop(line);
+            // SAFETY: a plain system call on our descriptor.
+            check(
+                unsafe { libc::flock(self.queue, libc::LOCK_EX) },
+                "flock(queue)",
+            );
+            line = self.lock();
+            line.in_line = false;
+            line.head = true;
+            drop(line);
+            self.changed.notify_one();
+            line = self.lock();
+        }
+    }
+
+    /// Returns at the head of the line: at once when the head's place is free, else once the
+    /// agent stood in line for it. The waits could be ended by a cancel (timed, checked).
+    fn line_up(&self) {
+        // SAFETY: as above.
+        if unsafe { libc::flock(self.queue, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return;
+        }
+        let mut line = self.lock();
+        line.in_line = true;
+        drop(line);
+        self.demand.notify_one();
+        line = self.lock();
+        while !line.head {
+            line = self
+                .changed
+                .wait_timeout(line, Duration::from_millis(100))
+                .map(|(l, _)| l)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        line.head = false;
+    }
 }
 
 impl Contender {
     pub fn open(dir: &str, name: &str, sync_after_link: bool, fifo: bool) -> Contender {
+        Contender::open_with(dir, name, sync_after_link, fifo, false)
+    }
+
+    /// `cancellable` (with `fifo`): the line stood in by an [`Agent`].
+    pub fn open_with(
+        dir: &str,
+        name: &str,
+        sync_after_link: bool,
+        fifo: bool,
+        cancellable: bool,
+    ) -> Contender {
         let dir_c = CString::new(dir).expect("dir has no NUL");
         let path = CString::new(format!("{dir}/{name}")).expect("path has no NUL");
         let counter_path = CString::new(format!("{dir}/{name}.counter")).expect("path has no NUL");
@@ -83,6 +185,13 @@ impl Contender {
                 "pid={pid}\ntimestamp=2026-01-01T00:00:00.000Z\ntag=bench {pid}\nhost=floor\nstart=123456\ntoken=0123456789abcdef0123456789abcdef\n"
             )
             .into_bytes();
+            let agent = match (queue, cancellable) {
+                (Some(q), true) => Some((
+                    Agent::start(q),
+                    check(libc::eventfd(0, libc::EFD_CLOEXEC), "eventfd"),
+                )),
+                _ => None,
+            };
             Contender {
                 dirfd,
                 name: name.as_bytes().to_vec(),
@@ -92,6 +201,7 @@ impl Contender {
                 content,
                 sync_after_link,
                 queue,
+                agent,
             }
         }
     }
@@ -100,6 +210,26 @@ impl Contender {
     fn wait_for_release(&self) {
         let mut buf = [0u8; 4096];
         loop {
+            if let Some((_, cancel)) = self.agent {
+                // A wait a cancel can end: the eventfd beside the inotify descriptor.
+                let mut fds = [
+                    libc::pollfd {
+                        fd: self.inotify,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: cancel,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: polling descriptors we own, with an array of the length given.
+                check(unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) }, "poll");
+                if fds[0].revents & libc::POLLIN == 0 {
+                    continue;
+                }
+            }
             // SAFETY: reading into a buffer we own.
             let n = unsafe { libc::read(self.inotify, buf.as_mut_ptr().cast(), buf.len()) };
             if n < 0 {
@@ -140,9 +270,13 @@ impl Contender {
             if !self.sync_after_link {
                 check(libc::fsync(fd), "fsync(lock)");
             }
-            if let Some(q) = self.queue {
+            match (&self.agent, self.queue) {
                 // Behind every process that came first; at the head, wait for the lock itself.
-                check(libc::flock(q, libc::LOCK_EX), "flock(queue)");
+                (Some((agent, _)), _) => agent.line_up(),
+                (None, Some(q)) => {
+                    check(libc::flock(q, libc::LOCK_EX), "flock(queue)");
+                }
+                (None, None) => {}
             }
             let proc_path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
             loop {

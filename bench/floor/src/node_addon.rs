@@ -6,7 +6,7 @@
 //! pays for a lock that waits off its JS thread (two thread hops, a promise, the JS work of the round) and nothing of
 //! sema-native: the gap between it and the addon is the addon's, the gap between it and the Rust floor is Node's.
 //!
-//! JS: `const m = { exports: {} }; process.dlopen(m, path)`, then `m.exports.open(dir, name)` once, and
+//! JS: `const m = { exports: {} }; process.dlopen(m, path)`, then `m.exports.open(dir, name, cancellable)` once, and
 //! `await m.exports.acquire()` / `m.exports.release(fd)` per round. One contender per process.
 
 use std::ffi::{c_char, c_int, c_void};
@@ -115,11 +115,20 @@ unsafe fn undefined(env: Env) -> Value {
     v
 }
 
-/// `open(dir, name)`: the contender of `dir/name` (its counter `name.counter` and queue `name.queue` beside it).
+/// `open(dir, name, cancellable)`: the contender of `dir/name` (its counter `name.counter` and queue `name.queue`
+/// beside it); `cancellable` (1) stands in the line through an agent thread, as the addon does (see `Agent`).
 unsafe extern "C" fn open(env: Env, info: Info) -> Value {
-    let argv = args::<2>(env, info);
+    let argv = args::<3>(env, info);
     let (dir, name) = (string_arg(env, &argv, 0), string_arg(env, &argv, 1));
-    let _ = CONTENDER.set(Contender::open(&dir, &name, false, true));
+    let mut cancellable = 0;
+    napi_get_value_int32(env, argv[2], &mut cancellable);
+    let _ = CONTENDER.set(Contender::open_with(
+        &dir,
+        &name,
+        false,
+        true,
+        cancellable == 1,
+    ));
     undefined(env)
 }
 

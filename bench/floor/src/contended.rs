@@ -111,7 +111,8 @@ impl Agent {
     }
 
     /// Returns at the head of the line: at once when the head's place is free, else once the
-    /// agent stood in line for it. The waits could be ended by a cancel (timed, checked).
+    /// agent stood in line for it. The wait is timed, as one that checks for a cancel must be
+    /// (nothing is cancelled here).
     fn line_up(&self) {
         // SAFETY: as above.
         if unsafe { libc::flock(self.queue, libc::LOCK_EX | libc::LOCK_NB) } == 0 {

@@ -83,9 +83,14 @@ async function runNode(p, args, options) {
   const fd = fs.openSync(log, 'w')
   const child = spawn('wine', [p.node, ...args], { cwd: options.cwd, env, stdio: ['ignore', fd, fd] })
   fs.closeSync(fd)
-  const ended = await wineEnd(child, options.timeout, env)
+  const ended = await wineEnd(child, options.timeout, p)
   const out = fs.readFileSync(log, 'utf8')
   return { status: typeof ended === 'number' ? ended : null, out: typeof ended === 'string' ? `${out}\n# wine: ${ended}\n` : out }
+}
+
+/** Stops the Wine of `p`'s prefix: its wineserver and every process it serves. */
+function stopWine(p) {
+  spawnSync('wineserver', ['-k'], { env: { ...process.env, ...p.env }, timeout: 30_000 })
 }
 
 /** Seconds a node.exe may stay exited and unreaped before its run counts as ended (see wineEnd). */
@@ -97,7 +102,7 @@ const ZOMBIE_GRACE_S = 10
  * wineserver died in the middle of the suites, the node.exe runner exited, and Node's spawnSync never saw the exit:
  * it stayed a zombie for 20 minutes while the step waited.
  */
-function wineEnd(child, timeoutMs, env) {
+function wineEnd(child, timeoutMs, p) {
   return new Promise((resolve) => {
     let zombieFor = 0
     const finish = (how) => {
@@ -117,7 +122,7 @@ function wineEnd(child, timeoutMs, env) {
     }, 1000)
     const timer = setTimeout(() => {
       child.kill('SIGKILL')
-      spawnSync('wineserver', ['-k'], { env, timeout: 30_000 })
+      stopWine(p)
       finish(`timed out after ${timeoutMs / 1000} s`)
     }, timeoutMs)
   })
@@ -214,7 +219,7 @@ async function runSuites(key, p, suites, dflockdPort) {
   // test, or a second such end, is the answer.
   if (p.wine && !/^# tests \d+/m.test(r.out) && !/^\s*not ok /m.test(r.out)) {
     console.log(`-- ${key}: the Wine run ended with no summary and no failed test (${r.out.trim().split('\n').pop()}); running it again`)
-    spawnSync('wineserver', ['-k'], { env: { ...process.env, ...p.env }, timeout: 30_000 })
+    stopWine(p)
     r = await runNode(p, args, { cwd: root, env, timeout })
   }
   // The whole TAP output, for the failures' details (the summary below lists only their names).

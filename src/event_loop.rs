@@ -200,6 +200,35 @@ struct Slot {
     handler: RefCell<Option<Rc<dyn WatchHandler>>>,
 }
 
+thread_local! {
+    /// The replies this thread's loop awaits, each within its busy-poll window: the watch's id
+    /// and when the window ends. A watch spins only while it is alone here (why, measured: `SPIN`
+    /// in src/dflockd/on_loop.rs). A reply awaited longer than its window (a blocked acquire)
+    /// stops counting when the window ends. A few entries: one per socket with a request just
+    /// written.
+    static AWAITED: RefCell<Vec<(usize, Instant)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `id`'s reply is due until `until` (its window): how many are due now, `id` included.
+fn awaited_set(id: usize, now: Instant, until: Instant) -> usize {
+    AWAITED.with(|a| {
+        let mut a = a.borrow_mut();
+        a.retain(|&(other, end)| other != id && end > now);
+        a.push((id, until));
+        a.len()
+    })
+}
+
+/// `id`'s reply is no longer due (answered, or the watch closed).
+fn awaited_remove(id: usize) {
+    AWAITED.with(|a| a.borrow_mut().retain(|&(other, _)| other != id));
+}
+
+/// How many replies are due within their windows at `now`.
+fn awaited_count(now: Instant) -> usize {
+    AWAITED.with(|a| a.borrow().iter().filter(|&&(_, end)| end > now).count())
+}
+
 fn handle_storage(uv: &Uv, kind: c_int) -> Box<[u64]> {
     // SAFETY: uv_handle_size only reads its integer argument.
     let bytes = unsafe { (uv.handle_size)(kind) };
@@ -305,25 +334,36 @@ impl SocketWatch {
         Some((uv, poll, timer, idle))
     }
 
-    /// Keep the loop polling without sleeping for `window` (an unref'd `uv_idle_t`: libuv polls
-    /// with a zero timeout while one is started, and it never keeps the process alive). A reply
-    /// that comes within the window is then read without the wake-up of a sleeping thread,
-    /// which costs more than a loopback round trip on a virtual machine; see `SPIN` where it is
-    /// used for the measured window.
+    /// A request was written and its reply is due: keep the loop polling without sleeping for
+    /// up to `window` (an unref'd `uv_idle_t`: libuv polls with a zero timeout while one is
+    /// started, and it never keeps the process alive), so that a reply coming within it is read
+    /// without the wake-up of a sleeping thread, which costs more than a loopback round trip on
+    /// a virtual machine. Only while it is the one reply this thread awaits (see [`AWAITED`]):
+    /// with others due, their replies wake the loop anyway and a spin would only take the core
+    /// the server needs. See `SPIN` where it is used for the measured window.
     pub fn spin_for(&self, window: Duration) {
         let Some((uv, _, _, idle)) = self.all_handles() else {
             return;
         };
+        let now = Instant::now();
+        let alone = awaited_set(self.id(), now, now + window) == 1;
         // SAFETY: not closed, so the slot is alive; `idle` is an initialised, open idle handle
-        // on this thread's loop (starting a started one is a no-op in libuv).
+        // on this thread's loop (starting a started one, or stopping a stopped one, is a no-op
+        // in libuv).
         unsafe {
-            (*self.slot).spin_until.set(Some(Instant::now() + window));
-            (uv.idle_start)(idle, on_idle);
+            if alone {
+                (*self.slot).spin_until.set(Some(now + window));
+                (uv.idle_start)(idle, on_idle);
+            } else if (*self.slot).spin_until.take().is_some() {
+                (uv.idle_stop)(idle);
+            }
         }
     }
 
-    /// End the busy-poll now (a no-op when not spinning).
+    /// The reply came, or none is due any more: end the busy-poll now (a no-op when not
+    /// spinning).
     pub fn stop_spin(&self) {
+        awaited_remove(self.id());
         if let Some((uv, _, _, idle)) = self.all_handles() {
             // SAFETY: as in `spin_for`.
             unsafe {
@@ -332,6 +372,12 @@ impl SocketWatch {
                 }
             }
         }
+    }
+
+    /// This watch's key in [`AWAITED`]: its slot's address, unique while the slot lives (a
+    /// watch leaves the set before its slot can be freed, see `close`).
+    fn id(&self) -> usize {
+        self.slot as usize
     }
 
     /// Poll for readability and/or writability (a no-op when unchanged or closed).
@@ -393,6 +439,7 @@ impl SocketWatch {
         let Some((uv, poll, timer, idle)) = self.all_handles() else {
             return;
         };
+        awaited_remove(self.id());
         self.closed.set(true);
         // SAFETY: the three handles are open (closed only here, once, guarded by `closed`);
         // uv_close stops them at once (the poll's descriptor is deregistered before the
@@ -471,7 +518,9 @@ unsafe extern "C" fn on_idle(h: *mut UvHandle) {
     // idle handle.
     unsafe {
         let slot = &*slot_of(uv, h);
-        if slot.spin_until.get().is_none_or(|t| Instant::now() >= t) {
+        let now = Instant::now();
+        // Another reply became due meanwhile: it will wake the loop (see `spin_for`).
+        if slot.spin_until.get().is_none_or(|t| now >= t) || awaited_count(now) > 1 {
             slot.spin_until.set(None);
             (uv.idle_stop)(h);
         }

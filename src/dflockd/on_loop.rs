@@ -376,13 +376,18 @@ impl Conn {
     }
 }
 
-/// How long the loop busy-polls for a reply after a request is written (see
-/// `SocketWatch::spin_for`). Measured against the Go server on loopback (this 2-core VM, lock +
-/// release pairs/s at 1 worker, two runs): no spin 8 754 / 8 315 (2.0 context switches per pair,
-/// 51 µs client CPU); 50 µs 14 270 / 15 035 (0.1–0.2 switches, 66 µs CPU); 200 µs and 1 ms no
-/// better. At 10 workers the loop is rarely idle and the window changes nothing (44 687 vs
-/// 44 879). A request that waits longer (a blocked acquire) costs at most this much CPU.
-pub(super) const SPIN: Duration = Duration::from_micros(50);
+/// How long the loop busy-polls for a reply after a request is written, when it is the one
+/// reply this thread awaits (see `SocketWatch::spin_for`). Measured against the Go server on
+/// loopback (2-core VMs, lock + release pairs/s at 1 worker): on the first machine no spin
+/// 8 754 / 8 315 (2.0 context switches per pair, 51 µs client CPU), 50 µs 14 270 / 15 035
+/// (0.1–0.2 switches, 66 µs CPU), 200 µs and 1 ms no better; on the machine of 2026-11-26
+/// (medians of 5 alternated runs) `Connection` 8 210 with 50 µs, 8 866 with 200 µs, and
+/// `DistributedLock` 7 783 / 8 604 (100 µs 8 728, 400 µs 8 567). At 10 workers every spin took
+/// the core the server needed (`DistributedLock` 39 263 with no spin, 35 565 with 50 µs, 28 784
+/// with 200 µs), so with more than one reply due the loop does not spin at all (see `AWAITED`
+/// in src/event_loop.rs; against the 50 µs spin: +9 % at 1 worker, +7 % at 10, +9 % at 100).
+/// A request that waits longer (a blocked acquire) costs at most this much CPU.
+pub(super) const SPIN: Duration = Duration::from_micros(200);
 
 thread_local! {
     /// The open connections of this thread's env (one env per JS thread), closed when the env

@@ -209,24 +209,34 @@ thread_local! {
     static AWAITED: RefCell<Vec<(usize, Instant)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `id`'s reply is due until `until` (its window): how many are due now, `id` included.
+// Each of these uses `try_with`: a watch may close while the thread's locals are being destroyed
+// (the connections in another thread local are dropped at the thread's or process's exit), when
+// `AWAITED` may be gone already and `with` would panic and abort the process. Then nothing is
+// due and nothing spins.
+
+/// `id`'s reply is due until `until` (its window): how many are due now, `id` included (0 when
+/// the thread is ending).
 fn awaited_set(id: usize, now: Instant, until: Instant) -> usize {
-    AWAITED.with(|a| {
-        let mut a = a.borrow_mut();
-        a.retain(|&(other, end)| other != id && end > now);
-        a.push((id, until));
-        a.len()
-    })
+    AWAITED
+        .try_with(|a| {
+            let mut a = a.borrow_mut();
+            a.retain(|&(other, end)| other != id && end > now);
+            a.push((id, until));
+            a.len()
+        })
+        .unwrap_or(0)
 }
 
 /// `id`'s reply is no longer due (answered, or the watch closed).
 fn awaited_remove(id: usize) {
-    AWAITED.with(|a| a.borrow_mut().retain(|&(other, _)| other != id));
+    let _ = AWAITED.try_with(|a| a.borrow_mut().retain(|&(other, _)| other != id));
 }
 
-/// How many replies are due within their windows at `now`.
+/// How many replies are due within their windows at `now` (0 when the thread is ending).
 fn awaited_count(now: Instant) -> usize {
-    AWAITED.with(|a| a.borrow().iter().filter(|&&(_, end)| end > now).count())
+    AWAITED
+        .try_with(|a| a.borrow().iter().filter(|&&(_, end)| end > now).count())
+        .unwrap_or(0)
 }
 
 fn handle_storage(uv: &Uv, kind: c_int) -> Box<[u64]> {

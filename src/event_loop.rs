@@ -191,10 +191,9 @@ struct Slot {
     poll: Box<[u64]>,
     /// `uv_timer_t`, likewise.
     timer: Box<[u64]>,
-    /// `uv_idle_t`, likewise: while it is started the loop polls without sleeping.
+    /// `uv_idle_t`, likewise: while it is started the loop polls without sleeping (until its
+    /// window in [`AWAITED`] ends).
     idle: Box<[u64]>,
-    /// When the busy-poll ends (`None`: not spinning).
-    spin_until: Cell<Option<Instant>>,
     /// Handles not closed yet (3, then 0 after the last close callback).
     open: Cell<u8>,
     handler: RefCell<Option<Rc<dyn WatchHandler>>>,
@@ -232,11 +231,16 @@ fn awaited_remove(id: usize) {
     let _ = AWAITED.try_with(|a| a.borrow_mut().retain(|&(other, _)| other != id));
 }
 
-/// How many replies are due within their windows at `now` (0 when the thread is ending).
-fn awaited_count(now: Instant) -> usize {
+/// Whether `id` may go on spinning at `now`: its reply is due within its window and no other
+/// is (false when the thread is ending).
+fn spins_alone(id: usize, now: Instant) -> bool {
     AWAITED
-        .try_with(|a| a.borrow().iter().filter(|&&(_, end)| end > now).count())
-        .unwrap_or(0)
+        .try_with(|a| {
+            let a = a.borrow();
+            let mut due = a.iter().filter(|&&(_, end)| end > now);
+            matches!((due.next(), due.next()), (Some(&(only, _)), None) if only == id)
+        })
+        .unwrap_or(false)
 }
 
 fn handle_storage(uv: &Uv, kind: c_int) -> Box<[u64]> {
@@ -270,7 +274,6 @@ impl SocketWatch {
             poll: handle_storage(uv, UV_POLL),
             timer: handle_storage(uv, UV_TIMER),
             idle: handle_storage(uv, UV_IDLE),
-            spin_until: Cell::new(None),
             open: Cell::new(0),
             handler: RefCell::new(Some(handler)),
         }));
@@ -357,14 +360,12 @@ impl SocketWatch {
         };
         let now = Instant::now();
         let alone = awaited_set(self.id(), now, now + window) == 1;
-        // SAFETY: not closed, so the slot is alive; `idle` is an initialised, open idle handle
-        // on this thread's loop (starting a started one, or stopping a stopped one, is a no-op
-        // in libuv).
+        // SAFETY: `idle` is an initialised, open idle handle on this thread's loop (not closed);
+        // starting a started one, or stopping a stopped one, is a no-op in libuv.
         unsafe {
             if alone {
-                (*self.slot).spin_until.set(Some(now + window));
                 (uv.idle_start)(idle, on_idle);
-            } else if (*self.slot).spin_until.take().is_some() {
+            } else {
                 (uv.idle_stop)(idle);
             }
         }
@@ -376,11 +377,7 @@ impl SocketWatch {
         awaited_remove(self.id());
         if let Some((uv, _, _, idle)) = self.all_handles() {
             // SAFETY: as in `spin_for`.
-            unsafe {
-                if (*self.slot).spin_until.take().is_some() {
-                    (uv.idle_stop)(idle);
-                }
-            }
+            unsafe { (uv.idle_stop)(idle) };
         }
     }
 
@@ -524,14 +521,11 @@ unsafe extern "C" fn on_timer(h: *mut UvHandle) {
 
 unsafe extern "C" fn on_idle(h: *mut UvHandle) {
     let Ok(uv) = uv() else { return };
-    // SAFETY: as in `on_poll`; only the slot's own cells are touched, and `h` is its open
-    // idle handle.
+    // The watch's id is its slot's address (`SocketWatch::id`). Its window ended, or another
+    // reply became due meanwhile, which will wake the loop (see `spin_for`): stop.
+    // SAFETY: as in `on_poll`; `h` is the slot's open idle handle.
     unsafe {
-        let slot = &*slot_of(uv, h);
-        let now = Instant::now();
-        // Another reply became due meanwhile: it will wake the loop (see `spin_for`).
-        if slot.spin_until.get().is_none_or(|t| now >= t) || awaited_count(now) > 1 {
-            slot.spin_until.set(None);
+        if !spins_alone(slot_of(uv, h) as usize, Instant::now()) {
             (uv.idle_stop)(h);
         }
     }

@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::ptr;
 
-use napi::bindgen_prelude::ToNapiValue;
+use napi::bindgen_prelude::JsValuesTupleIntoVec;
 use napi::{sys, Env, JsValue as _};
 
 /// A JS function kept alive by a reference and called from the event loop through
@@ -44,10 +44,10 @@ impl JsCallback {
         })
     }
 
-    /// Call the function with one argument, from a libuv callback (no JS on the stack) or
-    /// from a JS call. An exception it throws is reported as uncaught, as Node does for
-    /// callbacks.
-    pub fn call<V: ToNapiValue>(&self, arg: V) {
+    /// Call the function with `args` (one value, or `FnArgs` of a tuple), from a libuv callback
+    /// (no JS on the stack) or from a JS call. An exception it throws is reported as uncaught,
+    /// as Node does for callbacks.
+    pub fn call<A: JsValuesTupleIntoVec>(&self, args: A) {
         if self.released.get() {
             return;
         }
@@ -67,15 +67,14 @@ impl JsCallback {
                 && !func.is_null()
                 && sys::napi_get_global(env, &mut recv) == sys::Status::napi_ok;
             if ok {
-                if let Ok(value) = V::to_napi_value(env, arg) {
+                if let Ok(argv) = args.into_vec(env) {
                     let mut result = ptr::null_mut();
-                    let argv = [value];
                     let r = sys::napi_make_callback(
                         env,
                         self.context,
                         recv,
                         func,
-                        1,
+                        argv.len(),
                         argv.as_ptr(),
                         &mut result,
                     );

@@ -186,11 +186,11 @@ function stableHashShard(key, numServers) {
  * native side holds it strongly, so it must not reach an instance (which would then never be collected). */
 const settleHandlers = new Map()
 let nextLoopId = 0
-function onLoopSettle({ id, result }) {
+function onLoopSettle(id, ok, valueOrError) {
   const resolve = settleHandlers.get(id)
   if (resolve === undefined) return
   settleHandlers.delete(id)
-  resolve(result)
+  resolve(ok ? { ok, value: valueOrError } : { ok, error: valueOrError })
 }
 
 /**

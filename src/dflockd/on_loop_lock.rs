@@ -45,7 +45,7 @@ use crate::event_loop::{SocketWatch, WatchHandler};
 use crate::js_callback::JsCallback;
 pub(super) use pool::{hand_to_tokio_pool, pool_take_stream};
 use pool::{pool_put, pool_take, watch_env_teardown, LoopConn, Route, LIVE, NEXT_ROUTE};
-pub use settle::NativeLoopSettle;
+pub use settle::LoopSettle;
 use settle::{settle_queued, settle_value, timeout_error};
 
 enum Stage {
@@ -158,7 +158,7 @@ impl LoopLock {
         Some(l)
     }
 
-    fn call(&self, r: NativeLoopSettle) {
+    fn call(&self, r: LoopSettle) {
         self.settle.call(r);
     }
 

@@ -4,7 +4,7 @@
 
 use napi::bindgen_prelude::Object;
 
-use super::on_loop_lock::{hand_to_tokio_pool, pool_take_stream, LoopLock, NativeLoopSettle};
+use super::on_loop_lock::{hand_to_tokio_pool, pool_take_stream, LoopLock, LoopSettle};
 use super::*;
 use crate::js_callback::JsCallback;
 use crate::losses::{LossRoute, RouteSettle};
@@ -153,15 +153,17 @@ impl NativeDflockdPrimitive {
     }
 
     /// Make `acquireOnLoop`/`releaseOnLoop` run on this thread's event loop, settling through
-    /// `onSettle({id, result})` with this `id`.
+    /// `onSettle(id, ok, valueOrError)` with this `id` (see `LoopSettle`).
     /// `false` (and nothing changes) when the loop cannot serve here or the options need tokio
     /// (TLS, a shared mode).
-    #[napi(ts_args_type = "id: number, onSettle: (result: NativeLoopSettle) => void")]
+    #[napi(
+        ts_args_type = "id: number, onSettle: (id: number, ok: boolean, valueOrError: boolean | 'queued' | NativeError) => void"
+    )]
     pub fn use_event_loop(
         &self,
         env: &Env,
         id: u32,
-        on_settle: Function<NativeLoopSettle, ()>,
+        on_settle: Function<LoopSettle, ()>,
     ) -> napi::Result<bool> {
         use napi::JsValue as _;
         let settle = JsCallback::new(env, on_settle.raw(), "sema-native:dflockd-lock")?;

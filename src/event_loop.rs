@@ -213,17 +213,13 @@ thread_local! {
 // `AWAITED` may be gone already and `with` would panic and abort the process. Then nothing is
 // due and nothing spins.
 
-/// `id`'s reply is due until `until` (its window): how many are due now, `id` included (0 when
-/// the thread is ending).
-fn awaited_set(id: usize, now: Instant, until: Instant) -> usize {
-    AWAITED
-        .try_with(|a| {
-            let mut a = a.borrow_mut();
-            a.retain(|&(other, end)| other != id && end > now);
-            a.push((id, until));
-            a.len()
-        })
-        .unwrap_or(0)
+/// `id`'s reply is due until `until` (its window); entries whose window ended at `now` go.
+fn awaited_set(id: usize, now: Instant, until: Instant) {
+    let _ = AWAITED.try_with(|a| {
+        let mut a = a.borrow_mut();
+        a.retain(|&(other, end)| other != id && end > now);
+        a.push((id, until));
+    });
 }
 
 /// `id`'s reply is no longer due (answered, or the watch closed).
@@ -359,7 +355,8 @@ impl SocketWatch {
             return;
         };
         let now = Instant::now();
-        let alone = awaited_set(self.id(), now, now + window) == 1;
+        awaited_set(self.id(), now, now + window);
+        let alone = spins_alone(self.id(), now);
         // SAFETY: `idle` is an initialised, open idle handle on this thread's loop (not closed);
         // starting a started one, or stopping a stopped one, is a no-op in libuv.
         unsafe {

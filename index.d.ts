@@ -48,61 +48,114 @@ export type SemaphoreErrorType =
  */
 export declare const ErrorCode: { readonly [K in SemaphoreErrorType]: K }
 
-/** A failure as a value (semats' shape). */
-export interface SemaphoreError {
-  type: SemaphoreErrorType
-  message: string
+/**
+ * Every field a failure can carry besides `type` and `message`, with what it means. Each {@link SemaphoreErrorType}
+ * carries only some of them ({@link SemaphoreErrorFieldsOf}): on a {@link SemaphoreError} the others are typed
+ * `undefined`, so checking `type` first gives each field its real type (`if (e.type === 'TIMEOUT') e.holderPid`).
+ */
+export interface SemaphoreErrorFields {
   /**
-   * pid recorded in the lock file that blocked us, when it could be read. Lock files, `ALREADY_LOCKED` and
-   * `TIMEOUT` (and semats' `PERMISSION_DENIED`): read by the engine when it refused, from the file it judged held.
+   * pid recorded in the lock that blocked us, when it could be read. Lock files, `ALREADY_LOCKED` and `TIMEOUT`:
+   * read by the engine when it refused, from the file it judged held; `PERMISSION_DENIED` (semats' release of
+   * another process's lock): the holder's pid. dflockd: only when the holder is this process
+   * (`isOwnedByCurrentProcess`).
    */
-  holderPid?: number | undefined
+  holderPid: number | undefined
   /**
    * `timestamp=` of the lock file that blocked us (unix seconds), when it could be read. A live holder of this
    * package refreshes it every second, so it is "last seen alive" rather than "acquired at".
    */
-  lockedSince?: number | undefined
+  lockedSince: number | undefined
   /** Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the `tag=` of the lock file that blocked us, if it has one. */
-  holderTag?: string | undefined
+  holderTag: string | undefined
   /**
-   * Lock files, `ALREADY_LOCKED` / `TIMEOUT`: the lock that blocked us is this process's own (another `Lock`,
-   * thread or waiter of this process holds it: a forgotten release, or a nested acquire), by the package's one
-   * ownership rule (token and host identity; the pid alone for files of other tools).
-   */
-  isOwnedByCurrentProcess?: boolean | undefined
-  /**
-   * dflockd `ALREADY_LOCKED` / `TIMEOUT`: `isOwnedByCurrentProcess` is always set (a `Lock` of this process from
+   * `ALREADY_LOCKED` / `TIMEOUT`: the lock that blocked us is this process's own (another `Lock`, thread or waiter
+   * of this process holds it: a forgotten release, or a nested acquire), by the package's one ownership rule (token
+   * and host identity; the pid alone for files of other tools). dflockd: always set (a `Lock` of this process from
    * `acquire`/`withLock` on the same server and key; `DistributedLock` instances are not counted), and when it is
-   * true `holderPid`/`lockedSince` are this process's. The protocol does not tell another holder's pid or tag.
-   * After a try (`ALREADY_LOCKED`), from one `stats` request (Go server, bounded by 1 s): the seconds left of the
+   * true `holderPid`/`lockedSince` are this process's: the protocol does not tell another holder's pid or tag.
+   */
+  isOwnedByCurrentProcess: boolean | undefined
+  /**
+   * dflockd `ALREADY_LOCKED` (a try), from one `stats` request (Go server, bounded by 1 s): the seconds left of the
    * holder's lease. A `TIMEOUT` sends nothing more (its deadline is kept to the ms).
    */
-  leaseExpiresInS?: number | undefined
+  leaseExpiresInS: number | undefined
   /** dflockd `ALREADY_LOCKED`: waiters queued on the key (from `stats`, as `leaseExpiresInS`). */
-  waiters?: number | undefined
-  cause?: Error | undefined
-  /** dflockd: the server's raw status word for SERVER_ERROR (e.g. `error_max_locks`) and LIMIT_MISMATCH. */
-  reply?: string | undefined
+  waiters: number | undefined
+  /**
+   * dflockd: the server's raw reply that caused it: its status word for `SERVER_ERROR` (e.g. `error_max_locks`),
+   * `LIMIT_MISMATCH` (`error_limit_mismatch`), `AUTH_FAILED` (`error_auth`, or `error` from a server with no token
+   * set) and a `LOCK_LOST` whose renewal was refused; the line it could not parse for `PROTOCOL_ERROR`.
+   */
+  reply: string | undefined
   /**
    * A failure the OS reported (lock files: `IO_ERROR`, or `PERMISSION_DENIED` when the OS refused us): the OS's own
    * error number, as the OS gives it (on Linux 13 for a permission refused, 2 for a file or directory not found; on
    * Windows the system error code). Positive, unlike the negated `errno` of Node's fs errors; compare it with
    * `os.constants.errno`. The message says the same in words.
    */
-  errno?: number | undefined
+  errno: number | undefined
   /**
-   * The name of {@link SemaphoreError.errno} (`'EACCES'`, `'ENOENT'`), as Node's fs errors give it in `code`. Set on
-   * platforms where Node knows the numbers the OS reports (not on Windows, whose system error codes have no such
-   * names).
+   * The name of {@link SemaphoreErrorFields.errno} (`'EACCES'`, `'ENOENT'`), as Node's fs errors give it in `code`.
+   * Set on platforms where Node knows the numbers the OS reports (not on Windows, whose system error codes have no
+   * such names).
    */
-  errnoName?: string | undefined
+  errnoName: string | undefined
 }
+
+/**
+ * Which of the {@link SemaphoreErrorFields} an error type may carry (each only when known): the holder facts on
+ * `ALREADY_LOCKED` and `TIMEOUT`, the OS's number on `IO_ERROR` and `PERMISSION_DENIED`, the server's reply on the
+ * dflockd failures that come from one. A type not listed here carries only `type`, `message` and perhaps `cause`.
+ */
+export interface SemaphoreErrorFieldsByType {
+  ALREADY_LOCKED: 'holderPid' | 'lockedSince' | 'holderTag' | 'isOwnedByCurrentProcess' | 'leaseExpiresInS' | 'waiters'
+  IO_ERROR: 'errno' | 'errnoName'
+  TIMEOUT: 'holderPid' | 'lockedSince' | 'holderTag' | 'isOwnedByCurrentProcess'
+  PERMISSION_DENIED: 'holderPid' | 'errno' | 'errnoName'
+  LOCK_LOST: 'reply'
+  AUTH_FAILED: 'reply'
+  PROTOCOL_ERROR: 'reply'
+  SERVER_ERROR: 'reply'
+  LIMIT_MISMATCH: 'reply'
+}
+
+/**
+ * The fields a failure of type `T` carries: those {@link SemaphoreErrorFieldsByType} lists for it, each optional
+ * (present when known); every other field of {@link SemaphoreErrorFields} typed `undefined` (never set), so that
+ * code reading one without checking `type` (as semats code reads `holderPid`) still type-checks.
+ */
+export type SemaphoreErrorFieldsOf<T extends SemaphoreErrorType> = Partial<
+  Pick<SemaphoreErrorFields, T extends keyof SemaphoreErrorFieldsByType ? SemaphoreErrorFieldsByType[T] : never>
+> & {
+  readonly [K in Exclude<keyof SemaphoreErrorFields, T extends keyof SemaphoreErrorFieldsByType ? SemaphoreErrorFieldsByType[T] : never>]?: undefined
+}
+
+/** A failure of one type `T` (one member of the {@link SemaphoreError} union): `Extract<SemaphoreError, { type: T }>`. */
+export type SemaphoreErrorOf<T extends SemaphoreErrorType> = {
+  type: T
+  message: string
+  /** The underlying error, where there is one (an OS or binding error the failure was made from). */
+  cause?: Error | undefined
+} & SemaphoreErrorFieldsOf<T>
+
+/**
+ * A failure as a value (semats' shape: `type`, `message`, `holderPid?`, `lockedSince?`, `cause?`, plus this
+ * package's fields): a union discriminated by `type`, each member with the fields that type really carries
+ * ({@link SemaphoreErrorFieldsByType}). `if (r.error.type === 'TIMEOUT')` narrows it: `r.error.holderTag` is then
+ * `string | undefined`, `r.error.errno` is `undefined`.
+ */
+export type SemaphoreError = { [T in SemaphoreErrorType]: SemaphoreErrorOf<T> }[SemaphoreErrorType]
 
 /**
  * A result as a value (semats' shape): `{ ok: true, value }` on success, `{ ok: false, error }` on failure; never
  * thrown.
  */
 export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: SemaphoreError }
+
+/** The details `new LockError(message, code, details)` takes: any of {@link SemaphoreErrorFields}, and `cause`. */
+export type LockErrorDetails = Partial<SemaphoreErrorFields> & { cause?: unknown }
 
 /**
  * Thrown by `withLock`, `status`, the dflockd classes and constructors. Functions that return a
@@ -114,27 +167,27 @@ export type SemaphoreResult<T> = { ok: true; value: T } | { ok: false; error: Se
  */
 export declare class LockError extends Error {
   /** `code` defaults to `IO_ERROR` (semats' type for a failure with no more specific one). */
-  constructor(message: string, code?: SemaphoreErrorType, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
+  constructor(message: string, code?: SemaphoreErrorType, details?: LockErrorDetails)
   /** Stable error code, one of {@link SemaphoreErrorType}. */
   readonly code: SemaphoreErrorType
   /** Same as `code` (semats naming). */
   readonly type: SemaphoreErrorType
   readonly holderPid?: number | undefined
   readonly lockedSince?: number | undefined
-  /** See {@link SemaphoreError.holderTag}. */
+  /** See {@link SemaphoreErrorFields.holderTag}. */
   readonly holderTag?: string | undefined
-  /** See {@link SemaphoreError.isOwnedByCurrentProcess}. */
+  /** See {@link SemaphoreErrorFields.isOwnedByCurrentProcess}. */
   readonly isOwnedByCurrentProcess?: boolean | undefined
   readonly reply?: string | undefined
-  /** See {@link SemaphoreError.errno}. */
+  /** See {@link SemaphoreErrorFields.errno}. */
   readonly errno?: number | undefined
-  /** See {@link SemaphoreError.errnoName}. */
+  /** See {@link SemaphoreErrorFields.errnoName}. */
   readonly errnoName?: string | undefined
 }
 /** The lock could not be had within the timeout. `code === 'TIMEOUT'`. */
 export declare class AcquireTimeoutError extends LockError {
   /** Message defaults to `timeout acquiring '<key>'` (the dflockd client's). */
-  constructor(key: string, message?: string, details?: Partial<Omit<SemaphoreError, 'type' | 'message'>>)
+  constructor(key: string, message?: string, details?: LockErrorDetails)
 }
 /** The dflockd server refused the auth token. `code === 'AUTH_FAILED'`. */
 export declare class AuthError extends LockError {
@@ -352,29 +405,16 @@ export interface AcquireOptions {
   renewMaxIntervalMs?: number | undefined
 }
 
-/** A held lock. `await using lock = …` releases it at the end of the scope. */
-export interface Lock extends LockInfo {
+/** What every held lock has, whichever backend holds it: see {@link Lock}. */
+export interface LockBase extends LockInfo {
   /** `await using lock = …` calls it: release(). */
   [Symbol.asyncDispose](): Promise<void>
+  /** The target as given (a dflockd URL with its token shown as `***`). */
   readonly target: string
+  /** Which backend holds it: `'file'` ({@link FileLock}) or `'dflockd'` ({@link DflockdLock}). */
   readonly backend: Backend
   /** File: the ownership token in the lock file. dflockd: the server's token. */
   readonly token?: string | undefined
-  /** dflockd: the lease in seconds last granted or renewed. */
-  readonly lease?: number | undefined
-  /**
-   * dflockd: until when (ms since the epoch) the lease is proven valid by the client's own lease clock, which starts
-   * when the acquire or renew is SENT (the server counts from receipt, later) and ends a guard (a tenth of the
-   * lease, 250 ms to 1 s) before the lease; 0 once released or lost. With no renewal confirmed by then, the lock is
-   * lost at that instant (`signal` aborts, `onLost` runs), before the server could grant it to anyone else. Bound:
-   * see the README (clock drift, pauses). Absent on file locks.
-   */
-  readonly validUntil?: number | undefined
-  /**
-   * dflockd: milliseconds the lease is still proven valid (`validUntil − now` on the monotonic clock; 0 once released,
-   * lost or past it). Check it before a write that must be exclusive. Absent on file locks.
-   */
-  remaining?(): number
   /** Aborted (with a LockError, code LOCK_LOST) when the lock is lost. */
   readonly signal: AbortSignal
   /** True once released or lost. */
@@ -382,6 +422,54 @@ export interface Lock extends LockInfo {
   /** Releases it. Resolves true if this call released it, false if it was already released or lost. Idempotent. */
   release(): Promise<boolean>
 }
+
+/**
+ * A held lock file (a path or `file://` target). It has no lease: it is held until released or its holder dies;
+ * the dflockd members are typed `undefined` here, so that code reading them on any {@link Lock} type-checks.
+ */
+export interface FileLock extends LockBase {
+  readonly backend: 'file'
+  /** Absent on file locks (no lease). */
+  readonly lease?: undefined
+  /** Absent on file locks (no lease). */
+  readonly validUntil?: undefined
+  /** Absent on file locks (no lease). */
+  readonly remaining?: undefined
+}
+
+/** A held dflockd lock (a `dflockd://` target): a lease, renewed in the background while held. */
+export interface DflockdLock extends LockBase {
+  readonly backend: 'dflockd'
+  /** The lease in seconds last granted or renewed. */
+  readonly lease: number
+  /**
+   * Until when (ms since the epoch) the lease is proven valid by the client's own lease clock, which starts when
+   * the acquire or renew is SENT (the server counts from receipt, later) and ends a guard (a tenth of the lease,
+   * 250 ms to 1 s) before the lease; 0 once released or lost. With no renewal confirmed by then, the lock is lost at
+   * that instant (`signal` aborts, `onLost` runs), before the server could grant it to anyone else. Bound: see
+   * docs/many-machines.md (clock drift, pauses).
+   */
+  readonly validUntil: number
+  /**
+   * Milliseconds the lease is still proven valid (`validUntil − now` on the monotonic clock; 0 once released, lost
+   * or past it). Check it before a write that must be exclusive.
+   */
+  remaining(): number
+}
+
+/**
+ * A held lock, discriminated by `backend`: `if (lock.backend === 'dflockd') lock.remaining()`. `acquire`,
+ * `tryAcquire` and `withLock` give the narrower type themselves when the target's type says which backend it names
+ * ({@link LockOf}). `await using lock = …` releases it at the end of the scope.
+ */
+export type Lock = FileLock | DflockdLock
+
+/**
+ * The lock type a target string gives: {@link DflockdLock} for a `dflockd://…` string (a literal or a template
+ * such as `` `dflockd://${addr}/jobs` ``), {@link FileLock} for any other literal (a path or `file://` URL), and
+ * {@link Lock} (either) for a plain `string`.
+ */
+export type LockOf<Target extends string> = Target extends `dflockd://${string}` ? DflockdLock : string extends Target ? Lock : FileLock
 
 /**
  * What `status(target)` reports: semats' status shape, plus the target, the backend, when a file lock becomes
@@ -467,11 +555,13 @@ export interface ReleaseOptions {
  * Waits for the lock. `target` is a path (`/var/lock/x.lock`, `file:///var/lock/x.lock`) or
  * `dflockd://[token@]host[:port][,host2[:port]…]/key[?limit=N&leaseTtl=S&tls=1&ca=PATH]` (with several servers, the
  * key goes to the one `stableHashShard(key, n)` picks, as `DistributedLock({ servers })`; `ca=` a PEM file to trust,
- * implying TLS; `tls=1`/`tls: true` trust the system roots plus `NODE_EXTRA_CA_CERTS`, as Node's `tls`).
+ * implying TLS; `tls=1`/`tls: true` trust the system roots plus `NODE_EXTRA_CA_CERTS`, as Node's `tls`). The lock
+ * is a {@link DflockdLock} when `target`'s type says `dflockd://…`, a {@link FileLock} for another literal, else a
+ * {@link Lock} ({@link LockOf}).
  */
-export declare function acquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
-/** One attempt, no waiting. */
-export declare function tryAcquire(target: string, options?: AcquireOptions): Promise<SemaphoreResult<Lock>>
+export declare function acquire<Target extends string>(target: Target, options?: AcquireOptions): Promise<SemaphoreResult<LockOf<Target>>>
+/** One attempt, no waiting. The lock's type as {@link acquire}'s. */
+export declare function tryAcquire<Target extends string>(target: Target, options?: AcquireOptions): Promise<SemaphoreResult<LockOf<Target>>>
 /** Releases a `Lock`, or the lock this process holds on `target` (`force`: whoever holds it, file targets). */
 export declare function release(target: string | Lock, options?: ReleaseOptions): Promise<SemaphoreResult<void>>
 /** What the target looks like now. Rejects with LockError for a bad target or an unreachable server. */
@@ -479,9 +569,10 @@ export declare function status(target: string, options?: StatusOptions): Promise
 /**
  * Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own
  * error wins over a release error; `fn` may release the lock itself. Nested in an async call chain that already holds
- * `target` through withLock, rejects at once with `ALREADY_LOCKED` (it would wait for itself forever).
+ * `target` through withLock, rejects at once with `ALREADY_LOCKED` (it would wait for itself forever). `fn` gets
+ * the lock typed as {@link acquire}'s ({@link LockOf}).
  */
-export declare function withLock<T>(target: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+export declare function withLock<T, Target extends string = string>(target: Target, fn: (lock: LockOf<Target>) => T | Promise<T>, options?: AcquireOptions): Promise<T>
 
 // ─────────────────────── observing locks without taking them ───────────────────────
 

@@ -28,7 +28,9 @@ const testFiles = fs
 
 const results = [
   ['rust', step('rust', 'cargo', ['test', '-p', 'sema-core', '--quiet'])],
+  // The typings under the strictest consumer settings (CommonJS and ESM files), then an older CommonJS project's.
   ['types', step('types', path.join(root, 'node_modules', '.bin', 'tsc'), ['-p', '__test__/types'])],
+  ['types-loose', step('types', path.join(root, 'node_modules', '.bin', 'tsc'), ['-p', '__test__/types/tsconfig.loose.json'])],
   // The file-lock suites again with their temp directories in tmpfs, where uncontended acquisitions and releases
   // run on the JS thread (the main run below uses os.tmpdir(), usually a disk, where they run off it).
   ...(fs.existsSync('/dev/shm')

@@ -10,6 +10,9 @@
 // Go server (.tools/bin/dflockd) and sets it. Each block runs in a fresh empty directory inside the consumer
 // project, with its own working directory, so relative paths and temp files of one block never meet another's.
 // Blocks without the marker are not run: a fence like ```js (no marker) is for fragments that need a context.
+// Every js/cjs block is also type-checked, all in one tsc run over the consumer project: strict,
+// exactOptionalPropertyTypes, checkJs, module nodenext, against the packed typings (the consumer's
+// node_modules/sema-native) and @types/node, so an example a TypeScript user copies compiles as written.
 // Also: README.md stays within 300 lines with `npm run demo` and `npm test` as its first commands, and every test
 // file (`x.test.js`) or Rust test (`lockfile_x.rs`, `dflockd_x.rs`) the docs name as proof exists.
 
@@ -59,10 +62,63 @@ let consumer
 let server
 let ran = 0
 
+/** Each block's file in the consumer project: block-<i>/block.<ext>, in a directory of its own. */
+const blockFile = (i) => path.join(consumer.app, `block-${i}`, `block${KINDS[blocks[i].kind]}`)
+/** tsc's diagnostics by block index (a block absent from it has none); set in `before`. */
+let typeErrors
+
 before(async () => {
   consumer = makeConsumer()
+  for (const [i, b] of blocks.entries()) {
+    fs.mkdirSync(path.dirname(blockFile(i)))
+    fs.writeFileSync(blockFile(i), b.code)
+  }
+  typeErrors = typeCheck()
   if (!d.skipReason()) server = await d.startServer()
 })
+
+/**
+ * tsc over every js/cjs block at once (one run: ~5 s, where one per block would take minutes), strict settings:
+ * returns Map(block index → [diagnostic lines]).
+ */
+function typeCheck() {
+  const typed = blocks.flatMap((b, i) => (b.kind === 'sh' ? [] : [path.relative(consumer.app, blockFile(i))]))
+  const tsconfig = {
+    compilerOptions: {
+      allowJs: true,
+      checkJs: true,
+      strict: true,
+      exactOptionalPropertyTypes: true,
+      noEmit: true,
+      target: 'ES2022',
+      module: 'nodenext',
+      moduleResolution: 'nodenext',
+      lib: ['ES2022', 'ESNext.Disposable'],
+      types: ['node'],
+      // @types/node of the repository's dev dependencies (the consumer installs only the packed tarballs).
+      typeRoots: [path.join(root, 'node_modules', '@types')],
+      skipLibCheck: false,
+    },
+    files: typed,
+  }
+  fs.writeFileSync(path.join(consumer.app, 'tsconfig.json'), JSON.stringify(tsconfig, null, 2))
+  const r = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', 'tsconfig.json', '--pretty', 'false'], {
+    cwd: consumer.app,
+    encoding: 'utf8',
+    timeout: BLOCK_TIMEOUT_MS,
+  })
+  const errors = new Map()
+  let current
+  for (const line of `${r.stdout}${r.stderr}`.split('\n')) {
+    const m = /^block-(\d+)\//.exec(line)
+    if (m) current = Number(m[1])
+    else if (!/^\s/.test(line)) current = undefined
+    if (current !== undefined) errors.set(current, [...(errors.get(current) ?? []), line])
+    else if (line.trim()) errors.set(-1, [...(errors.get(-1) ?? []), line])
+  }
+  if (r.status !== 0 && errors.size === 0) errors.set(-1, [`tsc exited ${r.status ?? r.signal}: ${r.error?.message ?? ''}`])
+  return errors
+}
 
 after(async () => {
   await d.stopAll()
@@ -100,14 +156,22 @@ test('every test file and Rust test the docs name exists', () => {
   assert.deepEqual(missing, [])
 })
 
+test('tsc ran over the blocks (no error outside them)', () => {
+  assert.deepEqual(typeErrors.get(-1) ?? [], [])
+})
+
 for (const [i, b] of blocks.entries()) {
+  if (b.kind !== 'sh') {
+    test(`${b.file}:${b.line} (${b.kind}) type-checks under strict TypeScript settings`, () => {
+      const errors = typeErrors.get(i) ?? []
+      assert.deepEqual(errors, [], `${b.file}:${b.line}: tsc (strict, checkJs) reports:\n${errors.join('\n')}\n--- block ---\n${b.code}`)
+    })
+  }
   // Only the blocks that use a server wait for one (outside CI, where a missing server fails instead of skipping).
   const skip = b.code.includes('DFLOCKD_ADDR') ? d.skipReason() : false
   test(`${b.file}:${b.line} (${b.kind}) runs as written and exits 0`, { skip }, (t) => {
-    const dir = path.join(consumer.app, `block-${i}`)
-    fs.mkdirSync(dir)
-    const file = path.join(dir, `block${KINDS[b.kind]}`)
-    fs.writeFileSync(file, b.code)
+    const file = blockFile(i)
+    const dir = path.dirname(file)
     const [cmd, args] = b.kind === 'sh' ? ['bash', ['-euo', 'pipefail', file]] : [process.execPath, [file]]
     const r = spawnSync(cmd, args, {
       cwd: dir,

@@ -471,37 +471,38 @@ export type Lock = FileLock | DflockdLock
  */
 export type LockOf<Target extends string> = Target extends `dflockd://${string}` ? DflockdLock : string extends Target ? Lock : FileLock
 
-/**
- * What `status(target)` reports: semats' status shape, plus the target, the backend, when a file lock becomes
- * reclaimable and, for dflockd, the server's view.
- */
-export interface LockStatus extends SemaphoreStatus {
+/** What `status(target)` reports on either backend: semats' status shape, plus the target and the backend. See {@link LockStatus}. */
+export interface LockStatusBase extends SemaphoreStatus {
+  /** The target as given (a dflockd URL with its token shown as `***`). */
   target: string
+  /** `'file'` ({@link FileLockStatus}) or `'dflockd'` ({@link DflockdLockStatus}). */
   backend: Backend
-  /**
-   * Holders now. dflockd: slots held (a key held in `mode: 'shared'`: its readers; by a writer: 1). File, with
-   * `limit` in the options: slot files present (taken); a shared lock: live shared holders.
-   */
+}
+
+/**
+ * `status()` of a lock file: when it becomes reclaimable and by which rule; with `limit` in the options or while
+ * shared holders hold it, how many hold it. The dflockd fields are typed `undefined` here.
+ */
+export interface FileLockStatus extends LockStatusBase {
+  backend: 'file'
+  /** With `limit` in the options: slot files present (taken); a shared lock: live shared holders. */
   holders?: number | undefined
-  /** dflockd: clients queued. */
-  waiters?: number | undefined
-  /**
-   * dflockd: the key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). File:
-   * the `limit` asked for.
-   */
+  /** Absent on files (the engine counts waiters only for `sema-native ls`). */
+  waiters?: undefined
+  /** The `limit` asked for in the options. */
   limit?: number | undefined
-  /** File: `'shared'` when shared holders hold the path (then `holders` counts them). */
+  /** `'shared'` when shared holders hold the path (then `holders` counts them). */
   mode?: 'shared' | 'exclusive' | undefined
-  /** dflockd: seconds until the holder's lease expires. */
-  leaseExpiresInS?: number | undefined
+  /** Absent on files (no lease). */
+  leaseExpiresInS?: undefined
   /**
-   * File: unix seconds from which the lock is reclaimable by {@link LockStatus.reclaimRule}'s age condition (for
-   * `'age-and-pid-not-running'` its pid must also not be running then), or now when `isStale`. `null` when no
-   * time decides it (`'holder-dead'` with the holder running: whenever it ends; `'never'`) or there is no file.
+   * Unix seconds from which the lock is reclaimable by {@link FileLockStatus.reclaimRule}'s age condition (for
+   * `'age-and-pid-not-running'` its pid must also not be running then), or now when `isStale`. `null` when no time
+   * decides it (`'holder-dead'` with the holder running: whenever it ends; `'never'`) or there is no file.
    */
-  reclaimableAt?: number | null | undefined
+  reclaimableAt: number | null
   /**
-   * File: how this lock becomes reclaimable (`null` without a file):
+   * How this lock becomes reclaimable (`null` without a file):
    * - `'holder-dead'`: a lock of this package on this host, reclaimed at once when its holder process dies;
    * - `'age-and-pid-not-running'`: a file without this package's host identity (sema, semats, a shell, the
    *   `sema-native sema|semats` front ends): semats' rule, older than `staleTimeout` and its pid not running
@@ -511,8 +512,43 @@ export interface LockStatus extends SemaphoreStatus {
    * - `'unparseable-age'`: a file that cannot be parsed: its modification time older than `staleTimeout`;
    * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
    */
-  reclaimRule?: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null | undefined
+  reclaimRule: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null
 }
+
+/**
+ * `status()` of a dflockd key, from the server's `stats`: holders, waiters and the key's limit. `info` is known only
+ * for a lock this process holds (the protocol names no other holder). The file fields are typed `undefined` here.
+ */
+export interface DflockdLockStatus extends LockStatusBase {
+  backend: 'dflockd'
+  /** Slots held (a key held in `mode: 'shared'`: its readers; by a writer: 1). */
+  holders: number
+  /** Clients queued. */
+  waiters: number
+  /** The key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). */
+  limit: number
+  /** Absent on dflockd (see `holders`). */
+  mode?: undefined
+  /** Seconds until the holder's lease expires, when a lock (not a semaphore) is held. */
+  leaseExpiresInS?: number | undefined
+  /** Absent on dflockd (a lease, not a stale rule, ends a crashed holder's lock: see `leaseExpiresInS`). */
+  reclaimableAt?: undefined
+  /** Absent on dflockd. */
+  reclaimRule?: undefined
+}
+
+/**
+ * What `status(target)` reports, discriminated by `backend`: {@link FileLockStatus} or {@link DflockdLockStatus}.
+ * `status` gives the narrower type itself when the target's type says which backend it names ({@link LockStatusOf}).
+ */
+export type LockStatus = FileLockStatus | DflockdLockStatus
+
+/** The status type a target string gives, as {@link LockOf} does for locks. */
+export type LockStatusOf<Target extends string> = Target extends `dflockd://${string}`
+  ? DflockdLockStatus
+  : string extends Target
+    ? LockStatus
+    : FileLockStatus
 
 /** Options of `status(target)`. */
 export interface StatusOptions {
@@ -564,8 +600,8 @@ export declare function acquire<Target extends string>(target: Target, options?:
 export declare function tryAcquire<Target extends string>(target: Target, options?: AcquireOptions): Promise<SemaphoreResult<LockOf<Target>>>
 /** Releases a `Lock`, or the lock this process holds on `target` (`force`: whoever holds it, file targets). */
 export declare function release(target: string | Lock, options?: ReleaseOptions): Promise<SemaphoreResult<void>>
-/** What the target looks like now. Rejects with LockError for a bad target or an unreachable server. */
-export declare function status(target: string, options?: StatusOptions): Promise<LockStatus>
+/** What the target looks like now ({@link LockStatusOf}). Rejects with LockError for a bad target or an unreachable server. */
+export declare function status<Target extends string>(target: Target, options?: StatusOptions): Promise<LockStatusOf<Target>>
 /**
  * Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own
  * error wins over a release error; `fn` may release the lock itself. Nested in an async call chain that already holds

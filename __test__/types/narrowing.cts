@@ -2,8 +2,8 @@
 // the discriminated unions narrow. A failure's fields follow its `type` (SemaphoreErrorFieldsByType); a lock's
 // members follow its `backend`, and acquire/tryAcquire/withLock give the backend a target string names. Each
 // `@ts-expect-error` line must keep failing, or tsc reports an unused directive.
-import { acquire, tryAcquire, withLock, wait, release, parseLockInfo, ErrorCode, Semaphore } from 'sema-native'
-import type { DflockdLock, FileLock, Lock, LockOf, SemaphoreError, SemaphoreErrorFieldsByType, SemaphoreErrorOf, SemaphoreErrorType, SemaphoreResult } from 'sema-native'
+import { acquire, tryAcquire, withLock, wait, release, status, parseLockInfo, ErrorCode, Semaphore } from 'sema-native'
+import type { DflockdLock, DflockdLockStatus, FileLock, FileLockStatus, Lock, LockOf, LockStatus, SemaphoreError, SemaphoreErrorFieldsByType, SemaphoreErrorOf, SemaphoreErrorType, SemaphoreResult } from 'sema-native'
 import { exact } from './exact'
 
 // The fields map names error types only (SemaphoreErrorType stays the one list of codes).
@@ -120,4 +120,25 @@ export async function locks(path: string, addr: string, target: string): Promise
   // @ts-expect-error withLock on a file literal: no lease clock
   await withLock('/tmp/x.lock', (lock) => lock.remaining())
   void [left, pid, explicit]
+}
+
+export async function statuses(addr: string, target: string): Promise<void> {
+  // A file's status always says how it becomes reclaimable; a dflockd key's always counts holders and waiters.
+  const f = await status('/var/lock/nightly.lock')
+  exact<typeof f, FileLockStatus>(true)
+  exact<typeof f.reclaimRule, 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null>(true)
+  exact<typeof f.waiters, undefined>(true)
+  const d = await status(`dflockd://${addr}/jobs`)
+  exact<typeof d, DflockdLockStatus>(true)
+  const counts: [number, number, number] = [d.holders, d.waiters, d.limit]
+  void counts
+  // @ts-expect-error a dflockd key has no stale rule
+  const rule: string | null = d.reclaimRule
+  void rule
+  const either: LockStatus = await status(target)
+  // @ts-expect-error either backend: holders may be absent until narrowed
+  const holders: number = either.holders
+  void holders
+  if (either.backend === 'dflockd') exact<typeof either.holders, number>(true)
+  else exact<typeof either.reclaimableAt, number | null>(true)
 }

@@ -6,6 +6,7 @@
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const api = require('..')
 const { DistributedLock, Connection, stats } = require('../lib/dflockd')
 const { LockError } = require('../lib/errors')
@@ -17,15 +18,11 @@ before(async () => {
 })
 after(() => d.stopAll())
 
-/** Polls the server's stats until `pred(stats)` holds (no event exists for server-side state), bounded. */
-async function until(pred, what) {
-  const deadline = Date.now() + 5000
-  for (;;) {
-    const st = await stats({ host: s.host, port: s.port })
-    if (pred(st)) return st
-    if (Date.now() > deadline) throw new Error(`${what}: not reached, stats ${JSON.stringify(st)}`)
-    await new Promise((r) => setImmediate(r))
-  }
+/** Polls the server's stats until `key` has no waiter (no event exists for server-side state), bounded. */
+function noWaiterLeft(key) {
+  const serverStats = () => stats({ host: s.host, port: s.port })
+  const waiters = async () => ((await serverStats()).locks.find((l) => l.key === key) || {}).waiters
+  return u.until(async () => (await waiters()) === 0, { timeoutMs: 5000, intervalMs: 0, what: `no waiter left on '${key}'`, last: serverStats })
 }
 
 describe('millisecond timeouts', { skip }, () => {
@@ -42,7 +39,7 @@ describe('millisecond timeouts', { skip }, () => {
       assert.ok(took < 1000, `settled after ${took} ms: the client did not cut the server's whole second`)
     }
     // The cut connections are gone, so their waits were withdrawn: the key has no waiter left.
-    await until((st) => (st.locks.find((l) => l.key === 'to-ms') || {}).waiters === 0, 'no waiter left')
+    await noWaiterLeft('to-ms')
     assert.equal(await holder.value.release(), true)
     const next = await api.tryAcquire(s.url('to-ms'))
     assert.equal(next.ok, true, 'the key is free: no late grant went to a cut waiter')
@@ -85,7 +82,7 @@ describe('millisecond timeouts', { skip }, () => {
     assert.equal(waiter.token, null)
     await assert.rejects(waiter.release(), (e) => e instanceof LockError && e.code === 'NOT_LOCKED')
     // The cut connection is gone, so its wait was withdrawn: once the server shows no waiter, a release frees the key.
-    await until((st) => (st.locks.find((l) => l.key === 'to-wait') || {}).waiters === 0, 'no waiter left')
+    await noWaiterLeft('to-wait')
     await holder.release()
     const other = new DistributedLock({ key: 'to-wait', servers: [[s.host, s.port]], acquireTimeoutS: 0 })
     assert.equal(await other.acquire(), true, 'the key is free at once: no grant went to the cut waiter')

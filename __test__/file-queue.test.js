@@ -10,7 +10,6 @@ const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
-const { setTimeout: sleep } = require('node:timers/promises')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
@@ -39,26 +38,18 @@ function placeOf(pid) {
 }
 
 /** Polls /proc/locks (there is no event for "blocked in flock") until `pid` stands at `place`. */
-async function until(pid, place, ms = 10000) {
-  const t0 = Date.now()
-  while (placeOf(pid) !== place) {
-    if (Date.now() - t0 > ms) throw new Error(`process ${pid} not at '${place}' in the queue within ${ms} ms`)
-    await sleep(2)
-  }
+function standsAt(pid, place) {
+  return u.until(() => placeOf(pid) === place, { intervalMs: 2, what: `process ${pid} at '${place}' in the queue` })
 }
 
 /** Polls until every thread of `pid` is stopped (SIGSTOP takes effect when each thread is next scheduled). */
-async function untilStopped(pid, ms = 10000) {
-  const t0 = Date.now()
+function allThreadsStopped(pid) {
   const stopped = () =>
     fs.readdirSync(`/proc/${pid}/task`).every((t) => {
       const stat = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8')
       return stat.slice(stat.lastIndexOf(')') + 2)[0] === 'T'
     })
-  while (!stopped()) {
-    if (Date.now() - t0 > ms) throw new Error(`process ${pid} not stopped within ${ms} ms`)
-    await sleep(2)
-  }
+  return u.until(stopped, { intervalMs: 2, what: `process ${pid} stopped` })
 }
 
 /** The queue file `pid` has open (from /proc/<pid>/fd), or null. */
@@ -82,7 +73,7 @@ async function waiter(file, place, options = { retryInterval: 10_000 }) {
   // One reader of `held` per child (a second one would never see the line the first consumed).
   child.held = child.out.next(/^held /, 50000)
   child.held.catch(() => {})
-  await until(child.pid, place)
+  await standsAt(child.pid, place)
   return child
 }
 
@@ -133,7 +124,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const behind = await waiter(file, 'line', { retryInterval: 50 })
     process.kill(head.pid, 'SIGSTOP')
     try {
-      await untilStopped(head.pid)
+      await allThreadsStopped(head.pid)
       await r.value.release()
       // The head cannot run; the one behind it finds the lock free at its next 50 ms poll.
       const first = await firstHeld([head, behind])
@@ -156,7 +147,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const head = await waiter(file, 'head')
     process.kill(head.pid, 'SIGSTOP')
     try {
-      await untilStopped(head.pid)
+      await allThreadsStopped(head.pid)
       await r.value.release()
       // The lock is free, the head cannot run. timeout 0 = exactly one attempt; 80 ms is below the 100 ms poll.
       for (const timeout of [0, 80]) {
@@ -180,7 +171,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const behind = await waiter(file, 'line')
     // The head aborts its wait (SIGKILL: the kernel drops its place); the one behind becomes head.
     head.kill('SIGKILL')
-    await until(behind.pid, 'head')
+    await standsAt(behind.pid, 'head')
     await r.value.release()
     await behind.held
     behind.stdin.end()

@@ -23,9 +23,13 @@ function timeScale() {
   return Math.max(1, Number(process.env.SEMA_TEST_TIME_SCALE) || 1)
 }
 
-/** `ms` times timeScale(): an upper time bound as this machine should read it. */
-function scaled(ms) {
-  return ms * timeScale()
+/**
+ * `ms` times timeScale(): an upper time bound as this machine should read it. `below`, when given, is the duration
+ * the defect under test would take (a poll interval, a timeout the code must beat): the bound widens up to it and
+ * never past it, so a widened bound still tells the fix from the defect.
+ */
+function scaled(ms, below = Infinity) {
+  return Math.min(ms * timeScale(), below)
 }
 
 /** Every child spawned through this module, so that a failing test never leaves processes behind. */

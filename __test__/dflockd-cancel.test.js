@@ -6,6 +6,7 @@
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const native = require('../lib/native')
 const { loopAcquire, useEventLoop } = require('../lib/dflockd/common')
 const { DistributedLock, stats } = require('..')
@@ -21,11 +22,8 @@ after(() => d.stopAll())
 
 /** Resolves once the server's stats show a waiter on `key`. */
 async function queuedOn(key) {
-  for (;;) {
-    const st = await stats({ host: s.host, port: s.port })
-    if ((st.locks.find((l) => l.key === key)?.waiters ?? 0) > 0) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+  const waiters = async () => (await stats({ host: s.host, port: s.port })).locks.find((l) => l.key === key)?.waiters ?? 0
+  await u.until(async () => (await waiters()) > 0, { intervalMs: 20, what: `a waiter queued on '${key}'` })
 }
 
 /** Spins (the JS thread busy, so no result can reach it) until `prim` holds natively; bounded. */

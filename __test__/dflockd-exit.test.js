@@ -29,7 +29,7 @@ function runChild(code, boundMs) {
     const timer = setTimeout(() => {
       killed = true
       child.kill('SIGKILL')
-    }, boundMs)
+    }, u.scaled(boundMs))
     child.on('exit', (code, signal) => {
       clearTimeout(timer)
       resolve({ code, signal, killed, stdout, stderr, ms: Date.now() - t0 })

@@ -252,6 +252,7 @@ describe('DistributedLock keeps its connection between acquisitions', () => {
       await l.release()
       f.hangUp(line) // as the server's idle timeout: `error` then close (or a plain reset)
       await u.until(() => f.open === 0, { timeoutMs: 3000, what: 'the server dropped the idle connection' })
+      // Stays a sleep: nothing outside the native reader shows that the client has read the close.
       await new Promise((r) => setTimeout(r, 50))
       assert.equal(await l.acquire(), true, `acquire after the server ended the idle connection (${line ?? 'reset'})`)
       assert.equal(l.signal.aborted, false)

@@ -34,12 +34,9 @@ after(async () => {
 
 /** Resolves once the server's stats show `n` waiters on each of `keys` (lock or semaphore). */
 async function waitersQueued(r, keys, n = 1) {
-  for (;;) {
-    const st = await stats({ host: r.host, port: r.port })
-    const waiting = (key) => st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0
-    if (keys.every((k) => waiting(k) === n)) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+  const serverStats = () => stats({ host: r.host, port: r.port })
+  const queued = (st) => (key) => (st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0) === n
+  await u.until(async () => keys.every(queued(await serverStats())), { intervalMs: 20, what: `${n} waiter(s) on ${keys}`, last: serverStats })
 }
 
 /** min / median / max of a list of ms, rounded. */

@@ -298,7 +298,7 @@ describe('FIFO and lease hand-off', { skip }, () => {
         c.withLock(async () => {
           inside++
           max = Math.max(max, inside)
-          await new Promise((r) => setTimeout(r, 50))
+          await new Promise((r) => setTimeout(r, 50)) // the hold under test: overlapping holders would be counted
           inside--
         }),
       ),

@@ -66,7 +66,9 @@ describe('AbortSignal aborted during a wait', () => {
       const ac = new AbortController()
       let settled = false
       const waiting = start(file, ac.signal).finally(() => (settled = true))
-      await sleep(200) // let it reach its wait; the next line checks that it is waiting
+      // Stays a sleep: the holder is this process, so the waiter waits in-process and nothing shows it has reached
+      // its wait (no queue flock in /proc/locks). The next line checks that it is waiting.
+      await sleep(200)
       assert.equal(settled, false, 'waits while the lock is held')
       const t0 = Date.now()
       ac.abort()
@@ -105,7 +107,7 @@ describe('AbortSignal aborted during a wait', () => {
     const held = await sema.acquire(file)
     let ran = 0
     const ac = new AbortController()
-    setTimeout(() => ac.abort(), 150)
+    setTimeout(() => ac.abort(), 150) // an abort during the wait, the case under test (see the sleep above)
     await assert.rejects(sema.withLock(file, () => ran++, { signal: ac.signal }), (e) => {
       assert.ok(e instanceof sema.LockError, 'a LockError')
       assert.equal(e.code, 'ABORTED')

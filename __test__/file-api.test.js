@@ -272,7 +272,7 @@ describe('withLock', () => {
         sema.withLock(file, async () => {
           inside++
           maxInside = Math.max(maxInside, inside)
-          await new Promise((r) => setTimeout(r, 5))
+          await new Promise((r) => setTimeout(r, 5)) // the hold under test: overlapping callers would be counted
           inside--
         }, { timeout: 10000 }),
       ),
@@ -298,7 +298,8 @@ describe('waiting', () => {
           assert.equal(await r.value.release(), true)
         }),
       )
-      // Odd rounds: the waiters have been parked for a while; even rounds: released straight away.
+      // Odd rounds: the waiters have been parked for a while (the pause is the case under test); even rounds:
+      // released straight away.
       if (round % 2) await new Promise((r) => setTimeout(r, 20))
       assert.deepEqual(order, [], 'nobody is granted while the first holder holds it')
       assert.equal(await first.release(), true)
@@ -342,6 +343,7 @@ describe('waiting', () => {
     const file = fresh('wake')
     const held = (await sema.acquire(file)).value
     const pending = sema.acquire(file, { retryInterval: 10000, timeout: 15000 })
+    // Stays a sleep: the holder is this process, so nothing shows the waiter has reached its wait (no queue flock).
     await new Promise((r) => setTimeout(r, 100))
     const t0 = Date.now()
     await held.release()

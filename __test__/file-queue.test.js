@@ -26,22 +26,6 @@ after(() => {
   for (const d of Object.values(dirs)) u.rmTmp(d)
 })
 
-/** Where `pid` stands in a queue: 'head', 'line' (blocked behind the head) or null, from /proc/locks. */
-function placeOf(pid) {
-  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
-    const f = line.trim().split(/\s+/)
-    const blocked = f[1] === '->'
-    const [kind, , mode, owner] = blocked ? f.slice(2) : f.slice(1)
-    if (kind === 'FLOCK' && mode === 'WRITE' && Number(owner) === pid) return blocked ? 'line' : 'head'
-  }
-  return null
-}
-
-/** Polls /proc/locks (there is no event for "blocked in flock") until `pid` stands at `place`. */
-function standsAt(pid, place) {
-  return u.until(() => placeOf(pid) === place, { intervalMs: 2, what: `process ${pid} at '${place}' in the queue` })
-}
-
 /** Polls until every thread of `pid` is stopped (SIGSTOP takes effect when each thread is next scheduled). */
 function allThreadsStopped(pid) {
   const stopped = () =>
@@ -73,7 +57,7 @@ async function waiter(file, place, options = { retryInterval: 10_000 }) {
   // One reader of `held` per child (a second one would never see the line the first consumed).
   child.held = child.out.next(/^held /, 50000)
   child.held.catch(() => {})
-  await standsAt(child.pid, place)
+  await u.untilQueued(child.pid, place)
   return child
 }
 
@@ -171,7 +155,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const behind = await waiter(file, 'line')
     // The head aborts its wait (SIGKILL: the kernel drops its place); the one behind becomes head.
     head.kill('SIGKILL')
-    await standsAt(behind.pid, 'head')
+    await u.untilQueued(behind.pid, 'head')
     await r.value.release()
     await behind.held
     behind.stdin.end()

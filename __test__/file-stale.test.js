@@ -95,7 +95,7 @@ describe('crashed holder, our format: reclaimed at once', () => {
     await u.lines(holder).next(/^held /)
     let settled = false
     const waiting = sema.acquire(file, { staleTimeout: HOUR, timeout: 15000 }).finally(() => (settled = true))
-    // The live holder is never evicted: still waiting after several poll intervals.
+    // The live holder is never evicted: still waiting after several poll intervals (the pause is the case under test).
     await new Promise((r) => setTimeout(r, 400))
     assert.equal(settled, false, 'a live holder is not evicted')
     const t0 = Date.now()

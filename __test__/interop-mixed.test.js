@@ -48,7 +48,7 @@ describe('mixed fleet: default options keep a live holder safe from the other to
       worstAge = Math.max(worstAge, Math.floor(Date.now() / 1000) - info.timestamp)
       assert.equal(sema.isLockStale(info, 1000), false, `age ${Math.floor(Date.now() / 1000) - info.timestamp} s looked stale to semats`)
       samples++
-      await new Promise((resolve) => setTimeout(resolve, 20))
+      await new Promise((resolve) => setTimeout(resolve, 20)) // the sampling interval of the 3 s under test
     }
     t.diagnostic(`${samples} samples, worst age seen ${worstAge} s`)
     assert.ok(await h.release())

@@ -44,8 +44,8 @@ function inTerminal(args) {
       setTimeout(() => {
         if (!watchers.includes(w)) return
         watchers.splice(watchers.indexOf(w), 1)
-        reject(new Error(`the terminal did not show ${re} within 15 s; it showed ${JSON.stringify(child.stdoutText)}`))
-      }, 15000).unref()
+        reject(new Error(`the terminal did not show ${re} within ${u.scaled(15000)} ms; it showed ${JSON.stringify(child.stdoutText)}`))
+      }, u.scaled(15000)).unref()
     })
   return child
 }

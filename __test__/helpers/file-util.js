@@ -278,6 +278,30 @@ async function until(predicate, { timeoutMs = 10000, intervalMs = 10, what = 'co
   }
 }
 
+/** /proc/locks exists (Linux): where a process stands in a lock's cross-process wait queue can be read. */
+const HAS_PROC_LOCKS = fs.existsSync('/proc/locks')
+
+/**
+ * Where `pid` stands in a cross-process wait queue, from /proc/locks: 'head' (it holds its queue file's flock,
+ * FLOCK WRITE: it watches the lock file), 'line' (blocked behind the head) or null (not waiting across processes;
+ * a waiter whose holder is in its own process waits in-process and stands nowhere here). Lock files themselves
+ * carry a shared flock (FLOCK READ), which is not a place.
+ */
+function queuePlace(pid) {
+  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/)
+    const blocked = f[1] === '->'
+    const [kind, , mode, owner] = blocked ? f.slice(2) : f.slice(1)
+    if (kind === 'FLOCK' && mode === 'WRITE' && Number(owner) === pid) return blocked ? 'line' : 'head'
+  }
+  return null
+}
+
+/** Resolves once `pid` stands at `place` in a wait queue (polled: there is no event for "blocked in flock"). */
+function untilQueued(pid, place = 'head', { timeoutMs = 10000 } = {}) {
+  return until(() => queuePlace(pid) === place, { timeoutMs, intervalMs: 2, what: `process ${pid} at '${place}' in the queue` })
+}
+
 /**
  * A child process (helpers/file-holder.js) taking the lock `file` with `options` (AcquireOptions, or
  * `{ api: 'semats', ...config }`). Returns at once `{ child, out, held, release(), kill() }`: `held` resolves the
@@ -546,6 +570,9 @@ module.exports = {
   timeScale,
   scaled,
   until,
+  HAS_PROC_LOCKS,
+  queuePlace,
+  untilQueued,
   spawnHolder,
   holder,
   underWine,

@@ -28,7 +28,7 @@ async function queuedOn(key) {
 
 /** Spins (the JS thread busy, so no result can reach it) until `prim` holds natively; bounded. */
 function spinUntilHeld(prim) {
-  const end = Date.now() + 10_000
+  const end = Date.now() + u.scaled(10_000)
   while (prim.token === null) {
     if (Date.now() > end) throw new Error('the grant never reached the primitive')
   }

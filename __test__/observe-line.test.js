@@ -100,12 +100,13 @@ describe('the waiting line', { skip: !hasScript && 'needs Linux and util-linux s
     const pending = cli(['run', file, '--', 'echo', 'DONE'])
     // `run` stands in the lock's line (ls counts it) in two listings in a row: it has waited longer than the line's
     // 150 ms delay (one CLI start takes more than that).
-    const end = Date.now() + 15000
-    for (let seen = 0; seen < 2; ) {
-      assert.ok(Date.now() < end, 'run never stood in line')
+    let seen = 0
+    const inLine = async () => {
       const l = JSON.parse((await cli(['ls', path.dirname(file), '--json'])).stdout).locks.find((x) => x.name === 'build.lock')
       seen = l.waiters >= 1 ? seen + 1 : 0
+      return seen >= 2
     }
+    await u.until(inLine, { timeoutMs: 15000, intervalMs: 0, what: 'run standing in line in two listings in a row' })
     h.child.stdin.write('release\n')
     const r = await pending
     assert.equal(r.code, 0, r.stderr)

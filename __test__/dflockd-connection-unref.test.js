@@ -145,7 +145,7 @@ describe('Connection.unref() / ref(): a pending request and the process lifetime
     assert.equal(r.stdout.trim(), 'pending mailbox')
   })
 
-  test('a Connection dropped with a request pending is not collected under it: the request still settles', { timeout: 30000 }, async () => {
+  test('a Connection dropped with a request pending is not collected under it: the request still settles', { timeout: u.scaled(30000) }, async () => {
     // Each request's promise is settled natively (its deferred, a GC root, keeps the awaiting call and so the
     // Connection alive): nothing on the JS side holds the object, as a pending-request queue used to.
     const gc = require('node:vm').runInNewContext('gc')

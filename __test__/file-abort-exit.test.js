@@ -59,7 +59,7 @@ describe('AbortSignal aborted during a wait', () => {
     'Semaphore#acquire': (file, signal) => new sema.Semaphore(file, { retryInterval: 5000 }).acquire({ signal }),
   }
   for (const [name, start] of Object.entries(flavours)) {
-    test(`${name}: resolves ABORTED promptly (poll interval 5 s), nothing left, no later grab`, { timeout: 15000 }, async (t) => {
+    test(`${name}: resolves ABORTED promptly (poll interval 5 s), nothing left, no later grab`, { timeout: u.scaled(15000) }, async (t) => {
       const file = fresh('wait')
       const held = await sema.acquire(file)
       assert.equal(held.ok, true)
@@ -141,7 +141,7 @@ describe('processes exit on their own, nothing pending', () => {
     'with-lock': /^result 7$/m,
   }
   for (const [mode, expected] of Object.entries(simple)) {
-    test(`${mode}: exits on its own with code 0`, { timeout: 45_000 }, async () => {
+    test(`${mode}: exits on its own with code 0`, { timeout: u.scaled(45_000) }, async () => {
       const file = fresh(`exit-${mode}`)
       const child = u.spawnNode('file-exit-child.js', [mode, file])
       child.stdin.end()
@@ -165,7 +165,7 @@ describe('processes exit on their own, nothing pending', () => {
     ['timeout', 'TIMEOUT'],
     ['abort-wait', 'ABORTED'],
   ]) {
-    test(`${mode} on a lock held by another process: result ${result}, exits on its own with code 0`, { timeout: 45_000 }, async () => {
+    test(`${mode} on a lock held by another process: result ${result}, exits on its own with code 0`, { timeout: u.scaled(45_000) }, async () => {
       const file = fresh(`exit-${mode}`)
       const held = await sema.acquire(file)
       try {
@@ -182,7 +182,7 @@ describe('processes exit on their own, nothing pending', () => {
     })
   }
 
-  test('a pending acquire keeps the process alive until it is granted; then it exits on its own', { timeout: 45_000 }, async () => {
+  test('a pending acquire keeps the process alive until it is granted; then it exits on its own', { timeout: u.scaled(45_000) }, async () => {
     const file = fresh('exit-wait')
     const held = await sema.acquire(file)
     const child = u.spawnNode('file-exit-child.js', ['wait-then-get', file])

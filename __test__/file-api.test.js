@@ -283,7 +283,7 @@ describe('withLock', () => {
 })
 
 describe('waiting', () => {
-  test('FIFO: 5 in-process waiters on one path are granted in call order (20 rounds)', { timeout: 30000 }, async (t) => {
+  test('FIFO: 5 in-process waiters on one path are granted in call order (20 rounds)', { timeout: u.scaled(30000) }, async (t) => {
     const file = fresh('fifo')
     const bad = []
     for (let round = 0; round < 20; round++) {

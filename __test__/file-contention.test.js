@@ -73,7 +73,7 @@ async function mutexRun(t, mode, base = tmp.dir) {
 }
 
 describe('mutual exclusion across processes', () => {
-  test('self-check: without a lock, the same harness sees overlaps or lost increments', { timeout: 60000 }, async (t) => {
+  test('self-check: without a lock, the same harness sees overlaps or lost increments', { timeout: u.scaled(60000) }, async (t) => {
     const work = fs.mkdtempSync(path.join(tmp.dir, 'mutex-nolock-'))
     const counter = path.join(work, 'counter')
     fs.writeFileSync(counter, '0')
@@ -94,7 +94,7 @@ describe('mutual exclusion across processes', () => {
     assert.ok(overlaps > 0 || count !== 4 * ITER, 'the detector detects unprotected critical sections')
   })
 
-  test(`async acquire/release: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) => mutexRun(t, 'async'))
+  test(`async acquire/release: ${PROCS} processes × ${ITER}`, { timeout: u.scaled(170000) }, (t) => mutexRun(t, 'async'))
   // In tmpfs an uncontended acquire and every release run on the JS thread, and waiters use the cross-process queue.
   test(
     `async acquire/release in tmpfs (short calls on the JS thread): ${PROCS} processes × ${ITER}`,
@@ -108,10 +108,10 @@ describe('mutual exclusion across processes', () => {
       }
     },
   )
-  test(`semats Semaphore#tryAcquire retry loop: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) =>
+  test(`semats Semaphore#tryAcquire retry loop: ${PROCS} processes × ${ITER}`, { timeout: u.scaled(170000) }, (t) =>
     mutexRun(t, 'semats'),
   )
-  test(`mixed: half async acquire, half semats tryAcquire loop: ${PROCS} processes × ${ITER}`, { timeout: 170000 }, (t) =>
+  test(`mixed: half async acquire, half semats tryAcquire loop: ${PROCS} processes × ${ITER}`, { timeout: u.scaled(170000) }, (t) =>
     mutexRun(t, 'mixed'),
   )
 })
@@ -194,16 +194,16 @@ async function storm(t, apiOf) {
 }
 
 describe('stale storm: many processes break one stale lock at the same instant', () => {
-  test(`${STORM_PROCS} processes (async tryAcquire) × ${ROUNDS} rounds: exactly one winner each round`, { timeout: 120000 }, (t) =>
+  test(`${STORM_PROCS} processes (async tryAcquire) × ${ROUNDS} rounds: exactly one winner each round`, { timeout: u.scaled(120000) }, (t) =>
     storm(t, () => 'async'),
   )
-  test(`${STORM_PROCS} processes (half semats Semaphore#tryAcquire, half async) × ${ROUNDS} rounds`, { timeout: 120000 }, (t) =>
+  test(`${STORM_PROCS} processes (half semats Semaphore#tryAcquire, half async) × ${ROUNDS} rounds`, { timeout: u.scaled(120000) }, (t) =>
     storm(t, (i) => (i % 2 ? 'semats' : 'async')),
   )
 })
 
 describe('hand-off between processes', () => {
-  test('a waiter in this process is woken by another process’s release, not by its 10 s poll', { timeout: 30000 }, async (t) => {
+  test('a waiter in this process is woken by another process’s release, not by its 10 s poll', { timeout: u.scaled(30000) }, async (t) => {
     const file = path.join(tmp.dir, 'handoff.lock')
     const holder = u.spawnNode('file-holder.js', [file, '{}'])
     const out = u.lines(holder)

@@ -72,7 +72,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     return path.join(dirs[where], name)
   }
 
-  test('waiting processes get the lock in the order they started waiting', { timeout: 60000 }, async () => {
+  test('waiting processes get the lock in the order they started waiting', { timeout: u.scaled(60000) }, async () => {
     const file = at('fifo.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
@@ -100,7 +100,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await Promise.all(waiters.map((c) => u.waitExit(c, 10000, 'waiter')))
   })
 
-  test('a stopped head does not block the line: the others still poll the lock file', { timeout: 60000 }, async () => {
+  test('a stopped head does not block the line: the others still poll the lock file', { timeout: u.scaled(60000) }, async () => {
     const file = at('stopped.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
@@ -124,7 +124,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await Promise.all([head, behind].map((c) => u.waitExit(c, 10000, 'waiter')))
   })
 
-  test('behind a stopped head, timeouts shorter than the poll still make their attempt', { timeout: 60000 }, async () => {
+  test('behind a stopped head, timeouts shorter than the poll still make their attempt', { timeout: u.scaled(60000) }, async () => {
     const file = at('stopped-timeout.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
@@ -147,7 +147,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await u.waitExit(head, 10000, 'waiter')
   })
 
-  test('a waiter that gives up leaves the line: the next one is served', { timeout: 60000 }, async () => {
+  test('a waiter that gives up leaves the line: the next one is served', { timeout: u.scaled(60000) }, async () => {
     const file = at('giveup.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)

@@ -176,7 +176,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
     }
   })
 
-  test('after the reclaim, 4 processes × 60 acquisitions still never overlap', { timeout: 120000 }, async () => {
+  test('after the reclaim, 4 processes × 60 acquisitions still never overlap', { timeout: u.scaled(120000) }, async () => {
     const file = path.join(d.shared, 'mutex.lock')
     await deadHolder(file)
     await sharedFlockAsNobody(file)

@@ -256,7 +256,7 @@ describe('a live holder’s old lock is never taken', () => {
     })
   }
 
-  test('the spec shell writer’s genuine lock (shell still running) is kept after it ages past staleTimeout', { timeout: 15000 }, async () => {
+  test('the spec shell writer’s genuine lock (shell still running) is kept after it ages past staleTimeout', { timeout: u.scaled(15000) }, async () => {
     const file = fresh('live-shell-aged')
     const { pid, child } = await u.shellWriteLock(file, { tag: 'long job', keep: true })
     const content = fs.readFileSync(file, 'utf8')

@@ -3,7 +3,7 @@
 // lib/abort.js withAbort, as a file wait does, and `cancelWait(id)` cancels it on both drivers (tokio threads and the
 // event loop). The call settles ABORTED and leaves nothing on the server: the next client gets the key at once, and a
 // grant that crossed the cancel is closed (the server releases it), never handed out. Against the real server.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
 const u = require('./helpers/file-util')
@@ -14,11 +14,7 @@ const { DistributedLock, stats } = require('..')
 const skip = d.skipReason()
 /** Bun and Deno have no libuv loop the event-loop driver can use (it falls back to tokio there): its half is Node's. */
 const loopHost = !process.versions.bun && !process.versions.deno
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** Resolves once the server's stats show a waiter on `key`. */
 async function queuedOn(key) {

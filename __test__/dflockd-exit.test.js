@@ -1,7 +1,7 @@
 'use strict'
 // Nothing in the dflockd client keeps Node alive: child processes that acquire, release / close, or hold a
 // renewing lock and then close, exit on their own.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const path = require('node:path')
@@ -10,11 +10,7 @@ const u = require('./helpers/file-util')
 
 const skip = d.skipReason()
 const pkg = path.resolve(__dirname, '..')
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** Runs `code` in a fresh `node`; resolves {code, signal, stdout, stderr, ms}; kills it after `boundMs`. */
 function runChild(code, boundMs) {

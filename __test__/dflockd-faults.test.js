@@ -23,13 +23,9 @@ const skip = d.goOnly()
 const RUNS = 20
 const LEASE_S = 2
 
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
+const s = d.serverFixture({ skip })
 after(async () => {
   await closeAllProxies()
-  await d.stopAll()
 })
 
 /** Resolves once the server's stats show `n` waiters on each of `keys` (lock or semaphore). */

@@ -12,11 +12,7 @@ const u = require('./helpers/file-util')
 const { acquire, tryAcquire } = require('..')
 
 const skip = d.goOnly()
-let srv
-test.before(async () => {
-  if (!skip) srv = await d.startServer()
-})
-test.after(() => d.stopAll())
+const srv = d.serverFixture({ skip })
 
 test('held by this process: TIMEOUT and ALREADY_LOCKED say so, with pid and lockedSince', { skip }, async () => {
   const url = srv.url(`holder-own-${process.pid}`)

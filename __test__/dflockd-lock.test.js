@@ -3,7 +3,7 @@
 // enqueue/wait fast path, withLock, close, per-acquisition signal, abort, async dispose; FIFO hand-off;
 // lease expiry hand-off; semaphore limits (Go).
 require('node:v8').setFlagsFromString('--expose-gc') // for the garbage-collection test
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const { once } = require('node:events')
 const d = require('./helpers/dflockd')
@@ -13,14 +13,9 @@ const { LockError, AcquireTimeoutError } = require('../lib/errors')
 
 const skip = d.skipReason()
 const goOnly = d.goOnly()
-let s
+const s = d.serverFixture({ skip })
 const mk = (key, o = {}) => new DistributedLock({ key, servers: [[s.host, s.port]], ...o })
 const code = (c) => (e) => e instanceof LockError && e.code === c
-
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
 
 describe('instance state', { skip }, () => {
   test('"already connected" unless force; force drops the old connection (server releases it)', async () => {

@@ -14,11 +14,7 @@ const RUNS = 20
 const WAITERS = 9
 const skip = d.goOnly()
 
-let srv
-test.before(async () => {
-  if (!skip) srv = await d.startServer()
-})
-test.after(() => d.stopAll())
+const srv = d.serverFixture({ skip })
 
 /** Starts `WAITERS` acquisitions in one tick while `key` is held, then frees it; resolves the grant order. */
 async function grantOrder(start, freeHolder) {

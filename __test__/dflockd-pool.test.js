@@ -3,7 +3,7 @@
 // TypeScript client's usage), share an idle pool per server (bounded, closed after 2 s unused) instead of leaving
 // a connection each until the server's idle timeout. Counted by the real Go server's `stats`. Also: a lease lost
 // while DistributedLock.withLock's fn runs rejects with LOCK_LOST, and the loss message names the likely cause.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
 const u = require('./helpers/file-util')
@@ -11,11 +11,7 @@ const { DistributedLock, stats } = require('../lib/dflockd')
 const { LockError } = require('../lib/errors')
 
 const skip = d.skipReason()
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** The server's open connections, not counting the one asking. */
 async function serverConnections() {

@@ -4,7 +4,7 @@
 // settling at the deadline, and TLS on one side only named TLS_MISMATCH, not TIMEOUT. Bounds asserted here are
 // correctness bounds (before the whole second the server was given), far from the measured values: a bound that is
 // the defect's own duration is not widened by SEMA_TEST_TIME_SCALE (u.scaled() widens the others only up to it).
-const { test, describe, before, after } = require('node:test')
+const { test, describe, before } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
 const u = require('./helpers/file-util')
@@ -13,11 +13,7 @@ const { DistributedLock, Connection, stats } = require('../lib/dflockd')
 const { LockError } = require('../lib/errors')
 
 const skip = d.skipReason()
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** Polls the server's stats until `key` has no waiter (no event exists for server-side state), bounded. */
 function noWaiterLeft(key) {

@@ -13,6 +13,9 @@
 //       await s.kill('SIGKILL')   signal and wait for exit
 //       await s.restart()         same port, same args; resolves once it accepts connections again
 //       s.log()                   last ~64 KiB of the server's stdout+stderr (for assertion messages)
+//   const s = d.serverFixture({ args, skip })  the one server of a test file: started before its tests (unless `skip`,
+//                                 default skipReason()), stopped after them (stopAll); `s` stands for that server
+//                                 (s.url, s.host, s.port, s.restart...) once the tests run
 //   await d.stopAll()             stops every server, proxy and fake server this process started and removes the
 //                                 certificate directories (use in after())
 //   const certs = d.makeCerts()   → {dir, caPem, certPem, keyPem, otherCaPem} via the openssl CLI, or
@@ -344,4 +347,27 @@ async function stopAll() {
   for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
 }
 
-module.exports = { server, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }
+/**
+ * The server of a test file: registers node:test hooks that start it before the file's tests (not when `skip`, a
+ * skip reason) and stop every server after them. Returns a stand-in for it, usable once the tests run.
+ */
+function serverFixture({ args = [], skip = skipReason() } = {}) {
+  const { before, after } = require('node:test')
+  let started = null
+  before(async () => {
+    if (!skip) started = await startServer({ args })
+  })
+  after(() => stopAll())
+  return new Proxy(
+    {},
+    {
+      get(_, key) {
+        if (!started) throw new Error(`the dflockd server fixture is not running (${skip || 'read before the tests ran'})`)
+        const value = started[key]
+        return typeof value === 'function' ? value.bind(started) : value
+      },
+    },
+  )
+}
+
+module.exports = { server, serverFixture, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }

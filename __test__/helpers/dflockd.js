@@ -27,7 +27,7 @@
 //       or null to stay silent; f.port, f.connections, f.open, f.received (all bytes as text), f.hangUp(line?),
 //       await f.close()
 //   await d.freePort()            a free loopback TCP port
-//   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded)
+//   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded, × timeScale())
 //
 // Servers always bind 127.0.0.1 (the Python server defaults to 0.0.0.0), get `--host 127.0.0.1 --port N` before the
 // extra args, and run with the DFLOCKD_* environment (and the Python server's unprefixed variables) removed so a
@@ -40,6 +40,7 @@ const os = require('node:os')
 const path = require('node:path')
 const tls = require('node:tls')
 const { readDflockd } = require('../../scripts/dflockd-server')
+const { scaled } = require('./file-util')
 
 const server = readDflockd()
 // CI runs every dflockd test on the Go server: a skip there would hide a missing server, so fail loudly instead.
@@ -90,6 +91,7 @@ function tryConnect(host, port) {
 }
 
 async function waitForPort(port, { host = '127.0.0.1', timeoutMs = 10000, exited = () => false } = {}) {
+  timeoutMs = scaled(timeoutMs)
   const deadline = Date.now() + timeoutMs
   for (;;) {
     if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)

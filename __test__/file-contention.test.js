@@ -119,14 +119,12 @@ describe('mutual exclusion across processes', () => {
 /** Content of a lock file in this package's own format whose holder was SIGKILLed (so: a dead holder on this host). */
 async function ourDeadLockContent() {
   const file = path.join(tmp.dir, 'template.lock')
-  const holder = u.spawnNode('file-holder.js', [file, JSON.stringify({ heartbeat: false })])
-  await u.lines(holder).next(/^held /)
-  holder.kill('SIGKILL')
-  await holder.exited
+  const { child, kill } = await u.holder(file, { heartbeat: false })
+  await kill('SIGKILL')
   const content = fs.readFileSync(file, 'utf8')
   fs.unlinkSync(file)
-  assert.match(content, new RegExp(`^pid=${holder.pid}\\n`))
-  return { content, pid: holder.pid }
+  assert.match(content, new RegExp(`^pid=${child.pid}\\n`))
+  return { content, pid: child.pid }
 }
 
 /**
@@ -205,9 +203,7 @@ describe('stale storm: many processes break one stale lock at the same instant',
 describe('hand-off between processes', () => {
   test('a waiter in this process is woken by another process’s release, not by its 10 s poll', { timeout: u.scaled(30000) }, async (t) => {
     const file = path.join(tmp.dir, 'handoff.lock')
-    const holder = u.spawnNode('file-holder.js', [file, '{}'])
-    const out = u.lines(holder)
-    await out.next(/^held /)
+    const { child: holder } = await u.holder(file)
     let settled = false
     const waiting = sema.acquire(file, { retryInterval: 10000, timeout: 15000 }).finally(() => (settled = true))
     // The waiter is in its wait once it heads the cross-process queue; without /proc/locks (Windows) a pause stands

@@ -212,9 +212,7 @@ describe('the spec readers read what the addon writes', () => {
 
   test('a shell script sees the lock come and go (test -e) and reads the pid of a lock held by another node process', { skip: process.platform === 'win32' && 'no POSIX shell on Windows (the Node foreign writer covers the other direction)' }, async () => {
     const file = fresh('ours-child')
-    const holder = u.spawnNode('file-holder.js', [file, JSON.stringify({ tag: 'child' })])
-    const out = u.lines(holder)
-    const held = JSON.parse((await out.next(/^held /)).slice(5))
+    const { child: holder, out, held } = await u.holder(file, { tag: 'child' })
     assert.equal(u.sh(`grep '^pid=' "$1" | cut -d= -f2`, file), String(holder.pid))
     assert.equal(held.pid, holder.pid)
     const d = u.python() ? u.pythonRead(file) : u.readLockKeys(file)

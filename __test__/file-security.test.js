@@ -133,10 +133,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
 
   /** A holder process takes `file` and is SIGKILLed: its lock stays, naming a dead pid. */
   async function deadHolder(file) {
-    const child = u.spawnNode('file-holder.js', [file])
-    await u.lines(child).next(/^held /, 20000)
-    child.kill('SIGKILL')
-    await child.exited
+    await (await u.holder(file, {}, { timeoutMs: 20000 })).kill('SIGKILL')
     assert.ok(fs.existsSync(file))
   }
 

@@ -22,15 +22,13 @@ const { fresh } = tmp
 
 /** Starts a holder child, waits until it holds, SIGKILLs it; returns its (now dead) pid and the file content. */
 async function crashHolder(file, opts = {}) {
-  const holder = u.spawnNode('file-holder.js', [file, JSON.stringify(opts)])
-  const held = JSON.parse((await u.lines(holder).next(/^held /)).slice(5))
-  holder.kill('SIGKILL')
-  const { signal } = await holder.exited
+  const { child, held, kill } = await u.holder(file, opts)
+  const { signal } = await kill('SIGKILL')
   assert.equal(signal, 'SIGKILL')
-  assert.equal(u.pidAlive(holder.pid), false)
+  assert.equal(u.pidAlive(child.pid), false)
   const content = fs.readFileSync(file, 'utf8')
-  assert.match(content, new RegExp(`^pid=${holder.pid}\\n`), 'the crashed holder left its lock file')
-  return { pid: holder.pid, content, held }
+  assert.match(content, new RegExp(`^pid=${child.pid}\\n`), 'the crashed holder left its lock file')
+  return { pid: child.pid, content, held }
 }
 
 /** Nothing but (at most) the lock file itself next to it: no temp or tombstone files left behind. */
@@ -76,23 +74,19 @@ describe('crashed holder, our format: reclaimed at once', () => {
   test('another process’s acquire (staleTimeout 1 h) succeeds promptly', async () => {
     const file = fresh('crash-child')
     const { pid } = await crashHolder(file)
-    const second = u.spawnNode('file-holder.js', [file, JSON.stringify({ staleTimeout: HOUR, timeout: 10000 })])
-    const out = u.lines(second)
     const t0 = Date.now()
-    const held = JSON.parse((await out.next(/^held /, 10000)).slice(5))
-    assert.equal(held.pid, second.pid)
+    const second = u.spawnHolder(file, { staleTimeout: HOUR, timeout: 10000 }, { timeoutMs: 10000 })
+    const held = await second.held
+    assert.equal(held.pid, second.child.pid)
     assert.notEqual(held.pid, pid)
     assert.ok(Date.now() - t0 < u.scaled(5000), 'promptly (includes node start-up)')
-    second.stdin.write('release\n')
-    await out.next(/^released true$/)
-    second.stdin.end()
-    assert.equal((await u.waitExit(second, 5000)).code, 0)
+    assert.equal(await second.release(), true)
+    assert.equal((await u.waitExit(second.child, 5000)).code, 0)
   })
 
   test('a waiter blocked on a live holder gets the lock promptly once that holder is SIGKILLed', async (t) => {
     const file = fresh('crash-waiter')
-    const holder = u.spawnNode('file-holder.js', [file, '{}'])
-    await u.lines(holder).next(/^held /)
+    const { child: holder } = await u.holder(file)
     let settled = false
     const waiting = sema.acquire(file, { staleTimeout: HOUR, timeout: 15000 }).finally(() => (settled = true))
     // The live holder is never evicted: still waiting after several poll intervals (the pause is the case under test).
@@ -282,9 +276,7 @@ describe('a live holder’s old lock is never taken', () => {
 
   test('our format, held by a live child without heartbeat, timestamp rewritten to 0: not taken; the child still releases it', async () => {
     const file = fresh('live-ours')
-    const holder = u.spawnNode('file-holder.js', [file, JSON.stringify({ heartbeat: false })])
-    const out = u.lines(holder)
-    await out.next(/^held /)
+    const { child: holder, out } = await u.holder(file, { heartbeat: false })
     const aged = fs.readFileSync(file, 'utf8').replace(/^timestamp=\d+$/m, 'timestamp=0')
     assert.match(aged, /\ntimestamp=0\n/)
     fs.writeFileSync(file, aged)

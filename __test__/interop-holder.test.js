@@ -14,14 +14,6 @@ const sema = require('..')
 const REAL = readSema()
 const T = u.testDir('interop-holder-')
 
-async function otherHolder(t, file, options) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  const out = u.lines(child)
-  const held = JSON.parse((await out.next(/^held /, 15000)).slice(5))
-  t.after(() => child.kill('SIGKILL'))
-  return { child, held }
-}
-
 function facts(e) {
   return { holderPid: e.holderPid, holderTag: e.holderTag, isOwnedByCurrentProcess: e.isOwnedByCurrentProcess, since: typeof e.lockedSince }
 }
@@ -29,7 +21,8 @@ function facts(e) {
 describe('holder facts in ALREADY_LOCKED and TIMEOUT (lock files)', () => {
   test('another process of ours holds it: every failure names its pid and tag, not this process', async (t) => {
     const file = T.fresh('other')
-    const { child } = await otherHolder(t, file, { tag: 'nightly build' })
+    const { child, kill } = await u.holder(file, { tag: 'nightly build' })
+    t.after(() => kill())
     const want = { holderPid: child.pid, holderTag: 'nightly build', isOwnedByCurrentProcess: false, since: 'number' }
 
     const tried = await sema.tryAcquire(file)
@@ -107,7 +100,8 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
 
   test("a live holder of ours: holder-dead, no time; once it is killed: stale, reclaimable now", async (t) => {
     const file = T.fresh('ours')
-    const { child } = await otherHolder(t, file, {})
+    const { child, kill } = await u.holder(file, {})
+    t.after(() => kill())
     const s = await sema.status(file)
     assert.deepEqual({ rule: s.reclaimRule, at: s.reclaimableAt, stale: s.isStale }, { rule: 'holder-dead', at: null, stale: false })
     child.kill('SIGKILL')

@@ -21,7 +21,7 @@ function checkLock(lock, { target, tag }) {
   assert.equal(lock.backend, 'file')
   assert.equal(lock.pid, process.pid)
   assert.ok(Number.isInteger(lock.timestamp))
-  assert.ok(Math.abs(lock.timestamp - u.nowS()) <= 5, `timestamp ${lock.timestamp} is now, in unix seconds`)
+  assert.ok(Math.abs(lock.timestamp - u.nowS()) <= u.scaled(5), `timestamp ${lock.timestamp} is now, in unix seconds`)
   assert.equal(lock.tag, tag)
   assert.match(lock.token, HEX32)
   assert.ok(lock.signal instanceof AbortSignal)

@@ -109,7 +109,7 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
     const dead = await sema.status(file)
     assert.equal(dead.reclaimRule, 'holder-dead')
     assert.equal(dead.isStale, true)
-    assert.ok(Math.abs(dead.reclaimableAt - Date.now() / 1000) < 5, `reclaimable now: ${dead.reclaimableAt}`)
+    assert.ok(Math.abs(dead.reclaimableAt - Date.now() / 1000) < u.scaled(5), `reclaimable now: ${dead.reclaimableAt}`)
   })
 
   test('another host, unparseable, never, free', async () => {
@@ -122,7 +122,7 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
     fs.writeFileSync(garbage, 'not a lock')
     const g = await sema.status(garbage, { staleTimeout: 60_000 })
     assert.equal(g.reclaimRule, 'unparseable-age')
-    assert.ok(Math.abs(g.reclaimableAt - (Date.now() / 1000 + 60)) < 5, String(g.reclaimableAt))
+    assert.ok(Math.abs(g.reclaimableAt - (Date.now() / 1000 + 60)) < u.scaled(5, 60), String(g.reclaimableAt))
     const never = await sema.status(other, { staleTimeout: null })
     assert.deepEqual({ rule: never.reclaimRule, at: never.reclaimableAt }, { rule: 'never', at: null })
     const free = await sema.status(T.fresh('free'))

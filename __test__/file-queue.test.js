@@ -50,15 +50,11 @@ function queueFileOf(pid) {
   return null
 }
 
-/** Spawns a holder child waiting for `file`; resolves it once it stands at `place`. */
+/** Spawns a holder child waiting for `file`; resolves it (with its `out` and `held`) once it stands at `place`. */
 async function waiter(file, place, options = { retryInterval: 10_000 }) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  child.out = u.lines(child)
-  // One reader of `held` per child (a second one would never see the line the first consumed).
-  child.held = child.out.next(/^held /, 50000)
-  child.held.catch(() => {})
+  const { child, out, held } = u.spawnHolder(file, options, { timeoutMs: 50000 })
   await u.untilQueued(child.pid, place)
-  return child
+  return Object.assign(child, { out, held })
 }
 
 /** Resolves the first of `children` to print `held`. */

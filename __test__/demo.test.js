@@ -5,6 +5,7 @@
 
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
+const u = require('./helpers/file-util')
 const { spawn } = require('node:child_process')
 const path = require('node:path')
 
@@ -15,7 +16,7 @@ test('npm run demo: four processes take turns, a crashed holder is reclaimed, ne
   let out = ''
   child.stdout.on('data', (d) => (out += d))
   child.stderr.on('data', (d) => (out += d))
-  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000)
+  const timer = setTimeout(() => child.kill('SIGKILL'), u.scaled(60_000))
   const code = await new Promise((resolve) => child.on('exit', (c, s) => resolve(c ?? s)))
   clearTimeout(timer)
   assert.equal(code, 0, out)

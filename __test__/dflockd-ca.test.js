@@ -8,6 +8,7 @@ const assert = require('node:assert/strict')
 const path = require('node:path')
 const { execFile } = require('node:child_process')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { acquire, status, withLock } = require('..')
 const { parseDflockdUrl } = require('../lib/dflockd/url')
 
@@ -65,13 +66,13 @@ function child(env) {
       console.log(JSON.stringify({ url: r.ok || r.error.type, lock, explicit }))
     })()`
   return new Promise((resolve) => {
-    execFile(process.execPath, ['-e', script], { env: { ...process.env, ...env }, timeout: 30_000 }, (err, stdout, stderr) =>
+    execFile(process.execPath, ['-e', script], { env: { ...process.env, ...env }, timeout: u.scaled(30_000) }, (err, stdout, stderr) =>
       resolve({ err, out: stdout.trim() ? JSON.parse(stdout.trim().split('\n').pop()) : null, stderr }),
     )
   })
 }
 
-test('NODE_EXTRA_CA_CERTS is added to the default roots for tls: true and ?tls=1, not to an explicit ca', { skip: tlsSkip, timeout: 60_000 }, async () => {
+test('NODE_EXTRA_CA_CERTS is added to the default roots for tls: true and ?tls=1, not to an explicit ca', { skip: tlsSkip, timeout: u.scaled(60_000) }, async () => {
   const withExtra = await child({ NODE_EXTRA_CA_CERTS: self.certFile })
   assert.deepEqual(withExtra.out, { url: true, lock: true, explicit: 'CONNECTION_ERROR' }, withExtra.stderr)
   const without = await child({ NODE_EXTRA_CA_CERTS: '' })

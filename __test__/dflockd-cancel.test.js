@@ -3,9 +3,10 @@
 // lib/abort.js withAbort, as a file wait does, and `cancelWait(id)` cancels it on both drivers (tokio threads and the
 // event loop). The call settles ABORTED and leaves nothing on the server: the next client gets the key at once, and a
 // grant that crossed the cancel is closed (the server releases it), never handed out. Against the real server.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const native = require('../lib/native')
 const { loopAcquire, useEventLoop } = require('../lib/dflockd/common')
 const { DistributedLock, stats } = require('..')
@@ -13,24 +14,17 @@ const { DistributedLock, stats } = require('..')
 const skip = d.skipReason()
 /** Bun and Deno have no libuv loop the event-loop driver can use (it falls back to tokio there): its half is Node's. */
 const loopHost = !process.versions.bun && !process.versions.deno
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** Resolves once the server's stats show a waiter on `key`. */
 async function queuedOn(key) {
-  for (;;) {
-    const st = await stats({ host: s.host, port: s.port })
-    if ((st.locks.find((l) => l.key === key)?.waiters ?? 0) > 0) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+  const waiters = async () => (await stats({ host: s.host, port: s.port })).locks.find((l) => l.key === key)?.waiters ?? 0
+  await u.until(async () => (await waiters()) > 0, { intervalMs: 20, what: `a waiter queued on '${key}'` })
 }
 
 /** Spins (the JS thread busy, so no result can reach it) until `prim` holds natively; bounded. */
 function spinUntilHeld(prim) {
-  const end = Date.now() + 10_000
+  const end = Date.now() + u.scaled(10_000)
   while (prim.token === null) {
     if (Date.now() > end) throw new Error('the grant never reached the primitive')
   }

@@ -10,13 +10,14 @@ const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { Connection } = require('..')
 
 require('node:v8').setFlagsFromString('--expose-gc') // for the garbage-collection test
 
 const pkg = path.resolve(__dirname, '..')
 /** A bound on each child, never reached when the behaviour is right (a child that hangs is killed and fails). */
-const BOUND_MS = 30000
+const BOUND_MS = u.scaled(30000)
 
 /**
  * Runs in a child: connects, sends a blocking `l` on `key` (held by the parent), prints `pending <driver>` once the
@@ -113,7 +114,7 @@ describe('Connection.unref() / ref(): a pending request and the process lifetime
         await child.pending
         // The child's `l` is queued at the server: only then is the key released (a child that had exited with its
         // request pending would never print `granted`).
-        for (let i = 0; i < 400 && (await waiters(key)) === 0; i++) await new Promise((r) => setTimeout(r, 10))
+        await u.until(async () => (await waiters(key)) > 0, { timeoutMs: 4000, what: "the child's request queued" })
         assert.equal(await waiters(key), 1, "the child's request is queued at the server")
         await holder.release(key, g.token)
         const r = await child.exited
@@ -144,7 +145,7 @@ describe('Connection.unref() / ref(): a pending request and the process lifetime
     assert.equal(r.stdout.trim(), 'pending mailbox')
   })
 
-  test('a Connection dropped with a request pending is not collected under it: the request still settles', { timeout: 30000 }, async () => {
+  test('a Connection dropped with a request pending is not collected under it: the request still settles', { timeout: u.scaled(30000) }, async () => {
     // Each request's promise is settled natively (its deferred, a GC root, keeps the awaiting call and so the
     // Connection alive): nothing on the JS side holds the object, as a pending-request queue used to.
     const gc = require('node:vm').runInNewContext('gc')
@@ -167,10 +168,8 @@ describe('Connection.unref() / ref(): a pending request and the process lifetime
     assert.match(grant.token, /^[0-9a-f]{32}$/)
     // Settled, it is collectable: it is collected (so the registry above would have seen it).
     delete granted.p
-    for (let i = 0; i < 50 && collected.length === 0; i++) {
-      gc()
-      await new Promise((r) => setTimeout(r, 10))
-    }
+    // gc() until the FinalizationRegistry's callback (the event) has run; bounded.
+    await u.until(() => (gc(), collected.length > 0), { timeoutMs: 500, what: 'the settled connection collected' })
     assert.deepEqual(collected, ['connection'])
   })
 

@@ -1,19 +1,16 @@
 'use strict'
 // Nothing in the dflockd client keeps Node alive: child processes that acquire, release / close, or hold a
 // renewing lock and then close, exit on their own.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 
 const skip = d.skipReason()
 const pkg = path.resolve(__dirname, '..')
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** Runs `code` in a fresh `node`; resolves {code, signal, stdout, stderr, ms}; kills it after `boundMs`. */
 function runChild(code, boundMs) {
@@ -28,7 +25,7 @@ function runChild(code, boundMs) {
     const timer = setTimeout(() => {
       killed = true
       child.kill('SIGKILL')
-    }, boundMs)
+    }, u.scaled(boundMs))
     child.on('exit', (code, signal) => {
       clearTimeout(timer)
       resolve({ code, signal, killed, stdout, stderr, ms: Date.now() - t0 })
@@ -77,7 +74,7 @@ describe('process exit', { skip }, () => {
     assert.equal(r.killed, false, `child still running after 15 s\n${r.stderr}`)
     assert.equal(r.code, 0, r.stderr)
     assert.equal(r.stdout.trim(), 'released')
-    assert.ok(r.ms < 10000, `took ${r.ms} ms`)
+    assert.ok(r.ms < u.scaled(10000), `took ${r.ms} ms`)
   })
 
   test('Connection: a pending request keeps the process alive until its reply; idle connections left open do not', async () => {

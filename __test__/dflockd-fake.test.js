@@ -6,6 +6,7 @@
 const { test, describe, after } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { DistributedLock, DistributedSemaphore, Connection, stats, acquireTarget, statusTarget, releaseTarget } = require('../lib/dflockd')
 const { LockError, AcquireTimeoutError, AuthError } = require('../lib/errors')
 
@@ -222,14 +223,6 @@ describe('wire format', () => {
 })
 
 describe('DistributedLock keeps its connection between acquisitions', () => {
-  const until = async (cond, what, ms = 3000) => {
-    const deadline = Date.now() + ms
-    while (!cond()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await new Promise((r) => setTimeout(r, 10))
-    }
-  }
-
   test('acquire/release rounds and enqueue reuse one connection; close() drops it', async () => {
     // No key table: the fake does not release on disconnect, and close() below drops a held lock.
     let m = 0
@@ -246,7 +239,7 @@ describe('DistributedLock keeps its connection between acquisitions', () => {
     await l.release()
     assert.equal(f.connections, 2)
     l.close()
-    await until(() => f.open === 0, 'the kept connection to be closed by close()')
+    await u.until(() => f.open === 0, { timeoutMs: 3000, what: 'the kept connection closed by close()' })
     assert.match(f.received, /^e\nk\n20\nr\nk\n0+1\ne\nk\n20\nr\nk\n0+2\ne\nk\n20\nr\nk\n0+3\ne\nk\n20\ne\nk\n20\nr\nk\n0+5\n$/)
   })
 
@@ -258,7 +251,8 @@ describe('DistributedLock keeps its connection between acquisitions', () => {
       assert.equal(await l.acquire(), true)
       await l.release()
       f.hangUp(line) // as the server's idle timeout: `error` then close (or a plain reset)
-      await until(() => f.open === 0, 'the server to drop the idle connection')
+      await u.until(() => f.open === 0, { timeoutMs: 3000, what: 'the server dropped the idle connection' })
+      // Stays a sleep: nothing outside the native reader shows that the client has read the close.
       await new Promise((r) => setTimeout(r, 50))
       assert.equal(await l.acquire(), true, `acquire after the server ended the idle connection (${line ?? 'reset'})`)
       assert.equal(l.signal.aborted, false)

@@ -15,6 +15,7 @@ const { once } = require('node:events')
 const path = require('node:path')
 const { performance } = require('node:perf_hooks')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { startFaultProxy, closeAllProxies } = require('./helpers/fault-proxy')
 const { DistributedLock, DistributedSemaphore, acquire, tryAcquire, withLock, status, stats } = require('..')
 
@@ -22,23 +23,16 @@ const skip = d.goOnly()
 const RUNS = 20
 const LEASE_S = 2
 
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
+const s = d.serverFixture({ skip })
 after(async () => {
   await closeAllProxies()
-  await d.stopAll()
 })
 
 /** Resolves once the server's stats show `n` waiters on each of `keys` (lock or semaphore). */
 async function waitersQueued(r, keys, n = 1) {
-  for (;;) {
-    const st = await stats({ host: r.host, port: r.port })
-    const waiting = (key) => st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0
-    if (keys.every((k) => waiting(k) === n)) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+  const serverStats = () => stats({ host: r.host, port: r.port })
+  const queued = (st) => (key) => (st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0) === n
+  await u.until(async () => keys.every(queued(await serverStats())), { intervalMs: 20, what: `${n} waiter(s) on ${keys}`, last: serverStats })
 }
 
 /** min / median / max of a list of ms, rounded. */
@@ -67,7 +61,7 @@ async function holdThrough(proxy, key) {
   const t0 = epochNow()
   assert.equal(await holder.acquire(), true)
   assert.ok(holder.remaining() > 0 && holder.remaining() <= LEASE_S * 1000, `remaining ${holder.remaining()}`)
-  assert.ok(Math.abs(holder.validUntil - (Date.now() + holder.remaining())) < 50, 'validUntil = now + remaining()')
+  assert.ok(Math.abs(holder.validUntil - (Date.now() + holder.remaining())) < u.scaled(50), 'validUntil = now + remaining()')
   return { holder, t0, lost, told: () => toldAt }
 }
 
@@ -218,6 +212,7 @@ describe('lease safety through a faulty network (real server)', { skip, concurre
     await once(proxy, 'drop')
     assert.equal(await lock.release(), false)
     const took = performance.now() - t0
+    // Not scaled: the lease is the defect's duration (a release left waiting for the swallowed reply).
     assert.ok(took < LEASE_S * 1000, `release settled after ${took} ms`)
     assert.equal(lock.released, true)
     assert.equal(lock.signal.aborted, true)
@@ -251,7 +246,7 @@ describe('a server that accepts and never answers (real proxy, no server behind 
     const took = performance.now() - t0
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'TIMEOUT', r.error.message)
-    assert.ok(took >= 1000 && took < 4000, `settled after ${took} ms`)
+    assert.ok(took >= 1000 && took < u.scaled(4000), `settled after ${took} ms`)
   })
 
   test('acquire with a timeout: TIMEOUT', async () => {
@@ -268,13 +263,13 @@ describe('a server that accepts and never answers (real proxy, no server behind 
   test('status honours socketTimeoutMs: rejects TIMEOUT', async () => {
     const t0 = performance.now()
     await assert.rejects(status(proxy.url('silent4'), { socketTimeoutMs: 1000 }), (e) => e.code === 'TIMEOUT')
-    assert.ok(performance.now() - t0 < 4000)
+    assert.ok(performance.now() - t0 < u.scaled(4000))
   })
 
   test('stats honours socketTimeoutMs: rejects TIMEOUT', async () => {
     const t0 = performance.now()
     await assert.rejects(stats({ host: proxy.host, port: proxy.port, socketTimeoutMs: 1000 }), (e) => e.code === 'TIMEOUT')
-    assert.ok(performance.now() - t0 < 4000)
+    assert.ok(performance.now() - t0 < u.scaled(4000))
   })
 })
 

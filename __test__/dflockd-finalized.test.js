@@ -11,6 +11,7 @@ require('node:v8').setFlagsFromString('--expose-gc')
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const native = require('../lib/native')
 const { onLockEnded } = require('../lib/losses')
 
@@ -47,7 +48,7 @@ test('a loss of a finalized primitive is answered null; a live one\'s with its t
   })
   // The loss channel is weak (it never keeps a process alive): this bound keeps the loop running meanwhile (Deno ends
   // a test whose loop has nothing left), and fails the test if the reports never come.
-  const bound = setTimeout(() => noReport(new Error('the two losses were not reported within 10 s')), 10_000)
+  const bound = setTimeout(() => noReport(new Error(`the two losses were not reported within ${u.scaled(10_000)} ms`)), u.scaled(10_000))
   onLockEnded((id) => {
     if (id === keptId || id === droppedId) reported.add(id)
     if (reported.size === 2) bothReported()

@@ -8,6 +8,7 @@ const assert = require('node:assert/strict')
 const path = require('node:path')
 const { execFile } = require('node:child_process')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { DistributedLock, stableHashShard, stats, acquire, tryAcquire, withLock, release, status } = require('..')
 const { parseDflockdUrl, redactTarget } = require('../lib/dflockd/url')
 
@@ -38,7 +39,7 @@ async function heldOn(key) {
   return [held(sa), held(sb)]
 }
 
-test('a key acquired through the fleet URL is held on the server stableHashShard picks, and contends with DistributedLock({servers})', { skip, timeout: 60_000 }, async () => {
+test('a key acquired through the fleet URL is held on the server stableHashShard picks, and contends with DistributedLock({servers})', { skip, timeout: u.scaled(60_000) }, async () => {
   for (const idx of [0, 1]) {
     const key = keyOn(idx, 'acq')
     const r = await acquire(fleet(key), { timeout: 5_000 })
@@ -63,7 +64,7 @@ test('a key acquired through the fleet URL is held on the server stableHashShard
   }
 })
 
-test('withLock and tryAcquire through the fleet URL; the CLI takes it too', { skip, timeout: 60_000 }, async () => {
+test('withLock and tryAcquire through the fleet URL; the CLI takes it too', { skip, timeout: u.scaled(60_000) }, async () => {
   const key = keyOn(1, 'with')
   const seen = await withLock(fleet(key), async () => heldOn(key))
   assert.deepEqual(seen, [false, true])

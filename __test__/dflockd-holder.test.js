@@ -8,14 +8,11 @@ const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { acquire, tryAcquire } = require('..')
 
 const skip = d.goOnly()
-let srv
-test.before(async () => {
-  if (!skip) srv = await d.startServer()
-})
-test.after(() => d.stopAll())
+const srv = d.serverFixture({ skip })
 
 test('held by this process: TIMEOUT and ALREADY_LOCKED say so, with pid and lockedSince', { skip }, async () => {
   const url = srv.url(`holder-own-${process.pid}`)
@@ -36,7 +33,7 @@ test('held by this process: TIMEOUT and ALREADY_LOCKED say so, with pid and lock
   await h.value.release()
 })
 
-test('held by another process: not ours, the lease left and the queue from stats; no pid or tag', { skip, timeout: 30_000 }, async () => {
+test('held by another process: not ours, the lease left and the queue from stats; no pid or tag', { skip, timeout: u.scaled(30_000) }, async () => {
   const url = srv.url(`holder-other-${process.pid}`, 'leaseTtl=20')
   const child = spawn(process.execPath, ['-e', `
     const { acquire } = require(${JSON.stringify(path.join(__dirname, '..'))})

@@ -7,17 +7,14 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { DistributedLock, DistributedSemaphore, acquire } = require('..')
 
 const RUNS = 20
 const WAITERS = 9
 const skip = d.goOnly()
 
-let srv
-test.before(async () => {
-  if (!skip) srv = await d.startServer()
-})
-test.after(() => d.stopAll())
+const srv = d.serverFixture({ skip })
 
 /** Starts `WAITERS` acquisitions in one tick while `key` is held, then frees it; resolves the grant order. */
 async function grantOrder(start, freeHolder) {
@@ -38,7 +35,7 @@ async function grantOrder(start, freeHolder) {
 
 const inOrder = Array.from({ length: WAITERS }, (_, i) => i)
 
-test('DistributedLock: waiters started in order are granted in order, 20 runs of 9', { skip, timeout: 120_000 }, async () => {
+test('DistributedLock: waiters started in order are granted in order, 20 runs of 9', { skip, timeout: u.scaled(120_000) }, async () => {
   const seen = []
   for (let run = 0; run < RUNS; run++) {
     const key = `order-lock-${run}-${process.pid}`
@@ -58,7 +55,7 @@ test('DistributedLock: waiters started in order are granted in order, 20 runs of
   assert.deepEqual(seen, Array(RUNS).fill(inOrder.join(',')), `grant orders over ${RUNS} runs:\n${seen.join('\n')}`)
 })
 
-test('DistributedSemaphore (limit 2): waiters started in order are granted in order, 20 runs of 9', { skip, timeout: 120_000 }, async () => {
+test('DistributedSemaphore (limit 2): waiters started in order are granted in order, 20 runs of 9', { skip, timeout: u.scaled(120_000) }, async () => {
   const seen = []
   for (let run = 0; run < RUNS; run++) {
     const key = `order-sem-${run}-${process.pid}`
@@ -80,7 +77,7 @@ test('DistributedSemaphore (limit 2): waiters started in order are granted in or
   assert.deepEqual(seen, Array(RUNS).fill(inOrder.join(',')), `grant orders over ${RUNS} runs:\n${seen.join('\n')}`)
 })
 
-test("acquire('dflockd://…'): waiters started in order are granted in order, 20 runs of 9", { skip, timeout: 120_000 }, async () => {
+test("acquire('dflockd://…'): waiters started in order are granted in order, 20 runs of 9", { skip, timeout: u.scaled(120_000) }, async () => {
   const seen = []
   for (let run = 0; run < RUNS; run++) {
     const url = srv.url(`order-url-${run}-${process.pid}`)

@@ -3,18 +3,15 @@
 // TypeScript client's usage), share an idle pool per server (bounded, closed after 2 s unused) instead of leaving
 // a connection each until the server's idle timeout. Counted by the real Go server's `stats`. Also: a lease lost
 // while DistributedLock.withLock's fn runs rejects with LOCK_LOST, and the loss message names the likely cause.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { DistributedLock, stats } = require('../lib/dflockd')
 const { LockError } = require('../lib/errors')
 
 const skip = d.skipReason()
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /** The server's open connections, not counting the one asking. */
 async function serverConnections() {
@@ -41,13 +38,8 @@ describe('bounded connections', { skip }, () => {
     if (process.env.SEMA_NATIVE_REPORT) console.error(`pool: ${sequential - before} then ${after - before} connections left open after 400 instances`)
     assert.ok(after - before <= 10, `${after - before} connections left open (before: ${before}, after: ${after})`)
     // The idle ones close after 2 s unused: poll the server's count (no event exists for it), bounded.
-    const deadline = Date.now() + 6000
-    let n = after
-    while (n > before && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100))
-      n = await serverConnections()
-    }
-    assert.equal(n, before, 'idle pooled connections were closed')
+    await u.until(async () => (await serverConnections()) <= before, { timeoutMs: 6000, intervalMs: 100, what: 'idle pooled connections closed', last: serverConnections })
+    assert.equal(await serverConnections(), before, 'idle pooled connections were closed')
   })
 
   test('one instance reused in a loop keeps using one connection', async () => {
@@ -74,7 +66,7 @@ describe('loss while withLock runs', { skip }, () => {
           // A bounded timer keeps Node alive meanwhile (a held lock never does).
           let keepAlive
           await new Promise((resolve, reject) => {
-            keepAlive = setTimeout(() => reject(new Error('no loss within 10 s')), 10000)
+            keepAlive = setTimeout(() => reject(new Error(`no loss within ${u.scaled(10_000)} ms`)), u.scaled(10_000))
             l.signal.addEventListener('abort', resolve, { once: true })
           }).finally(() => clearTimeout(keepAlive))
           ran = true

@@ -4,6 +4,7 @@
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { DistributedLock, DistributedSemaphore, Connection, acquireTarget, stats } = require('../lib/dflockd')
 const { LockError, AcquireTimeoutError, AuthError } = require('../lib/errors')
 
@@ -184,17 +185,16 @@ describe('two-phase replies', { skip }, () => {
       assert.equal(await w.enqueue(), 'queued')
       await holder.release('rp-stale', g.token) // grants w's queued entry a 1 s lease that nobody renews
       // No event exists for a server-side lease expiry: poll until another client can take the key.
-      const deadline = Date.now() + 6000
-      for (;;) {
+      const taken = async () => {
         try {
-          const p = await holder.acquire('rp-stale', 0)
-          await holder.release('rp-stale', p.token)
-          break
+          await holder.release('rp-stale', (await holder.acquire('rp-stale', 0)).token)
+          return true
         } catch (err) {
-          if (!(err instanceof AcquireTimeoutError) || Date.now() > deadline) throw err
-          await new Promise((r) => setTimeout(r, 100))
+          if (err instanceof AcquireTimeoutError) return false
+          throw err
         }
       }
+      await u.until(taken, { timeoutMs: 6000, intervalMs: 100, what: "'rp-stale' free again once its unrenewed lease expired" })
       await assert.rejects(w.wait(1), (e) => e instanceof LockError && e.code === 'LOCK_LOST')
       assert.equal(w.token, null)
     } finally {

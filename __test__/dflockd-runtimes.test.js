@@ -4,7 +4,7 @@
 // or with the host naming itself Bun or Deno, and under the real Bun (whose uv_* functions are aborting stubs:
 // `panic: unsupported uv function: uv_poll_init_socket` before the fallback) and the real Deno (its second request
 // on a connection hung until the 30 s reply timeout before it), installed by scripts/test-runtimes.js.
-const { test, describe, before, after } = require('node:test')
+const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
@@ -13,11 +13,7 @@ const runtimes = require('../scripts/runtimes')
 
 const skip = d.skipReason()
 const pkg = path.resolve(__dirname, '..')
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
 /**
  * A script (CommonJS, for node, bun and deno alike) that connects through the native class and the public

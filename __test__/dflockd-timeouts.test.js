@@ -2,30 +2,24 @@
 // Timeouts to the millisecond (the protocol takes whole seconds: the server gets the ceiling, the client stops
 // waiting at the caller's deadline and drops the connection, so nothing is left waiting or held), a silent server
 // settling at the deadline, and TLS on one side only named TLS_MISMATCH, not TIMEOUT. Bounds asserted here are
-// correctness bounds (before the whole second the server was given), far from the measured values.
-const { test, describe, before, after } = require('node:test')
+// correctness bounds (before the whole second the server was given), far from the measured values: a bound that is
+// the defect's own duration is not widened by SEMA_TEST_TIME_SCALE (u.scaled() widens the others only up to it).
+const { test, describe, before } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const api = require('..')
 const { DistributedLock, Connection, stats } = require('../lib/dflockd')
 const { LockError } = require('../lib/errors')
 
 const skip = d.skipReason()
-let s
-before(async () => {
-  if (!skip) s = await d.startServer()
-})
-after(() => d.stopAll())
+const s = d.serverFixture({ skip })
 
-/** Polls the server's stats until `pred(stats)` holds (no event exists for server-side state), bounded. */
-async function until(pred, what) {
-  const deadline = Date.now() + 5000
-  for (;;) {
-    const st = await stats({ host: s.host, port: s.port })
-    if (pred(st)) return st
-    if (Date.now() > deadline) throw new Error(`${what}: not reached, stats ${JSON.stringify(st)}`)
-    await new Promise((r) => setImmediate(r))
-  }
+/** Polls the server's stats until `key` has no waiter (no event exists for server-side state), bounded. */
+function noWaiterLeft(key) {
+  const serverStats = () => stats({ host: s.host, port: s.port })
+  const waiters = async () => ((await serverStats()).locks.find((l) => l.key === key) || {}).waiters
+  return u.until(async () => (await waiters()) === 0, { timeoutMs: 5000, intervalMs: 0, what: `no waiter left on '${key}'`, last: serverStats })
 }
 
 describe('millisecond timeouts', { skip }, () => {
@@ -42,7 +36,7 @@ describe('millisecond timeouts', { skip }, () => {
       assert.ok(took < 1000, `settled after ${took} ms: the client did not cut the server's whole second`)
     }
     // The cut connections are gone, so their waits were withdrawn: the key has no waiter left.
-    await until((st) => (st.locks.find((l) => l.key === 'to-ms') || {}).waiters === 0, 'no waiter left')
+    await noWaiterLeft('to-ms')
     assert.equal(await holder.value.release(), true)
     const next = await api.tryAcquire(s.url('to-ms'))
     assert.equal(next.ok, true, 'the key is free: no late grant went to a cut waiter')
@@ -58,9 +52,7 @@ describe('millisecond timeouts', { skip }, () => {
     assert.equal(r.error.type, 'TIMEOUT')
     assert.ok(took >= 1499 && took < 2000, `settled after ${took} ms`)
     // The fake server sees the close a moment later (its socket's close event): wait for it, bounded.
-    const deadline = Date.now() + 2000
-    while (f.open !== 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5))
-    assert.equal(f.open, 0, 'the connection was dropped at the deadline')
+    await u.until(() => f.open === 0, { timeoutMs: 2000, intervalMs: 5, what: 'the connection dropped at the deadline' })
     await f.close()
   })
 
@@ -85,7 +77,7 @@ describe('millisecond timeouts', { skip }, () => {
     assert.equal(waiter.token, null)
     await assert.rejects(waiter.release(), (e) => e instanceof LockError && e.code === 'NOT_LOCKED')
     // The cut connection is gone, so its wait was withdrawn: once the server shows no waiter, a release frees the key.
-    await until((st) => (st.locks.find((l) => l.key === 'to-wait') || {}).waiters === 0, 'no waiter left')
+    await noWaiterLeft('to-wait')
     await holder.release()
     const other = new DistributedLock({ key: 'to-wait', servers: [[s.host, s.port]], acquireTimeoutS: 0 })
     assert.equal(await other.acquire(), true, 'the key is free at once: no grant went to the cut waiter')
@@ -135,7 +127,7 @@ describe('TLS on one side only → TLS_MISMATCH', { skip }, () => {
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'TLS_MISMATCH', r.error.message)
     assert.match(r.error.message, /plain-TCP dflockd server/)
-    assert.ok(performance.now() - t0 < 5000, 'named long before the 10 s connect timeout')
+    assert.ok(performance.now() - t0 < u.scaled(5000, 10_000), 'named long before the 10 s connect timeout')
     const lock = new DistributedLock({ key: 'tm-plain', servers: [[s.host, s.port]], tls: { ca: self.certPem } })
     await assert.rejects(lock.acquire(), (e) => e instanceof LockError && e.code === 'TLS_MISMATCH')
     await assert.rejects(Connection.connect({ host: s.host, port: s.port, tls: {} }), (e) => e instanceof LockError && e.code === 'TLS_MISMATCH')

@@ -4,6 +4,7 @@
 const { test, describe, after, before } = require('node:test')
 const assert = require('node:assert/strict')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const {
   DistributedLock,
   DistributedSemaphore,
@@ -204,7 +205,7 @@ describe('low-level Connection refuses bad input before sending', () => {
   before(async () => {
     conn = await Connection.connect({ host: '127.0.0.1', port: fake.port })
     // The client may see the connection before this process's server handles the accept.
-    while (fake.connections === 0) await new Promise((r) => setTimeout(r, 5))
+    await u.until(() => fake.connections > 0, { intervalMs: 5, what: 'the fake server accepted the connection' })
   })
   after(() => conn && conn.close())
 

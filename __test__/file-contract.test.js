@@ -56,7 +56,7 @@ describe('Lock handle state', () => {
 
 describe('read-only directory → PERMISSION_DENIED naming the path', () => {
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
-  test('every acquire flavour', { timeout: 20_000 }, async (t) => {
+  test('every acquire flavour', { timeout: u.scaled(20_000) }, async (t) => {
     const ro = path.join(tmp.dir, 'ro')
     fs.mkdirSync(ro)
     fs.chmodSync(tmp.dir, 0o755)
@@ -76,7 +76,7 @@ describe('read-only directory → PERMISSION_DENIED naming the path', () => {
       })()
     `
     const opts = isRoot ? { uid: 65534, gid: 65534, encoding: 'utf8' } : { encoding: 'utf8' }
-    const res = spawnSync(process.execPath, ['-e', script, file], { ...opts, timeout: 15_000 })
+    const res = spawnSync(process.execPath, ['-e', script, file], { ...opts, timeout: u.scaled(15_000) })
     if (isRoot && res.status !== 0 && /EACCES|Cannot find module/.test(res.stderr)) {
       return t.skip(`uid 65534 cannot load the package: ${res.stderr.split('\n')[0]}`)
     }
@@ -134,12 +134,12 @@ test('CLI: a path whose bytes are not UTF-8 is refused (exit 2), and no file of 
   fs.mkdirSync(sub)
   // printf's octal escape puts the byte 0xFF into the argument.
   const script = `exec "${process.execPath}" "${BIN}" acquire "$(printf '${sub}/x\\377.lock')" --pid $$ --json`
-  const res = spawnSync('sh', ['-c', script], { encoding: 'utf8', timeout: 15_000 })
+  const res = spawnSync('sh', ['-c', script], { encoding: 'utf8', timeout: u.scaled(15_000) })
   assert.equal(res.status, 2, res.stdout + res.stderr)
   assert.match(res.stderr, /argument 2 is not valid UTF-8/)
   assert.deepEqual(fs.readdirSync(sub), [], 'neither the raw name nor the U+FFFD one was locked')
   // A real U+FFFD (valid UTF-8) is a name like any other.
-  const ok = spawnSync(process.execPath, [BIN, 'try-acquire', path.join(sub, 'y\uFFFD.lock'), '--pid', String(process.pid), '-q'], { encoding: 'utf8', timeout: 15_000 })
+  const ok = spawnSync(process.execPath, [BIN, 'try-acquire', path.join(sub, 'y\uFFFD.lock'), '--pid', String(process.pid), '-q'], { encoding: 'utf8', timeout: u.scaled(15_000) })
   assert.equal(ok.status, 0, ok.stderr)
   assert.deepEqual(fs.readdirSync(sub), ['y\uFFFD.lock'])
 })

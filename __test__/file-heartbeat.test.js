@@ -16,7 +16,7 @@ const tmp = u.testDir('heartbeat-', { name: 'hb', own: true })
 const { fresh } = tmp
 
 describe('heartbeat keeps a held lock fresh', () => {
-  test('timestamp= is refreshed while held; pid, token and the other lines stay; the lock is not lost', { timeout: 10000 }, async () => {
+  test('timestamp= is refreshed while held; pid, token and the other lines stay; the lock is not lost', { timeout: u.scaled(10000) }, async () => {
     const file = fresh('refresh')
     const r = await sema.acquire(file, { heartbeat: HEARTBEAT, tag: 'hb' })
     assert.equal(r.ok, true, JSON.stringify(r.error))
@@ -76,7 +76,7 @@ const disturbances = {
 
 describe('heartbeat detects loss: signal aborted, onLost once, process exits normally', () => {
   for (const [name, disturb] of Object.entries(disturbances)) {
-    test(name, { timeout: 20000, skip: (name.startsWith('replaced') && u.underWine && 'Wine refuses a rename over an open file') || (name.startsWith('removed') && u.WINE_DELETE) }, async (t) => {
+    test(name, { timeout: u.scaled(20000), skip: (name.startsWith('replaced') && u.underWine && 'Wine refuses a rename over an open file') || (name.startsWith('removed') && u.WINE_DELETE) }, async (t) => {
       const file = fresh('lost')
       const child = u.spawnNode('file-heartbeat-child.js', [file, HEARTBEAT])
       const out = u.lines(child)
@@ -110,7 +110,7 @@ describe('heartbeat detects loss: signal aborted, onLost once, process exits nor
 })
 
 describe('loss while inside withLock', () => {
-  test('withLock rejects with LockError LOCK_LOST when the lock is lost while fn runs; fn saw the abort', { timeout: 10000, skip: u.WINE_DELETE }, async () => {
+  test('withLock rejects with LockError LOCK_LOST when the lock is lost while fn runs; fn saw the abort', { timeout: u.scaled(10000), skip: u.WINE_DELETE }, async () => {
     const file = fresh('withlock-lost')
     let sawAbort = false
     const replacementBody = replacement()
@@ -140,7 +140,7 @@ describe('loss while inside withLock', () => {
 describe('lock.signal read for the first time after the lock ended', () => {
   // The handle makes its AbortSignal on the first read (lib/lock-handle.js): what that read sees must be what an
   // AbortSignal made at acquisition would show by then.
-  test('after a loss: already aborted, its reason the LockError LOCK_LOST that onLost got; the same signal on every read', { timeout: 10000, skip: u.WINE_DELETE }, async () => {
+  test('after a loss: already aborted, its reason the LockError LOCK_LOST that onLost got; the same signal on every read', { timeout: u.scaled(10000), skip: u.WINE_DELETE }, async () => {
     const file = fresh('lazy-signal-lost')
     let onLost
     const lostWith = new Promise((resolve) => (onLost = (lock, error) => resolve({ lock, error })))
@@ -163,7 +163,7 @@ describe('lock.signal read for the first time after the lock ended', () => {
     assert.deepEqual(u.ls(path.dirname(file)), [])
   })
 
-  test('after a release: not aborted, also after a second release', { timeout: 10000 }, async () => {
+  test('after a release: not aborted, also after a second release', { timeout: u.scaled(10000) }, async () => {
     const file = fresh('lazy-signal-released')
     const r = await sema.acquire(file, { heartbeat: HEARTBEAT })
     assert.equal(r.ok, true, JSON.stringify(r.error))
@@ -176,7 +176,7 @@ describe('lock.signal read for the first time after the lock ended', () => {
     assert.equal(signal.aborted, false)
   })
 
-  test('read before the loss: the abort event fires once, with the same reason a later first read would see', { timeout: 10000, skip: u.WINE_DELETE }, async () => {
+  test('read before the loss: the abort event fires once, with the same reason a later first read would see', { timeout: u.scaled(10000), skip: u.WINE_DELETE }, async () => {
     const file = fresh('lazy-signal-early')
     const r = await sema.acquire(file, { heartbeat: HEARTBEAT })
     assert.equal(r.ok, true, JSON.stringify(r.error))
@@ -197,7 +197,7 @@ describe('lock.signal read for the first time after the lock ended', () => {
 })
 
 describe('two copies of the JS layer in one thread', () => {
-  test('a lock of the first copy is told of its loss after a second copy loaded (each copy hears its own locks)', { timeout: 20000, skip: u.WINE_DELETE }, async () => {
+  test('a lock of the first copy is told of its loss after a second copy loaded (each copy hears its own locks)', { timeout: u.scaled(20000), skip: u.WINE_DELETE }, async () => {
     // A test runner's fresh module registry, or two installs over one binary: before, the copy loaded second took the
     // thread's one loss callback over, and the first copy's locks were never told they were lost.
     const root = path.resolve(__dirname, '..')

@@ -181,7 +181,7 @@ describe('unwritable directory', () => {
     }
   })
 
-  test('unwritable directory, as an unprivileged child (uid 65534) when the suite runs as root', { skip: !isRoot && 'not root (covered by the previous test)', timeout: 20000 }, async (t) => {
+  test('unwritable directory, as an unprivileged child (uid 65534) when the suite runs as root', { skip: !isRoot && 'not root (covered by the previous test)', timeout: u.scaled(20000) }, async (t) => {
     const base = path.join(tmp.dir, 'nobody')
     fs.mkdirSync(base)
     fs.chmodSync(tmp.dir, 0o755)

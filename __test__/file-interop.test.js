@@ -139,7 +139,7 @@ describe('the spec readers read what the addon writes', () => {
       assert.equal(Number(d.pid), process.pid)
       assert.equal(d.pid, String(process.pid), 'pid is a plain decimal')
       assert.equal(Number(d.timestamp), lock.timestamp)
-      assert.ok(Math.abs(Number(d.timestamp) - u.nowS()) <= 5, 'timestamp is unix seconds, now')
+      assert.ok(Math.abs(Number(d.timestamp) - u.nowS()) <= u.scaled(5), 'timestamp is unix seconds, now')
       assert.equal(d.tag, 'python-check')
       assert.equal(d.token, lock.token, 'the file carries the Lock token')
       assert.match(d.token, HEX32)
@@ -212,9 +212,7 @@ describe('the spec readers read what the addon writes', () => {
 
   test('a shell script sees the lock come and go (test -e) and reads the pid of a lock held by another node process', { skip: process.platform === 'win32' && 'no POSIX shell on Windows (the Node foreign writer covers the other direction)' }, async () => {
     const file = fresh('ours-child')
-    const holder = u.spawnNode('file-holder.js', [file, JSON.stringify({ tag: 'child' })])
-    const out = u.lines(holder)
-    const held = JSON.parse((await out.next(/^held /)).slice(5))
+    const { child: holder, out, held } = await u.holder(file, { tag: 'child' })
     assert.equal(u.sh(`grep '^pid=' "$1" | cut -d= -f2`, file), String(holder.pid))
     assert.equal(held.pid, holder.pid)
     const d = u.python() ? u.pythonRead(file) : u.readLockKeys(file)

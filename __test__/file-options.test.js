@@ -80,7 +80,7 @@ function childCanTake(file) {
   const script =
     `require(${JSON.stringify(u.ROOT)}).tryAcquire(${JSON.stringify(file)}).then(async (r) => {` +
     ` console.log(r.ok ? 'took' : 'refused ' + r.error.type); if (r.ok) await r.value.release() })`
-  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 20000 })
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: u.scaled(20000) })
   return r.stdout.trim() || `no answer: ${r.stderr}`
 }
 

@@ -10,7 +10,6 @@ const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
-const { setTimeout: sleep } = require('node:timers/promises')
 const u = require('./helpers/file-util')
 const sema = require('..')
 
@@ -27,38 +26,14 @@ after(() => {
   for (const d of Object.values(dirs)) u.rmTmp(d)
 })
 
-/** Where `pid` stands in a queue: 'head', 'line' (blocked behind the head) or null, from /proc/locks. */
-function placeOf(pid) {
-  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
-    const f = line.trim().split(/\s+/)
-    const blocked = f[1] === '->'
-    const [kind, , mode, owner] = blocked ? f.slice(2) : f.slice(1)
-    if (kind === 'FLOCK' && mode === 'WRITE' && Number(owner) === pid) return blocked ? 'line' : 'head'
-  }
-  return null
-}
-
-/** Polls /proc/locks (there is no event for "blocked in flock") until `pid` stands at `place`. */
-async function until(pid, place, ms = 10000) {
-  const t0 = Date.now()
-  while (placeOf(pid) !== place) {
-    if (Date.now() - t0 > ms) throw new Error(`process ${pid} not at '${place}' in the queue within ${ms} ms`)
-    await sleep(2)
-  }
-}
-
 /** Polls until every thread of `pid` is stopped (SIGSTOP takes effect when each thread is next scheduled). */
-async function untilStopped(pid, ms = 10000) {
-  const t0 = Date.now()
+function allThreadsStopped(pid) {
   const stopped = () =>
     fs.readdirSync(`/proc/${pid}/task`).every((t) => {
       const stat = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8')
       return stat.slice(stat.lastIndexOf(')') + 2)[0] === 'T'
     })
-  while (!stopped()) {
-    if (Date.now() - t0 > ms) throw new Error(`process ${pid} not stopped within ${ms} ms`)
-    await sleep(2)
-  }
+  return u.until(stopped, { intervalMs: 2, what: `process ${pid} stopped` })
 }
 
 /** The queue file `pid` has open (from /proc/<pid>/fd), or null. */
@@ -75,15 +50,11 @@ function queueFileOf(pid) {
   return null
 }
 
-/** Spawns a holder child waiting for `file`; resolves it once it stands at `place`. */
+/** Spawns a holder child waiting for `file`; resolves it (with its `out` and `held`) once it stands at `place`. */
 async function waiter(file, place, options = { retryInterval: 10_000 }) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  child.out = u.lines(child)
-  // One reader of `held` per child (a second one would never see the line the first consumed).
-  child.held = child.out.next(/^held /, 50000)
-  child.held.catch(() => {})
-  await until(child.pid, place)
-  return child
+  const { child, out, held } = u.spawnHolder(file, options, { timeoutMs: 50000 })
+  await u.untilQueued(child.pid, place)
+  return Object.assign(child, { out, held })
 }
 
 /** Resolves the first of `children` to print `held`. */
@@ -97,7 +68,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     return path.join(dirs[where], name)
   }
 
-  test('waiting processes get the lock in the order they started waiting', { timeout: 60000 }, async () => {
+  test('waiting processes get the lock in the order they started waiting', { timeout: u.scaled(60000) }, async () => {
     const file = at('fifo.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
@@ -125,7 +96,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await Promise.all(waiters.map((c) => u.waitExit(c, 10000, 'waiter')))
   })
 
-  test('a stopped head does not block the line: the others still poll the lock file', { timeout: 60000 }, async () => {
+  test('a stopped head does not block the line: the others still poll the lock file', { timeout: u.scaled(60000) }, async () => {
     const file = at('stopped.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
@@ -133,7 +104,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const behind = await waiter(file, 'line', { retryInterval: 50 })
     process.kill(head.pid, 'SIGSTOP')
     try {
-      await untilStopped(head.pid)
+      await allThreadsStopped(head.pid)
       await r.value.release()
       // The head cannot run; the one behind it finds the lock free at its next 50 ms poll.
       const first = await firstHeld([head, behind])
@@ -149,14 +120,14 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await Promise.all([head, behind].map((c) => u.waitExit(c, 10000, 'waiter')))
   })
 
-  test('behind a stopped head, timeouts shorter than the poll still make their attempt', { timeout: 60000 }, async () => {
+  test('behind a stopped head, timeouts shorter than the poll still make their attempt', { timeout: u.scaled(60000) }, async () => {
     const file = at('stopped-timeout.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
     const head = await waiter(file, 'head')
     process.kill(head.pid, 'SIGSTOP')
     try {
-      await untilStopped(head.pid)
+      await allThreadsStopped(head.pid)
       await r.value.release()
       // The lock is free, the head cannot run. timeout 0 = exactly one attempt; 80 ms is below the 100 ms poll.
       for (const timeout of [0, 80]) {
@@ -172,7 +143,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     await u.waitExit(head, 10000, 'waiter')
   })
 
-  test('a waiter that gives up leaves the line: the next one is served', { timeout: 60000 }, async () => {
+  test('a waiter that gives up leaves the line: the next one is served', { timeout: u.scaled(60000) }, async () => {
     const file = at('giveup.lock')
     const r = await sema.acquire(file)
     assert.ok(r.ok)
@@ -180,7 +151,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const behind = await waiter(file, 'line')
     // The head aborts its wait (SIGKILL: the kernel drops its place); the one behind becomes head.
     head.kill('SIGKILL')
-    await until(behind.pid, 'head')
+    await u.untilQueued(behind.pid, 'head')
     await r.value.release()
     await behind.held
     behind.stdin.end()

@@ -133,10 +133,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
 
   /** A holder process takes `file` and is SIGKILLed: its lock stays, naming a dead pid. */
   async function deadHolder(file) {
-    const child = u.spawnNode('file-holder.js', [file])
-    await u.lines(child).next(/^held /, 20000)
-    child.kill('SIGKILL')
-    await child.exited
+    await (await u.holder(file, {}, { timeoutMs: 20000 })).kill('SIGKILL')
     assert.ok(fs.existsSync(file))
   }
 
@@ -176,7 +173,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
     }
   })
 
-  test('after the reclaim, 4 processes × 60 acquisitions still never overlap', { timeout: 120000 }, async () => {
+  test('after the reclaim, 4 processes × 60 acquisitions still never overlap', { timeout: u.scaled(120000) }, async () => {
     const file = path.join(d.shared, 'mutex.lock')
     await deadHolder(file)
     await sharedFlockAsNobody(file)
@@ -330,7 +327,7 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     assert.equal(await holder.run(`acquire ${a} 1000`, /^(acquired|failed)/), 'acquired')
     const waiter = await userProcess(VICTIM)
     const got = waiter.run(`acquire ${a} 20000`, /^(acquired|failed)/)
-    await until(() => queueFiles(VICTIM).length === 1, 'the waiter to line up')
+    await u.until(() => queueFiles(VICTIM).length === 1, { timeoutMs: 20000, what: 'the waiter lined up' })
     assert.equal(await holder.run('release', /^released/), 'released true')
     assert.equal(await got, 'acquired')
     assert.equal(await waiter.run('release', /^released/), 'released true')
@@ -343,7 +340,7 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     assert.equal(await holder.run(`acquire ${a} 1000`, /^(acquired|failed)/), 'acquired')
     const waiters = [await userProcess(KILLED), await userProcess(KILLED)]
     for (const w of waiters) w.stdin.write(`acquire ${a} 60000\n`)
-    await until(() => queueFiles(KILLED).length === 1, 'the waiters to line up')
+    await u.until(() => queueFiles(KILLED).length === 1, { timeoutMs: 20000, what: 'the waiters lined up' })
     for (const p of [...waiters, holder]) {
       p.kill('SIGKILL')
       await p.exited
@@ -358,12 +355,3 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     assert.equal(fs.existsSync(qdir(KILLED)), false)
   })
 })
-
-/** Resolves once `predicate()` holds, looking every 10 ms, for at most 20 s. */
-async function until(predicate, what) {
-  const t0 = Date.now()
-  while (!predicate()) {
-    if (Date.now() - t0 > 20000) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}

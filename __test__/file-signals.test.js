@@ -7,41 +7,19 @@
 const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
-const path = require('node:path')
 const u = require('./helpers/file-util')
 
-const ROOT = path.resolve(__dirname, '..')
 const BOUND = 20_000
 
 const tmp = u.testDir('signals-', { name: 'sig' })
 const { fresh } = tmp
-
-/**
- * A child that takes `file` through `api` ('target' or 'semats'), optionally installs its own handler for
- * `handled`, prints `held`, and stays alive (stdin open). On `exit` it calls process.exit(0).
- */
-function holder(file, api, handled) {
-  const script = `
-    const sema = require(${JSON.stringify(ROOT)})
-    const [file, api, handled] = process.argv.slice(1)
-    if (handled) process.on(handled, () => console.log('handled ' + handled))
-    ;(async () => {
-      const r = api === 'semats' ? new sema.Semaphore(file).tryAcquire() : await sema.acquire(file)
-      if (!r.ok) { console.log('failed ' + r.error.message); process.exit(1) }
-      console.log('held')
-      process.stdin.on('data', (d) => { if (String(d).includes('exit')) process.exit(0) })
-    })()
-  `
-  return u.spawnTracked(process.execPath, ['-e', script, file, api, handled ?? ''])
-}
 
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
   describe(signal, () => {
     for (const api of ['target', 'semats']) {
       test(`no handler of the program's own (${api} API): lock file gone, the process dies of ${signal}`, async () => {
         const file = fresh()
-        const child = holder(file, api)
-        await u.lines(child).next(/^held$/, BOUND)
+        const { child } = await u.holder(file, api === 'semats' ? { api } : {}, { timeoutMs: BOUND })
         assert.ok(fs.existsSync(file))
         child.kill(signal)
         const r = await u.waitExit(child, BOUND, 'holder')
@@ -52,9 +30,7 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
 
     test("the program's own handler keeps control: the process runs on holding the lock; its exit releases it", async () => {
       const file = fresh()
-      const child = holder(file, 'target', signal)
-      const out = u.lines(child)
-      await out.next(/^held$/, BOUND)
+      const { child, out } = await u.holder(file, { handle: signal }, { timeoutMs: BOUND })
       child.kill(signal)
       await out.next(new RegExp(`^handled ${signal}$`), BOUND)
       assert.ok(fs.existsSync(file), 'still held while the program decides')
@@ -69,15 +45,7 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
 test('a lock recorded for another owner (pid) is not released by a signal: it is that owner\'s', async () => {
   const file = fresh()
   const owner = await u.liveSleeper()
-  const script = `
-    const sema = require(${JSON.stringify(ROOT)})
-    sema.acquire(process.argv[1], { pid: Number(process.argv[2]) }).then((r) => {
-      console.log(r.ok ? 'held' : 'failed')
-      setInterval(() => {}, 1000)
-    })
-  `
-  const child = u.spawnTracked(process.execPath, ['-e', script, file, String(owner.pid)])
-  await u.lines(child).next(/^held$/, BOUND)
+  const { child } = await u.holder(file, { pid: owner.pid }, { timeoutMs: BOUND })
   child.kill('SIGTERM')
   const r = await u.waitExit(child, BOUND, 'holder')
   assert.equal(r.signal, 'SIGTERM')

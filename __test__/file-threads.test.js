@@ -18,7 +18,7 @@ const sema = require('..')
 
 const ROOT = path.resolve(__dirname, '..')
 /** Every wait on an event is bounded: a missing event fails the test instead of hanging it. */
-const BOUND = { timeout: 20_000 }
+const BOUND = { timeout: u.scaled(20_000) }
 
 const tmp = u.testDir('threads-')
 const { fresh } = tmp

@@ -34,11 +34,7 @@ test('a waiter is woken by the release event with no inotify reader thread', { s
   const child = u.spawnNode('file-wake-waiter.js', [file])
   const out = u.lines(child)
   // The waiter's watch is registered when its inotify descriptor exists; there is no event to wait on for that.
-  const t0 = Date.now()
-  while (!hasInotify(child.pid)) {
-    assert.ok(Date.now() - t0 < 20_000, `the waiter never watched: ${child.stderrText}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
+  await u.until(() => hasInotify(child.pid), { timeoutMs: 20_000, what: 'the waiter watching', last: () => child.stderrText })
   assert.equal(sem.release().ok, true)
   await out.next(/^acquired$/, 20_000) // its poll interval is 10 minutes: only the event woke it
   const names = JSON.parse(await out.next(/^\[/, 5_000))

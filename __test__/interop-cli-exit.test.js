@@ -6,6 +6,7 @@
 
 const { describe, it, before, after } = require('node:test')
 const assert = require('node:assert/strict')
+const u = require('./helpers/file-util')
 const { spawn, spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -99,7 +100,7 @@ describe('own CLI: one exit-code table for every command', { concurrency: true }
     const plain = commands(p)
     for (const [name, json] of Object.entries(commands(p, ['--json']))) {
       const args = name === 'run' ? plain.run : json // run has no --json: its stdout is its command's
-      const r = spawnSync('setpriv', [...NOBODY, process.execPath, BIN, ...args], { encoding: 'utf8', timeout: 20_000 })
+      const r = spawnSync('setpriv', [...NOBODY, process.execPath, BIN, ...args], { encoding: 'utf8', timeout: u.scaled(20_000) })
       got[name] = r.status
       if (name !== 'run') types[name] = JSON.parse(r.stdout.trim().split('\n').pop()).error?.type ?? 'ok'
     }

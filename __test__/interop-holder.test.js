@@ -14,14 +14,6 @@ const sema = require('..')
 const REAL = readSema()
 const T = u.testDir('interop-holder-')
 
-async function otherHolder(t, file, options) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  const out = u.lines(child)
-  const held = JSON.parse((await out.next(/^held /, 15000)).slice(5))
-  t.after(() => child.kill('SIGKILL'))
-  return { child, held }
-}
-
 function facts(e) {
   return { holderPid: e.holderPid, holderTag: e.holderTag, isOwnedByCurrentProcess: e.isOwnedByCurrentProcess, since: typeof e.lockedSince }
 }
@@ -29,7 +21,8 @@ function facts(e) {
 describe('holder facts in ALREADY_LOCKED and TIMEOUT (lock files)', () => {
   test('another process of ours holds it: every failure names its pid and tag, not this process', async (t) => {
     const file = T.fresh('other')
-    const { child } = await otherHolder(t, file, { tag: 'nightly build' })
+    const { child, kill } = await u.holder(file, { tag: 'nightly build' })
+    t.after(() => kill())
     const want = { holderPid: child.pid, holderTag: 'nightly build', isOwnedByCurrentProcess: false, since: 'number' }
 
     const tried = await sema.tryAcquire(file)
@@ -107,7 +100,8 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
 
   test("a live holder of ours: holder-dead, no time; once it is killed: stale, reclaimable now", async (t) => {
     const file = T.fresh('ours')
-    const { child } = await otherHolder(t, file, {})
+    const { child, kill } = await u.holder(file, {})
+    t.after(() => kill())
     const s = await sema.status(file)
     assert.deepEqual({ rule: s.reclaimRule, at: s.reclaimableAt, stale: s.isStale }, { rule: 'holder-dead', at: null, stale: false })
     child.kill('SIGKILL')
@@ -115,7 +109,7 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
     const dead = await sema.status(file)
     assert.equal(dead.reclaimRule, 'holder-dead')
     assert.equal(dead.isStale, true)
-    assert.ok(Math.abs(dead.reclaimableAt - Date.now() / 1000) < 5, `reclaimable now: ${dead.reclaimableAt}`)
+    assert.ok(Math.abs(dead.reclaimableAt - Date.now() / 1000) < u.scaled(5), `reclaimable now: ${dead.reclaimableAt}`)
   })
 
   test('another host, unparseable, never, free', async () => {
@@ -128,7 +122,7 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
     fs.writeFileSync(garbage, 'not a lock')
     const g = await sema.status(garbage, { staleTimeout: 60_000 })
     assert.equal(g.reclaimRule, 'unparseable-age')
-    assert.ok(Math.abs(g.reclaimableAt - (Date.now() / 1000 + 60)) < 5, String(g.reclaimableAt))
+    assert.ok(Math.abs(g.reclaimableAt - (Date.now() / 1000 + 60)) < u.scaled(5, 60), String(g.reclaimableAt))
     const never = await sema.status(other, { staleTimeout: null })
     assert.deepEqual({ rule: never.reclaimRule, at: never.reclaimableAt }, { rule: 'never', at: null })
     const free = await sema.status(T.fresh('free'))

@@ -17,40 +17,27 @@ const REAL = readSema()
 const T = u.testDir('interop-mixed-')
 
 /** A child holding `file` with default options (`api: 'semats'`: the Semaphore class). */
-async function holder(t, file, options = {}) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  const out = u.lines(child)
-  const held = JSON.parse((await out.next(/^held /, 15000)).slice(5))
-  t.after(() => child.kill('SIGKILL'))
-  return { child, out, held }
-}
-
-async function releaseHolder({ child, out }) {
-  child.stdin.write('release\n')
-  const line = await out.next(/^released /, 10000)
-  child.stdin.end()
-  return line === 'released true'
-}
-
 describe('mixed fleet: default options keep a live holder safe from the other tools', () => {
   for (const api of ['target', 'semats']) {
     test(`real sema acquire --stale 1 (3 s of tries) never takes a live holder's lock (${api} API)`, async (t) => {
       if (!REAL.bin) return t.skip(REAL.reason)
       const file = T.fresh('sema-stale1')
-      const h = await holder(t, file, api === 'semats' ? { api: 'semats' } : {})
+      const h = await u.holder(file, api === 'semats' ? { api: 'semats' } : {})
+      t.after(() => h.kill())
       const before = fs.readFileSync(file, 'utf8')
       // sema polls every 100 ms: about 30 tries, each removing the file if its timestamp looks older than 1 s.
       const r = await spawnText(REAL.bin, ['acquire', file, '--stale', '1', '--timeout', '3'], { timeoutMs: 20_000 })
       assert.deepEqual({ code: r.code, stdout: r.stdout, stderr: r.stderr }, { code: 1, stdout: '', stderr: 'Timeout waiting for lock\n' })
       const after = fs.readFileSync(file, 'utf8')
       assert.equal(/token=(\w+)/.exec(after)?.[1], /token=(\w+)/.exec(before)?.[1], 'the holder still has its own file')
-      assert.ok(await releaseHolder(h), 'the holder releases its lock: it never lost it')
+      assert.ok(await h.release(), 'the holder releases its lock: it never lost it')
     })
   }
 
   test('semats with staleTimeout 1000 ms would never see a live holder as stale (isLockStale over 3 s)', async (t) => {
     const file = T.fresh('semats-1000')
-    const h = await holder(t, file)
+    const h = await u.holder(file)
+    t.after(() => h.kill())
     const reader = new sema.Semaphore(file, { staleTimeout: 1000 })
     const start = Date.now()
     let samples = 0
@@ -61,16 +48,17 @@ describe('mixed fleet: default options keep a live holder safe from the other to
       worstAge = Math.max(worstAge, Math.floor(Date.now() / 1000) - info.timestamp)
       assert.equal(sema.isLockStale(info, 1000), false, `age ${Math.floor(Date.now() / 1000) - info.timestamp} s looked stale to semats`)
       samples++
-      await new Promise((resolve) => setTimeout(resolve, 20))
+      await new Promise((resolve) => setTimeout(resolve, 20)) // the sampling interval of the 3 s under test
     }
     t.diagnostic(`${samples} samples, worst age seen ${worstAge} s`)
-    assert.ok(await releaseHolder(h))
+    assert.ok(await h.release())
   })
 
   test('a holder configured with a heartbeat over 1 s is exposed to sema --stale 1 (the documented rule)', async (t) => {
     if (!REAL.bin) return t.skip(REAL.reason)
     const file = T.fresh('slow-beat')
-    const h = await holder(t, file, { heartbeat: 10_000 })
+    const h = await u.holder(file, { heartbeat: 10_000 })
+    t.after(() => h.kill())
     const r = await spawnText(REAL.bin, ['acquire', file, '--stale', '1', '--timeout', '5'], { timeoutMs: 20_000 })
     assert.equal(r.code, 0, 'sema took the lock of a live holder whose timestamp it saw older than 1 s')
     // Clean up sema's lock; the holder learns of the loss at its next beat (not asserted: 10 s away).

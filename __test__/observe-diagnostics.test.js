@@ -70,8 +70,7 @@ describe('diagnostics_channel on file targets', () => {
 
   test('a failed tryAcquire: error with the holder pid between end and asyncStart', async () => {
     const file = tmp.fresh()
-    const child = u.spawnNode('file-holder.js', [file, '{}'])
-    await u.lines(child).next(/^held /)
+    const { child } = await u.holder(file)
     const rec = record()
     try {
       const r = await sema.tryAcquire(file)

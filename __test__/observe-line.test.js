@@ -22,13 +22,6 @@ after(async () => {
   await d.stopAll()
 })
 
-async function holder(file, opts = {}) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(opts)])
-  const out = u.lines(child)
-  await out.next(/^held /)
-  return { child, out }
-}
-
 /** `sema-native …args` in a pseudo-terminal 200 columns wide; `.seen(re)` resolves when the terminal showed `re`. */
 function inTerminal(args) {
   const quoted = [process.execPath, BIN, ...args].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ')
@@ -51,8 +44,8 @@ function inTerminal(args) {
       setTimeout(() => {
         if (!watchers.includes(w)) return
         watchers.splice(watchers.indexOf(w), 1)
-        reject(new Error(`the terminal did not show ${re} within 15 s; it showed ${JSON.stringify(child.stdoutText)}`))
-      }, 15000).unref()
+        reject(new Error(`the terminal did not show ${re} within ${u.scaled(15000)} ms; it showed ${JSON.stringify(child.stdoutText)}`))
+      }, u.scaled(15000)).unref()
     })
   return child
 }
@@ -60,7 +53,7 @@ function inTerminal(args) {
 describe('the waiting line', { skip: !hasScript && 'needs Linux and util-linux script (a pseudo-terminal)' }, () => {
   test('run on a terminal: names the holder, its command and tag, redrawn in place, erased once the lock is taken', async () => {
     const file = tmp.fresh()
-    const h = await holder(file, { tag: 'nightly' })
+    const h = await u.holder(file, { tag: 'nightly' })
     const term = inTerminal(['run', file, '--', 'echo', 'DONE'])
     const line = new RegExp(`\\rwaiting for build\\.lock: held by pid ${h.child.pid} \\(node file-holder\\.js build\\.lock .*, tag "nightly"\\) for \\d+s, 1 waiting\\x1b\\[K`)
     await term.seen(line)
@@ -74,7 +67,7 @@ describe('the waiting line', { skip: !hasScript && 'needs Linux and util-linux s
 
   test('acquire and wait on a terminal show it too; --quiet shows nothing', async () => {
     const file = tmp.fresh()
-    const h = await holder(file)
+    const h = await u.holder(file)
     const w = inTerminal(['wait', file])
     await w.seen(new RegExp(`waiting for build\\.lock: held by pid ${h.child.pid} `))
     const q = inTerminal(['acquire', file, '--quiet', '--pid', String(process.pid)])
@@ -103,16 +96,17 @@ describe('the waiting line', { skip: !hasScript && 'needs Linux and util-linux s
 
   test('in a pipe: no line, no escape sequence', async () => {
     const file = tmp.fresh()
-    const h = await holder(file, { tag: 'nightly' })
+    const h = await u.holder(file, { tag: 'nightly' })
     const pending = cli(['run', file, '--', 'echo', 'DONE'])
     // `run` stands in the lock's line (ls counts it) in two listings in a row: it has waited longer than the line's
     // 150 ms delay (one CLI start takes more than that).
-    const end = Date.now() + 15000
-    for (let seen = 0; seen < 2; ) {
-      assert.ok(Date.now() < end, 'run never stood in line')
+    let seen = 0
+    const inLine = async () => {
       const l = JSON.parse((await cli(['ls', path.dirname(file), '--json'])).stdout).locks.find((x) => x.name === 'build.lock')
       seen = l.waiters >= 1 ? seen + 1 : 0
+      return seen >= 2
     }
+    await u.until(inLine, { timeoutMs: 15000, intervalMs: 0, what: 'run standing in line in two listings in a row' })
     h.child.stdin.write('release\n')
     const r = await pending
     assert.equal(r.code, 0, r.stderr)

@@ -13,13 +13,6 @@ const sema = require('..')
 const tmp = u.testDir('wait-', { name: 'wait', own: true })
 const { fresh, left } = tmp
 
-async function holder(file, opts = {}) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(opts)])
-  const out = u.lines(child)
-  await out.next(/^held /)
-  return { child, out }
-}
-
 describe('wait() on a lock file', () => {
   test('a free path: resolves at once and creates nothing', async () => {
     const file = fresh()
@@ -31,7 +24,7 @@ describe('wait() on a lock file', () => {
 
   test('held by another process: resolves only after its release, and never creates the file', async () => {
     const file = fresh()
-    const h = await holder(file)
+    const h = await u.holder(file)
     const waiting = sema.wait(file).then((r) => ({ r, fileThere: fs.existsSync(file) }))
     // The wait has not resolved while the lock is held: a zero-timeout wait (one look) says TIMEOUT meanwhile.
     const look = await sema.wait(file, { timeout: 0 })
@@ -57,7 +50,7 @@ describe('wait() on a lock file', () => {
 
   test('timeout: TIMEOUT with the time in the message; the holder keeps its lock', async () => {
     const file = fresh()
-    const h = await holder(file)
+    const h = await u.holder(file)
     const r = await sema.wait(file, { timeout: 50 })
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'TIMEOUT')
@@ -68,7 +61,7 @@ describe('wait() on a lock file', () => {
 
   test('signal: aborted during the wait or before it → ABORTED', async () => {
     const file = fresh()
-    const h = await holder(file)
+    const h = await u.holder(file)
     const ac = new AbortController()
     const p = sema.wait(file, { signal: ac.signal })
     ac.abort(new Error('enough'))
@@ -102,10 +95,10 @@ describe('wait() on a lock file', () => {
 describe('wait() with limit or mode on a lock file: the kind acquire would take', () => {
   test('limit 2: one slot held elsewhere → free at once; both held → TIMEOUT; one released → resolves; nothing created', async () => {
     const file = fresh()
-    const a = await holder(file, { limit: 2 }) // slot 0: the path itself
+    const a = await u.holder(file, { limit: 2 }) // slot 0: the path itself
     const one = await sema.wait(file, { limit: 2, timeout: 0 })
     assert.equal(one.ok, true, `a second slot is free: ${JSON.stringify(one.error)}`)
-    const b = await holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
     const full = await sema.wait(file, { limit: 2, timeout: 0 })
     assert.equal(full.ok, false)
     assert.equal(full.error.type, 'TIMEOUT')
@@ -122,8 +115,8 @@ describe('wait() with limit or mode on a lock file: the kind acquire would take'
 
   test('limit 2 while the path is held with limit 3 (a sibling slot taken): LIMIT_MISMATCH, as acquire', async () => {
     const file = fresh()
-    const a = await holder(file, { limit: 3 })
-    const b = await holder(file, { limit: 3 })
+    const a = await u.holder(file, { limit: 3 })
+    const b = await u.holder(file, { limit: 3 })
     const r = await sema.wait(file, { limit: 2, timeout: 0 })
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'LIMIT_MISMATCH')
@@ -135,7 +128,7 @@ describe('wait() with limit or mode on a lock file: the kind acquire would take'
 
   test("mode 'shared': free while another process reads, not while one writes; 'exclusive' waits for the readers", async () => {
     const file = fresh()
-    const reader = await holder(file, { mode: 'shared' })
+    const reader = await u.holder(file, { mode: 'shared' })
     const shared = await sema.wait(file, { mode: 'shared', timeout: 0 })
     assert.equal(shared.ok, true, `a reader does not keep out another: ${JSON.stringify(shared.error)}`)
     const excl = await sema.wait(file, { mode: 'exclusive', timeout: 0 })
@@ -146,7 +139,7 @@ describe('wait() with limit or mode on a lock file: the kind acquire would take'
     await reader.out.next(/^released true/)
     const r = await u.within(waiting, 10000, "wait({mode: 'exclusive'}) after the last reader left")
     assert.equal(r.ok, true, JSON.stringify(r.error))
-    const writer = await holder(file, { mode: 'exclusive' })
+    const writer = await u.holder(file, { mode: 'exclusive' })
     const blocked = await sema.wait(file, { mode: 'shared', timeout: 0 })
     assert.equal(blocked.ok, false)
     assert.equal(blocked.error.type, 'TIMEOUT')

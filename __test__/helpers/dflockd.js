@@ -13,6 +13,9 @@
 //       await s.kill('SIGKILL')   signal and wait for exit
 //       await s.restart()         same port, same args; resolves once it accepts connections again
 //       s.log()                   last ~64 KiB of the server's stdout+stderr (for assertion messages)
+//   const s = d.serverFixture({ args, skip })  the one server of a test file: started before its tests (unless `skip`,
+//                                 default skipReason()), stopped after them (stopAll); `s` stands for that server
+//                                 (s.url, s.host, s.port, s.restart...) once the tests run
 //   await d.stopAll()             stops every server, proxy and fake server this process started and removes the
 //                                 certificate directories (use in after())
 //   const certs = d.makeCerts()   → {dir, caPem, certPem, keyPem, otherCaPem} via the openssl CLI, or
@@ -24,7 +27,7 @@
 //       or null to stay silent; f.port, f.connections, f.open, f.received (all bytes as text), f.hangUp(line?),
 //       await f.close()
 //   await d.freePort()            a free loopback TCP port
-//   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded)
+//   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded, × timeScale())
 //
 // Servers always bind 127.0.0.1 (the Python server defaults to 0.0.0.0), get `--host 127.0.0.1 --port N` before the
 // extra args, and run with the DFLOCKD_* environment (and the Python server's unprefixed variables) removed so a
@@ -37,6 +40,7 @@ const os = require('node:os')
 const path = require('node:path')
 const tls = require('node:tls')
 const { readDflockd } = require('../../scripts/dflockd-server')
+const { scaled } = require('./file-util')
 
 const server = readDflockd()
 // CI runs every dflockd test on the Go server: a skip there would hide a missing server, so fail loudly instead.
@@ -87,6 +91,7 @@ function tryConnect(host, port) {
 }
 
 async function waitForPort(port, { host = '127.0.0.1', timeoutMs = 10000, exited = () => false } = {}) {
+  timeoutMs = scaled(timeoutMs)
   const deadline = Date.now() + timeoutMs
   for (;;) {
     if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)
@@ -344,4 +349,27 @@ async function stopAll() {
   for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
 }
 
-module.exports = { server, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }
+/**
+ * The server of a test file: registers node:test hooks that start it before the file's tests (not when `skip`, a
+ * skip reason) and stop every server after them. Returns a stand-in for it, usable once the tests run.
+ */
+function serverFixture({ args = [], skip = skipReason() } = {}) {
+  const { before, after } = require('node:test')
+  let started = null
+  before(async () => {
+    if (!skip) started = await startServer({ args })
+  })
+  after(() => stopAll())
+  return new Proxy(
+    {},
+    {
+      get(_, key) {
+        if (!started) throw new Error(`the dflockd server fixture is not running (${skip || 'read before the tests ran'})`)
+        const value = started[key]
+        return typeof value === 'function' ? value.bind(started) : value
+      },
+    },
+  )
+}
+
+module.exports = { server, serverFixture, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }

@@ -1,7 +1,8 @@
 'use strict'
 // Child process that takes a lock and holds it until told otherwise.
 //   node file-holder.js <lockPath> [optionsJSON]
-// optionsJSON: AcquireOptions for the async API, plus `api: 'semats'` to use `new Semaphore(path, config).acquire()`.
+// optionsJSON: AcquireOptions for the async API, plus `api: 'semats'` to use `new Semaphore(path, config).acquire()`,
+// and `handle: '<SIGNAL>'` to install a handler of the program's own for that signal, printing `handled <SIGNAL>`.
 // Prints `held {"pid","token","timestamp"}` once it holds the lock (or `failed {error}` and exits 1).
 // Then reads commands from stdin, one per line:
 //   release  → prints `released <true|false>`   (Lock#release() / Semaphore#release().ok)
@@ -13,7 +14,8 @@ const fs = require('node:fs')
 const sema = require('../..')
 
 const [file, json] = process.argv.slice(2)
-const opts = json ? JSON.parse(json) : {}
+const { handle, ...opts } = json ? JSON.parse(json) : {}
+if (handle) process.on(handle, () => console.log(`handled ${handle}`))
 
 function tokenOf() {
   try {

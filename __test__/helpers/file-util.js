@@ -1,7 +1,8 @@
 'use strict'
-// Shared helpers for the __test__/file-*.test.js suites: temp dirs, real child processes with hard time bounds,
-// line-oriented child protocols, really-dead pids, lock files written by a POSIX shell and read by Python.
-// No mocks: everything here runs real processes against the real file system.
+// The test-helpers module of every suite (the dflockd server fixture is ./dflockd.js): temp dirs, real child
+// processes with hard time bounds, line-oriented child protocols, a lock holder in a child process, waits on an
+// observable state, really-dead pids, lock files written by a POSIX shell and read by Python, and the one factor
+// that widens every time bound. No mocks: everything here runs real processes against the real file system.
 
 const assert = require('node:assert/strict')
 const { spawn, spawnSync } = require('node:child_process')
@@ -11,6 +12,25 @@ const path = require('node:path')
 
 const ROOT = path.resolve(__dirname, '..', '..')
 const HELPERS = __dirname
+
+/**
+ * SEMA_TEST_TIME_SCALE: the one multiplier of the suites' time bounds (a wait's deadline, an upper bound on a
+ * measured duration), for machines where everything is slower: CI may widen it, scripts/test-emulated.js sets 4
+ * (one emulated Node start costs about 2.5 s of CPU). Bounds only: nothing waits longer when things are fast, and a
+ * lower bound (a duration that must have passed) is never scaled. At least 1: it cannot tighten a bound.
+ */
+function timeScale() {
+  return Math.max(1, Number(process.env.SEMA_TEST_TIME_SCALE) || 1)
+}
+
+/**
+ * `ms` times timeScale(): an upper time bound as this machine should read it. `below`, when given, is the duration
+ * the defect under test would take (a poll interval, a timeout the code must beat): the bound widens up to it and
+ * never past it, so a widened bound still tells the fix from the defect.
+ */
+function scaled(ms, below = Infinity) {
+  return Math.min(ms * timeScale(), below)
+}
 
 /** Every child spawned through this module, so that a failing test never leaves processes behind. */
 const live = new Set()
@@ -157,10 +177,11 @@ function spawnNode(script, args = [], options = {}) {
 
 /**
  * Resolves {code, signal, stdout, stderr, ms} when the child has exited and its pipes are closed. If it has not
- * exited within `ms`, kills it with SIGKILL and rejects (the bound is part of the test).
+ * exited within `ms` (× timeScale()), kills it with SIGKILL and rejects (the bound is part of the test).
  */
 function waitExit(child, ms, what = 'child') {
   const t0 = Date.now()
+  ms = scaled(ms)
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL')
@@ -186,7 +207,8 @@ async function runNode(script, args = [], ms = 20000, options = {}) {
 
 /**
  * Line reader over a child's stdout: `next(pred, ms)` resolves the first line not yet consumed (by this reader)
- * that matches `pred` (a RegExp or function); rejects after `ms` or when the child's stdout ends first. Lines
+ * that matches `pred` (a RegExp or function); rejects after `ms` (× timeScale()) or when the child's stdout ends
+ * first. Lines
  * printed before the reader was created are seen too.
  */
 function lines(child) {
@@ -218,6 +240,7 @@ function lines(child) {
   }
   return {
     next(pred, ms = 10000) {
+      ms = scaled(ms)
       return new Promise((resolve, reject) => {
         const w = { pred, resolve, reject }
         w.timer = setTimeout(() => {
@@ -235,6 +258,83 @@ function lines(child) {
       })
     },
   }
+}
+
+/**
+ * Resolves the first truthy value of `predicate()` (which may be async), asked at once and then every `intervalMs`;
+ * rejects after `timeoutMs` × timeScale(), naming `what` and, when given, `last()` (the state last seen). For a state
+ * that has no event of its own (a /proc entry, a server's stats, a counter): where an event exists, await it instead.
+ */
+async function until(predicate, { timeoutMs = 10000, intervalMs = 10, what = 'condition', last } = {}) {
+  const deadline = Date.now() + scaled(timeoutMs)
+  for (;;) {
+    const value = await predicate()
+    if (value) return value
+    if (Date.now() > deadline) {
+      const seen = last ? `; last seen: ${JSON.stringify(await last())}` : ''
+      throw new Error(`${what}: not reached within ${scaled(timeoutMs)} ms${seen}`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, intervalMs))
+  }
+}
+
+/** /proc/locks exists (Linux): where a process stands in a lock's cross-process wait queue can be read. */
+const HAS_PROC_LOCKS = fs.existsSync('/proc/locks')
+
+/**
+ * Where `pid` stands in a cross-process wait queue, from /proc/locks: 'head' (it holds its queue file's flock,
+ * FLOCK WRITE: it watches the lock file), 'line' (blocked behind the head) or null (not waiting across processes;
+ * a waiter whose holder is in its own process waits in-process and stands nowhere here). Lock files themselves
+ * carry a shared flock (FLOCK READ), which is not a place.
+ */
+function queuePlace(pid) {
+  for (const line of fs.readFileSync('/proc/locks', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/)
+    const blocked = f[1] === '->'
+    const [kind, , mode, owner] = blocked ? f.slice(2) : f.slice(1)
+    if (kind === 'FLOCK' && mode === 'WRITE' && Number(owner) === pid) return blocked ? 'line' : 'head'
+  }
+  return null
+}
+
+/** Resolves once `pid` stands at `place` in a wait queue (polled: there is no event for "blocked in flock"). */
+function untilQueued(pid, place = 'head', { timeoutMs = 10000 } = {}) {
+  return until(() => queuePlace(pid) === place, { timeoutMs, intervalMs: 2, what: `process ${pid} at '${place}' in the queue` })
+}
+
+/**
+ * A child process (helpers/file-holder.js) taking the lock `file` with `options` (AcquireOptions, or
+ * `{ api: 'semats', ...config }`). Returns at once `{ child, out, held, release(), kill() }`: `held` resolves the
+ * holder's `{ pid, token, timestamp }` once it holds (within `timeoutMs`), and rejects if it fails or exits;
+ * `release()` releases and resolves whether the release succeeded; `kill(signal)` kills it (SIGKILL: a crash) and
+ * resolves its exit. For a holder that must hold before the test goes on, use holder().
+ */
+function spawnHolder(file, options = {}, { timeoutMs = 15000 } = {}) {
+  const child = spawnNode('file-holder.js', [file, JSON.stringify(options)])
+  const out = lines(child)
+  const held = out.next(/^held /, timeoutMs).then((line) => JSON.parse(line.slice(5)))
+  held.catch(() => {}) // a caller that kills a waiting holder need not await it
+  return {
+    child,
+    out,
+    held,
+    async release() {
+      child.stdin.write('release\n')
+      const line = await out.next(/^released /)
+      child.stdin.end()
+      return line === 'released true'
+    },
+    kill(signal = 'SIGKILL') {
+      child.kill(signal)
+      return child.exited
+    },
+  }
+}
+
+/** spawnHolder(), resolved once the child holds the lock; `held` is then its `{ pid, token, timestamp }`. */
+async function holder(file, options = {}, { timeoutMs = 15000 } = {}) {
+  const h = spawnHolder(file, options, { timeoutMs })
+  return { ...h, held: await h.held }
 }
 
 /** A pid that belonged to a real process which has exited and been reaped. */
@@ -394,9 +494,10 @@ async function outcome(fn) {
   }
 }
 
-/** Rejects if `promise` has not settled within `ms` (the bound is the assertion). */
+/** Rejects if `promise` has not settled within `ms` × timeScale() (the bound is the assertion). */
 function within(promise, ms, what) {
   let timer
+  ms = scaled(ms)
   return Promise.race([
     promise,
     new Promise((_, reject) => {
@@ -419,9 +520,10 @@ function readLockKeys(file) {
 
 /**
  * Resolves when `file`'s content satisfies `pred` (checked on every fs.watch event on its directory, and once at
- * the start); rejects after `ms`.
+ * the start); rejects after `ms` × timeScale().
  */
 function whenFile(file, pred, ms, what = 'file condition') {
+  ms = scaled(ms)
   return new Promise((resolve, reject) => {
     let done = false
     let watcher
@@ -465,6 +567,14 @@ const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s
 
 module.exports = {
   ROOT,
+  timeScale,
+  scaled,
+  until,
+  HAS_PROC_LOCKS,
+  queuePlace,
+  untilQueued,
+  spawnHolder,
+  holder,
   underWine,
   WINE_DELETE,
   mkTmp,

@@ -412,3 +412,25 @@ describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip
     }
   })
 })
+
+describe('a failed steal rejects with an Error', { skip: d.goOnly() }, () => {
+  after(() => d.stopAll())
+
+  test('the steal intent refused (its key over the protocol 256-byte limit): a LockError with a code, not { type, message, reply }', async () => {
+    const { port } = await d.startServer()
+    // The names' keys fit (prefix + 'wl-n'); the intent's (prefix + 'wl~steal~' + hash, client id and nonce, 79
+    // bytes) does not, so the server-side step of the steal fails.
+    const prefix = `p${process.pid}`.padEnd(200, 'x')
+    const locks = require('..').createLockManager(`dflockd://127.0.0.1:${port}/${prefix}`)
+    await assert.rejects(locks.request('n', { steal: true }, () => 'granted'), (e) => {
+      assert.ok(e instanceof Error, `rejected with ${require('node:util').inspect(e)}`)
+      assert.equal(e.name, 'LockError')
+      assert.equal(e.code, 'INVALID_ARGUMENT')
+      assert.match(e.message, /key is 2\d\d bytes/)
+      assert.ok(typeof e.stack === 'string')
+      return true
+    })
+    // Nothing was taken: the name is free.
+    assert.equal(await locks.request('n', { ifAvailable: true }, (l) => l !== null), true)
+  })
+})

@@ -39,7 +39,7 @@
 
 const { createHash, randomBytes } = require('node:crypto')
 const { Connection } = require('../dflockd/connection')
-const { LockError, AcquireTimeoutError } = require('../errors')
+const { LockError, AcquireTimeoutError, toLockError } = require('../errors')
 const { ErrorCode } = require('../codes')
 
 /** Lease of the mailbox's bell keys; renewed every RENEW_MS, which also keeps the holding connection under the
@@ -355,7 +355,7 @@ class Steals {
     let intent = null
     try {
       const i = await this.hold(intentKey)
-      if (!i.ok) throw i.error ?? new LockError('the steal intent could not be taken', ErrorCode.ALREADY_LOCKED)
+      if (!i.ok) throw i.error ? toLockError(i.error) : new LockError('the steal intent could not be taken', ErrorCode.ALREADY_LOCKED)
       intent = i.value
       w = await openConnection(this.server)
       /** clientId → when it was last rung */
@@ -455,7 +455,8 @@ class Steals {
       await intent?.release().catch(() => {})
       w?.close()
       watcher?.close()
-      return { ok: false, error: e }
+      // Every rejection is an Error: a failure that arrives as a result object ({type, message, reply}) is a LockError.
+      return { ok: false, error: e instanceof Error || e instanceof DOMException ? e : toLockError(e) }
     }
   }
 }

@@ -325,13 +325,13 @@ export interface AcquireOptions {
   /**
    * `'shared'`: one of many shared holders, or one `'exclusive'` holder. Writer preference: while an exclusive request
    * waits, no new shared holder joins (a stream of readers cannot starve it); readers arriving then wait behind it.
-   * Absent: the plain mutex, which does not wait for shared holders as such (writers should pass `'exclusive'`).
+   * Absent: the plain mutex; it waits for shared holders all the same (on dflockd it is then taken as a writer).
    * File: while any shared holder holds, the path exists in the lock-file format (a `mode=shared` line), names a
    * live shared holder and is kept young by their heartbeat, so `sema`/`semats` wait and `sema try` is refused;
    * each shared holder also holds a sibling `<path>.reader-<hex>`; a crashed one is reclaimed at once by
    * `'shared'`/`'exclusive'` acquirers (by other tools and the plain mutex only after `staleTimeout`). Not with
-   * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). dflockd (overrides `?mode=`): a gate mutex on the key
-   * and reader slots `<key>/readers`, at most 16 readers at once; does not combine with `limit`. See
+   * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). dflockd (overrides `?mode=`): reader slots on the key
+   * (a semaphore of 16) and a gate mutex `<key>/gate`, at most 16 readers at once; does not combine with `limit`. See
    * docs/lock-kinds.md.
    */
   mode?: 'shared' | 'exclusive' | undefined
@@ -402,7 +402,8 @@ export interface LockStatus extends SemaphoreStatus {
    * the `limit` asked for.
    */
   limit?: number | undefined
-  /** File: `'shared'` when shared holders hold the path (then `holders` counts them). */
+  /** File: `'shared'` when shared holders hold the path (then `holders` counts them). dflockd: `'shared'` when
+   * readers hold the key, `'exclusive'` when a writer does. */
   mode?: 'shared' | 'exclusive' | undefined
   /** dflockd: seconds until the holder's lease expires. */
   leaseExpiresInS?: number | undefined

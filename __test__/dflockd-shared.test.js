@@ -1,6 +1,7 @@
 'use strict'
-// Shared (reader/writer) locks on dflockd (issue 19 part 2), built from the server's primitives: the gate mutex `<key>`
-// and the reader-slot semaphore `<key>/readers` (limit 16). Real Go server, real child processes holding; a counting
+// Shared (reader/writer) locks on dflockd (issue 19 part 2), built from the server's primitives: the reader-slot
+// semaphore `<key>` itself (limit 16) and the gate mutex `<key>/gate` (issue 34: a plain `l <key>` is refused beside
+// readers). Real Go server, real child processes holding; a counting
 // proxy in front of the real server counts the requests and round trips of each operation.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
@@ -56,8 +57,8 @@ function holder(url, mode, timeoutMs = 30000) {
 /** Server state of `k`: its gate and its reader slots. */
 async function state(k, server = srv) {
   const s = await stats({ host: server.host, port: server.port })
-  const gate = s.locks.find((e) => e.key === k)
-  const slots = s.semaphores.find((e) => e.key === `${k}/readers`)
+  const gate = s.locks.find((e) => e.key === `${k}/gate`)
+  const slots = s.semaphores.find((e) => e.key === k)
   return {
     gateHeld: !!gate && Number(gate.owner_conn_id) !== 0,
     gateWaiters: gate ? gate.waiters : 0,
@@ -303,12 +304,12 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     assert.equal(r.ok, true)
     const c = await Connection.connect({ host: srv.host, port: srv.port })
     // Tokens are bearer capabilities: another connection may release the slot.
-    assert.equal(await c.request('sr', `${k}/readers`, r.value.token), 'ok')
+    assert.equal(await c.request('sr', k, r.value.token), 'ok')
     c.close()
     const err = await lost
     assert.equal(err.code, 'LOCK_LOST')
     assert.equal(r.value.signal.aborted, true)
-    assert.match(err.message, /readers/)
+    assert.ok(err.message.includes(`'${k}'`), err.message)
   })
 
   test("a writer's gate lost is reported through DistributedLock's onLockLost", async () => {
@@ -318,7 +319,7 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], leaseTtlS: 2, mode: 'exclusive', onLockLost: (...a) => onLost(a) })
     assert.equal(await l.acquire(), true)
     const c = await Connection.connect({ host: srv.host, port: srv.port })
-    assert.equal(await c.request('r', k, l.token), 'ok')
+    assert.equal(await c.request('r', `${k}/gate`, l.token), 'ok')
     c.close()
     await lost
     assert.equal(l.signal.aborted, true)
@@ -544,9 +545,9 @@ describe('API surface', { skip, timeout: 30_000 }, () => {
     const both = await acquire(srv.url(k), { mode: 'shared', limit: 3 })
     assert.equal(both.error.type, 'INVALID_ARGUMENT')
     assert.match(both.error.message, /limit and mode/)
-    const long = await acquire(srv.url('k'.repeat(250)), { mode: 'shared' })
+    const long = await acquire(srv.url('k'.repeat(252)), { mode: 'shared' })
     assert.equal(long.error.type, 'INVALID_ARGUMENT')
-    assert.match(long.error.message, /readers/)
+    assert.match(long.error.message, /gate/)
     assert.throws(() => new DistributedLock({ key: k, mode: 'both' }), (e) => e.code === 'INVALID_ARGUMENT' && /mode/.test(e.message))
     const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], mode: 'shared' })
     await assert.rejects(l.enqueue(), (e) => e.code === 'INVALID_ARGUMENT' && /enqueue/.test(e.message))

@@ -2,8 +2,17 @@
 //! reader/writer command.
 //!
 //! Construction (one connection per holder, all parts of one lock on the server the key maps to):
-//! - a **gate**: the mutex `<key>` itself;
-//! - **reader slots**: the semaphore `<key>/readers` with limit [`MAX_READERS`].
+//! - **reader slots**: the semaphore `<key>` itself, with limit [`MAX_READERS`];
+//! - a **gate**: the mutex `<key>/gate` ([`GATE_SUFFIX`]).
+//!
+//! Why the slots are the key itself: the server refuses one key used with two limits
+//! (`error_limit_mismatch`, until the key is GC'd after ~60 s idle). So a plain mutex `l <key>`
+//! (no `mode`; a `DistributedLock`; another dflockd client) is refused while readers or a writer
+//! hold, instead of being granted beside them; the JS layer then takes it as a writer
+//! (lib/dflockd/kinds.js), so it waits for the readers as on files. The other way round, readers
+//! and writers meeting a key that is a mutex (limit 1: a plain holder holds it, or held it less
+//! than the GC's idle time ago) take that mutex ([`Era::Mutex`]): readers are then one at a time,
+//! never beside a plain holder. A plain mutex keeps its one request.
 //!
 //! A reader takes the gate, one reader slot, and releases the gate: it then holds only its slot.
 //! A writer takes the gate and then every one of the [`MAX_READERS`] slots, and keeps them all.
@@ -32,12 +41,11 @@
 //! `e` got the gate, else when granted) and the slot requests follow in the same write. A
 //! writer releases its slots before its gate, so the next writer finds every slot free.
 //!
-//! Names: the slot key is the user key plus [`READERS_SUFFIX`]. A key can hold almost any
-//! byte, so no suffix is unreachable; a clash with a key used as a mutex or with another
-//! limit is refused by the server (`error_limit_mismatch`), never silent. The gate is the key
-//! itself, so a plain mutex on the key (no `mode`, or another dflockd client's `l`) and a writer
-//! exclude each other and a plain holder keeps new readers out; a plain mutex does not wait for
-//! readers already holding: give every party of a shared lock a `mode`.
+//! Names: the gate key is the user key plus [`GATE_SUFFIX`]. A key can hold almost any byte, so
+//! no suffix is unreachable; a clash with a key used with another limit is refused by the server
+//! (`error_limit_mismatch`), never silent. A `DistributedSemaphore` of limit [`MAX_READERS`] on
+//! the key counts as readers (its holders and readers share the slots; a writer excludes both);
+//! of another limit it is refused.
 //!
 //! Leases: every part is renewed together (pipelined) with the same TTL on the holder's
 //! connection, and a refusal of any of them is the loss of the lock. A writer waiting for
@@ -61,8 +69,8 @@ use super::renewer::{renewed_lease, Schedule};
 /// The most readers at once (the limit of the reader-slot semaphore). See the module comment.
 pub const MAX_READERS: u64 = 16;
 
-/// Appended to the key to name its reader-slot semaphore.
-pub const READERS_SUFFIX: &str = "/readers";
+/// Appended to the key to name its gate mutex.
+pub const GATE_SUFFIX: &str = "/gate";
 
 /// How a shared lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,21 +102,43 @@ impl Mode {
     }
 }
 
-/// The key of `key`'s reader slots.
-pub fn readers_key(key: &str) -> String {
-    format!("{key}{READERS_SUFFIX}")
+/// The key of `key`'s gate.
+pub fn gate_key(key: &str) -> String {
+    format!("{key}{GATE_SUFFIX}")
 }
 
-/// Checks that `key` leaves room for its reader-slot key (`INVALID_ARGUMENT`).
+/// Checks that `key` leaves room for its gate key (`INVALID_ARGUMENT`).
 pub fn validate_key(key: &str) -> Result<()> {
-    let room = MAX_KEY_BYTES - READERS_SUFFIX.len();
+    let room = MAX_KEY_BYTES - GATE_SUFFIX.len();
     if key.len() > room {
         return Err(DflockdError::invalid(format!(
-            "key is {} bytes; with a mode at most {room} are allowed (the reader slots are '<key>{READERS_SUFFIX}', at most {MAX_KEY_BYTES} bytes)",
+            "key is {} bytes; with a mode at most {room} are allowed (the gate is '<key>{GATE_SUFFIX}', at most {MAX_KEY_BYTES} bytes)",
             key.len()
         )));
     }
     Ok(())
+}
+
+/// What the server's key is, as a slot request's reply tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    /// The readers' semaphore (limit [`MAX_READERS`]), or not there yet: slots are taken.
+    Slots,
+    /// A mutex (limit 1): a plain holder holds it, or held it within the GC's idle time. A
+    /// reader or writer takes the mutex instead, so it never runs beside a plain holder.
+    Mutex,
+}
+
+impl Era {
+    /// The era a failed slot request shows: `error_limit_mismatch` with no slot granted means
+    /// the key has another limit; a mutex is the only other limit this package gives it.
+    pub fn of_slot_failure(e: &DflockdError, slots_granted: usize) -> Era {
+        if e.code() == ErrorCode::LimitMismatch && slots_granted == 0 {
+            Era::Mutex
+        } else {
+            Era::Slots
+        }
+    }
 }
 
 /// One key held on the holder's connection.
@@ -231,6 +261,8 @@ struct Batch {
     slots: Vec<(Part, u64)>,
     /// The first refusal among the replies (the connection is still in sync).
     failed: Option<DflockdError>,
+    /// Whether that refusal is a slot request's (the gate's own reply was a grant or a timeout).
+    failed_at_slot: bool,
     /// When the write was sent: no grant in it precedes this.
     sent: Instant,
 }
@@ -259,6 +291,7 @@ async fn batch(
         gate: None,
         slots: Vec::with_capacity(need),
         failed: None,
+        failed_at_slot: false,
         sent,
     };
     for (i, (line, req)) in lines.into_iter().zip(&reqs).enumerate() {
@@ -287,7 +320,11 @@ async fn batch(
                 conn.close();
                 return Err(e);
             }
-            Err(e) => b.failed = b.failed.or(Some(e)),
+            Err(e) if b.failed.is_none() => {
+                b.failed_at_slot = i >= gate.len();
+                b.failed = Some(e);
+            }
+            Err(_) => {}
         }
     }
     Ok(b)
@@ -305,7 +342,8 @@ pub(super) async fn acquire(
     place: Option<Place>,
 ) -> Result<Option<Got>> {
     let ttl = opts.lease_ttl_s;
-    let slots_key = readers_key(&opts.key);
+    let slots_key = opts.key.clone();
+    let gate_key = gate_key(&opts.key);
     let need = match mode {
         Mode::Shared => 1,
         Mode::Exclusive => MAX_READERS as usize,
@@ -321,7 +359,7 @@ pub(super) async fn acquire(
         // A try, or a waiter alone: `l`, answered when granted or timed out.
         None => {
             let gate = [Request::Lock {
-                key: &opts.key,
+                key: &gate_key,
                 timeout_s,
                 ttl_s: ttl,
             }];
@@ -341,11 +379,11 @@ pub(super) async fn acquire(
             };
             let gate = [
                 Request::Enqueue {
-                    key: &opts.key,
+                    key: &gate_key,
                     ttl_s: ttl,
                 },
                 Request::Wait {
-                    key: &opts.key,
+                    key: &gate_key,
                     timeout_s: wait_s,
                 },
             ];
@@ -359,12 +397,13 @@ pub(super) async fn acquire(
     if let Some(g) = b.gate.take() {
         lease_s = g.lease_s;
         parts.push(Part {
-            key: opts.key.clone(),
+            key: gate_key.clone(),
             token: g.token,
             sem: false,
         });
     }
     let gate_held = !parts.is_empty();
+    let slots_granted = b.slots.len();
     for g in b.slots.drain(..) {
         if lease_s == 0 {
             lease_s = g.1;
@@ -372,8 +411,9 @@ pub(super) async fn acquire(
         parts.push(g.0);
     }
     let failed = b.failed.take();
-    if !gate_held && failed.is_none() {
-        // No gate: the slots that came after it are not ours to keep.
+    if !gate_held && (failed.is_none() || b.failed_at_slot) {
+        // No gate: the slots that came after it are not ours to keep, nor are their refusals
+        // (a key of another limit is looked at again once the gate is granted).
         give_up(conn, &parts, opts).await;
         return Ok(None);
     }
@@ -388,6 +428,9 @@ pub(super) async fn acquire(
             .max(Duration::from_millis(1))
     };
     if let Some(e) = failed {
+        if gate_held && Era::of_slot_failure(&e, slots_granted) == Era::Mutex {
+            return mutex_era(opts, conn, parts, timeout_s, end).await;
+        }
         give_up(conn, &parts, opts).await;
         return Err(e);
     }
@@ -469,6 +512,58 @@ pub(super) async fn acquire(
     }))
 }
 
+/// The key is a mutex ([`Era::Mutex`]): the gate (`parts`, held) is let go and the mutex taken
+/// on the same connection, waiting what is left of the caller's time. The lock is then that
+/// mutex alone (renewed and released as a plain lock). A key of yet another limit (a
+/// `DistributedSemaphore`'s) is refused with `LIMIT_MISMATCH`.
+async fn mutex_era(
+    opts: &PrimitiveOptions,
+    conn: &mut Connection,
+    parts: Vec<Part>,
+    timeout_s: u64,
+    end: Option<Instant>,
+) -> Result<Option<Got>> {
+    release_parts(conn, &parts, opts.connect.socket_timeout).await?;
+    let wait_s = match end {
+        Some(e) if timeout_s > 0 => ceil_secs(Instant::now(), e),
+        _ => timeout_s,
+    };
+    match conn
+        .acquire_any(&opts.key, wait_s, 1, opts.lease_ttl_s)
+        .await
+    {
+        Ok(AcquireReply::Granted(g)) => Ok(Some(Got {
+            parts: vec![Part {
+                key: opts.key.clone(),
+                token: g.token,
+                sem: false,
+            }],
+            lease_s: g.lease_s,
+            sent: conn.last_sent().unwrap_or_else(Instant::now),
+        })),
+        Ok(AcquireReply::TimedOut) => {
+            conn.close();
+            Ok(None)
+        }
+        Err(e) => {
+            conn.close();
+            if e.code() == ErrorCode::LimitMismatch {
+                return Err(DflockdError::new(
+                    ErrorCode::LimitMismatch,
+                    format!(
+                        "key '{}' is a semaphore of another limit on the server (a DistributedSemaphore or \
+                         limit= of another client): a shared lock needs it free of that use (it is \
+                         forgotten ~60 s after its last holder)",
+                        opts.key
+                    ),
+                )
+                .with_reply(e.reply().unwrap_or("error_limit_mismatch")));
+            }
+            Err(e)
+        }
+    }
+}
+
 /// A renew refused while acquiring: the part's lease had ended.
 fn lost_on_refusal(e: DflockdError) -> DflockdError {
     if e.code() == ErrorCode::ServerError {
@@ -505,11 +600,21 @@ mod tests {
     }
 
     #[test]
-    fn the_readers_key_fits_the_protocol() {
-        assert_eq!(readers_key("k"), "k/readers");
-        let room = MAX_KEY_BYTES - READERS_SUFFIX.len();
+    fn a_slot_request_refused_for_its_limit_with_no_slot_shows_a_mutex() {
+        let mismatch = DflockdError::new(ErrorCode::LimitMismatch, "sl: error_limit_mismatch");
+        assert_eq!(Era::of_slot_failure(&mismatch, 0), Era::Mutex);
+        // A slot granted: the key is the readers' semaphore; a later refusal is another matter.
+        assert_eq!(Era::of_slot_failure(&mismatch, 1), Era::Slots);
+        let other = DflockdError::new(ErrorCode::ServerError, "sl: error_max_locks");
+        assert_eq!(Era::of_slot_failure(&other, 0), Era::Slots);
+    }
+
+    #[test]
+    fn the_gate_key_fits_the_protocol() {
+        assert_eq!(gate_key("k"), "k/gate");
+        let room = MAX_KEY_BYTES - GATE_SUFFIX.len();
         assert!(validate_key(&"a".repeat(room)).is_ok());
-        protocol::validate_key(&readers_key(&"a".repeat(room))).unwrap();
+        protocol::validate_key(&gate_key(&"a".repeat(room))).unwrap();
         let e = validate_key(&"a".repeat(room + 1)).unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
     }

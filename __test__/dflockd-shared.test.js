@@ -228,6 +228,37 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     assert.deepEqual(order, modes.map((_, i) => i))
   })
 
+  test('readers queued behind a writer are granted in call order, also when the reply to the first one\'s gate release is late', async () => {
+    // The first reader lets the gate go (`r`) and the server grants it to the second at once; the second's replies
+    // (`w`, `sl`, on its own connection) can reach this process before the first's `ok`. A proxy holds the reply to
+    // the first `r` that passes it for 300 ms: before the fix the second reader returned (and its caller ran) first.
+    for (let run = 0; run < 3; run++) {
+      const proxy = await lateFirstRelease(srv, 300)
+      try {
+        const k = key(`rorder${run}`)
+        const first = await acquire(srv.url(k), { mode: 'exclusive' })
+        assert.equal(first.ok, true)
+        const url = `dflockd://127.0.0.1:${proxy.port}/${k}`
+        const order = []
+        const all = Array.from({ length: 4 }, (_, i) =>
+          acquire(url, { mode: 'shared', timeout: 30000 }).then((r) => {
+            assert.equal(r.ok, true, JSON.stringify(r.error))
+            order.push(i)
+            return r.value
+          }),
+        )
+        await until(k, (st) => st.gateWaiters === 4, 'all queued at the gate')
+        await first.value.release()
+        const held = await Promise.all(all)
+        assert.equal(proxy.delayed(), 1, 'the first release reply was held')
+        assert.deepEqual(order, [0, 1, 2, 3], `run ${run}`)
+        await Promise.all(held.map((l) => l.release()))
+      } finally {
+        proxy.close()
+      }
+    }
+  })
+
   test('a writer that times out waiting for readers gives back the gate and the slots it had', async () => {
     const k = key('wtimeout')
     const url = srv.url(k)
@@ -370,6 +401,62 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     }
   })
 })
+
+/** A TCP proxy in front of `server` that holds the reply to the first `r` request passing it for `ms` (that
+ * connection's later replies wait behind it, in order). */
+async function lateFirstRelease(server, ms) {
+  let delayed = 0
+  const sockets = new Set()
+  const front = net.createServer((client) => {
+    const upstream = net.connect(server.port, '127.0.0.1')
+    sockets.add(client).add(upstream)
+    const cmds = []
+    let pending = ''
+    client.on('data', (c) => {
+      pending += c
+      const lines = pending.split('\n')
+      pending = lines.pop()
+      // 3 lines per request: the first is the command (the proxy only sees whole requests' lines in order).
+      for (const l of lines) cmds.push(l)
+      upstream.write(c)
+    })
+    let replyBuf = ''
+    let held = null
+    let requestLine = 0
+    upstream.on('data', (c) => {
+      replyBuf += c
+      let i
+      while ((i = replyBuf.indexOf('\n')) >= 0) {
+        const line = replyBuf.slice(0, i + 1)
+        replyBuf = replyBuf.slice(i + 1)
+        const cmd = cmds[requestLine]
+        requestLine += 3
+        if (cmd === 'r' && delayed === 0 && held === null) {
+          delayed++
+          held = [line]
+          setTimeout(() => {
+            client.write(held.join(''))
+            held = null
+          }, ms)
+        } else if (held !== null) held.push(line)
+        else client.write(line)
+      }
+    })
+    for (const [a, b] of [[client, upstream], [upstream, client]]) {
+      a.on('error', () => b.destroy())
+      a.on('close', () => b.destroy())
+    }
+  })
+  await new Promise((r) => front.listen(0, '127.0.0.1', r))
+  return {
+    port: front.address().port,
+    delayed: () => delayed,
+    close() {
+      for (const x of sockets) x.destroy()
+      front.close()
+    },
+  }
+}
 
 /** A TCP proxy in front of the real server that logs each connection's requests (command and key) in bursts: one
  * burst = what the client sent before it next heard from the server, so a burst is one round trip. */

@@ -66,6 +66,10 @@ use super::primitive::PrimitiveOptions;
 use super::protocol::{self, AcquireReply, EnqueueReply, Grant, Request, MAX_KEY_BYTES};
 use super::renewer::{renewed_lease, Schedule};
 
+mod mutex_era;
+use mutex_era::mutex_era;
+pub use mutex_era::Era;
+
 /// The most readers at once (the limit of the reader-slot semaphore). See the module comment.
 pub const MAX_READERS: u64 = 16;
 
@@ -117,28 +121,6 @@ pub fn validate_key(key: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// What the server's key is, as a slot request's reply tells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Era {
-    /// The readers' semaphore (limit [`MAX_READERS`]), or not there yet: slots are taken.
-    Slots,
-    /// A mutex (limit 1): a plain holder holds it, or held it within the GC's idle time. A
-    /// reader or writer takes the mutex instead, so it never runs beside a plain holder.
-    Mutex,
-}
-
-impl Era {
-    /// The era a failed slot request shows: `error_limit_mismatch` with no slot granted means
-    /// the key has another limit; a mutex is the only other limit this package gives it.
-    pub fn of_slot_failure(e: &DflockdError, slots_granted: usize) -> Era {
-        if e.code() == ErrorCode::LimitMismatch && slots_granted == 0 {
-            Era::Mutex
-        } else {
-            Era::Slots
-        }
-    }
 }
 
 /// One key held on the holder's connection.
@@ -355,6 +337,10 @@ pub(super) async fn acquire(
         ttl_s: ttl,
     };
     let socket_timeout = opts.connect.socket_timeout;
+    let order_bound = opts.connect.connect_timeout + socket_timeout;
+    // This waiter's place among this process's shared waiters' GRANTS (see `grant_chain`): taken
+    // once its turn to send came, so grant places follow call order as send places do.
+    let mut grant = None;
     let mut b = match place {
         // A try, or a waiter alone: `l`, answered when granted or timed out.
         None => {
@@ -370,9 +356,8 @@ pub(super) async fn acquire(
         // next waiter may send its own), and behind it `w` (at once `ok` when `e` got the gate,
         // else the wait) and the slots: one write.
         Some(mut place) => {
-            place
-                .turn(opts.connect.connect_timeout + socket_timeout)
-                .await;
+            place.turn(order_bound).await;
+            grant = Some(Place::take(&opts.connect, &grant_chain(&opts.key)));
             let wait_s = match end {
                 Some(e) => ceil_secs(Instant::now(), e),
                 None => timeout_s,
@@ -429,7 +414,11 @@ pub(super) async fn acquire(
     };
     if let Some(e) = failed {
         if gate_held && Era::of_slot_failure(&e, slots_granted) == Era::Mutex {
-            return mutex_era(opts, conn, parts, timeout_s, end).await;
+            let got = mutex_era(opts, conn, parts, timeout_s, end).await?;
+            if got.is_some() {
+                granted_in_order(grant, order_bound).await;
+            }
+            return Ok(got);
         }
         give_up(conn, &parts, opts).await;
         return Err(e);
@@ -505,6 +494,7 @@ pub(super) async fn acquire(
             .map_err(lost_on_refusal)?;
         sent = conn.last_sent().unwrap_or_else(Instant::now);
     }
+    granted_in_order(grant, order_bound).await;
     Ok(Some(Got {
         parts,
         lease_s,
@@ -512,55 +502,27 @@ pub(super) async fn acquire(
     }))
 }
 
-/// The key is a mutex ([`Era::Mutex`]): the gate (`parts`, held) is let go and the mutex taken
-/// on the same connection, waiting what is left of the caller's time. The lock is then that
-/// mutex alone (renewed and released as a plain lock). A key of yet another limit (a
-/// `DistributedSemaphore`'s) is refused with `LIMIT_MISMATCH`.
-async fn mutex_era(
-    opts: &PrimitiveOptions,
-    conn: &mut Connection,
-    parts: Vec<Part>,
-    timeout_s: u64,
-    end: Option<Instant>,
-) -> Result<Option<Got>> {
-    release_parts(conn, &parts, opts.connect.socket_timeout).await?;
-    let wait_s = match end {
-        Some(e) if timeout_s > 0 => ceil_secs(Instant::now(), e),
-        _ => timeout_s,
-    };
-    match conn
-        .acquire_any(&opts.key, wait_s, 1, opts.lease_ttl_s)
-        .await
-    {
-        Ok(AcquireReply::Granted(g)) => Ok(Some(Got {
-            parts: vec![Part {
-                key: opts.key.clone(),
-                token: g.token,
-                sem: false,
-            }],
-            lease_s: g.lease_s,
-            sent: conn.last_sent().unwrap_or_else(Instant::now),
-        })),
-        Ok(AcquireReply::TimedOut) => {
-            conn.close();
-            Ok(None)
-        }
-        Err(e) => {
-            conn.close();
-            if e.code() == ErrorCode::LimitMismatch {
-                return Err(DflockdError::new(
-                    ErrorCode::LimitMismatch,
-                    format!(
-                        "key '{}' is a semaphore of another limit on the server (a DistributedSemaphore or \
-                         limit= of another client): a shared lock needs it free of that use (it is \
-                         forgotten ~60 s after its last holder)",
-                        opts.key
-                    ),
-                )
-                .with_reply(e.reply().unwrap_or("error_limit_mismatch")));
-            }
-            Err(e)
-        }
+/// The chain of this process's shared waiters' grants on `key` (a key holds no LF, so no real
+/// key's chain has this name).
+fn grant_chain(key: &str) -> String {
+    format!("{key}\ngrants")
+}
+
+/// A granted waiter returns only once every earlier shared waiter of this process on the key
+/// has returned (granted, timed out or failed; at most `bound`), then frees the next one.
+///
+/// Why: a reader's acquisition ends with `r <key>/gate`, and the server grants the gate to the
+/// next waiter while it answers that `r`. The next waiter's `w` and `sl` replies (another
+/// connection) then race the first one's `ok`: the later waiter could return, and its caller
+/// run, first (a LockManager's shared grants out of call order). The later waiter cannot be
+/// granted before an earlier one has passed the gate, so this wait is short and never waits
+/// for a lock: an earlier reader has its slot and is letting the gate go; an earlier writer
+/// holds all it needs; in [`Era::Mutex`] the earlier one keeps the gate until it holds the
+/// mutex. The caller's result is delivered in the same poll as this return, so the order
+/// holds up to the caller.
+async fn granted_in_order(grant: Option<Place>, bound: Duration) {
+    if let Some(mut g) = grant {
+        g.turn(bound).await;
     }
 }
 

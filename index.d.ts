@@ -723,7 +723,8 @@ export interface DistributedLockOptions {
   /**
    * A shared (reader/writer) lock on `key`: `'shared'` = one of up to 16 readers, `'exclusive'` = the only holder,
    * after the readers in place leave; a waiting writer is not starved by later readers. Absent: the plain mutex on
-   * `key` (one request), which does not wait for readers. `token` is then a reader's slot or a writer's gate token;
+   * `key` (one request); beside readers the server refuses it and `acquire()` takes it as a writer (it waits for
+   * them), `enqueue()` rejects with LIMIT_MISMATCH. `token` is then a reader's slot or a writer's gate token;
    * `enqueue()`/`wait()` are not available (INVALID_ARGUMENT). See docs/lock-kinds.md.
    */
   mode?: 'shared' | 'exclusive' | undefined

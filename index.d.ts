@@ -378,13 +378,13 @@ export interface AcquireOptions {
   /**
    * `'shared'`: one of many shared holders, or one `'exclusive'` holder. Writer preference: while an exclusive request
    * waits, no new shared holder joins (a stream of readers cannot starve it); readers arriving then wait behind it.
-   * Absent: the plain mutex, which does not wait for shared holders as such (writers should pass `'exclusive'`).
+   * Absent: the plain mutex; it waits for shared holders all the same (on dflockd it is then taken as a writer).
    * File: while any shared holder holds, the path exists in the lock-file format (a `mode=shared` line), names a
    * live shared holder and is kept young by their heartbeat, so `sema`/`semats` wait and `sema try` is refused;
    * each shared holder also holds a sibling `<path>.reader-<hex>`; a crashed one is reclaimed at once by
    * `'shared'`/`'exclusive'` acquirers (by other tools and the plain mutex only after `staleTimeout`). Not with
-   * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). dflockd (overrides `?mode=`): a gate mutex on the key
-   * and reader slots `<key>/readers`, at most 16 readers at once; does not combine with `limit`. See
+   * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). dflockd (overrides `?mode=`): reader slots on the key
+   * (a semaphore of 16) and a gate mutex `<key>/gate`, at most 16 readers at once; does not combine with `limit`. See
    * docs/lock-kinds.md.
    */
   mode?: 'shared' | 'exclusive' | undefined
@@ -469,7 +469,7 @@ export type Lock = FileLock | DflockdLock
  * such as `` `dflockd://${addr}/jobs` ``), {@link FileLock} for any other literal (a path or `file://` URL), and
  * {@link Lock} (either) for a plain `string`.
  */
-export type LockOf<Target extends string> = Target extends `dflockd://${string}` ? DflockdLock : string extends Target ? Lock : FileLock
+export type LockOf<Target extends string> = Lowercase<Target> extends `dflockd://${string}` ? DflockdLock : string extends Target ? Lock : FileLock
 
 /** What `status(target)` reports on either backend: semats' status shape, plus the target and the backend. See {@link LockStatus}. */
 export interface LockStatusBase extends SemaphoreStatus {
@@ -527,8 +527,9 @@ export interface DflockdLockStatus extends LockStatusBase {
   waiters: number
   /** The key's limit (1 for a lock; while readers hold a shared lock, the most readers at once, 16). */
   limit: number
-  /** Absent on dflockd (see `holders`). */
-  mode?: undefined
+  /** `'shared'` when readers hold the key, `'exclusive'` when a writer of a shared lock does; absent for a plain
+   * mutex or semaphore. */
+  mode?: 'shared' | 'exclusive' | undefined
   /** Seconds until the holder's lease expires, when a lock (not a semaphore) is held. */
   leaseExpiresInS?: number | undefined
   /** Absent on dflockd (a lease, not a stale rule, ends a crashed holder's lock: see `leaseExpiresInS`). */
@@ -544,7 +545,7 @@ export interface DflockdLockStatus extends LockStatusBase {
 export type LockStatus = FileLockStatus | DflockdLockStatus
 
 /** The status type a target string gives, as {@link LockOf} does for locks. */
-export type LockStatusOf<Target extends string> = Target extends `dflockd://${string}`
+export type LockStatusOf<Target extends string> = Lowercase<Target> extends `dflockd://${string}`
   ? DflockdLockStatus
   : string extends Target
     ? LockStatus
@@ -849,7 +850,8 @@ export interface DistributedLockOptions {
   /**
    * A shared (reader/writer) lock on `key`: `'shared'` = one of up to 16 readers, `'exclusive'` = the only holder,
    * after the readers in place leave; a waiting writer is not starved by later readers. Absent: the plain mutex on
-   * `key` (one request), which does not wait for readers. `token` is then a reader's slot or a writer's gate token;
+   * `key` (one request); beside readers the server refuses it and `acquire()` takes it as a writer (it waits for
+   * them), `enqueue()` rejects with LIMIT_MISMATCH. `token` is then a reader's slot or a writer's gate token;
    * `enqueue()`/`wait()` are not available (INVALID_ARGUMENT). See docs/lock-kinds.md.
    */
   mode?: 'shared' | 'exclusive' | undefined

@@ -106,6 +106,42 @@ describe(`the auth token is never shown (${TOKEN === ENC ? 'plain' : "with '@', 
     })
   })
 
+  test("the scheme in any case (DFLOCKD://, Dflockd://) is a dflockd target everywhere, its token never shown", async () => {
+    for (const scheme of ['DFLOCKD', 'Dflockd']) {
+      const url = `${scheme}://${ENC}@127.0.0.1:${s.port}/sec-case`
+      const r = await api.acquire(url)
+      assert.equal(r.ok, true, JSON.stringify(r.error))
+      assert.equal(r.value.backend, 'dflockd')
+      assert.equal(r.value.target, `${scheme}://***@127.0.0.1:${s.port}/sec-case`)
+      noToken(r.value, `the lock of ${scheme}://`)
+      const st = await api.status(url)
+      assert.equal(st.locked, true)
+      noToken(st, `status() of ${scheme}://`)
+      // The same lock whatever the scheme's case: a try on the lower-case spelling is refused.
+      const busy = await api.tryAcquire(`dflockd://${ENC}@127.0.0.1:${s.port}/sec-case`)
+      assert.equal(busy.ok, false)
+      assert.equal(busy.error.type, 'ALREADY_LOCKED')
+      assert.deepEqual(await api.release(url), { ok: true, value: undefined })
+      assert.equal(await api.withLock(url, (lock) => lock.backend), 'dflockd')
+      const manager = api.createLockManager(`${scheme}://${ENC}@127.0.0.1:${s.port}/sec-case-wl`)
+      assert.equal(await manager.request('n', async () => 'granted'), 'granted')
+      const bad = await api.acquire(`${scheme}://${ENC}@127.0.0.1:${s.port}/sec-case?colour=red`)
+      assert.equal(bad.error.type, 'INVALID_ARGUMENT')
+      noToken(bad, `a bad ${scheme}:// URL`)
+      for (const args of [['status', url, '--json'], ['run', url, '--', process.execPath, '-e', '0']]) {
+        const c = await cli(args)
+        assert.equal(c.code, 0, `sema-native ${args.join(' ')}: ${c.stderr}`)
+        noToken(`${c.stdout}\n${c.stderr}`, `sema-native ${args.join(' ')}`)
+      }
+    }
+    // Not a dflockd target (one slash): refused as an unsupported target, its user info masked all the same.
+    const typo = await api.acquire(`dflockd:/${ENC}@127.0.0.1:${s.port}/k`)
+    assert.equal(typo.error.type, 'INVALID_ARGUMENT')
+    noToken(typo, 'an unsupported target')
+    // Every LockError's message goes through the redaction, whoever wrote it.
+    noToken(new LockError(`cannot lock 'dflockd://${ENC}@h/k'`), 'a LockError naming a target')
+  })
+
   test('the loss reason and the lost handle do not show it', async () => {
     const r = await api.acquire(`dflockd://${ENC}@127.0.0.1:${s.port}/sec-loss`)
     assert.equal(r.ok, true)

@@ -1,6 +1,7 @@
 'use strict'
-// Shared (reader/writer) locks on dflockd (issue 19 part 2), built from the server's primitives: the gate mutex `<key>`
-// and the reader-slot semaphore `<key>/readers` (limit 16). Real Go server, real child processes holding; a counting
+// Shared (reader/writer) locks on dflockd (issue 19 part 2), built from the server's primitives: the reader-slot
+// semaphore `<key>` itself (limit 16) and the gate mutex `<key>/gate` (issue 34: a plain `l <key>` is refused beside
+// readers). Real Go server, real child processes holding; a counting
 // proxy in front of the real server counts the requests and round trips of each operation.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
@@ -56,8 +57,8 @@ function holder(url, mode, timeoutMs = 30000) {
 /** Server state of `k`: its gate and its reader slots. */
 async function state(k, server = srv) {
   const s = await stats({ host: server.host, port: server.port })
-  const gate = s.locks.find((e) => e.key === k)
-  const slots = s.semaphores.find((e) => e.key === `${k}/readers`)
+  const gate = s.locks.find((e) => e.key === `${k}/gate`)
+  const slots = s.semaphores.find((e) => e.key === k)
   return {
     gateHeld: !!gate && Number(gate.owner_conn_id) !== 0,
     gateWaiters: gate ? gate.waiters : 0,
@@ -227,6 +228,37 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     assert.deepEqual(order, modes.map((_, i) => i))
   })
 
+  test('readers queued behind a writer are granted in call order, also when the reply to the first one\'s gate release is late', async () => {
+    // The first reader lets the gate go (`r`) and the server grants it to the second at once; the second's replies
+    // (`w`, `sl`, on its own connection) can reach this process before the first's `ok`. A proxy holds the reply to
+    // the first `r` that passes it for 300 ms: before the fix the second reader returned (and its caller ran) first.
+    for (let run = 0; run < 3; run++) {
+      const proxy = await lateFirstRelease(srv, 300)
+      try {
+        const k = key(`rorder${run}`)
+        const first = await acquire(srv.url(k), { mode: 'exclusive' })
+        assert.equal(first.ok, true)
+        const url = `dflockd://127.0.0.1:${proxy.port}/${k}`
+        const order = []
+        const all = Array.from({ length: 4 }, (_, i) =>
+          acquire(url, { mode: 'shared', timeout: 30000 }).then((r) => {
+            assert.equal(r.ok, true, JSON.stringify(r.error))
+            order.push(i)
+            return r.value
+          }),
+        )
+        await until(k, (st) => st.gateWaiters === 4, 'all queued at the gate')
+        await first.value.release()
+        const held = await Promise.all(all)
+        assert.equal(proxy.delayed(), 1, 'the first release reply was held')
+        assert.deepEqual(order, [0, 1, 2, 3], `run ${run}`)
+        await Promise.all(held.map((l) => l.release()))
+      } finally {
+        proxy.close()
+      }
+    }
+  })
+
   test('a writer that times out waiting for readers gives back the gate and the slots it had', async () => {
     const k = key('wtimeout')
     const url = srv.url(k)
@@ -303,12 +335,12 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     assert.equal(r.ok, true)
     const c = await Connection.connect({ host: srv.host, port: srv.port })
     // Tokens are bearer capabilities: another connection may release the slot.
-    assert.equal(await c.request('sr', `${k}/readers`, r.value.token), 'ok')
+    assert.equal(await c.request('sr', k, r.value.token), 'ok')
     c.close()
     const err = await lost
     assert.equal(err.code, 'LOCK_LOST')
     assert.equal(r.value.signal.aborted, true)
-    assert.match(err.message, /readers/)
+    assert.ok(err.message.includes(`'${k}'`), err.message)
   })
 
   test("a writer's gate lost is reported through DistributedLock's onLockLost", async () => {
@@ -318,7 +350,7 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], leaseTtlS: 2, mode: 'exclusive', onLockLost: (...a) => onLost(a) })
     assert.equal(await l.acquire(), true)
     const c = await Connection.connect({ host: srv.host, port: srv.port })
-    assert.equal(await c.request('r', k, l.token), 'ok')
+    assert.equal(await c.request('r', `${k}/gate`, l.token), 'ok')
     c.close()
     await lost
     assert.equal(l.signal.aborted, true)
@@ -369,6 +401,62 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     }
   })
 })
+
+/** A TCP proxy in front of `server` that holds the reply to the first `r` request passing it for `ms` (that
+ * connection's later replies wait behind it, in order). */
+async function lateFirstRelease(server, ms) {
+  let delayed = 0
+  const sockets = new Set()
+  const front = net.createServer((client) => {
+    const upstream = net.connect(server.port, '127.0.0.1')
+    sockets.add(client).add(upstream)
+    const cmds = []
+    let pending = ''
+    client.on('data', (c) => {
+      pending += c
+      const lines = pending.split('\n')
+      pending = lines.pop()
+      // 3 lines per request: the first is the command (the proxy only sees whole requests' lines in order).
+      for (const l of lines) cmds.push(l)
+      upstream.write(c)
+    })
+    let replyBuf = ''
+    let held = null
+    let requestLine = 0
+    upstream.on('data', (c) => {
+      replyBuf += c
+      let i
+      while ((i = replyBuf.indexOf('\n')) >= 0) {
+        const line = replyBuf.slice(0, i + 1)
+        replyBuf = replyBuf.slice(i + 1)
+        const cmd = cmds[requestLine]
+        requestLine += 3
+        if (cmd === 'r' && delayed === 0 && held === null) {
+          delayed++
+          held = [line]
+          setTimeout(() => {
+            client.write(held.join(''))
+            held = null
+          }, ms)
+        } else if (held !== null) held.push(line)
+        else client.write(line)
+      }
+    })
+    for (const [a, b] of [[client, upstream], [upstream, client]]) {
+      a.on('error', () => b.destroy())
+      a.on('close', () => b.destroy())
+    }
+  })
+  await new Promise((r) => front.listen(0, '127.0.0.1', r))
+  return {
+    port: front.address().port,
+    delayed: () => delayed,
+    close() {
+      for (const x of sockets) x.destroy()
+      front.close()
+    },
+  }
+}
 
 /** A TCP proxy in front of the real server that logs each connection's requests (command and key) in bursts: one
  * burst = what the client sent before it next heard from the server, so a burst is one round trip. */
@@ -544,9 +632,9 @@ describe('API surface', { skip, timeout: 30_000 }, () => {
     const both = await acquire(srv.url(k), { mode: 'shared', limit: 3 })
     assert.equal(both.error.type, 'INVALID_ARGUMENT')
     assert.match(both.error.message, /limit and mode/)
-    const long = await acquire(srv.url('k'.repeat(250)), { mode: 'shared' })
+    const long = await acquire(srv.url('k'.repeat(252)), { mode: 'shared' })
     assert.equal(long.error.type, 'INVALID_ARGUMENT')
-    assert.match(long.error.message, /readers/)
+    assert.match(long.error.message, /gate/)
     assert.throws(() => new DistributedLock({ key: k, mode: 'both' }), (e) => e.code === 'INVALID_ARGUMENT' && /mode/.test(e.message))
     const l = new DistributedLock({ key: k, servers: [[srv.host, srv.port]], mode: 'shared' })
     await assert.rejects(l.enqueue(), (e) => e.code === 'INVALID_ARGUMENT' && /enqueue/.test(e.message))

@@ -7,6 +7,8 @@
 const { describe, test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { randomUUID } = require('node:crypto')
+const net = require('node:net')
+const { once } = require('node:events')
 const d = require('./helpers/dflockd')
 const { Steals, openConnection } = require('../lib/locks/dflockd-steal')
 const { createLockManager, tryAcquire } = require('..')
@@ -46,7 +48,7 @@ describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnl
         // The native loss report arrives while the holder still sets its answer up; the server frees K later.
         setImmediate(() => ctl.abort(new Error('lost')))
         setTimeout(() => kConn.release(K, kTok), 300)
-        return { signal: ctl.signal, lease: 30, release: async () => {} }
+        return { signal: ctl.signal, lease: 30, renewRatio: 0.5, token: kTok, release: async () => {} }
       },
     })
     const t = await openConnection(server)
@@ -77,6 +79,8 @@ describe('dflockd steal hand-over (Steals, on the real server)', { skip: d.goOnl
         return {
           signal: new AbortController().signal,
           lease: 30,
+          renewRatio: 0.5,
+          token: kTok,
           release: async () => {
             await new Promise((r) => setTimeout(r, 2500))
             await kConn.release(K, kTok)
@@ -343,6 +347,117 @@ describe('dflockd steal among LockManager clients of one thread (one backend eac
     second.letGo('done')
     assert.equal(await second.request, 'done')
   })
+
+  /**
+   * Another client of the server with a raw socket (issue 34 item 2): it polls `stats` and, as a steal intent appears,
+   * takes every confirmation-shaped key it can derive from it with one `l` each — the name of the old scheme
+   * (`wl~stolen~<h>~<S>~<nonce>`) and one of the current shape with its own public key and a forged proof.
+   */
+  function faker() {
+    const sock = net.connect(port, '127.0.0.1')
+    const taken = []
+    let buf = ''
+    const waiting = []
+    sock.on('data', (c) => {
+      buf += c
+      let i
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i)
+        buf = buf.slice(i + 1)
+        waiting.shift()?.(line)
+      }
+    })
+    sock.on('error', () => {})
+    const ask = (cmd, k, arg) =>
+      new Promise((r) => {
+        waiting.push(r)
+        sock.write(`${cmd}\n${k}\n${arg}\n`)
+      })
+    let stop = false
+    const done = (async () => {
+      await once(sock, 'connect')
+      const seen = new Set()
+      while (!stop) {
+        const s = JSON.parse((await ask('stats', '_', '')).slice(3))
+        for (const l of s.locks) {
+          const m = /^(.*)wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~(\S+)$/.exec(l.key)
+          if (!m || seen.has(l.key)) continue
+          seen.add(l.key)
+          const [, prefix, h, stealer, last] = m
+          const forged = require('node:crypto').generateKeyPairSync('x25519').publicKey.export({ format: 'jwk' }).x
+          for (const k of [
+            `${prefix}wl~stolen~${h}~${stealer}~${last}`,
+            `${prefix}wl~stolen~${h}~${stealer}~${last.slice(0, 16)}~${forged}~${'A'.repeat(22)}`,
+          ]) {
+            if ((await ask('l', k, '0 30')).startsWith('ok ')) taken.push(k)
+          }
+        }
+        await new Promise((r) => setTimeout(r, 2))
+      }
+    })()
+    return {
+      taken,
+      async close() {
+        stop = true
+        await done.catch(() => {})
+        sock.destroy()
+      },
+    }
+  }
+
+  test('a faked confirmation (a raw client taking confirmation keys) is never taken for a hand-over: the holder is not a LockManager client, the steal is refused and its callback never runs', async () => {
+    const base = `dflockd://127.0.0.1:${port}/fake-plain${process.pid}`
+    const S = client(base)
+    // The holder: a plain lock on the name's key through the target API, which answers no steal.
+    const held = await tryAcquire(S.backend.url('k'))
+    assert.equal(held.ok, true)
+    const f = faker()
+    let ran = false
+    await assert.rejects(
+      S.locks.request('k', { steal: true }, () => {
+        ran = true
+      }),
+      (e) => {
+        assert.ok(e instanceof Error, String(e))
+        assert.equal(e.name, 'NotSupportedError')
+        return true
+      },
+    )
+    await f.close()
+    assert.ok(f.taken.length > 0, 'the faker took its keys')
+    assert.equal(ran, false, 'the stealer ran beside the holder')
+    assert.equal(held.value.signal.aborted, false)
+    assert.equal(await held.value.release(), true)
+  })
+
+  test('a faked confirmation does not break a real hand-over: the holder gives the lock to the stealer, a waiter is granted only after the stealer', async () => {
+    const base = `dflockd://127.0.0.1:${port}/fake-real${process.pid}`
+    const H = client(base)
+    const S = client(base)
+    const W = client(base)
+    const h = holding(H.locks, 'k')
+    await h.running
+    assert.ok(await H.backend.steals.ready(), "H's mailbox opened")
+    const hStolen = assert.rejects(h.request, { name: 'AbortError' })
+    // A waiter of another client, queued at the server before the steal.
+    let wRan = false
+    const w = W.locks.request('k', () => {
+      wRan = true
+      return 'W'
+    })
+    const f = faker()
+    const s = holding(S.locks, 'k', { steal: true })
+    await s.running
+    await hStolen
+    // While the stealer holds: the waiter is not granted (no second holder), for longer than a grant takes.
+    await new Promise((r) => setTimeout(r, 500))
+    assert.equal(wRan, false, 'the waiter was granted while the stealer held')
+    s.letGo('S done')
+    assert.equal(await s.request, 'S done')
+    assert.equal(await w, 'W')
+    await f.close()
+    assert.ok(f.taken.length > 0, 'the faker took its keys')
+  })
 })
 
 describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip: d.goOnly() }, () => {
@@ -378,6 +493,8 @@ describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip
           return {
             signal: ctl.signal,
             lease: 30,
+            renewRatio: 0.5,
+            token: kTok,
             release: async () => {
               const s = await probe.stats()
               // (Once H lets go of it, the stealer's watch is granted the confirmation: another connection.)
@@ -410,5 +527,27 @@ describe('dflockd steal hand-over: a lock lost while kept for a stealer', { skip
       kConn.close()
       probe.close()
     }
+  })
+})
+
+describe('a failed steal rejects with an Error', { skip: d.goOnly() }, () => {
+  after(() => d.stopAll())
+
+  test('the steal intent refused (its key over the protocol 256-byte limit): a LockError with a code, not { type, message, reply }', async () => {
+    const { port } = await d.startServer()
+    // The names' keys fit (prefix + 'wl-n'); the intent's (prefix + 'wl~steal~' + hash, client id and nonce, 79
+    // bytes) does not, so the server-side step of the steal fails.
+    const prefix = `p${process.pid}`.padEnd(200, 'x')
+    const locks = require('..').createLockManager(`dflockd://127.0.0.1:${port}/${prefix}`)
+    await assert.rejects(locks.request('n', { steal: true }, () => 'granted'), (e) => {
+      assert.ok(e instanceof Error, `rejected with ${require('node:util').inspect(e)}`)
+      assert.equal(e.name, 'LockError')
+      assert.equal(e.code, 'INVALID_ARGUMENT')
+      assert.match(e.message, /key is \d+ bytes; at most 256/)
+      assert.ok(typeof e.stack === 'string')
+      return true
+    })
+    // Nothing was taken: the name is free.
+    assert.equal(await locks.request('n', { ifAvailable: true }, (l) => l !== null), true)
   })
 })

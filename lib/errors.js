@@ -10,9 +10,14 @@
 
 const { ErrorCode } = require('./codes')
 
+/** `message` with the token of every dflockd URL in it masked: every LockError's message goes through it. */
+function redacted(message) {
+  return typeof message === 'string' && /dflockd:/i.test(message) ? require('./dflockd/url').redactTarget(message) : message
+}
+
 class LockError extends Error {
   constructor(message, code = ErrorCode.IO_ERROR, details = {}) {
-    super(message)
+    super(redacted(message))
     this.name = 'LockError'
     this.code = code
     if (details.holderPid !== undefined) this.holderPid = details.holderPid

@@ -93,6 +93,20 @@ async function waitDflockd(target, options) {
   const deadline = timeoutMs === null ? Infinity : Date.now() + timeoutMs
   const statusOptions = {}
   for (const k of Object.keys(STATUS)) if (options[k] != null) statusOptions[k] = options[k]
+  // Free for the acquire of the same kind: a slot of a semaphore; a shared lock with no writer and a slot; for a
+  // plain or exclusive acquire, no holder of any kind (readers hold slots of the key itself: lib/dflockd/kinds.js).
+  let kind
+  try {
+    const u = require('./dflockd/url').parseDflockdUrl(target)
+    kind = (options.limit ?? u.limit ?? 1) > 1 ? 'slot' : (options.mode ?? u.mode) === 'shared' ? 'shared' : 'sole'
+  } catch (e) {
+    return { ok: false, error: { type: e.code ?? ErrorCode.INVALID_ARGUMENT, message: e.message } }
+  }
+  const free = (s) => {
+    const holders = s.holders ?? 0
+    if (kind === 'sole') return holders === 0
+    return holders < (s.limit ?? 1) && !(kind === 'shared' && s.mode === 'exclusive')
+  }
   for (;;) {
     let s
     try {
@@ -100,7 +114,7 @@ async function waitDflockd(target, options) {
     } catch (e) {
       return { ok: false, error: { type: e.code ?? ErrorCode.IO_ERROR, message: e.message } }
     }
-    if ((s.holders ?? 0) < (s.limit ?? 1)) return { ok: true }
+    if (free(s)) return { ok: true }
     const left = deadline - Date.now()
     if (left <= 0) return timeoutFailure(options.timeout)
     try {

@@ -10,14 +10,14 @@ const { LockError, AcquireTimeoutError, toLockError, fromNativeThrow, invalidArg
 const { LockHandle } = require('./lock-handle')
 const { acquireFile, releaseFile, statusFile } = require('./file/lock')
 const dflockd = require('./dflockd')
-const { redactTarget, parseDflockdUrl, targetId } = require('./dflockd/url')
+const { redactTarget, isDflockdTarget, parseDflockdUrl, targetId } = require('./dflockd/url')
 const { validate, checkBackend, asFailure, ACQUIRE, RELEASE, STATUS } = require('./validate')
 const { traceAcquire, released } = require('./diagnostics')
 
 /** `{backend: 'file', path}` or `{backend: 'dflockd'}`; throws LockError INVALID_ARGUMENT / INVALID_PATH. */
 function parseTarget(target) {
   if (typeof target !== 'string') throw invalidArgument(`target must be a string, got ${typeof target}`)
-  if (target.startsWith('dflockd://')) return { backend: 'dflockd' }
+  if (isDflockdTarget(target)) return { backend: 'dflockd' }
   if (target.startsWith('file:')) {
     try {
       return { backend: 'file', path: fileURLToPath(target) }
@@ -39,7 +39,8 @@ function unsupportedScheme(target) {
   const m = /^([a-z][a-z0-9+.-]*):/i.exec(target)
   if (!m || m[1].length < 2) return null
   const hint = /^dflockd$/i.test(m[1]) ? `; a dflockd target is dflockd://host[:port]/key` : ''
-  return (
+  // Returned text, shown by the CLI as well as thrown as a LockError: a user info in it is masked here.
+  return redactTarget(
     `unsupported target '${target}': it starts like a URL with the scheme '${m[1]}:' (use a path, file:// or ` +
     `dflockd://${hint}; for a file whose name has a colon, write ./${target})`
   )
@@ -55,7 +56,7 @@ function notAFilePath(lockPath) {
   if (!m || m[1].length < 2) return null
   if (/^dflockd$/i.test(m[1])) {
     return (
-      `Semaphore locks files, and '${redactTarget(lockPath)}' is a dflockd target: use acquire(), tryAcquire(), ` +
+      `Semaphore locks files, and '${lockPath}' is a dflockd target: use acquire(), tryAcquire(), ` +
       'withLock() or DistributedLock for it'
     )
   }
@@ -164,7 +165,7 @@ async function withLock(target, fn, options) {
   const outer = heldByChain.getStore()
   if (key !== null && outer !== undefined && outer.has(key)) {
     throw new LockError(
-      `withLock('${redactTarget(target)}'): this async call chain already holds ` +
+      `withLock('${target}'): this async call chain already holds ` +
         'this lock (a nested withLock on the same target would wait for itself forever)',
       ErrorCode.ALREADY_LOCKED,
     )

@@ -14,6 +14,7 @@ mod js_callback;
 mod losses;
 mod owner;
 mod result;
+mod target;
 
 /// The addon's tokio runtime: one worker thread instead of one per core (the blocking pool, used
 /// for fsync, is separate and unchanged). A dflockd request, its socket's reactor and the settling

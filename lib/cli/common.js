@@ -270,8 +270,9 @@ function exitCodeFor(error) {
   }
 }
 
+/** The core's answer (lib/dflockd/url.js). */
 function isDflockd(target) {
-  return /^dflockd:\/\//i.test(target)
+  return require('../dflockd/url').isDflockdTarget(target)
 }
 
 /** Rust's `Path::parent` (`null` for a root, `''` for a bare name): the directory `sema` checks. */

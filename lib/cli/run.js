@@ -39,7 +39,7 @@ async function run(o, { durationOption, statusOptions, apiTarget, acquireWithNot
     throw new UsageError('run needs a command: run <target> [options] -- <command> [args...]')
   }
   const target = apiTarget(o.target)
-  const dflockd = /^dflockd:\/\//i.test(target)
+  const dflockd = require('./common').isDflockd(target)
   const options = { ...statusOptions(o), tag: o.tag }
   const timeout = durationOption(o, 'timeout')
   if (timeout !== undefined) options.timeout = timeout

@@ -23,6 +23,7 @@ const { validate, DISTRIBUTED_LOCK, DISTRIBUTED_SEMAPHORE, DISTRIBUTED_ACQUIRE, 
 const { LockError, AcquireTimeoutError, toLockError, invalidArgument } = require('../errors')
 const { asyncDispose } = require('../lock-handle')
 const { withAbort } = require('../abort')
+const { meetsSharedLock, enqueueMeetsSharedLock } = require('./kinds')
 const { DEFAULT_ACQUIRE_TIMEOUT_S, loopAcquire, loopRelease, useEventLoop, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RENEW_RATIO, abortedError, authOption, describe, guardedCallback, hostOption, nativeSync, nativeTls, opt, stableHashShard, unwatchLoss, watchLoss } = require('./common')
 const { ErrorCode } = require('../codes')
 
@@ -62,6 +63,9 @@ class DistributedLock {
   /** The native primitive of server #primIdx, kept across acquisitions (rebuilt only for another shard server). */
   #prim = null
   #primIdx = -1
+  /** The mode the kept primitive was built with: the instance's, or 'exclusive' for a plain acquisition made again as
+   * a writer because the key is a shared lock's (./kinds.js). */
+  #primMode = undefined
   #primId = 0
   /** The primitive's id for its event-loop results; 0 = its round trips run on tokio (TLS, shared mode, Bun, Deno). */
   #loopId = 0
@@ -99,8 +103,8 @@ class DistributedLock {
     else for (const [host, port] of this.#servers) nativeSync(() => native.dflockdValidateOptions(this.#nativeOptions({ host, port })))
   }
 
-  /** The options of a native primitive on `server`. */
-  #nativeOptions(server) {
+  /** The options of a native primitive on `server` (in `mode`: the instance's by default). */
+  #nativeOptions(server, mode = this.#mode) {
     return {
       key: this.#key,
       limit: this.#limit,
@@ -115,21 +119,22 @@ class DistributedLock {
       connectTimeoutMs: this.#connectTimeoutMs,
       socketTimeoutMs: this.#socketTimeoutMs,
       renewMaxIntervalMs: this.#renewMaxIntervalMs,
-      mode: this.#mode,
+      mode,
     }
   }
 
-  /** The primitive on server `idx`: the kept one, or a new one (the old one closed). */
-  #primitive(idx) {
-    if (this.#prim !== null && this.#primIdx === idx) return this.#prim
+  /** The primitive on server `idx` in `mode`: the kept one, or a new one (the old one closed). */
+  #primitive(idx, mode = this.#mode) {
+    if (this.#prim !== null && this.#primIdx === idx && this.#primMode === mode) return this.#prim
     const [host, port] = this.#servers[idx]
-    const prim = nativeSync(() => new native.NativeDflockdPrimitive(this.#nativeOptions({ host, port })))
+    const prim = nativeSync(() => new native.NativeDflockdPrimitive(this.#nativeOptions({ host, port }, mode)))
     if (this.#prim !== null) {
       unwatchLoss(this.#primId)
       this.#prim.close()
     }
     this.#prim = prim
     this.#primIdx = idx
+    this.#primMode = mode
     this.#primId = prim.lossId
     this.#loopId = useEventLoop(prim)
     return prim
@@ -214,7 +219,7 @@ class DistributedLock {
   }
 
   /** Checks the connection state and starts an acquisition on the kept primitive. */
-  #begin(force, signal) {
+  #begin(force, signal, mode = this.#mode) {
     if (this.#live()) {
       if (!force) {
         throw new LockError('already connected; call release() or close() first, or pass { force: true }', ErrorCode.ALREADY_LOCKED)
@@ -223,7 +228,7 @@ class DistributedLock {
     }
     if (signal && signal.aborted) throw abortedError('acquire')
     // A clean release left its connection in the native idle pool, where this acquisition finds it.
-    const prim = this.#primitive(this.#pickServer())
+    const prim = this.#primitive(this.#pickServer(), mode)
     this.#controller = null
     watchLoss(this.#primId, this.#onLoss)
     return prim
@@ -267,10 +272,16 @@ class DistributedLock {
   /** true = acquired; false = timed out. `force` closes a live connection first. */
   async acquire(options) {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
-    const prim = this.#begin(force, signal)
+    let prim = this.#begin(force, signal)
     // Aborting `signal` cancels the call by id as a file wait is (lib/abort.js), close() cancels it on the primitive;
     // either way it settles ABORTED natively and closes a grant that crossed the cancel (so enqueue() and wait() too).
-    const r = await withAbort(signal, (cancelId) => loopAcquire(prim, this.#loopId, cancelId))
+    let r = await withAbort(signal, (cancelId) => loopAcquire(prim, this.#loopId, cancelId))
+    if (!r.ok && meetsSharedLock(r.error, { mode: this.#mode, limit: this.#limit })) {
+      // The key is a shared lock's (./kinds.js): this acquisition waits for its readers as a writer (its timeout
+      // counted again from the refusal, which comes at once).
+      prim = this.#begin(false, signal, 'exclusive')
+      r = await withAbort(signal, (cancelId) => loopAcquire(prim, this.#loopId, cancelId))
+    }
     return this.#settle(prim, r, 'acquire')
   }
 
@@ -279,6 +290,10 @@ class DistributedLock {
     const { force = false, signal } = validate(options ?? undefined, DISTRIBUTED_ACQUIRE)
     const prim = this.#begin(force, signal)
     const r = await withAbort(signal, (cancelId) => prim.enqueue(cancelId ?? undefined))
+    if (!r.ok && meetsSharedLock(r.error, { mode: this.#mode, limit: this.#limit })) {
+      this.#settle(prim, { ok: true, value: false }, 'enqueue')
+      throw enqueueMeetsSharedLock(this.#key, r.error)
+    }
     const status = this.#settle(prim, r, 'enqueue')
     if (status !== 'acquired' && status !== 'queued') {
       this.close()

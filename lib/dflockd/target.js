@@ -12,6 +12,7 @@ const { DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_RENEW_RATIO, MAX_TIMEOUT_S, connectOp
 const { redactTarget, parseDflockdUrl, targetId } = require('./url')
 const { validate, checkBackend, ACQUIRE } = require('../validate')
 const { parseStatsJson, stats } = require('./connection')
+const { meetsSharedLock, MAX_READERS } = require('./kinds')
 
 // ───────────────────────────── target API (dflockd:// URLs) ─────────────────────────────
 
@@ -23,15 +24,22 @@ class DflockdLock extends LockHandle {
   #id
   #lease
   #loopId
-  constructor(fields, prim, id, loopId) {
+  #renewRatio
+  constructor(fields, prim, id, loopId, renewRatio) {
     super(fields)
     this.#prim = prim
+    this.#renewRatio = renewRatio
     this.#id = id
     this.#loopId = loopId
     this.#lease = prim.lease
     let set = held.get(id)
     if (!set) held.set(id, (set = new Set()))
     set.add(this)
+  }
+
+  /** The share of the lease after which it is renewed (the renew schedule a steal's safety margin is read from). */
+  get renewRatio() {
+    return this.#renewRatio
   }
 
   /** The lease in seconds last granted or renewed. */
@@ -137,6 +145,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   let cfg
   let signal
   let prim
+  const started = performance.now()
   try {
     cfg = targetConfig(url, options, wait)
     signal = cfg.options.signal ?? undefined // checked by the table's signal kind, read once (the snapshot)
@@ -148,13 +157,25 @@ async function acquireTarget(url, options, { wait = true } = {}) {
   }
   let handle = null
   let lostMessage = null
-  watchLoss(prim.lossId, (token, reason) => {
+  const onLoss = (token, reason) => {
     lostMessage = `dflockd lock '${cfg.key}' on ${cfg.host}:${cfg.port} lost: ${reason}`
     if (handle) handle._lost(lostMessage)
-  })
+  }
+  watchLoss(prim.lossId, onLoss)
   // On this thread's event loop where it serves (see lock.js), else on tokio.
-  const loopId = useEventLoop(prim)
-  const r = await withAbort(signal, (cancelId) => loopAcquire(prim, loopId, cancelId))
+  let loopId = useEventLoop(prim)
+  let r = await withAbort(signal, (cancelId) => loopAcquire(prim, loopId, cancelId))
+  if (!r.ok && meetsSharedLock(r.error, cfg.prim)) {
+    // The key is a shared lock's (./kinds.js): this plain acquisition waits for its readers as a writer, within
+    // what is left of its time (the refusal comes at once).
+    unwatchLoss(prim.lossId)
+    prim.close()
+    const acquireTimeoutMs = Math.max(0, cfg.prim.acquireTimeoutMs - Math.ceil(performance.now() - started))
+    prim = nativeSync(() => new native.NativeDflockdPrimitive({ ...cfg.prim, mode: 'exclusive', acquireTimeoutMs }))
+    watchLoss(prim.lossId, onLoss)
+    loopId = useEventLoop(prim)
+    r = await withAbort(signal, (cancelId) => loopAcquire(prim, loopId, cancelId))
+  }
   if (!r.ok) {
     unwatchLoss(prim.lossId)
     prim.close()
@@ -180,6 +201,7 @@ async function acquireTarget(url, options, { wait = true } = {}) {
     prim,
     targetId(cfg),
     loopId,
+    cfg.prim.renewRatio,
   )
   if (lostMessage !== null) handle._lost(lostMessage)
   return { ok: true, value: handle }
@@ -298,14 +320,13 @@ async function statusTarget(url, options) {
   } else if (s.idle_locks.some((e) => e && e.key === u.key)) {
     out.limit = 1
   }
-  // A shared lock's readers hold slots of `<key>/readers` (crates/sema-core dflockd/shared.rs), not the key itself,
-  // which is free between writers: they are the holders then (and `limit` the most readers at once).
-  const readers = out.locked ? undefined : s.semaphores.find((e) => e && e.key === `${u.key}/readers`)
-  if (readers && Number(readers.holders) > 0) {
-    out.locked = true
-    out.holders = Number(readers.holders)
-    out.limit = Number(readers.limit) || out.limit
-    out.waiters += Number(readers.waiters) || 0
+  // A shared lock's readers hold slots of the key itself (limit 16: ./kinds.js); a writer holds all of them and its
+  // gate `<key>/gate`: one holder.
+  const gate = s.locks.find((e) => e && e.key === `${u.key}/gate` && Number(e.owner_conn_id) !== 0)
+  if (sem && out.limit === MAX_READERS && out.holders > 0) {
+    const writer = gate !== undefined && out.holders === MAX_READERS
+    out.mode = writer ? 'exclusive' : 'shared'
+    if (writer) out.holders = 1
   }
   if (out.locked && mine.length > 0) out.info = { pid: mine[0].pid, timestamp: mine[0].timestamp }
   return out

@@ -18,6 +18,7 @@ const { invalidArgument } = require('../errors')
 const { stemOf, nameOfStem } = require('./names')
 const { Steals, connectionOptions } = require('./dflockd-steal')
 const { ErrorCode } = require('../codes')
+const { MAX_READERS, gateKey } = require('../dflockd/kinds')
 
 class DflockdBackend {
   constructor(base) {
@@ -85,7 +86,8 @@ class DflockdBackend {
   }
 
   async take(name, mode, { wait, signal }) {
-    // `mode` also on exclusive requests: a plain mutex on the key would not wait for shared holders.
+    // `mode` also on exclusive requests: the name's key is then always the readers' semaphore (lib/dflockd/kinds.js),
+    // so shared requests share it; a plain mutex on it would make it a mutex, on which readers go one at a time.
     const options = { signal, timeout: wait ? Infinity : undefined, mode }
     for (;;) {
       const r = await (wait ? target.acquire : target.tryAcquire)(this.url(name), options)
@@ -129,31 +131,37 @@ class DflockdBackend {
 
   /**
    * Other clients' requests, from the server's `stats`. A name's exclusive lock is the mutex on its key; with shared
-   * locks (lib/dflockd shared mode: a gate mutex on the key and the reader-slot semaphore `<key>/readers`, MAX_READERS
-   * slots, all taken by a writer) the slots tell the readers. What the gate holder is, is inferred: readers holding
-   * slots and the gate held = a writer waiting for them to leave (or a reader between its two steps).
+   * locks (lib/dflockd/kinds.js: the readers' slots are the key itself, a semaphore of MAX_READERS, all taken by a
+   * writer, whose gate is the mutex `<key>/gate`) the slots tell the readers. What the gate holder is, is inferred:
+   * readers holding slots and the gate held = a writer waiting for them to leave (or a reader between its two steps).
    */
   async others(local) {
     const s = await stats(connectionOptions(this.server))
     const byName = new Map()
+    const suffix = gateKey('')
     const at = (key) => {
       if (typeof key !== 'string' || !key.startsWith(this.prefix)) return null
       const rest = key.slice(this.prefix.length)
-      const slots = rest.endsWith(READERS_SUFFIX)
-      const name = nameOfStem(slots ? rest.slice(0, -READERS_SUFFIX.length) : rest)
+      const gate = rest.endsWith(suffix)
+      const name = nameOfStem(gate ? rest.slice(0, -suffix.length) : rest)
       if (name == null) return null
-      if (!byName.has(name)) byName.set(name, { gate: false, gateWaiters: 0, readers: 0, readerWaiters: 0 })
-      return { e: byName.get(name), slots }
+      if (!byName.has(name)) byName.set(name, { mutex: false, mutexWaiters: 0, gate: false, gateWaiters: 0, readers: 0, readerWaiters: 0 })
+      return { e: byName.get(name), gate }
     }
     for (const l of s.locks) {
       const x = at(l.key)
-      if (!x || x.slots) continue
-      x.e.gate = Number(l.owner_conn_id) !== 0
-      x.e.gateWaiters = Number(l.waiters) || 0
+      if (!x) continue
+      if (x.gate) {
+        x.e.gate = Number(l.owner_conn_id) !== 0
+        x.e.gateWaiters = Number(l.waiters) || 0
+      } else {
+        x.e.mutex = Number(l.owner_conn_id) !== 0
+        x.e.mutexWaiters = Number(l.waiters) || 0
+      }
     }
     for (const l of s.semaphores) {
       const x = at(l.key)
-      if (!x || !x.slots) continue
+      if (!x || x.gate) continue
       x.e.readers = Number(l.holders) || 0
       x.e.readerWaiters = Number(l.waiters) || 0
     }
@@ -161,12 +169,13 @@ class DflockdBackend {
     const pending = []
     for (const [name, e] of byName) {
       const theirs = { held: [], pending: [] }
+      if (e.mutex) theirs.held.push('exclusive')
       if (e.readers >= MAX_READERS && e.gate) theirs.held.push('exclusive')
       else {
         for (let i = 0; i < e.readers; i++) theirs.held.push('shared')
         if (e.gate) (e.readers > 0 ? theirs.pending : theirs.held).push('exclusive')
       }
-      for (let i = 0; i < e.gateWaiters + e.readerWaiters; i++) theirs.pending.push(undefined)
+      for (let i = 0; i < e.mutexWaiters + e.gateWaiters + e.readerWaiters; i++) theirs.pending.push(undefined)
       // This thread's own requests (held, or waiting at the server) are listed from its state: take them out, by
       // mode where the server tells it; one still waiting here may already be granted at the server.
       for (const r of local(name)) {
@@ -188,10 +197,6 @@ function takeOut(list, mode) {
   list.splice(i, 1)
   return true
 }
-
-/** lib/dflockd's shared mode (sema-core dflockd/shared.rs): the reader-slot key's suffix and its limit. */
-const READERS_SUFFIX = '/readers'
-const MAX_READERS = 16
 
 function lockError(e) {
   const { toLockError } = require('../errors')

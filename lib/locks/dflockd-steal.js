@@ -10,10 +10,19 @@
 // - MAILBOX, one per client (a thread's state of one base), opened in the background while the client holds a lock
 //   (closed after MAILBOX_IDLE_MS holding nothing): the bell `<prefix>wl~mbox~<client id>`. Rung, the client reads `stats` once for steal intents on names it holds,
 //   and re-arms (the granted watcher becomes the holder and publishes its token; the old holder becomes the watcher).
-// - A STEAL of the key K by the client S: S holds the intent `<prefix>wl~steal~<h>~<S>~<nonce>` (h = a hash of K, a
-//   new nonce per steal) and rings every other mailbox of the prefix. The client H that holds K exclusively answers:
-//   its request rejects with an AbortError, and it holds `<prefix>wl~stolen~<h>~<S>~<nonce>` (the confirmation) and
-//   watches S's intent. From then on H's connection keeps holding K (and renewing it) FOR S: dflockd ties a lease to
+// - A STEAL of the key K by the client S: S holds the intent `<prefix>wl~steal~<h>~<S>~<P>` (h = a hash of K, P a
+//   new X25519 public key per steal) and rings every other mailbox of the prefix. The client H that holds K
+//   exclusively answers: its request rejects with an AbortError, and it holds the confirmation
+//   `<prefix>wl~stolen~<h>~<S>~<n>~<Q>~<C>` (n: P's first 16 characters; Q: H's own X25519 public key for this answer;
+//   C: K's token, encrypted with the key H and S share by X25519) and watches S's intent.
+//   PROOF: S accepts a confirmation only once the token it decrypts from it renews K (`n K <token>` answered `ok`):
+//   only K's holder knows that token, and only S can decrypt it, so no other client — one that reads `stats` and
+//   takes a confirmation-shaped key, or answers for a lock it does not hold — can make S run beside K's holder; a
+//   confirmation that does not prove itself is ignored, and a steal that gets no proven answer within ANSWER_MS
+//   rejects (nothing taken). The names are public (`stats`); the token never travels in clear. S then knows K's
+//   token (it could renew or release K itself): the lock is S's, as a steal means. A server's `--auth-token` keeps
+//   clients without the token from reading `stats` or taking keys at all (no such forger can connect); between
+//   clients that have it, the proof above is what keeps a hand-over to the real holder and the real stealer. From then on H's connection keeps holding K (and renewing it) FOR S: dflockd ties a lease to
 //   its connection (a disconnect releases it) and has no command to move it, so a hand-over of the token alone would
 //   not survive H's connection. S takes the lock once it sees its confirmation AND K held, and watches the
 //   confirmation. When S is done it releases its intent: H's watch is granted and H releases K, its confirmation, and
@@ -21,8 +30,8 @@
 //   keep their order, after S). If H dies or loses K, its confirmation ends and S's watch is granted: S has lost the
 //   lock (its request rejects with an AbortError). If S dies, its intent ends the same way and H releases K.
 //   The intent and the confirmation are native held locks (renewed off the JS thread, so a blocked event loop loses
-//   neither); the confirmation's lease is a third of K's, so it ends before K can when H is killed on a server that
-//   keeps leases after a disconnect (a lease under MIN_LEASE_S leaves too little margin: steal is refused). While it
+//   neither); the confirmation's lease (confirmLease: from K's lease and renew ratio) ends before K can when H is
+//   killed on a server that keeps leases after a disconnect (a lease too short for a margin: steal is refused). While it
 //   holds a lock for a stealer, H's process stays alive (its watch of the intent is ref'd); so does S's during the
 //   steal and its release.
 // - A lock S holds by a steal from another process is not handed over again (S's client does not answer a steal of
@@ -37,10 +46,11 @@
 // and rings each other client of the prefix that has a mailbox once (1 key each; again every RERING_MS while nobody
 // answers, so at most 4 times). Grants create none.
 
-const { createHash, randomBytes } = require('node:crypto')
+const { createHash, createPublicKey, diffieHellman, generateKeyPairSync } = require('node:crypto')
 const { Connection } = require('../dflockd/connection')
-const { LockError, AcquireTimeoutError } = require('../errors')
+const { LockError, AcquireTimeoutError, toLockError } = require('../errors')
 const { ErrorCode } = require('../codes')
+const { MAX_READERS, gateKey } = require('../dflockd/kinds')
 
 /** Lease of the mailbox's bell keys; renewed every RENEW_MS, which also keeps the holding connection under the
  * server's 23 s read timeout. Only the mailbox is renewed from JS: a mailbox that misses a renewal (a blocked event
@@ -60,14 +70,56 @@ const RERING_MS = 500
 /** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
  * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
 const MAILBOX_IDLE_MS = 10000
-/** The smallest lease (s) with which a lock is handed over. The holder's renewer renews at half the lease (lib/dflockd's
- * renewRatio 0.5), so a killed holder's key lives ≥ L/2 after its last renewal; its confirmation (lease floor(L/3))
- * must end before that by more than the server's 1 s expiry sweep: L/2 − L/3 ≥ 1.5 s, i.e. L ≥ 9. */
-const MIN_LEASE_S = 9
+/** The server's lease expiry sweep (1 s) and a margin: by how much the confirmation must end before the lock can. */
+const SWEEP_MARGIN_S = 1.5
+/** The shortest confirmation lease (s): its renewer needs room (a renew at half of it, one round trip). */
+const MIN_CONFIRM_S = 3
 
-/** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease known) of a lease the
- * confirmation has a margin under; not a lock this client holds by a steal (kept elsewhere, no lease here). */
-const canHandOver = (handle) => !handle.keptElsewhere && Number(handle.lease) >= MIN_LEASE_S
+/**
+ * The confirmation's lease (s) for a lock `handle`, from the lock's own renew schedule: a killed holder's lock was
+ * renewed at most `renewRatio` × L before (its renew interval, capped by renewMaxIntervalMs, is never longer), so it
+ * lives ≥ (1 − renewRatio) × L after; the confirmation must end before that by more than the server's expiry sweep:
+ * floor((1 − r) × L − 1.5). With the default r = 0.5: L = 9 → 3 s, L = 33 → 15 s. 0 when the lease leaves too little.
+ */
+function confirmLease(handle) {
+  const ratio = Number(handle.renewRatio)
+  const lease = Number(handle.lease)
+  if (!(ratio > 0 && ratio < 1) || !(lease > 0)) return 0
+  const s = Math.floor((1 - ratio) * lease - SWEEP_MARGIN_S)
+  return s >= MIN_CONFIRM_S ? s : 0
+}
+
+/** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease, renew ratio and token
+ * known) of a lease the confirmation has a margin under; not a lock this client holds by a steal (kept elsewhere). */
+const canHandOver = (handle) => !handle.keptElsewhere && confirmLease(handle) > 0 && /^[0-9a-f]{32}$/.test(String(handle.token))
+
+/** A new X25519 key pair: `{privateKey, pub}` (pub: the raw public key, base64url, 43 characters). */
+function keyPair() {
+  const { privateKey, publicKey } = generateKeyPairSync('x25519')
+  return { privateKey, pub: publicKey.export({ format: 'jwk' }).x }
+}
+
+/** The 16-byte pad both ends derive from their X25519 secret (`ours` private, `theirs` a base64url public key). */
+function pad(ours, theirs) {
+  const publicKey = createPublicKey({ key: { kty: 'OKP', crv: 'X25519', x: theirs }, format: 'jwk' })
+  const secret = diffieHellman({ privateKey: ours, publicKey })
+  return createHash('sha256').update('sema-native steal v1\0').update(secret).digest().subarray(0, 16)
+}
+
+/** A 32-hex token sealed with `p` (base64url, 22 characters), and back (null when it is not one). */
+function seal(token, p) {
+  const t = Buffer.from(token, 'hex')
+  for (let i = 0; i < 16; i++) t[i] ^= p[i]
+  return t.toString('base64url')
+}
+function unseal(sealed, p) {
+  const t = Buffer.from(sealed, 'base64url')
+  if (t.length !== 16) return null
+  for (let i = 0; i < 16; i++) t[i] ^= p[i]
+  return t.toString('hex')
+}
+
+const B64 = '[A-Za-z0-9_-]'
 
 const hashOf = (key) => createHash('sha256').update(key).digest('hex').slice(0, 16)
 
@@ -79,6 +131,19 @@ function heldKeys(s) {
   const out = new Set()
   for (const l of s.locks) if (Number(l.owner_conn_id) !== 0) out.add(l.key)
   return out
+}
+
+/**
+ * The key whose token an exclusive holder of `key` holds, from a stats snapshot `s`, or null when nobody holds `key`
+ * exclusively: `key` itself when it is a held mutex (a plain lock, or a writer on a key that is a mutex), its gate when
+ * a writer holds the gate and every reader slot of the key (lib/dflockd/kinds.js; the writer's token is its gate's).
+ */
+function exclusiveHolder(s, key) {
+  if (s.locks.some((l) => l.key === key && Number(l.owner_conn_id) !== 0)) return key
+  const slots = s.semaphores.find((x) => x.key === key)
+  const gate = gateKey(key)
+  if (slots && Number(slots.holders) >= MAX_READERS && s.locks.some((l) => l.key === gate && Number(l.owner_conn_id) !== 0)) return gate
+  return null
 }
 
 /** A promise resolved when `signal` aborts (at once when it already has). */
@@ -281,19 +346,20 @@ class Steals {
     if (!box) return
     const held = heldKeys(await box.holder.conn.stats())
     const mine = new Map(this.owner.exclusiveKeys(canHandOver).map((k) => [hashOf(k), k]))
-    const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~([0-9a-f]{16})$`)
+    const intent = new RegExp(`^${escape(this.prefix)}wl~steal~([0-9a-f]{16})~([0-9a-f-]{36})~(${B64}{43})$`)
     for (const k of held) {
       const m = intent.exec(k)
       if (!m || m[2] === this.clientId || this.proxies.has(k) || !mine.has(m[1])) continue
-      this.#answer(mine.get(m[1]), k, confirmKeyOf(this.prefix, m[1], m[2], m[3])).catch(() => {})
+      this.#answer(mine.get(m[1]), k, { h: m[1], stealer: m[2], pub: m[3] }).catch(() => {})
     }
   }
 
   /**
-   * Gives `key` to the stealer of `intentKey`: holds it for them until the intent is released (or lost), and holds
-   * the confirmation (a native lock with a third of `key`'s lease) only while it holds `key` for them.
+   * Gives `key` to the stealer of `intentKey` (`intent`: its hash, client id and public key): holds it for them until
+   * the intent is released (or lost), and holds the confirmation (a native lock, see confirmLease), which carries the
+   * proof (the lock's token sealed for the stealer), only while it holds `key` for them.
    */
-  async #answer(key, intentKey, confirmKey) {
+  async #answer(key, intentKey, intent) {
     this.proxies.add(intentKey)
     let q
     let handle = null
@@ -304,16 +370,17 @@ class Steals {
       // Only a lock that can be handed over is given up (checked again: the holder may have changed meanwhile).
       handle = this.owner.surrender(key, canHandOver)
       if (!handle) return
+      // Surrendered first, then proven: no proof exists while this client's request still holds `key`.
+      const mine = keyPair()
+      const confirmKey = confirmKeyOf(this.prefix, intent, mine.pub, seal(handle.token, pad(mine.privateKey, intent.pub)))
       // Attached now, before any await: a loss of `key` from here on ends the hand-over (the confirmation goes, so
       // the stealer hears of it).
       const lost = aborted(handle.signal)
       // The confirmation must end before `key` can: a holder killed on a server that keeps leases after a disconnect
       // (--auto-release-on-disconnect=false) stops renewing both, and the stealer must hear of it (the confirmation
-      // expires) before the server can grant `key` to a waiter. `key` was renewed at most half its lease before
-      // (lib/dflockd's renewer, renewRatio 0.5), so it lives ≥ L/2 after the last renewal; the confirmation's lease
-      // is floor(L/3), which ends ≥ 1.5 s before that for L ≥ MIN_LEASE_S (canHandOver), more than the server's 1 s
-      // expiry sweep.
-      const c = await this.hold(confirmKey, Math.floor(Number(handle.lease) / 3))
+      // expires) before the server can grant `key` to a waiter: its lease is confirmLease(handle), from the lock's
+      // own lease and renew ratio.
+      const c = await this.hold(confirmKey, confirmLease(handle))
       if (!c.ok || handle.signal.aborted) {
         if (c.ok) await c.value.release().catch(() => {})
         return
@@ -346,16 +413,22 @@ class Steals {
    */
   async steal(key, tryTake) {
     const h = hashOf(key)
-    // One name per steal: a confirmation left by an earlier steal (still held while its holder lets go) is not ours.
-    const nonce = randomBytes(8).toString('hex')
-    const intentKey = `${this.prefix}wl~steal~${h}~${this.clientId}~${nonce}`
-    const confirmKey = confirmKeyOf(this.prefix, h, this.clientId, nonce)
+    // One key pair per steal: a confirmation left by an earlier steal (still held while its holder lets go) is not
+    // ours, nor can it prove itself to this one.
+    const mine = keyPair()
+    const intentKey = `${this.prefix}wl~steal~${h}~${this.clientId}~${mine.pub}`
+    const answers = new RegExp(
+      `^${escape(confirmKeyOf(this.prefix, { h, stealer: this.clientId, pub: mine.pub }, '', ''))}(${B64}{43})~(${B64}{22})$`,
+    )
+    /** Confirmations looked at that did not prove themselves (forged, or of a holder that lost the lock). */
+    const unproven = new Set()
+    let confirmKey = null
     let w = null
     let watcher = null
     let intent = null
     try {
       const i = await this.hold(intentKey)
-      if (!i.ok) throw i.error ?? new LockError('the steal intent could not be taken', ErrorCode.ALREADY_LOCKED)
+      if (!i.ok) throw i.error ? toLockError(i.error) : new LockError('the steal intent could not be taken', ErrorCode.ALREADY_LOCKED)
       intent = i.value
       w = await openConnection(this.server)
       /** clientId → when it was last rung */
@@ -366,11 +439,27 @@ class Steals {
         if (intent.signal.aborted) throw intentLost(key, intent)
         const s = await w.stats()
         const held = heldKeys(s)
-        // Answered: the confirmation of THIS steal, and `key` still held (by the holder's side: we do not hold it).
-        if (held.has(confirmKey) && held.has(key)) break
-        const readers = s.semaphores.find((x) => x.key === `${key}${READERS_SUFFIX}`)
-        const sharedHolders = Number(readers?.holders) || 0
-        if (!held.has(key) && !held.has(confirmKey) && sharedHolders === 0) {
+        // Answered: a confirmation of THIS steal that proves itself (the token sealed in it renews `key`: only its
+        // holder knows it), and `key` still held (by the holder's side: we do not hold it).
+        const exclusive = exclusiveHolder(s, key)
+        if (exclusive !== null) {
+          for (const k of held) {
+            const m = answers.exec(k)
+            if (!m || unproven.has(k)) continue
+            const token = unseal(m[2], pad(mine.privateKey, m[1]))
+            if (token !== null && (await renewed(w, exclusive, token, intent.lease))) {
+              confirmKey = k
+              break
+            }
+            unproven.add(k)
+          }
+          if (confirmKey !== null) break
+        }
+        const confirmKeys = [...held].filter((k) => answers.test(k))
+        // A shared lock's readers (or a writer) hold slots of the key itself (lib/dflockd/kinds.js).
+        const readers = s.semaphores.find((x) => x.key === key)
+        const sharedHolders = exclusive === null ? Number(readers?.holders) || 0 : 0
+        if (exclusive === null && confirmKeys.length === 0 && sharedHolders === 0) {
           const r = await tryTake()
           if (r.ok || !r.unavailable) {
             await intent.release().catch(() => {})
@@ -379,19 +468,20 @@ class Steals {
           }
           // Taken meanwhile: looked at again after POLL_MS, within the same deadline.
         }
-        if (!held.has(key) && sharedHolders > 0) {
+        if (exclusive === null && sharedHolders > 0) {
           throw notSupported('it is held in shared mode by another process (steal breaks only an exclusive holder on dflockd)')
         }
         // The intent has the names' lease (the base's query): too short for any holder to hand the lock over.
-        if (held.has(key) && !(Number(intent.lease) >= MIN_LEASE_S)) {
+        if (exclusive !== null && confirmLease(intent) === 0) {
           throw notSupported(
-            `the lease of its locks (${intent.lease} s, the base's leaseTtl) is under ${MIN_LEASE_S} s, too short for ` +
-              'a hand-over that a killed holder cannot break; nothing was taken',
+            `the lease of its locks (${intent.lease} s, the base's leaseTtl) is too short for a hand-over that a ` +
+              `killed holder cannot break (renewed at ${intent.renewRatio} of it, a confirmation of at least ` +
+              `${MIN_CONFIRM_S} s must end ${SWEEP_MARGIN_S} s before it could); nothing was taken`,
           )
         }
         if (Date.now() > deadline) {
           throw notSupported(
-            `its holder did not answer within ${ANSWER_MS} ms (it is not a LockManager client of this base — e.g. a ` +
+            `its holder did not answer within ${ANSWER_MS} ms with a proven hand-over (it is not a LockManager client of this base — e.g. a ` +
               'DistributedLock or another dflockd client —, it holds the lock by a steal from another process, which ' +
               'is not handed over again, or it is not responding); nothing was taken',
           )
@@ -455,13 +545,26 @@ class Steals {
       await intent?.release().catch(() => {})
       w?.close()
       watcher?.close()
-      return { ok: false, error: e }
+      // Every rejection is an Error: a failure that arrives as a result object ({type, message, reply}) is a LockError.
+      return { ok: false, error: e instanceof Error || e instanceof DOMException ? e : toLockError(e) }
     }
   }
 }
 
-function confirmKeyOf(prefix, h, clientId, nonce) {
-  return `${prefix}wl~stolen~${h}~${clientId}~${nonce}`
+/** The confirmation's key for `intent` ({h, stealer, pub}): `pubH` the holder's public key, `sealed` the proof. */
+function confirmKeyOf(prefix, intent, pubH, sealed) {
+  return `${prefix}wl~stolen~${intent.h}~${intent.stealer}~${intent.pub.slice(0, 16)}~${pubH}${pubH ? '~' : ''}${sealed}`
+}
+
+/** `n key token ttl` on `conn`: true when the server renewed (the token holds `key`), false when it refused. */
+function renewed(conn, key, token, ttlS) {
+  return conn.renew(key, token, ttlS).then(
+    () => true,
+    (e) => {
+      if (e.code === ErrorCode.SERVER_ERROR || e.code === ErrorCode.LOCK_LOST || e.code === ErrorCode.INVALID_ARGUMENT) return false
+      throw e
+    },
+  )
 }
 
 function intentLost(key, intent) {
@@ -479,8 +582,5 @@ function notSupported(why) {
 function escape(s) {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
-
-/** lib/dflockd's shared mode (sema-core dflockd/shared.rs): the reader-slot key's suffix. */
-const READERS_SUFFIX = '/readers'
 
 module.exports = { Steals, hashOf, ANSWER_MS, openConnection, connectionOptions }

@@ -7,6 +7,7 @@ const { FileBackend } = require('./file-backend')
 const { DflockdBackend } = require('./dflockd-backend')
 const { userLocksDir } = require('./user-dir')
 const { invalidArgument } = require('../errors')
+const { isDflockdTarget } = require('../dflockd/url')
 
 /**
  * A LockManager on `base`: an existing directory (lock files are made in it) or a
@@ -19,7 +20,7 @@ function createLockManager(base, options) {
     const unknown = Object.keys(options)[0]
     if (unknown !== undefined) throw invalidArgument(`unknown createLockManager option '${unknown}' (there are none yet)`)
   }
-  if (/^dflockd:/i.test(base)) return managerFor(new DflockdBackend(base))
+  if (isDflockdTarget(base)) return managerFor(new DflockdBackend(base))
   const { parseTarget } = require('../target')
   const parsed = parseTarget(base)
   return managerFor(new FileBackend(parsed.path))

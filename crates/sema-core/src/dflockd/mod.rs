@@ -14,6 +14,7 @@
 //! - [`shared`]: shared (reader/writer) locks from a gate mutex and reader slots.
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.
+//! - [`target`]: the `dflockd://` target string: "is this dflockd?", its parse, its redaction.
 //! - [`watchdog`]: renews a lock in its holder's stead when the holder's own thread is late.
 //! - [`error`]: [`DflockdError`] with stable codes.
 //!
@@ -32,6 +33,7 @@ mod renewer;
 pub mod shard;
 pub mod shared;
 pub mod stats;
+pub mod target;
 pub mod tls;
 pub mod watchdog;
 

@@ -2,8 +2,17 @@
 //! reader/writer command.
 //!
 //! Construction (one connection per holder, all parts of one lock on the server the key maps to):
-//! - a **gate**: the mutex `<key>` itself;
-//! - **reader slots**: the semaphore `<key>/readers` with limit [`MAX_READERS`].
+//! - **reader slots**: the semaphore `<key>` itself, with limit [`MAX_READERS`];
+//! - a **gate**: the mutex `<key>/gate` ([`GATE_SUFFIX`]).
+//!
+//! Why the slots are the key itself: the server refuses one key used with two limits
+//! (`error_limit_mismatch`, until the key is GC'd after ~60 s idle). So a plain mutex `l <key>`
+//! (no `mode`; a `DistributedLock`; another dflockd client) is refused while readers or a writer
+//! hold, instead of being granted beside them; the JS layer then takes it as a writer
+//! (lib/dflockd/kinds.js), so it waits for the readers as on files. The other way round, readers
+//! and writers meeting a key that is a mutex (limit 1: a plain holder holds it, or held it less
+//! than the GC's idle time ago) take that mutex ([`Era::Mutex`]): readers are then one at a time,
+//! never beside a plain holder. A plain mutex keeps its one request.
 //!
 //! A reader takes the gate, one reader slot, and releases the gate: it then holds only its slot.
 //! A writer takes the gate and then every one of the [`MAX_READERS`] slots, and keeps them all.
@@ -32,12 +41,11 @@
 //! `e` got the gate, else when granted) and the slot requests follow in the same write. A
 //! writer releases its slots before its gate, so the next writer finds every slot free.
 //!
-//! Names: the slot key is the user key plus [`READERS_SUFFIX`]. A key can hold almost any
-//! byte, so no suffix is unreachable; a clash with a key used as a mutex or with another
-//! limit is refused by the server (`error_limit_mismatch`), never silent. The gate is the key
-//! itself, so a plain mutex on the key (no `mode`, or another dflockd client's `l`) and a writer
-//! exclude each other and a plain holder keeps new readers out; a plain mutex does not wait for
-//! readers already holding: give every party of a shared lock a `mode`.
+//! Names: the gate key is the user key plus [`GATE_SUFFIX`]. A key can hold almost any byte, so
+//! no suffix is unreachable; a clash with a key used with another limit is refused by the server
+//! (`error_limit_mismatch`), never silent. A `DistributedSemaphore` of limit [`MAX_READERS`] on
+//! the key counts as readers (its holders and readers share the slots; a writer excludes both);
+//! of another limit it is refused.
 //!
 //! Leases: every part is renewed together (pipelined) with the same TTL on the holder's
 //! connection, and a refusal of any of them is the loss of the lock. A writer waiting for
@@ -58,11 +66,15 @@ use super::primitive::PrimitiveOptions;
 use super::protocol::{self, AcquireReply, EnqueueReply, Grant, Request, MAX_KEY_BYTES};
 use super::renewer::{renewed_lease, Schedule};
 
+mod mutex_era;
+use mutex_era::mutex_era;
+pub use mutex_era::Era;
+
 /// The most readers at once (the limit of the reader-slot semaphore). See the module comment.
 pub const MAX_READERS: u64 = 16;
 
-/// Appended to the key to name its reader-slot semaphore.
-pub const READERS_SUFFIX: &str = "/readers";
+/// Appended to the key to name its gate mutex.
+pub const GATE_SUFFIX: &str = "/gate";
 
 /// How a shared lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,17 +106,17 @@ impl Mode {
     }
 }
 
-/// The key of `key`'s reader slots.
-pub fn readers_key(key: &str) -> String {
-    format!("{key}{READERS_SUFFIX}")
+/// The key of `key`'s gate.
+pub fn gate_key(key: &str) -> String {
+    format!("{key}{GATE_SUFFIX}")
 }
 
-/// Checks that `key` leaves room for its reader-slot key (`INVALID_ARGUMENT`).
+/// Checks that `key` leaves room for its gate key (`INVALID_ARGUMENT`).
 pub fn validate_key(key: &str) -> Result<()> {
-    let room = MAX_KEY_BYTES - READERS_SUFFIX.len();
+    let room = MAX_KEY_BYTES - GATE_SUFFIX.len();
     if key.len() > room {
         return Err(DflockdError::invalid(format!(
-            "key is {} bytes; with a mode at most {room} are allowed (the reader slots are '<key>{READERS_SUFFIX}', at most {MAX_KEY_BYTES} bytes)",
+            "key is {} bytes; with a mode at most {room} are allowed (the gate is '<key>{GATE_SUFFIX}', at most {MAX_KEY_BYTES} bytes)",
             key.len()
         )));
     }
@@ -231,6 +243,8 @@ struct Batch {
     slots: Vec<(Part, u64)>,
     /// The first refusal among the replies (the connection is still in sync).
     failed: Option<DflockdError>,
+    /// Whether that refusal is a slot request's (the gate's own reply was a grant or a timeout).
+    failed_at_slot: bool,
     /// When the write was sent: no grant in it precedes this.
     sent: Instant,
 }
@@ -259,6 +273,7 @@ async fn batch(
         gate: None,
         slots: Vec::with_capacity(need),
         failed: None,
+        failed_at_slot: false,
         sent,
     };
     for (i, (line, req)) in lines.into_iter().zip(&reqs).enumerate() {
@@ -287,7 +302,11 @@ async fn batch(
                 conn.close();
                 return Err(e);
             }
-            Err(e) => b.failed = b.failed.or(Some(e)),
+            Err(e) if b.failed.is_none() => {
+                b.failed_at_slot = i >= gate.len();
+                b.failed = Some(e);
+            }
+            Err(_) => {}
         }
     }
     Ok(b)
@@ -305,7 +324,8 @@ pub(super) async fn acquire(
     place: Option<Place>,
 ) -> Result<Option<Got>> {
     let ttl = opts.lease_ttl_s;
-    let slots_key = readers_key(&opts.key);
+    let slots_key = opts.key.clone();
+    let gate_key = gate_key(&opts.key);
     let need = match mode {
         Mode::Shared => 1,
         Mode::Exclusive => MAX_READERS as usize,
@@ -317,11 +337,15 @@ pub(super) async fn acquire(
         ttl_s: ttl,
     };
     let socket_timeout = opts.connect.socket_timeout;
+    let order_bound = opts.connect.connect_timeout + socket_timeout;
+    // This waiter's place among this process's shared waiters' GRANTS (see `grant_chain`): taken
+    // once its turn to send came, so grant places follow call order as send places do.
+    let mut grant = None;
     let mut b = match place {
         // A try, or a waiter alone: `l`, answered when granted or timed out.
         None => {
             let gate = [Request::Lock {
-                key: &opts.key,
+                key: &gate_key,
                 timeout_s,
                 ttl_s: ttl,
             }];
@@ -332,20 +356,19 @@ pub(super) async fn acquire(
         // next waiter may send its own), and behind it `w` (at once `ok` when `e` got the gate,
         // else the wait) and the slots: one write.
         Some(mut place) => {
-            place
-                .turn(opts.connect.connect_timeout + socket_timeout)
-                .await;
+            place.turn(order_bound).await;
+            grant = Some(Place::take(&opts.connect, &grant_chain(&opts.key)));
             let wait_s = match end {
                 Some(e) => ceil_secs(Instant::now(), e),
                 None => timeout_s,
             };
             let gate = [
                 Request::Enqueue {
-                    key: &opts.key,
+                    key: &gate_key,
                     ttl_s: ttl,
                 },
                 Request::Wait {
-                    key: &opts.key,
+                    key: &gate_key,
                     timeout_s: wait_s,
                 },
             ];
@@ -359,12 +382,13 @@ pub(super) async fn acquire(
     if let Some(g) = b.gate.take() {
         lease_s = g.lease_s;
         parts.push(Part {
-            key: opts.key.clone(),
+            key: gate_key.clone(),
             token: g.token,
             sem: false,
         });
     }
     let gate_held = !parts.is_empty();
+    let slots_granted = b.slots.len();
     for g in b.slots.drain(..) {
         if lease_s == 0 {
             lease_s = g.1;
@@ -372,8 +396,9 @@ pub(super) async fn acquire(
         parts.push(g.0);
     }
     let failed = b.failed.take();
-    if !gate_held && failed.is_none() {
-        // No gate: the slots that came after it are not ours to keep.
+    if !gate_held && (failed.is_none() || b.failed_at_slot) {
+        // No gate: the slots that came after it are not ours to keep, nor are their refusals
+        // (a key of another limit is looked at again once the gate is granted).
         give_up(conn, &parts, opts).await;
         return Ok(None);
     }
@@ -388,6 +413,13 @@ pub(super) async fn acquire(
             .max(Duration::from_millis(1))
     };
     if let Some(e) = failed {
+        if gate_held && Era::of_slot_failure(&e, slots_granted) == Era::Mutex {
+            let got = mutex_era(opts, conn, parts, timeout_s, end).await?;
+            if got.is_some() {
+                granted_in_order(grant, order_bound).await;
+            }
+            return Ok(got);
+        }
         give_up(conn, &parts, opts).await;
         return Err(e);
     }
@@ -462,11 +494,36 @@ pub(super) async fn acquire(
             .map_err(lost_on_refusal)?;
         sent = conn.last_sent().unwrap_or_else(Instant::now);
     }
+    granted_in_order(grant, order_bound).await;
     Ok(Some(Got {
         parts,
         lease_s,
         sent,
     }))
+}
+
+/// The chain of this process's shared waiters' grants on `key` (a key holds no LF, so no real
+/// key's chain has this name).
+fn grant_chain(key: &str) -> String {
+    format!("{key}\ngrants")
+}
+
+/// A granted waiter returns only once every earlier shared waiter of this process on the key
+/// has returned (granted, timed out or failed; at most `bound`), then frees the next one.
+///
+/// Why: a reader's acquisition ends with `r <key>/gate`, and the server grants the gate to the
+/// next waiter while it answers that `r`. The next waiter's `w` and `sl` replies (another
+/// connection) then race the first one's `ok`: the later waiter could return, and its caller
+/// run, first (a LockManager's shared grants out of call order). The later waiter cannot be
+/// granted before an earlier one has passed the gate, so this wait is short and never waits
+/// for a lock: an earlier reader has its slot and is letting the gate go; an earlier writer
+/// holds all it needs; in [`Era::Mutex`] the earlier one keeps the gate until it holds the
+/// mutex. The caller's result is delivered in the same poll as this return, so the order
+/// holds up to the caller.
+async fn granted_in_order(grant: Option<Place>, bound: Duration) {
+    if let Some(mut g) = grant {
+        g.turn(bound).await;
+    }
 }
 
 /// A renew refused while acquiring: the part's lease had ended.
@@ -505,11 +562,21 @@ mod tests {
     }
 
     #[test]
-    fn the_readers_key_fits_the_protocol() {
-        assert_eq!(readers_key("k"), "k/readers");
-        let room = MAX_KEY_BYTES - READERS_SUFFIX.len();
+    fn a_slot_request_refused_for_its_limit_with_no_slot_shows_a_mutex() {
+        let mismatch = DflockdError::new(ErrorCode::LimitMismatch, "sl: error_limit_mismatch");
+        assert_eq!(Era::of_slot_failure(&mismatch, 0), Era::Mutex);
+        // A slot granted: the key is the readers' semaphore; a later refusal is another matter.
+        assert_eq!(Era::of_slot_failure(&mismatch, 1), Era::Slots);
+        let other = DflockdError::new(ErrorCode::ServerError, "sl: error_max_locks");
+        assert_eq!(Era::of_slot_failure(&other, 0), Era::Slots);
+    }
+
+    #[test]
+    fn the_gate_key_fits_the_protocol() {
+        assert_eq!(gate_key("k"), "k/gate");
+        let room = MAX_KEY_BYTES - GATE_SUFFIX.len();
         assert!(validate_key(&"a".repeat(room)).is_ok());
-        protocol::validate_key(&readers_key(&"a".repeat(room))).unwrap();
+        protocol::validate_key(&gate_key(&"a".repeat(room))).unwrap();
         let e = validate_key(&"a".repeat(room + 1)).unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
     }

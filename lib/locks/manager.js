@@ -71,6 +71,8 @@ class BaseState {
     this.steals = new Map()
     /** Requests held here, all names (pushed to `held` only by acquired(), dropped only by dropHeld()). */
     this.heldCount = 0
+    /** The `granting` promise of the request whose backend lock was asked for last (see startAcquire). */
+    this.lastGranting = undefined
     backend.attach?.(this)
   }
 
@@ -138,28 +140,63 @@ class BaseState {
     this.tidy(name)
   }
 
+  /**
+   * Takes the backend lock of a request the spec's algorithm grants now: a try (answered at once), then, when another
+   * process holds the name, the wait in the backend's line. The try tells whether the whole base grants it too, so
+   * query() waits for that answer (`req.granting`) and shows the request as held, or as pending behind another
+   * process, as the spec's algorithm run over every process would.
+   */
   startAcquire(req, wait) {
-    // Shared requests granted together take their backend locks at once, and the backend may answer them in another
-    // order (dflockd: each on its own connection; seen under load in the WPT suite). The spec grants a name's requests
-    // in queue order, so a request is settled here only after the one before it in the name's queue.
     const e = this.entry(req.name)
     const prev = e.queue[e.queue.indexOf(req) - 1]
-    const after = prev?.state === 'acquiring' ? prev.acquiring : null
+    const after = prev?.state === 'acquiring' ? prev : null
     req.state = 'acquiring'
     const ctl = new AbortController()
     req.internal = ctl
-    const answer = this.backend.acquire(req.name, req.mode, { wait, signal: ctl.signal, clientId: CLIENT_ID }).then(
-      (r) => r,
-      (error) => ({ ok: false, error }),
-    )
-    req.acquiring = (after ? Promise.all([answer, after]).then(([r]) => r) : answer)
-      .then((r) => this.acquired(req, ctl, r))
-      .catch((e) => internalError(req, e))
+    const take = (w) =>
+      this.backend.acquire(req.name, req.mode, { wait: w, signal: ctl.signal, clientId: CLIENT_ID }).then(
+        (r) => r,
+        (error) => ({ ok: false, error }),
+      )
+    // The tries of a name's requests granted together go one after the other: a shared try on dflockd is refused while
+    // another reader holds the name's gate for its own two steps, which would read as "behind another process".
+    const tried = after?.tried ? after.tried.then(() => take(false)) : take(false)
+    req.tried = tried
+    const answer = tried.then((r) => (wait && !r.ok && r.unavailable && !ctl.signal.aborted ? take(true) : r))
+    // The spec grants requests in the order they are made, each grant queueing its callback: so a callback runs only
+    // once every request granted before it (any name) is held, or known to wait behind another process; and, as the
+    // backend may answer a name's shared requests out of order (dflockd: one connection each), only after the one
+    // before it in the name's queue.
+    const before = this.lastGranting
+    req.acquiring = Promise.all([answer, after?.acquiring, before])
+      .then(([r]) => this.acquired(req, ctl, r))
+      .catch((err) => internalError(req, err))
+    const settled = req.acquiring
+    req.granting = tried
+      .then(async (r) => {
+        if (wait && !r.ok && r.unavailable && !ctl.signal.aborted) return // behind another process: pending
+        if (after) {
+          await after.granting
+          if (after.state === 'acquiring') return // the one before waits behind another process: so does this one
+        }
+        await settled
+      })
+      .catch(() => {})
+    this.lastGranting = req.granting
+  }
+
+  /**
+   * Settles once every request this thread's algorithm has granted (the backend lock being taken) is held or known to
+   * wait behind another process, and every steal asked for is done: what query() waits for before its snapshot.
+   */
+  grantsInFlight() {
+    const waits = [...this.steals.values()]
+    for (const e of this.names.values()) for (const r of e.queue) if (r.state === 'acquiring' && r.granting) waits.push(r.granting)
+    return Promise.all(waits.map((p) => p.catch(() => {})))
   }
 
   async acquired(req, ctl, r) {
     const e = this.entry(req.name)
-    req.acquiring = null
     if (req.state !== 'acquiring' || ctl !== req.internal) {
       // Aborted meanwhile (already rejected and dequeued): a lock taken anyway goes back at once.
       if (r.ok) await r.value.release().catch(() => {})
@@ -350,6 +387,8 @@ class LockManager {
         state: 'pending',
         internal: null,
         acquiring: null,
+        tried: null,
+        granting: null,
         handle: null,
         unwatch: null,
         reject,
@@ -395,6 +434,9 @@ class LockManager {
    */
   async query() {
     const state = this.#state
+    // The spec grants a request as it is made; here the backend lock is taken first. A request granted before this
+    // call shows as held once its backend lock is taken (or as pending when another process holds the name).
+    await state.grantsInFlight()
     const mine = state.local()
     const others = await state.backend.others((name) => state.atBackend(name), CLIENT_ID)
     return { held: [...mine.held, ...others.held], pending: [...mine.pending, ...others.pending] }

@@ -12,6 +12,7 @@
 const os = require('node:os')
 const { randomUUID } = require('node:crypto')
 const { threadId } = require('node:worker_threads')
+const { LOCK_REQUEST, unknownName } = require('../validate')
 
 /** This thread's client id (the spec's clientId: one per "agent"), shared by every manager of the thread. */
 const CLIENT_ID = randomUUID()
@@ -43,11 +44,18 @@ function abortError(message) {
   return new DOMException(message, 'AbortError')
 }
 
-/** WebIDL `LockOptions` conversion: a TypeError for what is not a dictionary or has a bad member. */
+/**
+ * WebIDL `LockOptions` conversion: a TypeError for what is not a dictionary or has a bad member, and (unlike WebIDL,
+ * which ignores them) for a name LockOptions does not have, as every entry point of this package refuses one: a
+ * misspelt `ifavailable` would otherwise wait for the lock, and a `timeout` wait forever.
+ */
 function lockOptions(options) {
   if (options === undefined || options === null) return { mode: 'exclusive', ifAvailable: false, steal: false, signal: undefined }
   if (typeof options !== 'object' && typeof options !== 'function') {
     throw new TypeError('LockManager.request: options must be an object')
+  }
+  for (const key of Object.keys(options)) {
+    if (!Object.prototype.hasOwnProperty.call(LOCK_REQUEST, key)) throw new TypeError(`LockManager.request: ${unknownName('option', key, LOCK_REQUEST)}`)
   }
   const rawMode = options.mode
   const mode = rawMode === undefined ? 'exclusive' : String(rawMode)

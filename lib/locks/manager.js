@@ -79,6 +79,8 @@ class BaseState {
     this.steals = new Map()
     /** Requests held here, all names (pushed to `held` only by acquired(), dropped only by dropHeld()). */
     this.heldCount = 0
+    /** name → the backend releases of this thread's locks of the name under way (see startAcquire). */
+    this.releases = new Map()
     /** The `granting` promise of the request whose backend lock was asked for last (see startAcquire). */
     this.lastGranting = undefined
     backend.attach?.(this)
@@ -168,9 +170,17 @@ class BaseState {
       )
     // The tries of a name's requests granted together go one after the other: a shared try on dflockd is refused while
     // another reader holds the name's gate for its own two steps, which would read as "behind another process".
-    const tried = after?.tried ? after.tried.then(() => take(false)) : take(false)
+    // And they wait for this thread's own releases of the name still under way (the spec has released those locks;
+    // the backend may not have yet, and would refuse the try).
+    const releases = this.releases.get(req.name)
+    const ready = releases ? Promise.all([...releases, after?.tried]) : after?.tried
+    const tried = ready ? ready.then(() => take(false)) : take(false)
     req.tried = tried
-    const answer = tried.then((r) => (wait && !r.ok && r.unavailable && !ctl.signal.aborted ? take(true) : r))
+    const answer = tried.then((r) => {
+      if (!wait || r.ok || !r.unavailable || ctl.signal.aborted) return r
+      req.waiting = true // in the backend's line, behind another process (atBackend tells the backend's query)
+      return take(true)
+    })
     // The spec grants requests in the order they are made, each grant queueing its callback: so a callback runs only
     // once every request granted before it (any name) is held, or known to wait behind another process; and, as the
     // backend may answer a name's shared requests out of order (dflockd: one connection each), only after the one
@@ -269,11 +279,16 @@ class BaseState {
   async release(req, settle) {
     if (req.state !== 'held') return // stolen: already rejected
     this.dropHeld(req)
-    try {
-      await req.handle.release()
-    } catch (e) {
-      process.emitWarning(`sema-native: releasing Web Lock '${req.name}' failed: ${e && e.message}`, 'SemaNativeWarning')
-    }
+    const released = req.handle.release().then(
+      () => {},
+      (e) => process.emitWarning(`sema-native: releasing Web Lock '${req.name}' failed: ${e && e.message}`, 'SemaNativeWarning'),
+    )
+    let releases = this.releases.get(req.name)
+    if (!releases) this.releases.set(req.name, (releases = new Set()))
+    releases.add(released)
+    await released
+    releases.delete(released)
+    if (releases.size === 0) this.releases.delete(req.name)
     settle()
     this.pump(req.name)
   }
@@ -342,11 +357,16 @@ class BaseState {
     return { held, pending }
   }
 
-  /** This thread's requests for `name` that hold or wait in the backend: `[{state: 'held'|'acquiring', mode}]`. */
+  /**
+   * This thread's requests for `name` that hold or are asking the backend: `[{state, mode}]`, state 'held', 'waiting'
+   * (its try was refused: it waits in the backend's line behind another holder, or is on its way there) or
+   * 'acquiring' (its try is under way: the backend may have granted it already).
+   */
   atBackend(name) {
     const e = this.names.get(name)
     if (!e) return []
-    return [...e.held, ...e.queue.filter((r) => r.state === 'acquiring')].map((r) => ({ state: r.state, mode: r.mode }))
+    const asking = e.queue.filter((r) => r.state === 'acquiring')
+    return [...e.held, ...asking].map((r) => ({ state: r.state === 'acquiring' && r.waiting ? 'waiting' : r.state, mode: r.mode }))
   }
 }
 
@@ -397,6 +417,7 @@ class LockManager {
         acquiring: null,
         tried: null,
         granting: null,
+        waiting: false,
         handle: null,
         unwatch: null,
         reject,

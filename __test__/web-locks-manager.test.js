@@ -157,7 +157,10 @@ describe('bad input', () => {
     try {
       const dir = path.join(parent, 'not-yet')
       const m = createLockManager(dir)
-      await assert.rejects(m.request('x', () => assert.fail('granted')), (e) => e instanceof LockError && typeof e.code === 'string')
+      // The directory itself is what is missing (not a "parent directory"): the message names it as the manager's.
+      const missing = new RegExp(`^the LockManager's directory does not exist: ${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(createLockManager\\(dir\\) uses an existing directory; create it first\\)$`)
+      await assert.rejects(m.request('x', () => assert.fail('granted')), (e) => e instanceof LockError && e.code === 'INVALID_PATH' && missing.test(e.message))
+      await assert.rejects(m.request('x', { steal: true }, () => assert.fail('granted')), (e) => e instanceof LockError && missing.test(e.message))
       assert.deepEqual(u.ls(parent), [])
       assert.deepEqual((await m.query()).pending, [])
       fs.mkdirSync(dir)

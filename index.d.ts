@@ -672,7 +672,11 @@ export interface WebLock {
   readonly mode: WebLockMode
 }
 
-/** The options of {@link WebLockManager.request} (the spec's `LockOptions`). */
+/**
+ * The options of {@link WebLockManager.request} (the spec's `LockOptions`). A name it does not have is refused with a
+ * `TypeError` naming the nearest one (`ifavailable`: did you mean `ifAvailable`?); there is no `timeout`: pass
+ * `signal: AbortSignal.timeout(ms)`.
+ */
 export interface WebLockOptions {
   /** Default `'exclusive'`. `'shared'` needs a backend with shared locks (else the request rejects with `INVALID_ARGUMENT`). */
   mode?: WebLockMode

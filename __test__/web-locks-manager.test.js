@@ -10,7 +10,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
-const { createLockManager, locks, LockError } = require('..')
+const { createLockManager, locks, LockError, acquire } = require('..')
 const { stemOf, nameOfStem } = require('../lib/locks/names')
 const { FileBackend } = require('../lib/locks/file-backend')
 const { defaultDir } = require('../lib/locks/user-dir')
@@ -117,12 +117,50 @@ describe('bad input', () => {
     }
   })
 
+  test('request() refuses an option LockOptions does not have (TypeError, nearest name; timeout: use a signal), nothing taken', async () => {
+    const dir = u.mkTmp('web-locks-options-')
+    try {
+      const m = createLockManager(dir)
+      for (const [options, message] of [
+        [{ ifavailable: true }, /^LockManager\.request: unknown option 'ifavailable' \(did you mean 'ifAvailable'\?\)$/],
+        [{ Mode: 'shared' }, /unknown option 'Mode' \(did you mean 'mode'\?\)/],
+        [{ mode: 'shared', stael: true }, /unknown option 'stael' \(did you mean 'steal'\?\)/],
+        [{ wait: false }, /unknown option 'wait' \(known: mode, ifAvailable, steal, signal\)/],
+        [{ timeout: 100 }, /^LockManager\.request: there is no option 'timeout': pass signal: AbortSignal\.timeout\(ms\) instead/],
+      ]) {
+        await assert.rejects(
+          m.request('x', options, () => assert.fail(`callback ran with ${JSON.stringify(options)}`)),
+          (e) => e instanceof TypeError && message.test(e.message),
+          JSON.stringify(options),
+        )
+      }
+      assert.deepEqual(await m.query(), { held: [], pending: [] })
+      assert.deepEqual(u.ls(dir), [])
+      // The spec's own members are still converted as WebIDL does, and an option left undefined is no option.
+      assert.equal(await m.request('x', { ifAvailable: 1, mode: undefined, signal: undefined }, (l) => l.mode), 'exclusive')
+      // What the hint says works: a request not granted in time (another holder has the name) rejects with the
+      // signal's TimeoutError.
+      const other = await acquire(new FileBackend(dir).path('x'))
+      assert.ok(other.ok, JSON.stringify(other.error))
+      try {
+        await assert.rejects(m.request('x', { signal: AbortSignal.timeout(50) }, () => assert.fail('granted')), { name: 'TimeoutError' })
+      } finally {
+        await other.value.release()
+      }
+    } finally {
+      u.rmTmp(dir)
+    }
+  })
+
   test('a request on a missing directory rejects with a LockError and leaves nothing behind; the next one works', async () => {
     const parent = u.mkTmp('web-locks-missing-')
     try {
       const dir = path.join(parent, 'not-yet')
       const m = createLockManager(dir)
-      await assert.rejects(m.request('x', () => assert.fail('granted')), (e) => e instanceof LockError && typeof e.code === 'string')
+      // The directory itself is what is missing (not a "parent directory"): the message names it as the manager's.
+      const missing = new RegExp(`^the LockManager's directory does not exist: ${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(createLockManager\\(dir\\) uses an existing directory; create it first\\)$`)
+      await assert.rejects(m.request('x', () => assert.fail('granted')), (e) => e instanceof LockError && e.code === 'INVALID_PATH' && missing.test(e.message))
+      await assert.rejects(m.request('x', { steal: true }, () => assert.fail('granted')), (e) => e instanceof LockError && missing.test(e.message))
       assert.deepEqual(u.ls(parent), [])
       assert.deepEqual((await m.query()).pending, [])
       fs.mkdirSync(dir)

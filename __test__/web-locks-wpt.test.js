@@ -743,28 +743,40 @@ describe('createLockManager on dflockd', { skip: d.goOnly() }, () => {
   wptSuites(ctx)
 
   test('shared requests of one name are granted in request order even when the backend answers out of order', async () => {
-    // The real backend and server, with the first request's answer held back until the second one's has come: what
-    // a slow connection does (under load the WPT run above saw 4 granted before 1). Before the fix: [2, 1].
+    // The real backend and server: two shared requests wait behind another holder (their tries are refused), and the
+    // first one's answer to its wait is held back until the second one's has come: what a slow connection does
+    // (under load the WPT run saw 4 granted before 1). Before the per-name settle order: [2, 1].
     const { DflockdBackend } = require('../lib/locks/dflockd-backend')
     const res = uniqueName('sorder')
+    const holder = await acquire(`dflockd://127.0.0.1:${ctx.port}/${encodeURIComponent(`wpt/${stemOf(res)}`)}`, { mode: 'exclusive' })
+    assert.ok(holder.ok, JSON.stringify(holder.error))
     const real = DflockdBackend.prototype.acquire
     let secondAnswered
     const second = new Promise((r) => {
       secondAnswered = r
     })
-    let calls = 0
-    DflockdBackend.prototype.acquire = async function (name, ...rest) {
-      if (name !== res) return real.call(this, name, ...rest)
-      const n = ++calls
-      const r = await real.call(this, name, ...rest)
+    let bothWaiting
+    const waiting = new Promise((r) => {
+      bothWaiting = r
+    })
+    let waits = 0
+    DflockdBackend.prototype.acquire = async function (name, mode, options) {
+      if (name !== res || !options.wait) return real.call(this, name, mode, options)
+      const n = ++waits
+      if (n === 2) bothWaiting()
+      const r = await real.call(this, name, mode, options)
       if (n === 1) await second
       else secondAnswered()
       return r
     }
     try {
       const granted = []
-      await Promise.all([1, 2].map((n) => ctx.locks.request(res, { mode: 'shared' }, () => granted.push(n))))
+      const requests = Promise.all([1, 2].map((n) => ctx.locks.request(res, { mode: 'shared' }, () => granted.push(n))))
+      await waiting
+      await holder.value.release()
+      await requests
       assert.deepEqual(granted, [1, 2])
+      assert.equal(waits, 2)
     } finally {
       DflockdBackend.prototype.acquire = real
     }

@@ -138,6 +138,7 @@ const port = check.port
 const kKeys = Symbol('keys')
 const kRequired = Symbol('required')
 const kRules = Symbol('rules')
+const kInstead = Symbol('instead')
 
 /**
  * The schema of one entry point of the table: `{name: checker}` (so `Object.keys(schema)` lists its names), with its
@@ -150,6 +151,8 @@ function schemaOf(entry) {
   const required = entry.options.filter((r) => r.required).map((r) => [r.name, RULES.kinds[r.kind].expected])
   Object.defineProperty(schema, kRequired, { value: required })
   Object.defineProperty(schema, kRules, { value: entry.options })
+  const instead = new Map(RULES.instead.filter((i) => i.entry === entry.name).map((i) => [i.name, i.message]))
+  Object.defineProperty(schema, kInstead, { value: instead })
   return schema
 }
 
@@ -176,6 +179,8 @@ const DISTRIBUTED_SEMAPHORE = schemaOf(E.DISTRIBUTED_SEMAPHORE)
 const DISTRIBUTED_ACQUIRE = schemaOf(E.DISTRIBUTED_ACQUIRE)
 /** `DistributedLock#wait(timeoutS, options)`: `signal`. */
 const DISTRIBUTED_WAIT = schemaOf(E.DISTRIBUTED_WAIT)
+/** The Web Locks `LockManager#request` options (names only: their values are converted as WebIDL does, lib/locks). */
+const LOCK_REQUEST = schemaOf(E.LOCK_REQUEST)
 /** The query parameters of a `dflockd://` URL (names only: their text is parsed in lib/dflockd/url.js). */
 const URL_QUERY = schemaOf(E.URL_QUERY)
 /** The own CLI's value flags, by the kind of their parsed value (their text forms: lib/cli/common.js). */
@@ -295,8 +300,13 @@ function refuseUnknown(options, schema, what) {
   }
 }
 
-/** `unknown option 'timeOut' (did you mean 'timeout'?)`: the message for a name `schema` does not have. */
+/**
+ * `unknown option 'timeOut' (did you mean 'timeout'?)`: the message for a name `schema` does not have; for a name
+ * users bring from elsewhere, the table's message saying what to write instead (`RULES.instead`).
+ */
 function unknownName(what, key, schema) {
+  const instead = schema[kInstead].get(key)
+  if (instead !== undefined) return instead
   const near = nearest(key, schema[kKeys])
   return `unknown ${what} '${key}' (${near ? `did you mean '${near}'?` : `known: ${schema[kKeys].join(', ')}`})`
 }
@@ -378,6 +388,7 @@ module.exports = {
   SEMATS_INFO,
   SERVER,
   DISTRIBUTED_LOCK,
+  LOCK_REQUEST,
   DISTRIBUTED_SEMAPHORE,
   DISTRIBUTED_ACQUIRE,
   DISTRIBUTED_WAIT,

@@ -177,10 +177,11 @@ class DflockdBackend {
       }
       for (let i = 0; i < e.mutexWaiters + e.gateWaiters + e.readerWaiters; i++) theirs.pending.push(undefined)
       // This thread's own requests (held, or waiting at the server) are listed from its state: take them out, by
-      // mode where the server tells it; one still waiting here may already be granted at the server.
+      // mode where the server tells it; one whose try is under way may already be granted at the server (one whose
+      // try was refused waits behind a holder, or has not reached the server's queue yet: the holder stays listed).
       for (const r of local(name)) {
         if (takeOut(r.state === 'held' ? theirs.held : theirs.pending, r.mode)) continue
-        if (r.state !== 'held') takeOut(theirs.held, r.mode)
+        if (r.state === 'acquiring') takeOut(theirs.held, r.mode)
       }
       for (const mode of theirs.held) held.push(mode ? { name, mode } : { name })
       for (const mode of theirs.pending) pending.push(mode ? { name, mode } : { name })

@@ -5,6 +5,7 @@
 // process can tell the name (also of a hashed long one), the mode and the client; the rest (pid, host, the number
 // of waiting processes) is the engine's listing (`sema-native ls`), never a second parse of lock files here.
 
+const fs = require('node:fs')
 const nodePath = require('node:path')
 const target = require('../target')
 const { listDir } = require('../cli/ls')
@@ -34,7 +35,20 @@ class FileBackend {
   /** `{ok, value: Lock}` / `{ok: false, unavailable}` (tryAcquire found it taken) / `{ok: false, error}`. */
   async acquire(name, mode, { wait, signal, clientId }) {
     const options = { tag: this.tag(name, mode, clientId), signal, mode }
-    return settle(await (wait ? target.acquire : target.tryAcquire)(this.path(name), options))
+    return this.settle(await (wait ? target.acquire : target.tryAcquire)(this.path(name), options))
+  }
+
+  /** A backend answer as the manager takes it (see acquire). */
+  settle(r) {
+    if (r.ok) return r
+    if (r.error.type === ErrorCode.ALREADY_LOCKED) return { ok: false, unavailable: true }
+    if (r.error.type === ErrorCode.INVALID_PATH && !isDir(this.dir)) {
+      // The engine names the lock file's parent; for the manager that is its own directory, which it does not create.
+      const e = toError(r.error)
+      e.message = `the LockManager's directory does not exist: ${this.dir} (createLockManager(dir) uses an existing directory; create it first)`
+      return { ok: false, error: e }
+    }
+    return { ok: false, error: toError(r.error) }
   }
 
   /**
@@ -48,11 +62,11 @@ class FileBackend {
     let last
     for (let i = 0; i < STEAL_ROUNDS; i++) {
       const rel = await target.release(path, { force: true })
-      if (!rel.ok && rel.error.type !== ErrorCode.NOT_LOCKED) return { ok: false, error: toError(rel.error) }
+      if (!rel.ok && rel.error.type !== ErrorCode.NOT_LOCKED) return this.settle(rel)
       last = await target.tryAcquire(path, { tag: this.tag(name, 'exclusive', clientId), mode: 'exclusive' })
-      if (last.ok || last.error.type !== ErrorCode.ALREADY_LOCKED) return settle(last)
+      if (last.ok || last.error.type !== ErrorCode.ALREADY_LOCKED) return this.settle(last)
     }
-    return settle(last)
+    return this.settle(last)
   }
 
   /** Other processes' held and pending requests, from the engine's listing of the directory. */
@@ -91,7 +105,7 @@ class FileBackend {
       }
       // The engine counts waiting processes, not requests; this thread stands in the line when one of its requests
       // waits for the backend.
-      const waiting = (l.waiters ?? 0) - (local(name).some((r) => r.state === 'acquiring') ? 1 : 0)
+      const waiting = (l.waiters ?? 0) - (local(name).some((r) => r.state !== 'held') ? 1 : 0)
       for (let i = 0; i < waiting; i++) pending.push({ name })
     }
     return { held, pending }
@@ -101,10 +115,12 @@ class FileBackend {
 /** Rounds of force-and-take in a steal (each lost round means another process's waiter took the lock first). */
 const STEAL_ROUNDS = 16
 
-function settle(r) {
-  if (r.ok) return r
-  if (r.error.type === ErrorCode.ALREADY_LOCKED) return { ok: false, unavailable: true }
-  return { ok: false, error: toError(r.error) }
+function isDir(path) {
+  try {
+    return fs.statSync(path).isDirectory()
+  } catch {
+    return false
+  }
 }
 
 function toError(e) {

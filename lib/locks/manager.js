@@ -12,6 +12,7 @@
 const os = require('node:os')
 const { randomUUID } = require('node:crypto')
 const { threadId } = require('node:worker_threads')
+const { LOCK_REQUEST, unknownName } = require('../validate')
 
 /** This thread's client id (the spec's clientId: one per "agent"), shared by every manager of the thread. */
 const CLIENT_ID = randomUUID()
@@ -43,11 +44,18 @@ function abortError(message) {
   return new DOMException(message, 'AbortError')
 }
 
-/** WebIDL `LockOptions` conversion: a TypeError for what is not a dictionary or has a bad member. */
+/**
+ * WebIDL `LockOptions` conversion: a TypeError for what is not a dictionary or has a bad member, and (unlike WebIDL,
+ * which ignores them) for a name LockOptions does not have, as every entry point of this package refuses one: a
+ * misspelt `ifavailable` would otherwise wait for the lock, and a `timeout` wait forever.
+ */
 function lockOptions(options) {
   if (options === undefined || options === null) return { mode: 'exclusive', ifAvailable: false, steal: false, signal: undefined }
   if (typeof options !== 'object' && typeof options !== 'function') {
     throw new TypeError('LockManager.request: options must be an object')
+  }
+  for (const key of Object.keys(options)) {
+    if (!Object.prototype.hasOwnProperty.call(LOCK_REQUEST, key)) throw new TypeError(`LockManager.request: ${unknownName('option', key, LOCK_REQUEST)}`)
   }
   const rawMode = options.mode
   const mode = rawMode === undefined ? 'exclusive' : String(rawMode)
@@ -71,6 +79,10 @@ class BaseState {
     this.steals = new Map()
     /** Requests held here, all names (pushed to `held` only by acquired(), dropped only by dropHeld()). */
     this.heldCount = 0
+    /** name → the backend releases of this thread's locks of the name under way (see startAcquire). */
+    this.releases = new Map()
+    /** The `granting` promise of the request whose backend lock was asked for last (see startAcquire). */
+    this.lastGranting = undefined
     backend.attach?.(this)
   }
 
@@ -138,28 +150,71 @@ class BaseState {
     this.tidy(name)
   }
 
+  /**
+   * Takes the backend lock of a request the spec's algorithm grants now: a try (answered at once), then, when another
+   * process holds the name, the wait in the backend's line. The try tells whether the whole base grants it too, so
+   * query() waits for that answer (`req.granting`) and shows the request as held, or as pending behind another
+   * process, as the spec's algorithm run over every process would.
+   */
   startAcquire(req, wait) {
-    // Shared requests granted together take their backend locks at once, and the backend may answer them in another
-    // order (dflockd: each on its own connection; seen under load in the WPT suite). The spec grants a name's requests
-    // in queue order, so a request is settled here only after the one before it in the name's queue.
     const e = this.entry(req.name)
     const prev = e.queue[e.queue.indexOf(req) - 1]
-    const after = prev?.state === 'acquiring' ? prev.acquiring : null
+    const after = prev?.state === 'acquiring' ? prev : null
     req.state = 'acquiring'
     const ctl = new AbortController()
     req.internal = ctl
-    const answer = this.backend.acquire(req.name, req.mode, { wait, signal: ctl.signal, clientId: CLIENT_ID }).then(
-      (r) => r,
-      (error) => ({ ok: false, error }),
-    )
-    req.acquiring = (after ? Promise.all([answer, after]).then(([r]) => r) : answer)
-      .then((r) => this.acquired(req, ctl, r))
-      .catch((e) => internalError(req, e))
+    const take = (w) =>
+      this.backend.acquire(req.name, req.mode, { wait: w, signal: ctl.signal, clientId: CLIENT_ID }).then(
+        (r) => r,
+        (error) => ({ ok: false, error }),
+      )
+    // The tries of a name's requests granted together go one after the other: a shared try on dflockd is refused while
+    // another reader holds the name's gate for its own two steps, which would read as "behind another process".
+    // And they wait for this thread's own releases of the name still under way (the spec has released those locks;
+    // the backend may not have yet, and would refuse the try).
+    const releases = this.releases.get(req.name)
+    const ready = releases ? Promise.all([...releases, after?.tried]) : after?.tried
+    const tried = ready ? ready.then(() => take(false)) : take(false)
+    req.tried = tried
+    const answer = tried.then((r) => {
+      if (!wait || r.ok || !r.unavailable || ctl.signal.aborted) return r
+      req.waiting = true // in the backend's line, behind another process (atBackend tells the backend's query)
+      return take(true)
+    })
+    // The spec grants requests in the order they are made, each grant queueing its callback: so a callback runs only
+    // once every request granted before it (any name) is held, or known to wait behind another process; and, as the
+    // backend may answer a name's shared requests out of order (dflockd: one connection each), only after the one
+    // before it in the name's queue.
+    const before = this.lastGranting
+    req.acquiring = Promise.all([answer, after?.acquiring, before])
+      .then(([r]) => this.acquired(req, ctl, r))
+      .catch((err) => internalError(req, err))
+    const settled = req.acquiring
+    req.granting = tried
+      .then(async (r) => {
+        if (wait && !r.ok && r.unavailable && !ctl.signal.aborted) return // behind another process: pending
+        if (after) {
+          await after.granting
+          if (after.state === 'acquiring') return // the one before waits behind another process: so does this one
+        }
+        await settled
+      })
+      .catch(() => {})
+    this.lastGranting = req.granting
+  }
+
+  /**
+   * Settles once every request this thread's algorithm has granted (the backend lock being taken) is held or known to
+   * wait behind another process, and every steal asked for is done: what query() waits for before its snapshot.
+   */
+  grantsInFlight() {
+    const waits = [...this.steals.values()]
+    for (const e of this.names.values()) for (const r of e.queue) if (r.state === 'acquiring' && r.granting) waits.push(r.granting)
+    return Promise.all(waits.map((p) => p.catch(() => {})))
   }
 
   async acquired(req, ctl, r) {
     const e = this.entry(req.name)
-    req.acquiring = null
     if (req.state !== 'acquiring' || ctl !== req.internal) {
       // Aborted meanwhile (already rejected and dequeued): a lock taken anyway goes back at once.
       if (r.ok) await r.value.release().catch(() => {})
@@ -224,11 +279,16 @@ class BaseState {
   async release(req, settle) {
     if (req.state !== 'held') return // stolen: already rejected
     this.dropHeld(req)
-    try {
-      await req.handle.release()
-    } catch (e) {
-      process.emitWarning(`sema-native: releasing Web Lock '${req.name}' failed: ${e && e.message}`, 'SemaNativeWarning')
-    }
+    const released = req.handle.release().then(
+      () => {},
+      (e) => process.emitWarning(`sema-native: releasing Web Lock '${req.name}' failed: ${e && e.message}`, 'SemaNativeWarning'),
+    )
+    let releases = this.releases.get(req.name)
+    if (!releases) this.releases.set(req.name, (releases = new Set()))
+    releases.add(released)
+    await released
+    releases.delete(released)
+    if (releases.size === 0) this.releases.delete(req.name)
     settle()
     this.pump(req.name)
   }
@@ -297,11 +357,16 @@ class BaseState {
     return { held, pending }
   }
 
-  /** This thread's requests for `name` that hold or wait in the backend: `[{state: 'held'|'acquiring', mode}]`. */
+  /**
+   * This thread's requests for `name` that hold or are asking the backend: `[{state, mode}]`, state 'held', 'waiting'
+   * (its try was refused: it waits in the backend's line behind another holder, or is on its way there) or
+   * 'acquiring' (its try is under way: the backend may have granted it already).
+   */
   atBackend(name) {
     const e = this.names.get(name)
     if (!e) return []
-    return [...e.held, ...e.queue.filter((r) => r.state === 'acquiring')].map((r) => ({ state: r.state, mode: r.mode }))
+    const asking = e.queue.filter((r) => r.state === 'acquiring')
+    return [...e.held, ...asking].map((r) => ({ state: r.state === 'acquiring' && r.waiting ? 'waiting' : r.state, mode: r.mode }))
   }
 }
 
@@ -350,6 +415,9 @@ class LockManager {
         state: 'pending',
         internal: null,
         acquiring: null,
+        tried: null,
+        granting: null,
+        waiting: false,
         handle: null,
         unwatch: null,
         reject,
@@ -395,6 +463,9 @@ class LockManager {
    */
   async query() {
     const state = this.#state
+    // The spec grants a request as it is made; here the backend lock is taken first. A request granted before this
+    // call shows as held once its backend lock is taken (or as pending when another process holds the name).
+    await state.grantsInFlight()
     const mine = state.local()
     const others = await state.backend.others((name) => state.atBackend(name), CLIENT_ID)
     return { held: [...mine.held, ...others.held], pending: [...mine.pending, ...others.pending] }

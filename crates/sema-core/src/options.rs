@@ -226,6 +226,7 @@ pub fn rules_json() -> String {
     struct Table {
         kinds: serde_json::Map<String, serde_json::Value>,
         entry_points: serde_json::Map<String, serde_json::Value>,
+        instead: &'static [Instead],
         max_lease_ttl_s: u64,
     }
     let kinds = kinds::ALL
@@ -242,6 +243,7 @@ pub fn rules_json() -> String {
         (Ok(kinds), Ok(entry_points)) => serde_json::to_string(&Table {
             kinds,
             entry_points,
+            instead: INSTEAD,
             max_lease_ttl_s: MAX_LEASE_TTL_S,
         })
         // Static data of plain strings and numbers always serialises; an empty table would

@@ -263,6 +263,43 @@ pub const CLI_FLAGS: EntryPoint = EntryPoint {
     ],
 };
 
+/// `LockManager#request(name, options, callback)`: the Web Locks spec's `LockOptions`. Their values
+/// are converted as WebIDL does (`lib/locks/manager.js`: `ifAvailable: 1` is `true`, a bad `mode`
+/// or `signal` a `TypeError`); the table gives the names, so that a misspelt one is refused.
+pub const LOCK_REQUEST: EntryPoint = EntryPoint {
+    name: "LOCK_REQUEST",
+    used_by: "LockManager#request",
+    options: &[
+        with_default(rule("mode", &MODE, Both), Default::Text("exclusive")),
+        with_default(rule("ifAvailable", &BOOLEAN, Both), Default::Bool(false)),
+        with_default(rule("steal", &BOOLEAN, Both), Default::Bool(false)),
+        R_SIGNAL,
+    ],
+};
+
+/// A name an entry point does not have but users bring from elsewhere, refused with what to write
+/// instead (in place of the nearest-name hint).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instead {
+    /// The entry point's `name`.
+    pub entry: &'static str,
+    /// The name refused.
+    pub name: &'static str,
+    /// The whole message.
+    pub message: &'static str,
+}
+
+/// Every [`Instead`].
+pub const INSTEAD: &[Instead] = &[Instead {
+    entry: "LOCK_REQUEST",
+    name: "timeout",
+    // The spec's LockOptions have no timeout: a signal that aborts after the time does it.
+    message:
+        "there is no option 'timeout': pass signal: AbortSignal.timeout(ms) instead (the request \
+              rejects with a TimeoutError DOMException if the lock is not granted by then)",
+}];
+
 /// Every entry point, in the order of the export.
 pub const ENTRY_POINTS: &[EntryPoint] = &[
     ACQUIRE,
@@ -279,4 +316,5 @@ pub const ENTRY_POINTS: &[EntryPoint] = &[
     DISTRIBUTED_WAIT,
     URL_QUERY,
     CLI_FLAGS,
+    LOCK_REQUEST,
 ];

@@ -116,3 +116,18 @@ fn human_lease_messages() {
     assert!(lease_ttl_too_long("leaseTtl", 90_000).contains("is over 1 day;"));
     assert!(lease_ttl_too_long("?leaseTtl", 30_000).ends_with("write ?leaseTtl=30"));
 }
+
+#[test]
+fn every_instead_names_an_entry_point_and_a_name_it_does_not_have() {
+    for i in INSTEAD {
+        let e = ENTRY_POINTS.iter().find(|e| e.name == i.entry);
+        let e = e.unwrap_or_else(|| panic!("{}: no such entry point", i.entry));
+        assert!(
+            e.options.iter().all(|r| r.name != i.name),
+            "{}.{}",
+            i.entry,
+            i.name
+        );
+        assert!(i.message.contains(i.name), "{}", i.message);
+    }
+}

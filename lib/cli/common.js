@@ -186,6 +186,59 @@ function shortLivedOwner(pid) {
   return null
 }
 
+/** The parent of process `pid`, or null when it cannot be read (Linux: /proc/<pid>/stat; elsewhere `ps`). */
+function parentPid(pid) {
+  if (process.platform === 'win32') return null
+  if (process.platform === 'linux') {
+    try {
+      // `pid (comm) state ppid …`: comm may hold spaces and parentheses, so read after the last ')'.
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+      return Number.isSafeInteger(ppid) && ppid > 0 ? ppid : null
+    } catch {
+      return null
+    }
+  }
+  const r = require('node:child_process').spawnSync('ps', ['-o', 'ppid=', '-p', String(pid)], { encoding: 'utf8' })
+  const ppid = Number(r.stdout && r.stdout.trim())
+  return r.status === 0 && Number.isSafeInteger(ppid) && ppid > 0 ? ppid : null
+}
+
+/**
+ * Whether `pid` is a subshell of `parent`: a copy of that shell made by fork() without exec(), as shells run
+ * `$( … )` and backquotes, `( … )`, each element of a pipeline and a background `&`. It ends as soon as its commands
+ * do (`x=$(sema-native try-acquire L || echo busy)`: at once), so it cannot own a lock; `$$` in it is still the
+ * parent's pid. Told by: a shell whose command line is its parent's, and (Linux) whose auxiliary vector, which the
+ * kernel writes at exec() and fork() copies, is its parent's byte for byte: a shell exec'ed from that shell
+ * (`bash` typed in bash) has the same command line but its own auxv.
+ */
+function isSubshellOf(pid, parent) {
+  const args = processArgs(pid)
+  if (!args || !/^-?(sh|bash|dash|zsh|ksh|mksh|ash|busybox)$/.test(programName(args[0]))) return false
+  const parentArgs = processArgs(parent)
+  if (!parentArgs || parentArgs.length !== args.length || parentArgs.some((a, i) => a !== args[i])) return false
+  if (process.platform !== 'linux') return true
+  try {
+    return fs.readFileSync(`/proc/${pid}/auxv`).equals(fs.readFileSync(`/proc/${parent}/auxv`))
+  } catch {
+    return true // unreadable (another user's shell, hidepid): the command lines decide
+  }
+}
+
+/**
+ * The process a lock taken from the command line is recorded for by default: this command's parent, or, when that
+ * parent is a subshell (isSubshellOf), the shell it was forked from, the one `$$` names there.
+ */
+function defaultOwner() {
+  let pid = process.ppid
+  for (let depth = 0; depth < 64; depth++) {
+    const up = parentPid(pid)
+    if (up === null || up === 1 || !isSubshellOf(pid, up)) break
+    pid = up
+  }
+  return pid
+}
+
 /** ` since <ISO time> (<n>s ago)` for a lock file's `timestamp=`, or '' when unknown. */
 function since(ts) {
   if (typeof ts !== 'number') return ''
@@ -321,6 +374,7 @@ module.exports = {
   exitCodeFor,
   shortLivedOwner,
   oneCommandShell,
+  defaultOwner,
   rustParent,
   exists,
   api,

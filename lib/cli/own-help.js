@@ -68,8 +68,9 @@ as long as that process lives or until \`${PROG} release\`. From a script:
   ...
   ${PROG} release /tmp/job.lock --pid $$
 
-Pass --pid $$ whenever ${PROG} might not be a direct child of your script's shell: inside
-$( ... ), ( ... ) or a pipeline, or when release runs from another process. Under npx,
+Inside $( ... ), ( ... ) or a pipeline (a subshell that exits at once) the lock is recorded
+for the shell the subshell was forked from, as $$ names it. Pass --pid $$ when release runs
+from another process. Under npx,
 npm exec or a one-command npm script the parent is npm's own short-lived process: acquire
 refuses that (exit 2); use \`${PROG} run\` there. In a Makefile each recipe line is its own
 shell: use \`${PROG} run build.lock -- $(MAKE) real-build\`.

@@ -28,6 +28,7 @@ const {
   reclaimText,
   exitCodeFor,
   shortLivedOwner,
+  defaultOwner,
   api,
 } = require('./common')
 
@@ -246,7 +247,8 @@ function lineStatusOptions(options) {
 function ownerPid(o) {
   const given = pidOption(o)
   if (given !== undefined) return given
-  const why = shortLivedOwner(process.ppid)
+  const owner = defaultOwner()
+  const why = shortLivedOwner(owner)
   if (why) {
     throw new UsageError(
       `the lock would be recorded for this command's parent, but ${why}: the lock would be free again at once. ` +
@@ -254,7 +256,7 @@ function ownerPid(o) {
         'long as the lock must (in a shell script: --pid $$)',
     )
   }
-  return process.ppid
+  return owner
 }
 
 async function cmdAcquire(o, rep, wait) {
@@ -299,7 +301,7 @@ async function cmdRelease(o, rep) {
     rep.ok({ released: true }, `released ${rep.target}`)
     return 0
   }
-  const pid = pidOption(o) ?? process.ppid
+  const pid = pidOption(o) ?? defaultOwner()
   const r = await api().release(target, { pid, limit: limitOption(o) })
   if (!r.ok) {
     const e = r.error

@@ -41,14 +41,18 @@ function exit(code) {
   return new Promise(() => {})
 }
 
-const { CLI_FLAGS, nearest, kindOf } = require('../validate')
+// The option table lives in the native addon (crates/sema-core/src/options.rs, read by lib/validate.js), so it is
+// loaded on first use, not with this module: `--help` and `--version` must work where the addon cannot load.
+const table = () => require('../validate')
 
 /** The own CLI's options that take a value, by the option table's CLI_FLAGS (crates/sema-core/src/options.rs). */
-const VALUE_FLAGS = Object.freeze(Object.keys(CLI_FLAGS))
+function valueFlags() {
+  return Object.keys(table().CLI_FLAGS)
+}
 
 /** `--timout` → `unknown option: --timout (did you mean --timeout?)`, the nearest of `known` (flag names). */
 function unknownFlag(shown, rawName, known) {
-  const near = rawName.startsWith('--') ? nearest(rawName.slice(2), known) : null
+  const near = rawName.startsWith('--') ? table().nearest(rawName.slice(2), known) : null
   return `unknown option: ${shown}${near ? ` (did you mean --${near}?)` : ''}`
 }
 
@@ -57,7 +61,7 @@ function unknownFlag(shown, rawName, known) {
  * 10^9): true when it is in range.
  */
 function flagInRange(name, n) {
-  const k = kindOf(CLI_FLAGS, name)
+  const k = table().kindOf(table().CLI_FLAGS, name)
   return typeof n === 'number' && n >= (k.min ?? -Infinity) && n <= (k.max ?? Infinity) && (!k.integer || Number.isSafeInteger(n))
 }
 
@@ -109,7 +113,9 @@ function errnoCode(error) {
 }
 
 /** `dflockd://` targets shown without their auth token (it would otherwise end up in logs and JSON). */
-const { redactTarget: displayTarget } = require('../dflockd/url')
+function displayTarget(target) {
+  return require('../dflockd/url').redactTarget(target)
+}
 
 /**
  * The command line of process `pid` as words, or null when it cannot be read: the engine's (Linux /proc; Windows, the
@@ -341,6 +347,12 @@ function exists(p) {
   }
 }
 
+/**
+ * The loader's failures (lib/native.js): the addon is missing or cannot load on this platform. Their message says
+ * what to do; the CLI prints it alone, without a stack trace.
+ */
+const LOADER_CODES = new Set([ErrorCode.UNSUPPORTED_PLATFORM, ErrorCode.NATIVE_LOAD_FAILED])
+
 /** Lazily loads the package API, so that `--help` works even where the native addon is not built. */
 function api() {
   return require(path.join(__dirname, '..', '..', 'index.js'))
@@ -353,7 +365,7 @@ function signalExitCode(signal) {
 }
 
 module.exports = {
-  VALUE_FLAGS,
+  valueFlags,
   unknownFlag,
   flagInRange,
   UsageError,
@@ -377,6 +389,7 @@ module.exports = {
   defaultOwner,
   rustParent,
   exists,
+  LOADER_CODES,
   api,
   signalExitCode,
 }

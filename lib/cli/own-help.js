@@ -2,7 +2,14 @@
 // The --help texts of sema-native's own commands (lib/cli/own.js). docs/cli.md is the longer description; keep the
 // two in step.
 
+const path = require('node:path')
+
 const PROG = 'sema-native'
+
+// Where the docs are for whoever reads --help: the copy installed with the package (package.json "files" has docs/),
+// an absolute path that opens wherever the package is, and the repository's page.
+const CLI_DOCS = path.join(__dirname, '..', '..', 'docs', 'cli.md')
+const HOMEPAGE = require('../../package.json').homepage
 
 const OVERVIEW = `Usage: ${PROG} <command> <target> [options]
        ${PROG} run <target> [options] -- <command> [args...]
@@ -54,7 +61,8 @@ Exit codes:
   run: the command's own exit status, 128+N if it died of signal N,
        126/127 if it could not be started, 1/2/3 as above before it started
 
-Docs: docs/cli.md
+Docs: ${CLI_DOCS}
+      ${HOMEPAGE}
 `
 
 const COMMAND_HELP = {

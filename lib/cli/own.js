@@ -12,7 +12,7 @@ const { parseArgs } = require('node:util')
 const { fileURLToPath } = require('node:url')
 const {
   UsageError,
-  VALUE_FLAGS,
+  valueFlags,
   unknownFlag,
   flagInRange,
   out,
@@ -29,6 +29,7 @@ const {
   exitCodeFor,
   shortLivedOwner,
   defaultOwner,
+  LOADER_CODES,
   api,
 } = require('./common')
 
@@ -54,15 +55,16 @@ const ACCEPTS = {
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
 const NOT_FOR = { run: ['json'], top: ['json'] }
-const VALUE_OPTIONS = VALUE_FLAGS
 const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
 /** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
-const PARSE_OPTIONS = Object.fromEntries(
-  [...VALUE_OPTIONS, ...COMMON, 'force', 'verbose'].map((name) => [
-    name,
-    { type: VALUE_OPTIONS.includes(name) ? 'string' : 'boolean', ...(SHORT[name] ? { short: SHORT[name] } : {}) },
-  ]),
-)
+function parseOptions(valueOptions) {
+  return Object.fromEntries(
+    [...valueOptions, ...COMMON, 'force', 'verbose'].map((name) => [
+      name,
+      { type: valueOptions.includes(name) ? 'string' : 'boolean', ...(SHORT[name] ? { short: SHORT[name] } : {}) },
+    ]),
+  )
+}
 
 /**
  * `<command> <target> [options] [-- argv]`, options anywhere, `--name value` or `--name=value`. For `run` the
@@ -73,6 +75,8 @@ function parse(args) {
   const accepted = new Set([...(ACCEPTS[o.command] ?? []), ...COMMON])
   for (const name of NOT_FOR[o.command] ?? []) accepted.delete(name)
   const rest = args.slice(1)
+  const VALUE_OPTIONS = valueFlags()
+  const PARSE_OPTIONS = parseOptions(VALUE_OPTIONS)
   const { tokens } = parseArgs({ args: rest, options: PARSE_OPTIONS, strict: false, allowPositionals: true, tokens: true })
   for (const token of tokens) {
     if (token.kind === 'option-terminator') {
@@ -474,6 +478,11 @@ async function main(args) {
   try {
     o = parse(args)
   } catch (e) {
+    // Parsing reads the option table from the addon; `<command> --help` must work where it cannot load.
+    if (LOADER_CODES.has(e && e.code) && helpAsked(args)) {
+      out(COMMAND_HELP[command])
+      return exit(0)
+    }
     if (!(e instanceof UsageError)) throw e
     return usageFailure({ command, target: null, json: wantsJson }, e.message)
   }
@@ -523,6 +532,12 @@ async function main(args) {
     rep.fail(error, `${rep.target ?? command}: ${error.message}`)
     return exit(exitCodeFor(error))
   }
+}
+
+/** Whether `-h` / `--help` is among a command's own arguments (before run's `--`). */
+function helpAsked(args) {
+  const dashdash = args.indexOf('--')
+  return (dashdash < 0 ? args : args.slice(0, dashdash)).some((a) => a === '-h' || a === '--help')
 }
 
 function usageFailure(o, message) {

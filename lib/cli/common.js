@@ -68,14 +68,20 @@ function flagInRange(name, n) {
 const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
 
 /**
- * Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `1m`, `1h` (a bare number is milliseconds). Returns NaN when the
- * text is not a duration.
+ * `--timeout` / `--stale` text → `{ ms }`, or `{ problem }` saying why it is refused. A time takes a unit: `500ms`,
+ * `2s`, `1.5s`, `1m`, `1h`; a bare `0` needs none. A bare number other than 0 is refused ("did you mean 10s?"): it
+ * is seconds to flock -w and to sema's --timeout, and milliseconds to semats' and to this CLI's first releases, so
+ * either reading would surprise someone, and silently: 10 read as ms gives up at once, 5000 read as s waits 83 min.
+ * A refusal costs one retry and says which unit to write. (docs/cli.md "Times" says the same.)
  */
 function parseDuration(text) {
   const m = /^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?$/.exec(String(text).trim())
-  if (!m) return Number.NaN
+  if (!m) return { problem: `'${text}' is not a time (use e.g. 500ms, 2s, 1m, 1h)` }
+  if (m[2] === undefined && Number(m[1]) !== 0) {
+    return { problem: `'${text}' has no unit (did you mean ${m[1]}s? for milliseconds write ${m[1]}ms)` }
+  }
   const ms = Number(m[1]) * UNITS[m[2] ?? 'ms']
-  return Number.isFinite(ms) ? Math.round(ms) : Number.NaN
+  return Number.isFinite(ms) ? { ms: Math.round(ms) } : { problem: `'${text}' is too long a time` }
 }
 
 /** Human form of a duration in ms, in the largest unit that divides it: `250ms`, `2s`, `3m`, `1h`. */

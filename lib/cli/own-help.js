@@ -51,7 +51,8 @@ Options:
   -h, --help         Help (also: ${PROG} <command> --help)
   -V, --version      Print the version
 
-Times are milliseconds, or take a unit: 500ms, 2s, 1.5s, 1m, 1h.
+Times take a unit: 500ms, 2s, 1.5s, 1m, 1h. A bare number other than 0 is refused
+(seconds to flock and sema, milliseconds to semats: write which you mean).
 
 Exit codes:
   0  success (status and clean: the query answered)

@@ -114,10 +114,8 @@ function parse(args) {
 function durationOption(o, name) {
   if (o[name] === undefined) return undefined
   if (name === 'stale' && /^(off|never)$/i.test(o[name])) return null
-  const ms = parseDuration(o[name])
-  if (Number.isNaN(ms)) {
-    throw new UsageError(`--${name}: '${o[name]}' is not a time (use e.g. 500ms, 2s, 1m, 1h; a bare number is ms)`)
-  }
+  const { ms, problem } = parseDuration(o[name])
+  if (problem) throw new UsageError(`--${name}: ${problem}`)
   if (name === 'stale' && ms === 0) return null
   return ms
 }

@@ -306,33 +306,51 @@ function reclaimText({ reclaimRule: rule, reclaimableAt: at, isStale, pid }) {
 }
 
 /**
- * The own CLI's one exit-code table, for every command (docs/cli.md "Exit codes" and `--help` say the same):
- * - 1: the lock's state: busy (`ALREADY_LOCKED`), a wait ran out (`TIMEOUT`), `release` refused because another
- *   owner holds the lock (`PERMISSION_DENIED` "Lock held by different process …"), nothing to release
- *   (`NOT_LOCKED`);
- * - 2: a usage error (`INVALID_ARGUMENT`);
- * - 3: anything else: I/O, connection, protocol, a path that cannot be used, and the OS refusing us
- *   (`PERMISSION_DENIED` "… Permission denied (os error 13)", e.g. a directory we may not write).
+ * The own CLI's exit codes, for every command (docs/cli.md "Exit codes" and `--help` say the same):
+ * - 1: the lock's state: busy, a wait ran out, `release` refused because another owner holds the lock, nothing to
+ *   release;
+ * - 2: a usage error;
+ * - 3: anything else: I/O, connection, protocol, a path that cannot be used, and the OS refusing us.
  * (`run` passes its command's status through once the command has started.)
  */
 const EXIT_CODES = Object.freeze({ OK: 0, LOCK_STATE: 1, USAGE: 2, ERROR: 3 })
 
-/** The exit code of a failed SemaphoreResult's error, by the table above. */
+/**
+ * The one table from an error's code (lib/codes.js, the engine's list) to the exit code. Every code is listed, so a
+ * code added to the list fails __test__/cli-exit-codes.test.js until it is placed here.
+ */
+const EXIT_CODE_OF = Object.freeze({
+  [ErrorCode.ALREADY_LOCKED]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.TIMEOUT]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.NOT_LOCKED]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.LIMIT_MISMATCH]: EXIT_CODES.LOCK_STATE,
+  // The lock's owner refused (the engine's LockError::PermissionDenied). The OS refusing us has this code too, and
+  // carries the OS's `errno`: exitCodeFor places it with the other OS failures.
+  [ErrorCode.PERMISSION_DENIED]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.INVALID_ARGUMENT]: EXIT_CODES.USAGE,
+  [ErrorCode.INVALID_PATH]: EXIT_CODES.ERROR,
+  [ErrorCode.PATH_TRAVERSAL]: EXIT_CODES.ERROR,
+  [ErrorCode.IO_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.PARSE_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.ABORTED]: EXIT_CODES.ERROR,
+  [ErrorCode.LOCK_LOST]: EXIT_CODES.ERROR,
+  [ErrorCode.CONNECTION_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.TLS_MISMATCH]: EXIT_CODES.ERROR,
+  [ErrorCode.AUTH_FAILED]: EXIT_CODES.ERROR,
+  [ErrorCode.PROTOCOL_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.SERVER_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.UNSUPPORTED_PLATFORM]: EXIT_CODES.ERROR,
+  [ErrorCode.NATIVE_LOAD_FAILED]: EXIT_CODES.ERROR,
+})
+
+/**
+ * The exit code of a failure (`{type, errno?}`: a SemaphoreResult's error, or a thrown LockError's `code` as
+ * `type`), by its code in EXIT_CODE_OF; a failure the OS reported (it carries `errno`) is an error (3) whatever its
+ * code. Never by message text.
+ */
 function exitCodeFor(error) {
-  switch (error.type) {
-    case ErrorCode.ALREADY_LOCKED:
-    case ErrorCode.TIMEOUT:
-    case ErrorCode.NOT_LOCKED:
-    case ErrorCode.LIMIT_MISMATCH:
-      return EXIT_CODES.LOCK_STATE
-    case ErrorCode.PERMISSION_DENIED:
-      // The lock's owner (semats' message, the engine's LockError::PermissionDenied), not the OS.
-      return /^Lock held by different process/.test(error.message ?? '') ? EXIT_CODES.LOCK_STATE : EXIT_CODES.ERROR
-    case ErrorCode.INVALID_ARGUMENT:
-      return EXIT_CODES.USAGE
-    default:
-      return EXIT_CODES.ERROR
-  }
+  if (typeof error.errno === 'number') return EXIT_CODES.ERROR
+  return EXIT_CODE_OF[error.type] ?? EXIT_CODES.ERROR
 }
 
 function isDflockd(target) {
@@ -389,6 +407,7 @@ module.exports = {
   heldBy,
   reclaimText,
   EXIT_CODES,
+  EXIT_CODE_OF,
   exitCodeFor,
   shortLivedOwner,
   oneCommandShell,

@@ -418,7 +418,7 @@ async function cmdWait(o, rep) {
   if (!r.ok) {
     if (r.error.type !== ErrorCode.TIMEOUT) {
       rep.fail(r.error, describeFailure(r.error, rep.target))
-      return failureCode(r.error.type)
+      return failureCode(r.error)
     }
     const message = `Timeout waiting for lock to be released after ${formatDuration(timeout)}`
     rep.fail({ type: ErrorCode.TIMEOUT, message }, `${rep.target}: ${message}`)
@@ -526,7 +526,7 @@ async function main(args) {
   } catch (e) {
     if (e instanceof UsageError) return usageFailure(o, e.message)
     // Thrown by the API: a bad target (INVALID_ARGUMENT → 2) or anything else that went wrong (3).
-    const error = { type: e && e.code ? e.code : ErrorCode.IO_ERROR, message: e && e.message ? e.message : String(e) }
+    const error = { type: e && e.code ? e.code : ErrorCode.IO_ERROR, message: e && e.message ? e.message : String(e), errno: e && e.errno }
     rep.fail(error, `${rep.target ?? command}: ${error.message}`)
     return exit(exitCodeFor(error))
   }

@@ -601,7 +601,13 @@ export declare function acquire<Target extends string>(target: Target, options?:
 export declare function tryAcquire<Target extends string>(target: Target, options?: AcquireOptions): Promise<SemaphoreResult<LockOf<Target>>>
 /** Releases a `Lock`, or the lock this process holds on `target` (`force`: whoever holds it, file targets). */
 export declare function release(target: string | Lock, options?: ReleaseOptions): Promise<SemaphoreResult<void>>
-/** What the target looks like now ({@link LockStatusOf}). Rejects with LockError for a bad target or an unreachable server. */
+/**
+ * What the target looks like now ({@link LockStatusOf}). Returns the status itself, not a `SemaphoreResult`, so every
+ * failure rejects with LockError: a bad target or option (`INVALID_ARGUMENT`, `INVALID_PATH`…, the code and message
+ * `tryAcquire` gives as `{ ok: false }` for the same input), an unreachable server. The rule for every function: one
+ * that returns a `SemaphoreResult` (`acquire`, `tryAcquire`, `release`, `wait`) resolves failures; one that returns a
+ * value (`status`, `withLock`) rejects.
+ */
 export declare function status<Target extends string>(target: Target, options?: StatusOptions): Promise<LockStatusOf<Target>>
 /**
  * Acquires, runs `fn`, always releases. Rejects with AcquireTimeoutError, or LockError with a stable `code`; `fn`'s own
@@ -834,7 +840,10 @@ export declare function stableHashShard(key: string, numServers: number): number
  */
 export interface DistributedLockOptions {
   key: string
-  /** Whole seconds to wait in `acquire()` (0: try once). Default 10. */
+  /**
+   * Whole seconds to wait in `acquire()` (0: try once), at most 3600: a larger value (`10000`, milliseconds typed by
+   * habit) is refused with the unit named. Default 10.
+   */
   acquireTimeoutS?: number | undefined
   /** Lease in whole seconds (1 to 3600, as `leaseTtl`), sent on acquire, enqueue and every renew. Default: the server's (33). */
   leaseTtlS?: number | undefined

@@ -12,6 +12,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
+const { readSema } = require('../scripts/sema-tool')
 
 const BIN = path.join(u.ROOT, 'bin', 'sema-native.js')
 const { oneCommandShell } = require('../lib/cli/common')
@@ -88,6 +89,42 @@ test('sh -c running only this command is refused; a line that goes on is not', {
   assert.equal(line.status, 0, line.stderr)
   assert.match(line.stdout, /^pid=\d+\n/)
 })
+
+// A subshell (`$( … )`, backquotes, `( … )`, a pipeline's element) is a fork of the script's shell that exits as
+// soon as its commands end: the lock is recorded for the shell it was forked from (the pid `$$` names in it), so it
+// is held after the subshell is gone, by our engine and by the real sema alike.
+for (const shell of ['bash', 'dash']) {
+  const has = !WINDOWS && spawnSync(shell, ['-c', 'exit 0']).status === 0
+  test(`${shell}: try-acquire inside $( ), backquotes, ( ) & and a pipeline records the script's shell, not the subshell`, { skip: !has && `no ${shell}` }, () => {
+    const file = path.join(dir, `${shell}-subshell.lock`)
+    const bin = `${node} ${q(BIN)}`
+    const { bin: realSema } = readSema()
+    for (const form of [
+      `x=$(${bin} try-acquire ${q(file)} || echo refused)`,
+      `x=\`${bin} try-acquire ${q(file)}; true\``,
+      `x=$(${bin} try-acquire ${q(file)} | cat)`,
+      `(${bin} try-acquire ${q(file)}; true) & wait`,
+    ]) {
+      // The script prints its pid and what try-acquire said, then whether `sema-native sema try` (and the real sema,
+      // where built) is refused now that the subshell has exited, then releases the lock.
+      const script = [
+        form,
+        'echo "shell=$$ said=$x"',
+        `${bin} sema try ${q(file)} >/dev/null 2>&1; echo "ours=$?"`,
+        realSema ? `${q(realSema)} try ${q(file)} >/dev/null 2>&1; echo "real=$?"` : 'echo real=1',
+        `${bin} release --force ${q(file)} -q`,
+      ].join('\n')
+      fs.writeFileSync(path.join(dir, 'subshell.sh'), `${script}\n`)
+      const r = spawnSync(shell, [path.join(dir, 'subshell.sh')], { encoding: 'utf8', timeout: 60_000 })
+      assert.equal(r.status, 0, `${form}\n${r.stdout}${r.stderr}`)
+      const shellPid = /shell=(\d+)/.exec(r.stdout)[1]
+      if (form.startsWith('x=')) assert.match(r.stdout, new RegExp(`said=acquired .*\\(owner pid ${shellPid}\\)\n`), form)
+      assert.match(r.stdout, /ours=1\n/, `${form}: sema try is refused after the subshell exited\n${r.stdout}`)
+      assert.match(r.stdout, /real=1\n/, `${form}: the real sema refuses it too\n${r.stdout}`)
+      assert.equal(fs.existsSync(file), false, 'released')
+    }
+  })
+}
 
 test('cmd.exe /c running only this command is refused (as npm runs a script line); a line that goes on is not', { skip: !WINDOWS && 'Windows only' }, () => {
   const file = path.join(dir, 'cmd.lock')

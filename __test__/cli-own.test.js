@@ -87,6 +87,27 @@ describe('own CLI: help, version, usage errors', { concurrency: true }, () => {
     assert.ok(!fs.existsSync(p), 'nothing acquired on a usage error')
   })
 
+  it('a bare number of time is refused with the unit to write (seconds to flock and sema, ms to semats); 0 needs none', async () => {
+    const p = lockPath()
+    for (const [args, shown] of [
+      [['acquire', p, '--timeout', '10'], '10'],
+      [['wait', p, '--timeout', '1.5'], '1.5'],
+      [['try-acquire', p, '--stale', '3600'], '3600'],
+      [['run', p, '--timeout=5000', '--', process.execPath, '-e', ''], '5000'],
+    ]) {
+      const r = await cli(args)
+      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`)
+      const flag = args.find((a) => /^--(timeout|stale)/.test(a)).replace(/=.*/, '')
+      assert.equal(r.stderr.split('\n')[0], `sema-native: ${flag}: '${shown}' has no unit (did you mean ${shown}s? for milliseconds write ${shown}ms)`)
+      assert.ok(!fs.existsSync(p), 'nothing acquired on a usage error')
+    }
+    for (const args of [['wait', p, '--timeout', '0'], ['wait', p, '--timeout', '10s'], ['try-acquire', p, '--stale', '0', '--pid', String(ME), '-q']]) {
+      const r = await cli(args)
+      assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`)
+    }
+    assert.equal((await cli(['release', p, '--pid', String(ME), '-q'])).code, 0)
+  })
+
   it('--pid of a process that does not exist is refused (its lock would be free at once)', async () => {
     const dead = await deadPid()
     const p = lockPath()

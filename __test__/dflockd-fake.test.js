@@ -116,18 +116,18 @@ describe('stats and status parsing', () => {
 })
 
 describe('auth handshake', () => {
-  test('auth is sent first; right token works, wrong → AuthError("authentication failed")', async () => {
+  test('auth is sent first; right token works, wrong → AuthError("authentication failed: the server refused the token sent")', async () => {
     const f = await scripted({ auth: 'sesame' })
     const ok = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], auth: 'sesame' })
     assert.equal(await ok.acquire(), true)
     await ok.release()
     assert.match(f.received, /^auth\n_\nsesame\ne\nk\n\n/)
     const bad = new DistributedLock({ key: 'k', servers: [['127.0.0.1', f.port]], auth: 'nope' })
-    await assert.rejects(bad.acquire(), (e) => e instanceof AuthError && e.code === 'AUTH_FAILED' && e.message === 'authentication failed')
+    await assert.rejects(bad.acquire(), (e) => e instanceof AuthError && e.code === 'AUTH_FAILED' && e.message === 'authentication failed: the server refused the token sent (error_auth)')
     await assert.rejects(Connection.connect({ host: '127.0.0.1', port: f.port, auth: 'nope' }), AuthError)
     await assert.rejects(stats({ host: '127.0.0.1', port: f.port, auth: 'nope' }), AuthError)
     const r = await acquireTarget(`dflockd://nope@127.0.0.1:${f.port}/k`, {}, { wait: true })
-    assert.deepEqual(r, { ok: false, error: { type: 'AUTH_FAILED', message: 'authentication failed' } })
+    assert.deepEqual(r, { ok: false, error: { type: 'AUTH_FAILED', message: 'authentication failed: the server refused the token sent (error_auth)' } })
     const good = await acquireTarget(`dflockd://s%65same@127.0.0.1:${f.port}/k`, {}, { wait: true })
     assert.equal(good.ok, true, 'URL-decoded token')
     await good.value.release()

@@ -305,16 +305,20 @@ describe('error_auth', () => {
     assert.equal(await ok.acquire(), true)
     await ok.release()
     const bad = new DistributedLock({ key: 'au', servers: [[s.host, s.port]], auth: 'wrong' })
-    await assert.rejects(bad.acquire(), (e) => e instanceof AuthError && e.code === 'AUTH_FAILED' && e.message === 'authentication failed')
+    await assert.rejects(bad.acquire(), (e) => e instanceof AuthError && e.code === 'AUTH_FAILED' && e.message === 'authentication failed: the server refused the token sent (error_auth)')
     await assert.rejects(Connection.connect({ host: s.host, port: s.port, auth: 'wrong' }), AuthError)
     const none = await Connection.connect({ host: s.host, port: s.port })
     try {
-      await assert.rejects(none.acquire('au', 0), AuthError)
+      // Says that no token was sent (a token sent and refused is said so above), and shows none.
+      await assert.rejects(none.acquire('au', 0), (e) => e instanceof AuthError && /^authentication failed: the server requires a token and none was sent /.test(e.message))
     } finally {
       none.close()
     }
+    const anon = await acquireTarget(`dflockd://${s.host}:${s.port}/au`, {}, { wait: true })
+    assert.equal(anon.ok, false)
+    assert.match(anon.error.message, /^authentication failed: the server requires a token and none was sent /)
     const r = await acquireTarget(`dflockd://wrong@${s.host}:${s.port}/au`, {}, { wait: true })
-    assert.deepEqual(r, { ok: false, error: { type: 'AUTH_FAILED', message: 'authentication failed' } })
+    assert.deepEqual(r, { ok: false, error: { type: 'AUTH_FAILED', message: 'authentication failed: the server refused the token sent (error_auth)' } })
     const good = await acquireTarget(`dflockd://sesame@${s.host}:${s.port}/au`, {}, { wait: true })
     assert.equal(good.ok, true)
     assert.equal(await good.value.release(), true)

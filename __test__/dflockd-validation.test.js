@@ -58,6 +58,16 @@ describe('constructor validation (DistributedLock / DistributedSemaphore)', () =
       assert.throws(() => new DistributedLock({ ...base(), acquireTimeoutS: v }), isInvalid)
     })
   }
+  test('acquireTimeoutS above an hour (10000: milliseconds meant) is refused, the unit named; 0 and 3600 are taken', () => {
+    for (const [Class, extra] of [[DistributedLock, {}], [DistributedSemaphore, { limit: 2 }]]) {
+      assert.throws(
+        () => new Class({ ...base(), ...extra, acquireTimeoutS: 10000 }),
+        (e) => isInvalid(e) && e.message === 'acquireTimeoutS is in seconds: 10000 s is over 2 hours; the most is 3600 (1 hour). For 10000 ms, write acquireTimeoutS: 10',
+      )
+      assert.throws(() => new Class({ ...base(), ...extra, acquireTimeoutS: 3601 }), isInvalid)
+      for (const s of [0, 3600]) assert.equal(new Class({ ...base(), ...extra, acquireTimeoutS: s }).acquireTimeoutS, s)
+    }
+  })
   for (const [name, v] of Object.entries(BAD_TTLS)) {
     test(`leaseTtlS ${name} is refused`, () => {
       assert.throws(() => new DistributedLock({ ...base(), leaseTtlS: v }), isInvalid)

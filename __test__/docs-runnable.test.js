@@ -4,8 +4,9 @@
 // opening fence:
 //   ```js runnable    an ES module (written to <n>.mjs), run with `node`
 //   ```cjs runnable   a CommonJS script (<n>.cjs)
-//   ```sh runnable    a bash script, with the consumer's node_modules/.bin first on PATH (so `npx`-less
-//                     `sema-native …` works as after `npm install`)
+//   ```sh runnable    a bash script. README.md's run as after `npm install` in a project: node_modules/.bin is not
+//                     on PATH (they write `npx sema-native …`); docs/'s with it first on PATH (docs/cli.md says
+//                     its examples call `sema-native` as installed globally or from an npm script)
 // A block that needs a dflockd server reads its address from DFLOCKD_ADDR (host:port); this test starts the real
 // Go server (.tools/bin/dflockd) and sets it. Each block runs in a fresh empty directory inside the consumer
 // project, with its own working directory, so relative paths and temp files of one block never meet another's.
@@ -160,6 +161,12 @@ test('tsc ran over the blocks (no error outside them)', () => {
   assert.deepEqual(typeErrors.get(-1) ?? [], [])
 })
 
+/** PATH as a user's shell has it after `npm install` in a project: without the project's node_modules/.bin. */
+function withoutBin(PATH) {
+  const bin = path.join(consumer.app, 'node_modules', '.bin')
+  return PATH.split(path.delimiter).filter((d) => d !== bin).join(path.delimiter)
+}
+
 for (const [i, b] of blocks.entries()) {
   if (b.kind !== 'sh') {
     test(`${b.file}:${b.line} (${b.kind}) type-checks under strict TypeScript settings`, () => {
@@ -175,7 +182,7 @@ for (const [i, b] of blocks.entries()) {
     const [cmd, args] = b.kind === 'sh' ? ['bash', ['-euo', 'pipefail', file]] : [process.execPath, [file]]
     const r = spawnSync(cmd, args, {
       cwd: dir,
-      env: { ...consumer.env, ...(server && { DFLOCKD_ADDR: `${server.host}:${server.port}` }) },
+      env: { ...consumer.env, ...(b.file === 'README.md' && { PATH: withoutBin(consumer.env.PATH) }), ...(server && { DFLOCKD_ADDR: `${server.host}:${server.port}` }) },
       encoding: 'utf8',
       timeout: BLOCK_TIMEOUT_MS,
       killSignal: 'SIGKILL',

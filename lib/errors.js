@@ -108,9 +108,10 @@ function failure(type, message, extra) {
 function toLockError(error, key) {
   const code = error.code ?? error.type
   if (code === ErrorCode.TIMEOUT && key !== undefined) return new AcquireTimeoutError(key)
-  // The fixed text for a refused token: callers match 'authentication failed' (dflockd-client's message). A server
-  // with no token configured answers bare `error`: a different mistake, said in words (same class and code).
-  if (code === ErrorCode.AUTH_FAILED) return error.reply === 'error' ? new AuthError(error.message) : new AuthError()
+  // The engine's words: they start with 'authentication failed' (dflockd-client's message, which callers match) and
+  // say whether a token was sent (never the token). A server with no token configured answers bare `error` to one:
+  // a different mistake, said in words (same class and code).
+  if (code === ErrorCode.AUTH_FAILED) return new AuthError(error.message)
   return new LockError(error.message, code, error)
 }
 

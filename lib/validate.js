@@ -102,7 +102,7 @@ function numberChecker({ name: kindName, expected, min, max, minExclusive, maxEx
       throw refuse(name, expected, v)
     }
     if (maxExclusive ? v >= hi : v > hi) {
-      if (kindName === 'leaseSeconds') throw invalidArgument(native.leaseTtlTooLong(name, v))
+      if (kindName === 'leaseSeconds' || kindName === 'acquireTimeoutSeconds') throw invalidArgument(native.leaseTtlTooLong(name, v))
       throw refuse(name, expected, v)
     }
   }

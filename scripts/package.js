@@ -3,7 +3,10 @@
 // `npm run package`: builds the addon for every published platform on this Linux x86_64 machine and writes the
 // installable tarballs into dist/: sema-native-<version>.tgz (JS, typings, CLI, docs; no binary) and one
 // sema-native-<platform>-<version>.tgz per platform (npm/<platform>/, holding its .node file).
-//   node scripts/package.js [--only=linux-x64-gnu,win32-x64-msvc] [--no-build]
+//   node scripts/package.js [--only=linux-x64-gnu,win32-x64-msvc] [--no-build] [--dist=DIR]
+//   npm run package -- --only=linux-x64-gnu     (npm keeps an option before `--` for itself)
+// --only builds and packs those platforms' packages; the main tarball is always packed (it holds no binary, and an
+// install of a platform package needs it beside). --dist: where the tarballs go (default dist/).
 // Linux and macOS build with cargo-zigbuild (zig as the C compiler and linker: the `.2.17` suffix links against
 // glibc 2.17 symbols, so the gnu binaries load on any glibc >= 2.17); Windows with mingw-w64 (x86_64-pc-windows-gnu,
 // shipped under the -msvc name the loader uses on official Windows Node). scripts/toolchains.sh installs all of
@@ -150,7 +153,7 @@ function main() {
   const only = argv.find((a) => a.startsWith('--only='))?.slice(7).split(',')
   const targets = only ? TARGETS.filter((t) => only.includes(t.key)) : TARGETS
   if (only && targets.length !== only.length) throw new Error(`unknown platform in --only; known: ${TARGETS.map((t) => t.key).join(', ')}`)
-  const dist = path.join(root, 'dist')
+  const dist = path.resolve(root, argv.find((a) => a.startsWith('--dist='))?.slice(7) ?? 'dist')
   fs.mkdirSync(dist, { recursive: true })
   // The cross toolchains (zig, cargo-zigbuild, mingw-w64, rustup targets, macOS stubs): installed when missing, a
   // few seconds' check when present, so that `npm run package` works as the first command on a clone.
@@ -174,10 +177,8 @@ function main() {
     const tgz = pack(`./npm/${t.key}`, dist)
     rows.push({ file: path.basename(tgz), bytes: fs.statSync(tgz).size, glibc, seconds })
   }
-  if (!only) {
-    const tgz = packMain(dist)
-    rows.push({ file: path.basename(tgz), bytes: fs.statSync(tgz).size, glibc: null, seconds: null })
-  }
+  const tgz = packMain(dist)
+  rows.push({ file: path.basename(tgz), bytes: fs.statSync(tgz).size, glibc: null, seconds: null })
   console.log('\n| tarball | size | newest GLIBC symbol | build time |\n|---|---|---|---|')
   for (const r of rows) {
     console.log(`| ${r.file} | ${(r.bytes / 1024).toFixed(1)} KiB | ${r.glibc ? `GLIBC_${r.glibc}` : '–'} | ${r.seconds === null ? '–' : `${r.seconds.toFixed(0)} s`} |`)

@@ -70,20 +70,25 @@ function find(name) {
 function install() {
   const wanted = Object.keys(RUNTIMES).map(packageOf).filter(Boolean)
   if (Object.keys(RUNTIMES).some((n) => find(n).skip) && wanted.length) {
-    fs.mkdirSync(dir, { recursive: true })
-    // A package.json of its own lists them all: npm installs here, not into the repository's node_modules, and
-    // keeps every runtime (an `npm install <one> --no-save` may prune the others).
-    const dependencies = Object.fromEntries(wanted.map((spec) => [spec.slice(0, spec.lastIndexOf('@')), spec.slice(spec.lastIndexOf('@') + 1)]))
-    fs.writeFileSync(path.join(dir, 'package.json'), `${JSON.stringify({ private: true, dependencies }, null, 2)}\n`)
-    const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm'
-    const r = spawnSync(npm, ['install', '--no-package-lock', '--ignore-scripts', '--no-audit', '--no-fund'], {
-      cwd: dir,
-      stdio: 'inherit',
-      shell: process.platform === 'win32',
-    })
-    if (r.status !== 0) throw new Error(`npm install ${wanted.join(' ')} failed (exit ${r.status}${r.error ? `: ${r.error.message}` : ''})`)
+    npmInstallInto(dir, Object.fromEntries(wanted.map((spec) => [spec.slice(0, spec.lastIndexOf('@')), spec.slice(spec.lastIndexOf('@') + 1)])))
   }
   return Object.keys(RUNTIMES).map(find)
 }
 
-module.exports = { RUNTIMES, find, install, dir }
+/** Installs `dependencies` ({name: version or npm: alias}) into `into`/node_modules, without install scripts. */
+function npmInstallInto(into, dependencies) {
+  fs.mkdirSync(into, { recursive: true })
+  // A package.json of its own lists them all: npm installs here, not into the repository's node_modules, and
+  // keeps every package (an `npm install <one> --no-save` may prune the others).
+  fs.writeFileSync(path.join(into, 'package.json'), `${JSON.stringify({ private: true, dependencies }, null, 2)}\n`)
+  const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm'
+  const r = spawnSync(npm, ['install', '--no-package-lock', '--ignore-scripts', '--no-audit', '--no-fund'], {
+    cwd: into,
+    stdio: 'inherit',
+    shell: process.platform === 'win32',
+  })
+  const names = Object.entries(dependencies).map(([n, v]) => `${n}@${v}`)
+  if (r.status !== 0) throw new Error(`npm install ${names.join(' ')} failed (exit ${r.status}${r.error ? `: ${r.error.message}` : ''})`)
+}
+
+module.exports = { RUNTIMES, find, install, npmInstallInto, dir }

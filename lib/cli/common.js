@@ -41,14 +41,18 @@ function exit(code) {
   return new Promise(() => {})
 }
 
-const { CLI_FLAGS, nearest, kindOf } = require('../validate')
+// The option table lives in the native addon (crates/sema-core/src/options.rs, read by lib/validate.js), so it is
+// loaded on first use, not with this module: `--help` and `--version` must work where the addon cannot load.
+const table = () => require('../validate')
 
 /** The own CLI's options that take a value, by the option table's CLI_FLAGS (crates/sema-core/src/options.rs). */
-const VALUE_FLAGS = Object.freeze(Object.keys(CLI_FLAGS))
+function valueFlags() {
+  return Object.keys(table().CLI_FLAGS)
+}
 
 /** `--timout` → `unknown option: --timout (did you mean --timeout?)`, the nearest of `known` (flag names). */
 function unknownFlag(shown, rawName, known) {
-  const near = rawName.startsWith('--') ? nearest(rawName.slice(2), known) : null
+  const near = rawName.startsWith('--') ? table().nearest(rawName.slice(2), known) : null
   return `unknown option: ${shown}${near ? ` (did you mean --${near}?)` : ''}`
 }
 
@@ -57,21 +61,27 @@ function unknownFlag(shown, rawName, known) {
  * 10^9): true when it is in range.
  */
 function flagInRange(name, n) {
-  const k = kindOf(CLI_FLAGS, name)
+  const k = table().kindOf(table().CLI_FLAGS, name)
   return typeof n === 'number' && n >= (k.min ?? -Infinity) && n <= (k.max ?? Infinity) && (!k.integer || Number.isSafeInteger(n))
 }
 
 const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
 
 /**
- * Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `1m`, `1h` (a bare number is milliseconds). Returns NaN when the
- * text is not a duration.
+ * `--timeout` / `--stale` text → `{ ms }`, or `{ problem }` saying why it is refused. A time takes a unit: `500ms`,
+ * `2s`, `1.5s`, `1m`, `1h`; a bare `0` needs none. A bare number other than 0 is refused ("did you mean 10s?"): it
+ * is seconds to flock -w and to sema's --timeout, and milliseconds to semats' and to this CLI's first releases, so
+ * either reading would surprise someone, and silently: 10 read as ms gives up at once, 5000 read as s waits 83 min.
+ * A refusal costs one retry and says which unit to write. (docs/cli.md "Times" says the same.)
  */
 function parseDuration(text) {
   const m = /^(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)?$/.exec(String(text).trim())
-  if (!m) return Number.NaN
+  if (!m) return { problem: `'${text}' is not a time (use e.g. 500ms, 2s, 1m, 1h)` }
+  if (m[2] === undefined && Number(m[1]) !== 0) {
+    return { problem: `'${text}' has no unit (did you mean ${m[1]}s? for milliseconds write ${m[1]}ms)` }
+  }
   const ms = Number(m[1]) * UNITS[m[2] ?? 'ms']
-  return Number.isFinite(ms) ? Math.round(ms) : Number.NaN
+  return Number.isFinite(ms) ? { ms: Math.round(ms) } : { problem: `'${text}' is too long a time` }
 }
 
 /** Human form of a duration in ms, in the largest unit that divides it: `250ms`, `2s`, `3m`, `1h`. */
@@ -109,7 +119,9 @@ function errnoCode(error) {
 }
 
 /** `dflockd://` targets shown without their auth token (it would otherwise end up in logs and JSON). */
-const { redactTarget: displayTarget } = require('../dflockd/url')
+function displayTarget(target) {
+  return require('../dflockd/url').redactTarget(target)
+}
 
 /**
  * The command line of process `pid` as words, or null when it cannot be read: the engine's (Linux /proc; Windows, the
@@ -186,6 +198,59 @@ function shortLivedOwner(pid) {
   return null
 }
 
+/** The parent of process `pid`, or null when it cannot be read (Linux: /proc/<pid>/stat; elsewhere `ps`). */
+function parentPid(pid) {
+  if (process.platform === 'win32') return null
+  if (process.platform === 'linux') {
+    try {
+      // `pid (comm) state ppid …`: comm may hold spaces and parentheses, so read after the last ')'.
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+      return Number.isSafeInteger(ppid) && ppid > 0 ? ppid : null
+    } catch {
+      return null
+    }
+  }
+  const r = require('node:child_process').spawnSync('ps', ['-o', 'ppid=', '-p', String(pid)], { encoding: 'utf8' })
+  const ppid = Number(r.stdout && r.stdout.trim())
+  return r.status === 0 && Number.isSafeInteger(ppid) && ppid > 0 ? ppid : null
+}
+
+/**
+ * Whether `pid` is a subshell of `parent`: a copy of that shell made by fork() without exec(), as shells run
+ * `$( … )` and backquotes, `( … )`, each element of a pipeline and a background `&`. It ends as soon as its commands
+ * do (`x=$(sema-native try-acquire L || echo busy)`: at once), so it cannot own a lock; `$$` in it is still the
+ * parent's pid. Told by: a shell whose command line is its parent's, and (Linux) whose auxiliary vector, which the
+ * kernel writes at exec() and fork() copies, is its parent's byte for byte: a shell exec'ed from that shell
+ * (`bash` typed in bash) has the same command line but its own auxv.
+ */
+function isSubshellOf(pid, parent) {
+  const args = processArgs(pid)
+  if (!args || !/^-?(sh|bash|dash|zsh|ksh|mksh|ash|busybox)$/.test(programName(args[0]))) return false
+  const parentArgs = processArgs(parent)
+  if (!parentArgs || parentArgs.length !== args.length || parentArgs.some((a, i) => a !== args[i])) return false
+  if (process.platform !== 'linux') return true
+  try {
+    return fs.readFileSync(`/proc/${pid}/auxv`).equals(fs.readFileSync(`/proc/${parent}/auxv`))
+  } catch {
+    return true // unreadable (another user's shell, hidepid): the command lines decide
+  }
+}
+
+/**
+ * The process a lock taken from the command line is recorded for by default: this command's parent, or, when that
+ * parent is a subshell (isSubshellOf), the shell it was forked from, the one `$$` names there.
+ */
+function defaultOwner() {
+  let pid = process.ppid
+  for (let depth = 0; depth < 64; depth++) {
+    const up = parentPid(pid)
+    if (up === null || up === 1 || !isSubshellOf(pid, up)) break
+    pid = up
+  }
+  return pid
+}
+
 /** ` since <ISO time> (<n>s ago)` for a lock file's `timestamp=`, or '' when unknown. */
 function since(ts) {
   if (typeof ts !== 'number') return ''
@@ -241,33 +306,51 @@ function reclaimText({ reclaimRule: rule, reclaimableAt: at, isStale, pid }) {
 }
 
 /**
- * The own CLI's one exit-code table, for every command (docs/cli.md "Exit codes" and `--help` say the same):
- * - 1: the lock's state: busy (`ALREADY_LOCKED`), a wait ran out (`TIMEOUT`), `release` refused because another
- *   owner holds the lock (`PERMISSION_DENIED` "Lock held by different process …"), nothing to release
- *   (`NOT_LOCKED`);
- * - 2: a usage error (`INVALID_ARGUMENT`);
- * - 3: anything else: I/O, connection, protocol, a path that cannot be used, and the OS refusing us
- *   (`PERMISSION_DENIED` "… Permission denied (os error 13)", e.g. a directory we may not write).
+ * The own CLI's exit codes, for every command (docs/cli.md "Exit codes" and `--help` say the same):
+ * - 1: the lock's state: busy, a wait ran out, `release` refused because another owner holds the lock, nothing to
+ *   release;
+ * - 2: a usage error;
+ * - 3: anything else: I/O, connection, protocol, a path that cannot be used, and the OS refusing us.
  * (`run` passes its command's status through once the command has started.)
  */
 const EXIT_CODES = Object.freeze({ OK: 0, LOCK_STATE: 1, USAGE: 2, ERROR: 3 })
 
-/** The exit code of a failed SemaphoreResult's error, by the table above. */
+/**
+ * The one table from an error's code (lib/codes.js, the engine's list) to the exit code. Every code is listed, so a
+ * code added to the list fails __test__/cli-exit-codes.test.js until it is placed here.
+ */
+const EXIT_CODE_OF = Object.freeze({
+  [ErrorCode.ALREADY_LOCKED]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.TIMEOUT]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.NOT_LOCKED]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.LIMIT_MISMATCH]: EXIT_CODES.LOCK_STATE,
+  // The lock's owner refused (the engine's LockError::PermissionDenied). The OS refusing us has this code too, and
+  // carries the OS's `errno`: exitCodeFor places it with the other OS failures.
+  [ErrorCode.PERMISSION_DENIED]: EXIT_CODES.LOCK_STATE,
+  [ErrorCode.INVALID_ARGUMENT]: EXIT_CODES.USAGE,
+  [ErrorCode.INVALID_PATH]: EXIT_CODES.ERROR,
+  [ErrorCode.PATH_TRAVERSAL]: EXIT_CODES.ERROR,
+  [ErrorCode.IO_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.PARSE_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.ABORTED]: EXIT_CODES.ERROR,
+  [ErrorCode.LOCK_LOST]: EXIT_CODES.ERROR,
+  [ErrorCode.CONNECTION_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.TLS_MISMATCH]: EXIT_CODES.ERROR,
+  [ErrorCode.AUTH_FAILED]: EXIT_CODES.ERROR,
+  [ErrorCode.PROTOCOL_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.SERVER_ERROR]: EXIT_CODES.ERROR,
+  [ErrorCode.UNSUPPORTED_PLATFORM]: EXIT_CODES.ERROR,
+  [ErrorCode.NATIVE_LOAD_FAILED]: EXIT_CODES.ERROR,
+})
+
+/**
+ * The exit code of a failure (`{type, errno?}`: a SemaphoreResult's error, or a thrown LockError's `code` as
+ * `type`), by its code in EXIT_CODE_OF; a failure the OS reported (it carries `errno`) is an error (3) whatever its
+ * code. Never by message text.
+ */
 function exitCodeFor(error) {
-  switch (error.type) {
-    case ErrorCode.ALREADY_LOCKED:
-    case ErrorCode.TIMEOUT:
-    case ErrorCode.NOT_LOCKED:
-    case ErrorCode.LIMIT_MISMATCH:
-      return EXIT_CODES.LOCK_STATE
-    case ErrorCode.PERMISSION_DENIED:
-      // The lock's owner (semats' message, the engine's LockError::PermissionDenied), not the OS.
-      return /^Lock held by different process/.test(error.message ?? '') ? EXIT_CODES.LOCK_STATE : EXIT_CODES.ERROR
-    case ErrorCode.INVALID_ARGUMENT:
-      return EXIT_CODES.USAGE
-    default:
-      return EXIT_CODES.ERROR
-  }
+  if (typeof error.errno === 'number') return EXIT_CODES.ERROR
+  return EXIT_CODE_OF[error.type] ?? EXIT_CODES.ERROR
 }
 
 /** The core's answer (lib/dflockd/url.js). */
@@ -289,6 +372,12 @@ function exists(p) {
   }
 }
 
+/**
+ * The loader's failures (lib/native.js): the addon is missing or cannot load on this platform. Their message says
+ * what to do; the CLI prints it alone, without a stack trace.
+ */
+const LOADER_CODES = new Set([ErrorCode.UNSUPPORTED_PLATFORM, ErrorCode.NATIVE_LOAD_FAILED])
+
 /** Lazily loads the package API, so that `--help` works even where the native addon is not built. */
 function api() {
   return require(path.join(__dirname, '..', '..', 'index.js'))
@@ -301,7 +390,7 @@ function signalExitCode(signal) {
 }
 
 module.exports = {
-  VALUE_FLAGS,
+  valueFlags,
   unknownFlag,
   flagInRange,
   UsageError,
@@ -319,11 +408,14 @@ module.exports = {
   heldBy,
   reclaimText,
   EXIT_CODES,
+  EXIT_CODE_OF,
   exitCodeFor,
   shortLivedOwner,
   oneCommandShell,
+  defaultOwner,
   rustParent,
   exists,
+  LOADER_CODES,
   api,
   signalExitCode,
 }

@@ -55,4 +55,4 @@ function lossyArgument(argv) {
   return null
 }
 
-module.exports = { main, lossyArgument }
+module.exports = { main, lossyArgument, LOADER_CODES: require('./common').LOADER_CODES }

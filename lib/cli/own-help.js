@@ -2,7 +2,14 @@
 // The --help texts of sema-native's own commands (lib/cli/own.js). docs/cli.md is the longer description; keep the
 // two in step.
 
+const path = require('node:path')
+
 const PROG = 'sema-native'
+
+// Where the docs are for whoever reads --help: the copy installed with the package (package.json "files" has docs/),
+// an absolute path that opens wherever the package is, and the repository's page.
+const CLI_DOCS = path.join(__dirname, '..', '..', 'docs', 'cli.md')
+const HOMEPAGE = require('../../package.json').homepage
 
 const OVERVIEW = `Usage: ${PROG} <command> <target> [options]
        ${PROG} run <target> [options] -- <command> [args...]
@@ -44,7 +51,8 @@ Options:
   -h, --help         Help (also: ${PROG} <command> --help)
   -V, --version      Print the version
 
-Times are milliseconds, or take a unit: 500ms, 2s, 1.5s, 1m, 1h.
+Times take a unit: 500ms, 2s, 1.5s, 1m, 1h. A bare number other than 0 is refused
+(seconds to flock and sema, milliseconds to semats: write which you mean).
 
 Exit codes:
   0  success (status and clean: the query answered)
@@ -54,7 +62,8 @@ Exit codes:
   run: the command's own exit status, 128+N if it died of signal N,
        126/127 if it could not be started, 1/2/3 as above before it started
 
-Docs: docs/cli.md
+Docs: ${CLI_DOCS}
+      ${HOMEPAGE}
 `
 
 const COMMAND_HELP = {
@@ -68,8 +77,9 @@ as long as that process lives or until \`${PROG} release\`. From a script:
   ...
   ${PROG} release /tmp/job.lock --pid $$
 
-Pass --pid $$ whenever ${PROG} might not be a direct child of your script's shell: inside
-$( ... ), ( ... ) or a pipeline, or when release runs from another process. Under npx,
+Inside $( ... ), ( ... ) or a pipeline (a subshell that exits at once) the lock is recorded
+for the shell the subshell was forked from, as $$ names it. Pass --pid $$ when release runs
+from another process. Under npx,
 npm exec or a one-command npm script the parent is npm's own short-lived process: acquire
 refuses that (exit 2); use \`${PROG} run\` there. In a Makefile each recipe line is its own
 shell: use \`${PROG} run build.lock -- $(MAKE) real-build\`.

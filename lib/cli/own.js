@@ -12,7 +12,7 @@ const { parseArgs } = require('node:util')
 const { fileURLToPath } = require('node:url')
 const {
   UsageError,
-  VALUE_FLAGS,
+  valueFlags,
   unknownFlag,
   flagInRange,
   out,
@@ -28,6 +28,8 @@ const {
   reclaimText,
   exitCodeFor,
   shortLivedOwner,
+  defaultOwner,
+  LOADER_CODES,
   api,
 } = require('./common')
 
@@ -53,15 +55,16 @@ const ACCEPTS = {
 const COMMON = ['json', 'quiet', 'help']
 // run's stdout is the command's: no JSON of ours mixed into it.
 const NOT_FOR = { run: ['json'], top: ['json'] }
-const VALUE_OPTIONS = VALUE_FLAGS
 const SHORT = { quiet: 'q', help: 'h', tag: 't', verbose: 'v' }
 /** Every option `node:util.parseArgs` should know (unknown ones come back as tokens and are refused below). */
-const PARSE_OPTIONS = Object.fromEntries(
-  [...VALUE_OPTIONS, ...COMMON, 'force', 'verbose'].map((name) => [
-    name,
-    { type: VALUE_OPTIONS.includes(name) ? 'string' : 'boolean', ...(SHORT[name] ? { short: SHORT[name] } : {}) },
-  ]),
-)
+function parseOptions(valueOptions) {
+  return Object.fromEntries(
+    [...valueOptions, ...COMMON, 'force', 'verbose'].map((name) => [
+      name,
+      { type: valueOptions.includes(name) ? 'string' : 'boolean', ...(SHORT[name] ? { short: SHORT[name] } : {}) },
+    ]),
+  )
+}
 
 /**
  * `<command> <target> [options] [-- argv]`, options anywhere, `--name value` or `--name=value`. For `run` the
@@ -72,6 +75,8 @@ function parse(args) {
   const accepted = new Set([...(ACCEPTS[o.command] ?? []), ...COMMON])
   for (const name of NOT_FOR[o.command] ?? []) accepted.delete(name)
   const rest = args.slice(1)
+  const VALUE_OPTIONS = valueFlags()
+  const PARSE_OPTIONS = parseOptions(VALUE_OPTIONS)
   const { tokens } = parseArgs({ args: rest, options: PARSE_OPTIONS, strict: false, allowPositionals: true, tokens: true })
   for (const token of tokens) {
     if (token.kind === 'option-terminator') {
@@ -109,10 +114,8 @@ function parse(args) {
 function durationOption(o, name) {
   if (o[name] === undefined) return undefined
   if (name === 'stale' && /^(off|never)$/i.test(o[name])) return null
-  const ms = parseDuration(o[name])
-  if (Number.isNaN(ms)) {
-    throw new UsageError(`--${name}: '${o[name]}' is not a time (use e.g. 500ms, 2s, 1m, 1h; a bare number is ms)`)
-  }
+  const { ms, problem } = parseDuration(o[name])
+  if (problem) throw new UsageError(`--${name}: ${problem}`)
   if (name === 'stale' && ms === 0) return null
   return ms
 }
@@ -246,7 +249,8 @@ function lineStatusOptions(options) {
 function ownerPid(o) {
   const given = pidOption(o)
   if (given !== undefined) return given
-  const why = shortLivedOwner(process.ppid)
+  const owner = defaultOwner()
+  const why = shortLivedOwner(owner)
   if (why) {
     throw new UsageError(
       `the lock would be recorded for this command's parent, but ${why}: the lock would be free again at once. ` +
@@ -254,7 +258,7 @@ function ownerPid(o) {
         'long as the lock must (in a shell script: --pid $$)',
     )
   }
-  return process.ppid
+  return owner
 }
 
 async function cmdAcquire(o, rep, wait) {
@@ -299,7 +303,7 @@ async function cmdRelease(o, rep) {
     rep.ok({ released: true }, `released ${rep.target}`)
     return 0
   }
-  const pid = pidOption(o) ?? process.ppid
+  const pid = pidOption(o) ?? defaultOwner()
   const r = await api().release(target, { pid, limit: limitOption(o) })
   if (!r.ok) {
     const e = r.error
@@ -414,7 +418,7 @@ async function cmdWait(o, rep) {
   if (!r.ok) {
     if (r.error.type !== ErrorCode.TIMEOUT) {
       rep.fail(r.error, describeFailure(r.error, rep.target))
-      return failureCode(r.error.type)
+      return failureCode(r.error)
     }
     const message = `Timeout waiting for lock to be released after ${formatDuration(timeout)}`
     rep.fail({ type: ErrorCode.TIMEOUT, message }, `${rep.target}: ${message}`)
@@ -472,6 +476,11 @@ async function main(args) {
   try {
     o = parse(args)
   } catch (e) {
+    // Parsing reads the option table from the addon; `<command> --help` must work where it cannot load.
+    if (LOADER_CODES.has(e && e.code) && helpAsked(args)) {
+      out(COMMAND_HELP[command])
+      return exit(0)
+    }
     if (!(e instanceof UsageError)) throw e
     return usageFailure({ command, target: null, json: wantsJson }, e.message)
   }
@@ -517,10 +526,16 @@ async function main(args) {
   } catch (e) {
     if (e instanceof UsageError) return usageFailure(o, e.message)
     // Thrown by the API: a bad target (INVALID_ARGUMENT → 2) or anything else that went wrong (3).
-    const error = { type: e && e.code ? e.code : ErrorCode.IO_ERROR, message: e && e.message ? e.message : String(e) }
+    const error = { type: e && e.code ? e.code : ErrorCode.IO_ERROR, message: e && e.message ? e.message : String(e), errno: e && e.errno }
     rep.fail(error, `${rep.target ?? command}: ${error.message}`)
     return exit(exitCodeFor(error))
   }
+}
+
+/** Whether `-h` / `--help` is among a command's own arguments (before run's `--`). */
+function helpAsked(args) {
+  const dashdash = args.indexOf('--')
+  return (dashdash < 0 ? args : args.slice(0, dashdash)).some((a) => a === '-h' || a === '--help')
 }
 
 function usageFailure(o, message) {

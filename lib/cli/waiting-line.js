@@ -9,7 +9,8 @@ const fs = require('node:fs')
 const path = require('node:path')
 const { fileURLToPath } = require('node:url')
 const { isDflockd, displayTarget, api } = require('./common')
-const ls = require('./ls')
+// lib/cli/ls.js loads the addon: on first use, so that `--help` works where it cannot load.
+const ls = () => require('./ls')
 
 /**
  * A wait shorter than this shows nothing: an uncontended acquire settles in microseconds, and a line drawn and
@@ -28,15 +29,15 @@ function briefWords(words) {
 function fileText(name, r) {
   if (!r || r.state !== 'held') return `waiting for ${name}`
   const facts = []
-  const cmd = ls.commandText(briefWords(ls.holderCommand(r.commandLine)), 40)
+  const cmd = ls().commandText(briefWords(ls().holderCommand(r.commandLine)), 40)
   if (cmd) facts.push(cmd)
-  if (r.tag != null) facts.push(`tag ${ls.tagText(r.tag)}`)
+  if (r.tag != null) facts.push(`tag ${ls().tagText(r.tag)}`)
   if (r.thisHost === false) facts.push(`on ${r.host}`)
   let who
   if (r.format === 'symlink') who = 'a symlink (refused, never followed)'
   else if (r.pid === null) who = 'held by an unknown holder'
   else who = `held by pid ${r.pid}${facts.length ? ` (${facts.join(', ')})` : ''}`
-  const since = r.ageS === null ? '' : ` for ${ls.shortAge(r.ageS)}`
+  const since = r.ageS === null ? '' : ` for ${ls().shortAge(r.ageS)}`
   const waiting = r.waiters ? `, ${r.waiters} waiting` : ''
   return `waiting for ${name}: ${who}${since}${waiting}`
 }
@@ -71,7 +72,7 @@ function startWaitingLine(target, { quiet, stream = process.stderr, staleTimeout
     try {
       text = dflockd
         ? dflockdText(name, await api().status(target, statusOptions))
-        : fileText(name, await ls.describe(file, staleTimeout))
+        : fileText(name, await ls().describe(file, staleTimeout))
     } catch {
       text = `waiting for ${name}`
     } finally {

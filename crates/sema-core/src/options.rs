@@ -32,6 +32,12 @@ use crate::dflockd::protocol::MAX_SECONDS;
 /// lease of over 8 hours) and refused with the unit named (see [`lease_ttl_too_long`]).
 pub const MAX_LEASE_TTL_S: u64 = 3600;
 
+/// The longest `acquireTimeoutS` accepted (DistributedLock, DistributedSemaphore), in seconds: the
+/// lease's bound and reason. Among millisecond options a `10000` is 10 s typed by habit, which in
+/// seconds waits close to 3 hours; it is refused with the unit named (see [`lease_ttl_too_long`]).
+/// A longer wait is a loop of acquire() calls, or the target API's `timeout` (milliseconds).
+pub const MAX_ACQUIRE_TIMEOUT_S: u64 = MAX_LEASE_TTL_S;
+
 /// File locks: a lock older than this (with its holder not running) is stale: 1 hour, semats'.
 pub const DEFAULT_STALE_TIMEOUT_MS: u64 = 3_600_000;
 /// File locks: the polling fallback while waiting, semats' 100 ms.
@@ -206,7 +212,8 @@ fn human_seconds(s: u64) -> String {
     }
 }
 
-/// The message for a lease above [`MAX_LEASE_TTL_S`], naming the unit and what was probably meant:
+/// The message for a lease above [`MAX_LEASE_TTL_S`] (or an `acquireTimeoutS` above
+/// [`MAX_ACQUIRE_TIMEOUT_S`], the same bound), naming the unit and what was probably meant:
 /// `leaseTtl is in seconds: 30000 s is over 8 hours; the most is 3600 (1 hour). For 30000 ms,
 /// write leaseTtl: 30`. `name` is the option as the caller wrote it (`?leaseTtl` for a URL's).
 pub fn lease_ttl_too_long(name: &str, ttl_s: u64) -> String {

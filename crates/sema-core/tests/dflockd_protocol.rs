@@ -182,8 +182,16 @@ mod dflockd {
             (e.code(), e.reply()),
             (ErrorCode::AuthFailed, Some("error_auth"))
         );
+        // The words say whether a token was sent: the reply to `auth` answers a sent one; an
+        // `error_auth` to any other command means none was sent.
+        assert!(e
+            .message()
+            .starts_with("authentication failed: the server refused the token sent"));
         let e = parse_acquire_reply("error_auth", "l").expect_err("auth required");
         assert_eq!(e.code(), ErrorCode::AuthFailed);
+        assert!(e
+            .message()
+            .starts_with("authentication failed: the server requires a token and none was sent"));
         assert_eq!(parse_stats_reply("ok {}"), Ok("{}"));
         assert!(parse_stats_reply("ok").is_err());
         assert!(parse_stats_reply("error").is_err());

@@ -173,7 +173,7 @@ pub const SERVER: EntryPoint = EntryPoint {
 const DISTRIBUTED_LOCK_OPTIONS: [Rule; 15] = [
     required(rule("key", &NON_EMPTY_STRING, Dflockd)),
     with_default(
-        rule("acquireTimeoutS", &TIMEOUT_SECONDS, Dflockd),
+        rule("acquireTimeoutS", &ACQUIRE_TIMEOUT_SECONDS, Dflockd),
         Default::Number(DEFAULT_ACQUIRE_TIMEOUT_S as f64),
     ),
     rule("leaseTtlS", &LEASE_SECONDS, Dflockd),

@@ -81,6 +81,14 @@ pub const TIMEOUT_SECONDS: Kind = Kind {
         "a whole number of seconds >= 0 (0: try once)",
     )
 };
+/// dflockd-client's acquireTimeoutS as a user passes it: [`TIMEOUT_SECONDS`] up to
+/// [`MAX_ACQUIRE_TIMEOUT_S`] (above it the message names the unit, as for a lease).
+pub const ACQUIRE_TIMEOUT_SECONDS: Kind = Kind {
+    name: "acquireTimeoutSeconds",
+    max: Some(MAX_ACQUIRE_TIMEOUT_S as f64),
+    expected: "a whole number of seconds from 0 to 3600 (0: try once)",
+    ..TIMEOUT_SECONDS
+};
 /// The renewal point, a fraction of the lease.
 pub const RATIO: Kind = Kind {
     min: Some(0.0),
@@ -131,6 +139,7 @@ pub const ALL: &[Kind] = &[
     LIMIT,
     LEASE_SECONDS,
     TIMEOUT_SECONDS,
+    ACQUIRE_TIMEOUT_SECONDS,
     RATIO,
     PORT,
     BOOLEAN,

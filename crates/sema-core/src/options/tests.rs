@@ -40,6 +40,13 @@ fn the_core_refuses_the_bounds_the_table_gives() {
     assert!(validate_limit(MAX_SECONDS).is_ok());
     assert!(validate_limit(MAX_SECONDS + 1).is_err());
     assert_eq!(TIMEOUT_SECONDS.max, Some(MAX_SECONDS as f64));
+    // acquireTimeoutS as a user passes it: at most an hour, as a lease (10000 is ms typed by habit).
+    assert_eq!(
+        ACQUIRE_TIMEOUT_SECONDS.max,
+        Some(MAX_ACQUIRE_TIMEOUT_S as f64)
+    );
+    assert_eq!(ACQUIRE_TIMEOUT_SECONDS.min, Some(0.0));
+    assert!(lease_ttl_too_long("acquireTimeoutS", 10_000).ends_with("write acquireTimeoutS: 10"));
     assert!(validate_timeout(MAX_SECONDS).is_ok());
     assert!(validate_timeout(MAX_SECONDS + 1).is_err());
     // A primitive's options: the same lease and ratio bounds, the table's words.

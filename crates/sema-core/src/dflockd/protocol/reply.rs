@@ -102,7 +102,13 @@ pub fn server_error(line: &str, what: &str) -> Option<DflockdError> {
             "error_lease_expired" => {
                 format!("{what}: lease expired before the wait (error_lease_expired)")
             }
-            "error_auth" => format!("{what}: authentication required or rejected (error_auth)"),
+            // Sent when the server requires a token and this connection sent none (a sent token
+            // is answered by the reply to `auth`: parse_auth_reply). Callers match the words
+            // `authentication failed` (dflockd-client's message).
+            "error_auth" => format!(
+                "authentication failed: the server requires a token and none was sent \
+                 (pass auth, or dflockd://TOKEN@host/key) ({what}: error_auth)"
+            ),
             other => format!("{what}: server error '{other}'"),
         };
         let code = match word {
@@ -201,7 +207,7 @@ pub fn parse_auth_reply(line: &str) -> Result<()> {
         "ok" => Ok(()),
         "error_auth" => Err(DflockdError::new(
             ErrorCode::AuthFailed,
-            "authentication failed (error_auth)",
+            "authentication failed: the server refused the token sent (error_auth)",
         )
         .with_reply(line)),
         // The server answers bare `error` to `auth` when it has no token configured.
@@ -215,7 +221,7 @@ pub fn parse_auth_reply(line: &str) -> Result<()> {
             let shown: String = other.chars().take(200).collect();
             Err(DflockdError::new(
                 ErrorCode::AuthFailed,
-                format!("auth failed: server answered {shown:?}"),
+                format!("authentication failed: the server answered {shown:?} to the token sent"),
             )
             .with_reply(shown))
         }

@@ -326,6 +326,24 @@ impl HeldLock {
         !state.finished && matches!(self.inner.ownership(&state), Ownership::Ours)
     }
 
+    /// Looks at the file now: when it is gone or no longer ours (removed, replaced,
+    /// overwritten), the lock is lost here and then, told to its owner as the heartbeat would
+    /// tell it, and its in-process turn is free. `true` = it was found lost now. A lock whose
+    /// ownership cannot be told (an I/O error) is left held.
+    pub(super) fn lose_if_not_on_disk(&self) -> bool {
+        let mut state = unpoisoned(&self.inner.state);
+        if state.finished {
+            return false;
+        }
+        match self.inner.ownership(&state) {
+            Ownership::Lost(reason) => {
+                self.inner.lose(&mut state, reason);
+                true
+            }
+            Ownership::Ours | Ownership::Unknown(_) => false,
+        }
+    }
+
     /// `release()` has been called (successfully, or on a lost lock).
     pub fn is_released(&self) -> bool {
         unpoisoned(&self.inner.state).released

@@ -5,7 +5,7 @@
 //! Only looks, never changes anything: entries are read without following symbolic links (a
 //! symlink is reported as one, with its target as `readlink` tells it, never opened), nothing is
 //! created, broken or locked, and queues are counted from `/proc/locks` (see
-//! [`waiting_processes`](super::queue::waiting_processes)). Files of other users are read as far
+//! `queue::waiting_processes`). Files of other users are read as far
 //! as the permissions allow; an unreadable one is listed as held by an unknown holder, as the
 //! engine would treat it.
 //!
@@ -82,9 +82,9 @@ pub struct ListedLock {
     /// The holder's command line, where the system tells it (see [`process_args`]).
     pub command_line: Option<Vec<String>>,
     /// When the lock was taken, in Unix seconds: a foreign file's `timestamp=`; for ours (whose
-    /// `timestamp=` the heartbeat refreshes) see [`acquired_at`].
+    /// `timestamp=` the heartbeat refreshes) its link time: see `acquired_at`.
     pub since: Option<i64>,
-    /// Processes of this machine standing in its line ([`waiting_processes`]), plus the live
+    /// Processes of this machine standing in its line (`queue::waiting_processes`), plus the live
     /// waiters its kind records in files (a semaphore's tickets, a shared lock's waiting
     /// writers); `None` where there is no queue to count.
     pub waiters: Option<u32>,

@@ -126,6 +126,30 @@ impl LockFile {
     /// sends the waiter straight back to sleep, without building a lock file or probing the
     /// holder again. The `retry_interval` poll always judges again, so stale expiry still
     /// happens. A lock file is built only when the path looks free or the holder was broken.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sema_core::lockfile::{AcquireRequest, LockError, LockFile, LockOptions};
+    /// use tokio_util::sync::CancellationToken;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let file = LockFile::new(dir.path().join("deploy.lock"), LockOptions::default());
+    /// let req = AcquireRequest::default();
+    /// let first = file.acquire(&req, Some(Duration::from_secs(5)), CancellationToken::new()).await?;
+    /// // Behind the holder: the wait ends by its deadline with the holder's facts…
+    /// let waited = file.acquire(&req, Some(Duration::from_millis(50)), CancellationToken::new()).await;
+    /// assert!(matches!(waited, Err(LockError::Timeout { .. })));
+    /// // …or at once when it is cancelled.
+    /// let cancel = CancellationToken::new();
+    /// cancel.cancel();
+    /// assert!(matches!(file.acquire(&req, None, cancel).await, Err(LockError::Aborted)));
+    /// first.release()?;
+    /// let second = file.acquire(&req, None, CancellationToken::new()).await?;
+    /// second.release()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire(
         &self,
         req: &AcquireRequest,

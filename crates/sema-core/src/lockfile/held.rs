@@ -23,6 +23,29 @@ use super::unpoisoned;
 /// A lock this process holds. Clones share one lock. It stays held until [`HeldLock::release`],
 /// [`release_all_held`](super::release_all_held) or loss: dropping every handle does NOT release it (the registry keeps
 /// it, so an exit hook can still release it).
+///
+/// A lock can be lost while held (its file removed or replaced by someone else): the heartbeat,
+/// or this process's next acquire of the path, finds it, and [`HeldLock::lost`] is cancelled.
+///
+/// ```
+/// use sema_core::lockfile::{AcquireRequest, LockFile, LockOptions};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("job.lock");
+/// let file = LockFile::new(path.clone(), LockOptions::default());
+/// let held = file.try_acquire(&AcquireRequest::default())?;
+/// assert!(held.is_held() && held.is_on_disk());
+/// assert_eq!(held.info().pid, i64::from(std::process::id()));
+///
+/// std::fs::remove_file(&path)?; // someone removes it
+/// let next = file.try_acquire(&AcquireRequest::default())?; // the path is free again
+/// assert!(held.lost().is_cancelled());
+/// assert_eq!(held.lost_reason().as_deref(), Some("lock file was removed"));
+/// assert!(!held.release()?, "a lost lock releases nothing");
+/// next.release()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct HeldLock {
     pub(super) inner: Arc<HeldInner>,

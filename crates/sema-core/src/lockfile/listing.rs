@@ -131,45 +131,48 @@ pub fn list_locks(dir: &Path, options: &LockOptions) -> Result<Vec<ListedLock>, 
         bases.insert(name, listed);
     }
     for (base, members) in members_of {
+        let looked = look_members(&canonical, members, options);
         let slot = bases.entry(base).or_insert(None);
         let lock = match slot {
             Some(lock) => lock,
             // A base that is missing (slot 0 free), or whose content is not a lock (a shared
-            // base being replaced): the lock is listed under the base's name all the same.
-            None => match look(&canonical, base_name(&members), true, options) {
-                Some(l) => slot.insert(l),
-                None => continue,
-            },
+            // base being replaced), is listed under its name while a member holds or waits.
+            None if looked.iter().any(|(m, _)| m.holds() || m.waits()) => {
+                match look(&canonical, slot_name(&looked), true, options) {
+                    Some(l) => slot.insert(l),
+                    None => continue,
+                }
+            }
+            None => continue,
         };
-        fold_members(&canonical, lock, members, options);
+        members::fold(lock, looked);
     }
     Ok(bases.into_values().flatten().collect())
 }
 
-/// The base name the members were found under (they all share it).
-fn base_name(members: &[(Member, String)]) -> &str {
-    members
+/// The base name of looked-at members (they all share it).
+fn slot_name(looked: &[(Member, ListedLock)]) -> &str {
+    looked
         .first()
-        .and_then(|(_, n)| member_of(n))
+        .and_then(|(_, l)| member_of(&l.name))
         .map_or("", |(base, _)| base)
 }
 
-/// Looks at each internal file of `lock` and folds them into it ([`members::fold`]); the guard
-/// and scratch files are not looked at (they hold or wait for nothing a user asked for).
-fn fold_members(
+/// Looks at each internal file of a lock: only those whose content is a lock count (a file
+/// that only has such a name is nobody's member); the guard and scratch files are not looked at
+/// (they hold or wait for nothing a user asked for).
+fn look_members(
     dir: &Path,
-    lock: &mut ListedLock,
     members: Vec<(Member, String)>,
     options: &LockOptions,
-) {
-    let looked: Vec<(Member, ListedLock)> = members
+) -> Vec<(Member, ListedLock)> {
+    members
         .into_iter()
         .filter_map(|(member, name)| match member {
             Member::Guard | Member::Scratch => Some((member, ListedLock::nothing(dir, &name))),
-            _ => look(dir, &name, true, options).map(|l| (member, l)),
+            _ => look(dir, &name, false, options).map(|l| (member, l)),
         })
-        .collect();
-    members::fold(lock, looked);
+        .collect()
 }
 
 /// One lock path, whatever its name (the waiting line's facts about the lock it waits for).
@@ -192,7 +195,7 @@ pub fn describe_lock(path: &Path, options: &LockOptions) -> Option<ListedLock> {
             (base == name && e.file_type().ok()?.is_file()).then_some((member, n))
         })
         .collect();
-    fold_members(&dir, &mut lock, members, options);
+    members::fold(&mut lock, look_members(&dir, members, options));
     Some(lock)
 }
 

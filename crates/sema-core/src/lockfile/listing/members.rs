@@ -27,12 +27,12 @@ pub enum Member {
 
 impl Member {
     /// A holder of the lock (its live ones are counted as holders).
-    fn holds(self) -> bool {
+    pub(super) fn holds(self) -> bool {
         matches!(self, Member::Slot { .. } | Member::Reader)
     }
 
     /// A waiter for the lock (its live ones are counted as waiters).
-    fn waits(self) -> bool {
+    pub(super) fn waits(self) -> bool {
         matches!(self, Member::Ticket | Member::Writer)
     }
 }

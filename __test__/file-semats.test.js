@@ -339,3 +339,45 @@ describe('serializeLockInfo, createLockInfo, isLockStale, isProcessRunning', () 
     assert.equal(isProcessRunning(999999999), false)
   })
 })
+
+describe('a held lock whose file was removed does not keep its path refused in this process', () => {
+  // semats' own "tryAcquire fails when lock already held" leaves its lock file behind in a test that removes it:
+  // the next Semaphore of that path must get it, with no heartbeat between (off, so only the engine's look finds it).
+  test('Semaphore: tryAcquire, unlink, three times → true, true, true', () => {
+    const file = fresh()
+    const got = []
+    for (let i = 0; i < 3; i++) {
+      const r = new Semaphore(file, { heartbeat: false }).tryAcquire()
+      got.push(r.ok)
+      fs.unlinkSync(file)
+    }
+    assert.deepEqual(got, [true, true, true])
+  })
+  test('Semaphore: a lock still on disk keeps refusing, with this process as the holder', () => {
+    const file = fresh()
+    assert.equal(new Semaphore(file).tryAcquire().ok, true)
+    const r = new Semaphore(file).tryAcquire()
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'ALREADY_LOCKED')
+    assert.equal(r.error.holderPid, process.pid)
+    assert.equal(new Semaphore(file).release().ok, true)
+  })
+  test('target API: tryAcquire / acquire after rm take the path; the old handle is told LOCK_LOST at once', async () => {
+    const file = fresh()
+    const first = await sema.tryAcquire(file, { heartbeat: false })
+    assert.equal(first.ok, true, JSON.stringify(first.error))
+    const lost = new Promise((resolve) => first.value.signal.addEventListener('abort', () => resolve(first.value.signal.reason)))
+    fs.unlinkSync(file)
+    const second = await sema.tryAcquire(file, { heartbeat: false })
+    assert.equal(second.ok, true, JSON.stringify(second.error))
+    const reason = await lost
+    assert.equal(reason.code, 'LOCK_LOST')
+    assert.match(reason.message, /removed/)
+    fs.unlinkSync(file)
+    const third = await sema.acquire(file, { heartbeat: false, timeout: 0 })
+    assert.equal(third.ok, true, JSON.stringify(third.error))
+    assert.equal(second.value.signal.aborted, true)
+    assert.equal(await third.value.release(), true)
+    assert.equal(await first.value.release(), false, 'a lost lock releases nothing')
+  })
+})

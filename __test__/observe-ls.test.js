@@ -236,3 +236,84 @@ describe('ls: other users', { skip: !linux ? 'Linux only' : !root ? 'needs root,
     assert.deepEqual(snapshot(shared), before)
   })
 })
+
+describe('ls: hostile names, and the lock kinds listed as one lock each', () => {
+  let dir
+  const children = []
+  before(() => {
+    dir = fs.realpathSync(u.mkTmp('ls-kinds-'))
+  })
+  after(() => {
+    for (const c of children) c.kill('SIGKILL')
+    u.rmTmp(dir)
+  })
+
+  test('names, tags and hosts are escaped: no escape sequence reaches the terminal, a newline forges no row', { skip: !linux && 'names with control characters' }, async () => {
+    const d = fs.realpathSync(u.mkTmp('ls-names-'))
+    try {
+      const evil = 'evil\u001b]0;pwned\u0007\u001b[2J.lock'
+      const forged = 'two\nfake.lock   held   1'
+      // pid 1 always runs: both are held. The tag has a one-character CSI (C1), the host an escape sequence.
+      fs.writeFileSync(path.join(d, evil), `pid=1\ntimestamp=${u.nowS()}\ntag=\u009b31mred\n`)
+      fs.writeFileSync(path.join(d, forged), `pid=1\ntimestamp=${u.nowS()}\nhost=h\u001b[31m:1:2\n`)
+      const r = await cli(['ls', d])
+      assert.equal(r.code, 0, r.stderr)
+      assert.doesNotMatch(r.stdout, /[\u001b\u0007\u009b]/, 'no control character reaches the terminal')
+      const lines = r.stdout.trimEnd().split('\n')
+      assert.equal(lines.length, 3, `a header and one row per lock:\n${r.stdout}`)
+      assert.ok(lines.some((l) => l.startsWith('evil\\u001b]0;pwned\\u0007\\u001b[2J.lock ')), r.stdout)
+      assert.ok(lines.some((l) => l.startsWith('two\\nfake.lock   held   1 ')), r.stdout)
+      assert.ok(lines.some((l) => l.includes('"\\u009b31mred"')), r.stdout)
+      // --json keeps the names as they are (JSON escapes them itself).
+      const locks = await lsJson(d)
+      assert.deepEqual(Object.keys(locks).sort(), [evil, forged].sort())
+    } finally {
+      u.rmTmp(d)
+    }
+  })
+
+  test("a semaphore is one lock: its slot files are folded in (holders of the limit), also while slot 0 is free", async () => {
+    const file = path.join(dir, 'sem.lock')
+    const a = await holder(file, { limit: 3 })
+    const b = await holder(file, { limit: 3 })
+    children.push(a.child, b.child)
+    assert.ok(fs.existsSync(`${file}.slot-1-of-3`), 'the second holder took slot 1')
+    let locks = await lsJson(dir)
+    assert.deepEqual(Object.keys(locks), ['sem.lock'], 'the slot file is not listed as a lock')
+    const l = locks['sem.lock']
+    assert.equal(l.state, 'held')
+    assert.equal(l.kind, 'semaphore')
+    assert.equal(l.holders, 2)
+    assert.equal(l.limit, 3)
+    const text = await cli(['ls', dir])
+    assert.match(text.stdout, /^sem\.lock\s+held \(2 of 3\)\s/m)
+    // Slot 0 (the base) released: the lock is still held, by slot 1's holder.
+    a.child.stdin.write('release\n')
+    await a.out.next(/^released true$/)
+    locks = await lsJson(dir)
+    assert.deepEqual(Object.keys(locks), ['sem.lock'])
+    assert.equal(locks['sem.lock'].state, 'held')
+    assert.equal(locks['sem.lock'].holders, 1)
+    assert.equal(locks['sem.lock'].pid, b.child.pid)
+  })
+
+  test('a shared lock is one lock: its readers and guard are folded in, held for as long as its oldest reader', async () => {
+    const file = path.join(dir, 'rw.lock')
+    const first = await holder(file, { mode: 'shared' })
+    const t0 = u.nowS()
+    const second = await holder(file, { mode: 'shared' })
+    children.push(first.child, second.child)
+    // The readers' heartbeat rewrites the base every second: its own times say 0 s. Three seconds on, the
+    // oldest reader has held for at least two.
+    await new Promise((r) => setTimeout(r, 3000))
+    const locks = await lsJson(dir)
+    assert.deepEqual(Object.keys(locks).filter((n) => n.startsWith('rw.lock')), ['rw.lock'], 'readers and guard folded in')
+    const l = locks['rw.lock']
+    assert.equal(l.state, 'held')
+    assert.equal(l.kind, 'shared')
+    assert.equal(l.holders, 2)
+    assert.ok(l.ageS >= 2 && l.ageS <= u.nowS() - t0 + 2, `held since the first reader: ${JSON.stringify(l)}`)
+    const text = await cli(['ls', dir])
+    assert.match(text.stdout, /^rw\.lock\s+held \(2 shared\)\s+\d+\s+[2-9]s\s/m)
+  })
+})

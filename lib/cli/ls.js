@@ -34,6 +34,9 @@ function record(n, nowS = Math.floor(Date.now() / 1000)) {
     waiters: n.waiters ?? null,
     ownerUid: n.ownerUid ?? null,
     linkTarget: n.linkTarget ?? null,
+    kind: n.kind ?? 'mutex',
+    holders: n.holders ?? null,
+    limit: n.limit ?? null,
   }
 }
 
@@ -60,10 +63,26 @@ function shortAge(s) {
   return `${Math.floor(s / 86400)}d${String(Math.floor((s % 86400) / 3600)).padStart(2, '0')}h`
 }
 
-/** A command line for one line of a terminal: words joined, control characters shown as spaces, cut at `max`. */
+/**
+ * Characters a terminal may act on rather than show: C0 controls (a newline would forge a row, ESC starts an escape
+ * sequence), DEL, C1 controls (U+009B is a one-character CSI), the line and paragraph separators, and the
+ * bidirectional overrides and isolates (they reorder what follows); and the backslash, so an escape stays unambiguous.
+ */
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\\]/g
+const SHORT = { '\n': '\\n', '\r': '\\r', '\t': '\\t', '\\': '\\\\' }
+
+/**
+ * The one escaping rule for text read from a lock directory (names, tags, hosts, link targets, command lines) that
+ * a terminal shows: each unsafe character as `\n`, `\r`, `\t`, `\\` or `\uXXXX` (as JSON writes it), the rest as is.
+ */
+function terminalText(text) {
+  return String(text).replace(UNSAFE, (c) => SHORT[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+/** A command line for one line of a terminal: words joined, escaped (terminalText), cut at `max`. */
 function commandText(words, max = 60) {
   if (!words || !words.length) return null
-  const text = words.join(' ').replace(/[\u0000-\u001f\u007f]/g, ' ')
+  const text = terminalText(words.join(' '))
   return text.length > max ? `${text.slice(0, max - 1)}…` : text
 }
 
@@ -83,21 +102,32 @@ function holderCommand(words) {
 
 /** What the COMMAND column (and the waiting line's parenthesis) says about the holder. */
 function holderText(r) {
-  if (r.format === 'symlink') return `symlink → ${r.linkTarget ?? '?'} (not followed)`
+  if (r.format === 'symlink') return `symlink → ${r.linkTarget == null ? '?' : terminalText(r.linkTarget)} (not followed)`
   if (r.format === 'unparseable') return '(unreadable or not a lock file: holder unknown)'
-  if (r.thisHost === false) return `(on host ${r.host})`
+  if (r.thisHost === false) return `(on host ${terminalText(r.host)})`
   if (r.holderRunning === false) return '(not running)'
   return commandText(holderCommand(r.commandLine)) ?? ''
 }
 
-/** Tags can hold any character but a newline: shown as JSON strings. */
+/** Tags can hold any character but a newline: shown quoted, escaped (terminalText). */
 function tagText(tag) {
-  return tag == null ? '' : JSON.stringify(tag)
+  return tag == null ? '' : `"${terminalText(tag).replace(/"/g, '\\"')}"`
 }
 
-/** `held`, `stale` or `free`; a lock free to take while processes stand in its line is `free, queued` / `stale, queued`. */
+/** A lock's name, escaped (terminalText): a name is any byte string but `/` and NUL. */
+function nameText(name) {
+  return terminalText(name)
+}
+
+/**
+ * `held`, `stale` or `free`; a lock free to take while processes stand in its line is `free, queued` / `stale, queued`.
+ * A semaphore adds its holders (`held (2 of 3)`), a shared lock its shared holders (`held (3 shared)`).
+ */
 function stateText(r) {
-  return r.state !== 'held' && r.waiters ? `${r.state}, queued` : r.state
+  const state = r.state !== 'held' && r.waiters ? `${r.state}, queued` : r.state
+  if (r.holders == null) return state
+  if (r.kind === 'shared') return `${state} (${r.holders} shared)`
+  return r.limit == null ? `${state} (${r.holders} holding)` : `${state} (${r.holders} of ${r.limit})`
 }
 
 /** The text table of `ls` (and each screen of `top`). */
@@ -106,7 +136,7 @@ function table(locks) {
   const rows = [['LOCK', 'STATE', 'PID', 'HELD FOR', 'WAITING', 'TAG', 'HOLDER']]
   for (const r of locks) {
     rows.push([
-      r.name,
+      nameText(r.name),
       stateText(r),
       r.pid === null ? '-' : String(r.pid),
       shortAge(r.ageS),
@@ -119,4 +149,18 @@ function table(locks) {
   return rows.map((row) => row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n')
 }
 
-module.exports = { stateText, listDir, describe, record, table, shortAge, commandText, holderCommand, holderText, tagText, lookOptions }
+module.exports = {
+  stateText,
+  listDir,
+  describe,
+  record,
+  table,
+  shortAge,
+  commandText,
+  holderCommand,
+  holderText,
+  tagText,
+  nameText,
+  terminalText,
+  lookOptions,
+}

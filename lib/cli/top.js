@@ -60,7 +60,7 @@ function topTable(locks) {
   const rows = [['LOCK', 'STATE', 'PID', 'HELD FOR', 'WAITING', 'WAITED', 'HAND-OFFS/S', 'TAG', 'HOLDER']]
   for (const r of locks) {
     rows.push([
-      r.name,
+      ls.nameText(r.name),
       stateText(r),
       r.pid === null ? '-' : String(r.pid),
       ls.shortAge(r.ageS),

@@ -52,6 +52,10 @@ pub struct NativeListedLock {
     pub command_line: Option<Vec<String>>,
     pub since: Option<i64>,
     pub waiters: Option<u32>,
+    /// `mutex` | `semaphore` | `shared`.
+    pub kind: String,
+    pub holders: Option<u32>,
+    pub limit: Option<u32>,
 }
 
 impl From<ListedLock> for NativeListedLock {
@@ -73,6 +77,9 @@ impl From<ListedLock> for NativeListedLock {
             command_line: l.command_line,
             since: l.since,
             waiters: l.waiters,
+            kind: l.kind.into(),
+            holders: l.holders,
+            limit: l.limit,
         }
     }
 }

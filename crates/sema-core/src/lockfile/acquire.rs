@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -14,10 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::{AttemptError, Prepared};
 use super::error::{Holder, LockError};
+use super::fifo::take_turn_now;
 use super::held::HeldLock;
 use super::lock_file::LockFile;
 use super::options::AcquireRequest;
 use super::queue::{self, Place, STARVING_AFTER};
+use super::registry::lose_held_whose_file_went;
 use super::stale::{Observation, StaleJudgement};
 use super::sys::{self, CreationStrategy, FileSig, FsKind};
 use super::watch;
@@ -95,7 +98,7 @@ impl LockFile {
     /// Acquire without waiting. Busy in-process FIFO or a held file → `AlreadyLocked` with the
     /// holder read from the file. Stale locks are broken safely first.
     pub fn try_acquire(&self, req: &AcquireRequest) -> Result<HeldLock, LockError> {
-        let Ok(turn) = self.fifo.clone().try_acquire_owned() else {
+        let Some(turn) = take_turn_now(&self.fifo, &self.key) else {
             return Err(self.already_locked_from_disk());
         };
         let held = self
@@ -123,6 +126,30 @@ impl LockFile {
     /// sends the waiter straight back to sleep, without building a lock file or probing the
     /// holder again. The `retry_interval` poll always judges again, so stale expiry still
     /// happens. A lock file is built only when the path looks free or the holder was broken.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sema_core::lockfile::{AcquireRequest, LockError, LockFile, LockOptions};
+    /// use tokio_util::sync::CancellationToken;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let file = LockFile::new(dir.path().join("deploy.lock"), LockOptions::default());
+    /// let req = AcquireRequest::default();
+    /// let first = file.acquire(&req, Some(Duration::from_secs(5)), CancellationToken::new()).await?;
+    /// // Behind the holder: the wait ends by its deadline with the holder's facts…
+    /// let waited = file.acquire(&req, Some(Duration::from_millis(50)), CancellationToken::new()).await;
+    /// assert!(matches!(waited, Err(LockError::Timeout { .. })));
+    /// // …or at once when it is cancelled.
+    /// let cancel = CancellationToken::new();
+    /// cancel.cancel();
+    /// assert!(matches!(file.acquire(&req, None, cancel).await, Err(LockError::Aborted)));
+    /// first.release()?;
+    /// let second = file.acquire(&req, None, CancellationToken::new()).await?;
+    /// second.release()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire(
         &self,
         req: &AcquireRequest,
@@ -288,6 +315,15 @@ impl LockFile {
         let (tried, tried_place, tried_prepared) = match tried {
             Some(t) if matches!(first, Poll::Ready(Ok(_))) => (t.attempted, t.place, t.prepared),
             _ => (false, None, None),
+        };
+        // Behind a lock of this process whose file was removed or taken over: it is lost now
+        // and its turn comes to the line (see `take_turn_now`); a deadline already passed
+        // still gets the turn so freed.
+        let first = match first {
+            Poll::Pending if lose_held_whose_file_went(&self.key) => {
+                Pin::new(&mut queued).poll(&mut Context::from_waker(Waker::noop()))
+            }
+            first => first,
         };
         let turn = match first {
             Poll::Ready(Ok(p)) => p,

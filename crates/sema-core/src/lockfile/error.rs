@@ -3,7 +3,15 @@
 
 use crate::ErrorCode;
 
-/// Everything a lock-file operation can fail with.
+/// Everything a lock-file operation can fail with. [`LockError::code`] is the stable code
+/// (also the Node package's `error.code`); `Display` is semats' message.
+///
+/// ```
+/// use sema_core::lockfile::{validate_lock_path, LockError};
+/// let e = validate_lock_path("/tmp/../etc/x.lock").unwrap_err();
+/// assert!(matches!(e, LockError::PathTraversal(_)));
+/// assert_eq!(e.code().as_str(), "PATH_TRAVERSAL");
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// The lock is held (by another process, by another waiter in this process, or its holder is

@@ -5,14 +5,19 @@
 //! Only looks, never changes anything: entries are read without following symbolic links (a
 //! symlink is reported as one, with its target as `readlink` tells it, never opened), nothing is
 //! created, broken or locked, and queues are counted from `/proc/locks` (see
-//! [`waiting_processes`](super::queue::waiting_processes)). Files of other users are read as far
+//! `queue::waiting_processes`). Files of other users are read as far
 //! as the permissions allow; an unreadable one is listed as held by an unknown holder, as the
 //! engine would treat it.
 //!
 //! Which entries are locks: every name ending in `.lock` (files and symlinks alike), and any
 //! other regular file whose content parses as a lock (`pid=` and `timestamp=`), except the
-//! `*.tmp` files semats writes before renaming.
+//! `*.tmp` files semats writes before renaming and the internal files of the lock kinds
+//! (a semaphore's slots and tickets, a shared lock's readers, writers and guard: see
+//! [`members`]), which are folded into the lock they belong to.
 
+pub mod members;
+
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -24,6 +29,7 @@ use super::options::LockOptions;
 use super::process::{host_identity, now_unix_secs, probe_liveness, process_args, Liveness};
 use super::queue::waiting_processes;
 use super::stale::{HeldBecause, Observation, StaleBecause, StaleJudgement};
+use members::{member_of, Member};
 
 /// What a listed lock is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +82,18 @@ pub struct ListedLock {
     /// The holder's command line, where the system tells it (see [`process_args`]).
     pub command_line: Option<Vec<String>>,
     /// When the lock was taken, in Unix seconds: a foreign file's `timestamp=`; for ours (whose
-    /// `timestamp=` the heartbeat refreshes) see [`acquired_at`].
+    /// `timestamp=` the heartbeat refreshes) its link time: see `acquired_at`.
     pub since: Option<i64>,
-    /// Processes of this machine standing in its line ([`waiting_processes`]); `None` where
-    /// there is no queue to count.
+    /// Processes of this machine standing in its line (`queue::waiting_processes`), plus the live
+    /// waiters its kind records in files (a semaphore's tickets, a shared lock's waiting
+    /// writers); `None` where there is no queue to count.
     pub waiters: Option<u32>,
+    /// `mutex`, `semaphore` or `shared`, as far as its internal files tell (see [`members`]).
+    pub kind: &'static str,
+    /// A semaphore's or shared lock's live holders; `None` for a mutex.
+    pub holders: Option<u32>,
+    /// The smallest limit named by a live slot of a semaphore.
+    pub limit: Option<u32>,
 }
 
 /// The locks of `dir`, sorted by name, judged with `options` (its `stale_timeout` decides what
@@ -89,7 +102,8 @@ pub fn list_locks(dir: &Path, options: &LockOptions) -> Result<Vec<ListedLock>, 
     let cannot = |e: io::Error| LockError::io(&format!("Cannot list {}", dir.display()), e);
     // The queue names locks by their canonical path: resolve the directory once.
     let canonical = std::fs::canonicalize(dir).map_err(cannot)?;
-    let mut out = Vec::new();
+    let mut bases: BTreeMap<String, Option<ListedLock>> = BTreeMap::new();
+    let mut members_of: BTreeMap<String, Vec<(Member, String)>> = BTreeMap::new();
     for entry in std::fs::read_dir(&canonical).map_err(cannot)? {
         let Ok(entry) = entry else { continue };
         let Ok(name) = entry.file_name().into_string() else {
@@ -99,16 +113,66 @@ pub fn list_locks(dir: &Path, options: &LockOptions) -> Result<Vec<ListedLock>, 
         let Ok(kind) = entry.file_type() else {
             continue;
         };
+        if let Some((base, member)) = member_of(&name) {
+            // Never a symlink: the engine never takes one, so one is nobody's member.
+            if kind.is_file() {
+                members_of
+                    .entry(base.to_owned())
+                    .or_default()
+                    .push((member, name));
+            }
+            continue;
+        }
         let named_lock = name.ends_with(".lock");
         if !(kind.is_symlink() && named_lock || kind.is_file() && !name.ends_with(".tmp")) {
             continue;
         }
-        if let Some(listed) = look(&canonical, &name, named_lock, options) {
-            out.push(listed);
-        }
+        let listed = look(&canonical, &name, named_lock, options);
+        bases.insert(name, listed);
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    for (base, members) in members_of {
+        let looked = look_members(&canonical, members, options);
+        let slot = bases.entry(base).or_insert(None);
+        let lock = match slot {
+            Some(lock) => lock,
+            // A base that is missing (slot 0 free), or whose content is not a lock (a shared
+            // base being replaced), is listed under its name while a member holds or waits.
+            None if looked.iter().any(|(m, _)| m.holds() || m.waits()) => {
+                match look(&canonical, slot_name(&looked), true, options) {
+                    Some(l) => slot.insert(l),
+                    None => continue,
+                }
+            }
+            None => continue,
+        };
+        members::fold(lock, looked);
+    }
+    Ok(bases.into_values().flatten().collect())
+}
+
+/// The base name of looked-at members (they all share it).
+fn slot_name(looked: &[(Member, ListedLock)]) -> &str {
+    looked
+        .first()
+        .and_then(|(_, l)| member_of(&l.name))
+        .map_or("", |(base, _)| base)
+}
+
+/// Looks at each internal file of a lock: only those whose content is a lock count (a file
+/// that only has such a name is nobody's member); the guard and scratch files are not looked at
+/// (they hold or wait for nothing a user asked for).
+fn look_members(
+    dir: &Path,
+    members: Vec<(Member, String)>,
+    options: &LockOptions,
+) -> Vec<(Member, ListedLock)> {
+    members
+        .into_iter()
+        .filter_map(|(member, name)| match member {
+            Member::Guard | Member::Scratch => Some((member, ListedLock::nothing(dir, &name))),
+            _ => look(dir, &name, false, options).map(|l| (member, l)),
+        })
+        .collect()
 }
 
 /// One lock path, whatever its name (the waiting line's facts about the lock it waits for).
@@ -120,7 +184,46 @@ pub fn describe_lock(path: &Path, options: &LockOptions) -> Option<ListedLock> {
         _ => Path::new("."),
     };
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    look(&dir, name, true, options)
+    let mut lock = look(&dir, name, true, options)?;
+    let members: Vec<(Member, String)> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let n = e.file_name().into_string().ok()?;
+            let (base, member) = member_of(&n)?;
+            (base == name && e.file_type().ok()?.is_file()).then_some((member, n))
+        })
+        .collect();
+    members::fold(&mut lock, look_members(&dir, members, options));
+    Some(lock)
+}
+
+impl ListedLock {
+    /// An entry with nothing known but its name (an internal file not looked at).
+    fn nothing(dir: &Path, name: &str) -> ListedLock {
+        ListedLock {
+            name: name.to_owned(),
+            path: dir.join(name),
+            state: ListedState::Free,
+            reason: "not-looked-at",
+            format: "missing",
+            link_target: None,
+            owner_uid: None,
+            pid: None,
+            timestamp: None,
+            tag: None,
+            host: None,
+            this_host: None,
+            holder_running: None,
+            command_line: None,
+            since: None,
+            waiters: None,
+            kind: "mutex",
+            holders: None,
+            limit: None,
+        }
+    }
 }
 
 /// One lock path, or `None` when it is not a lock (another file whose content does not parse).
@@ -150,6 +253,9 @@ fn look(dir: &Path, name: &str, named_lock: bool, options: &LockOptions) -> Opti
         command_line: None,
         since: None,
         waiters: waiting_processes(&path),
+        kind: "mutex",
+        holders: None,
+        limit: None,
         path,
     };
     match observation {

@@ -24,6 +24,35 @@ use super::stale::{
 use super::sys::{self, CreationStrategy, FileId, FsKind};
 
 /// One lock path with its options. Cheap to clone (one shared allocation).
+///
+/// Validate a path from a user first ([`validate_lock_path`](super::validate_lock_path): no
+/// NUL, no `..` segment, the directory resolved), then take the lock without waiting
+/// ([`LockFile::try_acquire`]) or waiting ([`LockFile::acquire`], inside a tokio runtime):
+///
+/// ```
+/// use sema_core::lockfile::{validate_lock_path, AcquireRequest, LockError, LockFile, LockOptions};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let text = dir.path().join("build.lock");
+/// # let text = text.to_str().unwrap_or_default();
+/// let path = validate_lock_path(text)?;
+/// let file = LockFile::new_canonical(path, LockOptions::default());
+///
+/// let held = file.try_acquire(&AcquireRequest { tag: Some("nightly".into()), owner_pid: None })?;
+/// held.start_heartbeat(); // keeps its timestamp young and notices a loss
+/// // A second attempt, here or in another process, is refused with the holder.
+/// match file.try_acquire(&AcquireRequest::default()) {
+///     Err(LockError::AlreadyLocked { holder }) => {
+///         assert_eq!(holder.pid, Some(i64::from(std::process::id())));
+///         assert_eq!(holder.tag.as_deref(), Some("nightly"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert!(held.release()?); // true: this call released it
+/// assert!(!held.release()?); // already released
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct LockFile {
     pub(super) inner: Arc<FileInner>,

@@ -7,7 +7,23 @@ use super::format::LockInfo;
 use super::stale::Reclaim;
 use crate::options;
 
-/// Options of one lock path.
+/// Options of one lock path. The defaults follow semats (1 h stale timeout, 100 ms polling);
+/// change what you need:
+///
+/// ```
+/// use std::time::Duration;
+/// use sema_core::lockfile::LockOptions;
+/// let stale_timeout = Some(Duration::from_secs(60));
+/// let options = LockOptions {
+///     stale_timeout,
+///     // the heartbeat that matches a changed stale timeout
+///     heartbeat: LockOptions::default_heartbeat(stale_timeout),
+///     fsync: false, // e.g. on a scratch disk
+///     ..LockOptions::default()
+/// };
+/// assert_eq!(options.heartbeat, Some(Duration::from_secs(1)));
+/// assert_eq!(options.retry_interval, Duration::from_millis(100));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockOptions {
     /// `None` = never break any lock (semats `null`). Default 3600 s

@@ -8,7 +8,7 @@
 //! - its `token=` is the token of a lock this process holds on that path (the claimant being this
 //!   process), or
 //! - its `host=` is this host identity (hostname, boot id, pid namespace: see
-//!   [`host_identity`](super::host_identity)) **and** its pid is the claimant's **and** its
+//!   [`host_identity`]) **and** its pid is the claimant's **and** its
 //!   recorded `start=` is not contradicted by the claimant's start time (a later process that got
 //!   the same pid is not the holder). This is how a lock recorded for another process of this
 //!   host (the CLI's `--pid`, `run`'s hand-over to its command) is recognised by that process.

@@ -48,6 +48,25 @@ pub(super) fn held_on_key(key: &Path) -> Option<HeldLock> {
     find_held(|h| h.inner.file.key.as_os_str() == key.as_os_str())
 }
 
+/// Before this process refuses the canonical path `key` because one of its own locks holds
+/// it: every lock held here on `key` whose file is gone or no longer ours is found lost now
+/// (reported through the loss channel, its turn freed), instead of at the next heartbeat. Only
+/// when the in-process turn is taken: one `stat` and one `pread` per lock held on `key`.
+/// `true` = at least one was found lost.
+pub(super) fn lose_held_whose_file_went(key: &Path) -> bool {
+    let on_key: Vec<HeldLock> = unpoisoned(&REGISTRY)
+        .values()
+        .filter(|h| h.inner.file.key.as_os_str() == key.as_os_str())
+        .cloned()
+        .collect();
+    // Every one is looked at (not `any`, which would stop at the first lost).
+    let lost = on_key
+        .iter()
+        .filter(|held| held.lose_if_not_on_disk())
+        .count();
+    lost > 0
+}
+
 /// The held lock with this ownership token (none for an empty token). Searched under the
 /// registry's lock: only the match is cloned.
 pub fn held_with_token(token: &str) -> Option<HeldLock> {

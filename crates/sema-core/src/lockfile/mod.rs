@@ -79,6 +79,7 @@ mod queue;
 mod registry;
 mod release;
 mod rng;
+mod semaphore;
 pub mod stale;
 mod sys;
 mod watch;
@@ -105,6 +106,10 @@ pub use registry::{
     held_lock_by_id, held_locks, held_with_token, new_held_id, release_all_held,
     release_all_held_by, report_to_owner, set_loss_hook, take_held_end, HeldEnd, LossCallback,
     NO_OWNER,
+};
+pub use semaphore::{
+    after_grant, may_try, plan, AfterGrant, Line, Plan, Semaphore, SemaphoreNow, SemaphoreStatus,
+    SemaphoreTried, Sibling, SlotName, SlotState, Standing,
 };
 pub use stale::{
     is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,

@@ -377,15 +377,15 @@ impl Semaphore {
     }
 }
 
-/// What a look finds in one slot file: a symlink counts as live (never followed, never
-/// removed: the attempt on it reports `INVALID_PATH`).
+/// What a look finds in one slot file. A symlink counts as dead: the plan tries it, and the
+/// attempt refuses it (`INVALID_PATH`) without following it; the break never removes it.
 fn state_of(file: &LockFile) -> SlotState {
     let observation = file.observe();
     if observation == Observation::Missing {
         return SlotState::Absent;
     }
     if observation == Observation::Symlink {
-        return SlotState::Live;
+        return SlotState::Dead;
     }
     match file.judge_with_presence(&observation) {
         StaleJudgement::Free => SlotState::Absent,

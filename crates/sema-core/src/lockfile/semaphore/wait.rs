@@ -122,9 +122,20 @@ impl Semaphore {
             Round::Failed(e) => SemaphoreNow::Done(Err(e)),
             Round::Busy(_) => {
                 tried.attempted = true;
+                // In the cross-process line during this call: waiters of several processes
+                // are served in the order of their calls.
+                if tried.place.is_none() {
+                    tried.place = queue::create(&self.inner.line_key).map(|q| q.join());
+                }
                 SemaphoreNow::Wait(tried)
             }
         }
+    }
+
+    /// How many processes of this machine stand in this semaphore's line (`None` where there
+    /// is no line): for diagnostics and tests.
+    pub fn waiting_processes(&self) -> Option<u32> {
+        queue::waiting_processes(&self.inner.line_key)
     }
 
     /// [`Semaphore::acquire`] that takes its place in the in-process FIFO now, on the calling

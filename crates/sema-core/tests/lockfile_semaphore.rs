@@ -2,8 +2,9 @@
 //! written as their processes would have written them (a live one names a sleeping child, a
 //! dead one a child that was killed).
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use sema_core::lockfile::*;
@@ -254,4 +255,131 @@ fn limit_zero_is_refused() {
     let d = dir();
     let e = Semaphore::new(lockfile(&d, "s.lock"), 0).err().unwrap();
     assert_eq!(e.kind(), "INVALID_ARGUMENT");
+}
+
+// ─── real processes: this test binary re-invoked as a slot holder (`child_entry`) ───
+
+const CHILD: &str = "SEMA_SEMAPHORE_CHILD";
+
+/// The child side: acquire a slot of `SEMA_LOCK` with limit `SEMA_LIMIT` (waiting, no
+/// deadline), print `HELD`, release on a `release` line. Does nothing as a normal test.
+#[test]
+fn child_entry() {
+    let Ok(lock) = std::env::var(CHILD) else {
+        return;
+    };
+    let limit: u64 = std::env::var("SEMA_LIMIT").unwrap().parse().unwrap();
+    let s = Semaphore::new(LockFile::new(lock.into(), opts()), limit).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = rt
+        .block_on(s.acquire(&req(), None, CancellationToken::new()))
+        .unwrap();
+    held.start_heartbeat();
+    println!("HELD {}", held.path().display());
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).unwrap() > 0 {
+        if line.trim() == "release" {
+            held.release().unwrap();
+            println!("RELEASED");
+            return;
+        }
+        line.clear();
+    }
+}
+
+struct SlotChild {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl SlotChild {
+    fn spawn(lock: &Path, limit: u64) -> SlotChild {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_entry",
+                "--nocapture",
+                "--test-threads",
+                "1",
+                "-q",
+            ])
+            .env(CHILD, lock)
+            .env("SEMA_LIMIT", limit.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        SlotChild { child, out }
+    }
+
+    fn next_line(&mut self, word: &str) -> String {
+        let mut line = String::new();
+        while !line.starts_with(word) {
+            line.clear();
+            assert!(
+                self.out.read_line(&mut line).unwrap() > 0,
+                "child ended early"
+            );
+        }
+        line
+    }
+
+    fn release(&mut self) {
+        writeln!(self.child.stdin.as_mut().unwrap(), "release").unwrap();
+        self.next_line("RELEASED");
+        self.child.wait().unwrap();
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+/// Issue 33, defect 3, with real processes: both slots free, the head of the line stopped
+/// (SIGSTOP): a waiting acquire of another process is served within its `retry_interval` (20
+/// ms here), not when the head runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_head_of_the_line_keeps_no_slot_from_others() {
+    let d = dir();
+    let s = semaphore(&d, 2);
+    let lock = d.path().join("s.lock");
+    let mut a = SlotChild::spawn(&lock, 2);
+    a.next_line("HELD");
+    let mut b = SlotChild::spawn(&lock, 2);
+    b.next_line("HELD");
+    let mut w = SlotChild::spawn(&lock, 2);
+    let mut waited = Duration::ZERO;
+    while s.waiting_processes() != Some(1) {
+        assert!(
+            waited < Duration::from_secs(10),
+            "W never stood in the line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += Duration::from_millis(10);
+    }
+    w.signal("-STOP");
+    a.release();
+    b.release();
+    // No deadline of its own (a deadline's last round would hide a waiter that never polls).
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        s.acquire(&req(), None, CancellationToken::new()),
+    )
+    .await;
+    w.signal("-CONT");
+    let got = got.expect("served behind a stopped head").unwrap();
+    w.next_line("HELD");
+    got.release().unwrap();
+    w.release();
+    assert!(entries(&d).is_empty());
 }

@@ -320,7 +320,7 @@ export interface AcquireOptions {
    * `LIMIT_MISMATCH`, checked at every grant: no grant makes more holders than the smallest limit of the live slots.
    * Waiters are served in the order they started waiting, also across processes (the engine's line per path); a freed
    * slot is seen by a file event, a crashed holder's within `retryInterval`, and a stopped or busy waiting process
-   * keeps a free slot from others for at most one `retryInterval`. See docs/lock-kinds.md.
+   * keeps a free slot from others for at most two `retryInterval`s. See docs/lock-kinds.md.
    */
   limit?: number | undefined
   /**

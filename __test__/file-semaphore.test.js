@@ -425,7 +425,7 @@ describe('issue 33: the limit at every grant, no waiter keeps a free slot', () =
   })
 
   // Issue 33, defect 3. Before: the newcomer waited behind the stopped process's ticket until it ran again (forever).
-  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within its retryInterval', async () => {
+  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within two retryIntervals', async () => {
     const file = tmp.fresh('stopped-head')
     const a = await holder(file, { limit: 2 })
     const b = await holder(file, { limit: 2 })

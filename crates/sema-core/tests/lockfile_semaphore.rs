@@ -346,8 +346,8 @@ impl SlotChild {
 }
 
 /// Issue 33, defect 3, with real processes: both slots free, the head of the line stopped
-/// (SIGSTOP): a waiting acquire of another process is served within its `retry_interval` (20
-/// ms here), not when the head runs again.
+/// (SIGSTOP): a waiting acquire of another process is served within two `retry_interval`s
+/// (20 ms here), not when the head runs again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_head_of_the_line_keeps_no_slot_from_others() {
     let d = dir();

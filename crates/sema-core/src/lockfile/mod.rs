@@ -13,7 +13,9 @@
 //! cross-process line of `queue/`, file events of `watch/`), one attempt at a time in
 //! `attempt.rs`, which breaks stale locks through `breaking.rs` (judged by `stale.rs`). A won
 //! attempt is a [`HeldLock`] (`held.rs`), kept in `registry.rs`, refreshed by `heartbeat.rs`,
-//! ended by `release.rs`. `listing.rs` only looks: the locks of a directory with their judgement
+//! ended by `release.rs`. A counting semaphore ([`Semaphore`], `semaphore/`) is N such lock
+//! files of one base path, taken by the same attempt and held as the same [`HeldLock`]s; its
+//! decisions are the pure functions of `semaphore/plan.rs`. `listing.rs` only looks: the locks of a directory with their judgement
 //! and holder facts (for `ls`, `top` and the waiting line). Every system call goes through `sys/` (and `process/` for process
 //! facts): the only folders that know which system they run on.
 //!

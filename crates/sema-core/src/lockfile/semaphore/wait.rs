@@ -1,8 +1,9 @@
 //! Waiting for a slot: the mutex's machinery on the semaphore's line key. The in-process FIFO
 //! turn first (waiters of one process in call order), then the cross-process line
 //! (`queue/`): the head tries on every file event naming a slot of this limit, a process
-//! behind it at every `retry_interval` (so a stopped or busy head keeps a free slot from the
-//! others for at most that long: [`may_try`]), everyone at the deadline.
+//! behind it when its polls find a slot free twice in a row (so a stopped or busy head keeps a
+//! free slot from the others for at most two `retry_interval`s: [`may_try`]), everyone at the
+//! deadline.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,13 +43,16 @@ pub enum Line {
 }
 
 /// Whether a waiter tries the slots on this wake-up: the head (or a waiter with no line) on
-/// every one, a waiter behind another process only at its poll (`poll_due`: `retry_interval`
-/// passed) or its deadline. So a head that stopped running (SIGSTOP) or whose thread is busy
-/// keeps a free slot from the others for at most one `retry_interval`.
-pub fn may_try(line: Line, poll_due: bool) -> bool {
+/// every one; a waiter behind another process only when `free_polls`, the polls in a row
+/// (this wake-up's included, 0 when it is no poll) that found a slot of its limit free, reach
+/// 2, or at its deadline. The head gets one `retry_interval` to take a freed slot (a hand-off
+/// takes it in well under 1 ms: a waiter behind it polling at that moment would otherwise jump
+/// the line); a head that stopped running (SIGSTOP) or whose thread is busy keeps a free slot
+/// from the others for at most two `retry_interval`s.
+pub fn may_try(line: Line, free_polls: u32) -> bool {
     match line {
         Line::None | Line::Head => true,
-        Line::Behind => poll_due,
+        Line::Behind => free_polls >= 2,
     }
 }
 
@@ -209,7 +213,7 @@ impl Semaphore {
         };
         // The first round: at once unless `acquire_now` just made it, or behind another
         // process (a deadline that has passed still gets its one round).
-        if !attempted && (passed() || may_try(line(place.as_ref()), false)) {
+        if !attempted && (passed() || may_try(line(place.as_ref()), 0)) {
             match self.round_async(req, &mut standing).await {
                 Round::Won(held) => return Ok(held),
                 Round::Failed(e) => return Err(e),
@@ -235,6 +239,11 @@ impl Semaphore {
             .collect();
         let retry = self.inner.base.options.retry_interval.max(MIN_RETRY);
         let mut poll_due = false;
+        // The poll's cadence is kept across wake-ups: events (other slots changing hands) do not
+        // put it off.
+        let mut next_poll = tokio::time::Instant::now() + retry;
+        // Polls in a row that found a slot free (see `may_try`).
+        let mut free_polls = 0;
         loop {
             // Registered BEFORE looking, so a release in between is not missed.
             let mut events: Vec<Pin<Box<Notified<'_>>>> = watched
@@ -248,7 +257,13 @@ impl Semaphore {
             if let Some(c) = changed.as_mut() {
                 c.as_mut().enable();
             }
-            if may_try(line(place.as_deref()), poll_due) {
+            let position = line(place.as_deref());
+            if position == Line::Behind && poll_due {
+                // A mismatch is the head's to meet (and ours once we try): no free slot here.
+                let free = self.is_free().unwrap_or(false);
+                free_polls = if free { free_polls + 1 } else { 0 };
+            }
+            if may_try(position, if poll_due { free_polls } else { 0 }) {
                 match self.round_async(req, &mut standing).await {
                     Round::Won(held) => return Ok(held),
                     Round::Failed(e) => return Err(e),
@@ -276,7 +291,10 @@ impl Semaphore {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
                 _ = any_event => {}
-                _ = tokio::time::sleep(retry) => poll_due = true,
+                _ = tokio::time::sleep_until(next_poll) => {
+                    poll_due = true;
+                    next_poll = tokio::time::Instant::now() + retry;
+                }
                 _ = &mut starving => {} // never completes: it only sets the mark
                 _ = sleep_until_opt(deadline) => {
                     // One last round before giving up, whatever the line says.
@@ -379,12 +397,17 @@ fn closed() -> LockError {
 mod tests {
     use super::*;
 
-    /// Issue 33, defect 3: a waiter behind a head that does not run tries at its poll.
+    /// Issue 33, defect 3: a waiter behind a head that does not run tries once its polls find
+    /// a slot free twice in a row, and not before (the head goes first).
     #[test]
     fn a_waiter_behind_the_head_tries_at_every_poll() {
-        assert!(may_try(Line::Head, false));
-        assert!(may_try(Line::None, false));
-        assert!(!may_try(Line::Behind, false));
-        assert!(may_try(Line::Behind, true));
+        assert!(may_try(Line::Head, 0));
+        assert!(may_try(Line::None, 0));
+        assert!(!may_try(Line::Behind, 0));
+        // One poll finding a slot free: the head may be taking it right now.
+        assert!(!may_try(Line::Behind, 1));
+        // Two in a row: the head did not take it for a whole retry_interval.
+        assert!(may_try(Line::Behind, 2));
+        assert!(may_try(Line::Behind, 3));
     }
 }

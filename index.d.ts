@@ -370,9 +370,10 @@ export interface AcquireOptions {
    * slots (overrides `?limit=`). File: slot 0 is the path itself, slots 1…N-1 sibling lock files
    * `<path>.slot-<i>-of-<N>`, each with the mutex's guarantees; a tool that knows only the lock-file format (`sema`,
    * `semats`, a shell) and takes the path takes one slot. A live slot taken with another limit fails the call with
-   * `LIMIT_MISMATCH`. Waiters are served in the order they started waiting, also across processes (a ticket file
-   * `<path>.queue-…` per waiting process); a freed slot is seen by a file event, a crashed holder's within
-   * `retryInterval`. See docs/lock-kinds.md.
+   * `LIMIT_MISMATCH`, checked at every grant: no grant makes more holders than the smallest limit of the live slots.
+   * Waiters are served in the order they started waiting, also across processes (the engine's line per path); a freed
+   * slot is seen by a file event, a crashed holder's within `retryInterval`, and a stopped or busy waiting process
+   * keeps a free slot from others for at most two `retryInterval`s. See docs/lock-kinds.md.
    */
   limit?: number | undefined
   /**

@@ -11,6 +11,8 @@ const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 const { readSema } = require('../scripts/sema-tool')
 const sema = require('..')
+const native = require('../lib/native')
+const { engineOptions, DEFAULT_CONFIG } = require('../lib/file/engine')
 
 const tmp = u.testDir('semaphore-', { own: true })
 const REAL = readSema()
@@ -19,6 +21,17 @@ const REAL = readSema()
 async function release(h) {
   h.child.stdin.write('release\n')
   await h.out.next(/^released true/)
+}
+
+/** The engine's semaphore of `file` with limit 2 (default options), to read how many processes stand in its line. */
+function lineOf(file, limit = 2) {
+  return new native.NativeSemaphore(file, engineOptions(DEFAULT_CONFIG), limit)
+}
+
+/** Resolves true when `p` settles within `ms`, false otherwise (a window in which something must NOT happen). */
+function settlesWithin(p, ms) {
+  let timer
+  return Promise.race([p.then(() => true), new Promise((r) => (timer = setTimeout(() => r(false), ms)))]).finally(() => clearTimeout(timer))
 }
 
 async function holder(file, options) {
@@ -160,10 +173,9 @@ describe('limit: N on a lock file', () => {
     assert.deepEqual(tmp.left(file), [])
   })
 
-  test('waiting processes are served in the order they started waiting (the cross-process line of tickets)', async () => {
+  test('waiting processes are served in the order they started waiting (the cross-process line)', async () => {
     const file = tmp.fresh('fifo')
-    const dir = path.dirname(file)
-    const tickets = () => fs.readdirSync(dir).filter((n) => n.startsWith(`${path.basename(file)}.queue-`)).length
+    const tickets = () => lineOf(file).waitingProcesses() ?? 0
     const a = await holder(file, { limit: 2 })
     const b = await holder(file, { limit: 2 })
     const waiters = []
@@ -183,7 +195,8 @@ describe('limit: N on a lock file', () => {
     await release(waiters[0])
     await waiters[2].held
     for (const w of waiters.slice(1)) await release(w)
-    assert.deepEqual(tmp.left(file), [], 'no slot or ticket file left')
+    assert.deepEqual(tmp.left(file), [], 'no slot file left')
+    assert.equal(tickets(), 0, 'nobody left in the line')
   })
 
   test('a slot holder ended by SIGTERM releases its slot file on the way out', async () => {
@@ -363,5 +376,79 @@ describe('a symlink planted at a slot file by another user', { skip: !linux ? 'L
       u.rmTmp(shared)
       u.rmTmp(mine)
     }
+  })
+})
+
+describe('issue 33: the limit at every grant, no waiter keeps a free slot', () => {
+  // Issue 33, defect 2. Before (lib/file/slots.js checked the limit once, before waiting): W took slot-1-of-2 beside
+  // C's slot-1-of-3, three holders of a path two of them took with limit 2.
+  test('the limit is checked at every grant: a waiter of limit 2 never becomes a third holder beside a limit-3 slot', async () => {
+    const file = tmp.fresh('every-grant')
+    const a = await holder(file, { limit: 2 })
+    const b = await holder(file, { limit: 2 })
+    const wChild = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2, timeout: 30000, retryInterval: 20 })])
+    const w = { child: wChild, out: u.lines(wChild) }
+    const wHeld = w.out.next(/^held /, 30000)
+    wHeld.catch(() => {})
+    await u.whenFile(file, () => lineOf(file).waitingProcesses() === 1, 10000, 'W in line')
+    // W stopped, so that C comes in the moment B's slot is free, before W runs again.
+    w.child.kill('SIGSTOP')
+    await release(b)
+    const c = await sema.tryAcquire(file, { limit: 3 })
+    assert.equal(c.ok, true, JSON.stringify(c.error))
+    assert.equal(path.basename(c.value._path), `${path.basename(file)}.slot-1-of-3`)
+    w.child.kill('SIGCONT')
+    // 50 of W's polls: none may grant it a slot while A and C hold.
+    assert.equal(await settlesWithin(wHeld, 1000), false, 'W was granted a third slot')
+    assert.ok(!fs.existsSync(`${file}.slot-1-of-2`))
+    // A newcomer of limit 2 is told of C's limit; once C is gone, W gets its slot.
+    assert.equal((await sema.tryAcquire(file, { limit: 2 })).error.type, 'LIMIT_MISMATCH')
+    await c.value.release()
+    await wHeld
+    await release(w)
+    await release(a)
+    assert.deepEqual(tmp.left(file), [])
+  })
+
+  test('a newcomer of another limit gets LIMIT_MISMATCH whichever slot it would take (the message names both limits)', async () => {
+    const file = tmp.fresh('newcomer')
+    const a = await holder(file, { limit: 2 })
+    const b = await holder(file, { limit: 2 })
+    await release(a) // the base is free, slot-1-of-2 held: the check after the grant of the base refuses it
+    const r = await sema.acquire(file, { limit: 3, timeout: 5000 })
+    assert.equal(r.ok, false)
+    assert.equal(r.error.type, 'LIMIT_MISMATCH')
+    assert.match(r.error.message, /held with limit 2, not 3/)
+    assert.doesNotMatch(r.error.message, /undefined/)
+    assert.deepEqual(tmp.left(file).sort(), [`${path.basename(file)}.slot-1-of-2`], 'the base it took for a moment is released')
+    await release(b)
+  })
+
+  // Issue 33, defect 3. Before: the newcomer waited behind the stopped process's ticket until it ran again (forever).
+  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within two retryIntervals', async () => {
+    const file = tmp.fresh('stopped-head')
+    const a = await holder(file, { limit: 2 })
+    const b = await holder(file, { limit: 2 })
+    const wChild = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2, timeout: 60000 })])
+    const w = { child: wChild, out: u.lines(wChild) }
+    const wHeld = w.out.next(/^held /, 60000)
+    wHeld.catch(() => {})
+    await u.whenFile(file, () => lineOf(file).waitingProcesses() === 1, 10000, 'W in line')
+    w.child.kill('SIGSTOP')
+    try {
+      await release(a)
+      await release(b)
+      // Both slots free, W stopped at the head of the line: a waiting acquire (no tryAcquire) still gets one.
+      const n = await sema.acquire(file, { limit: 2, timeout: 20000, retryInterval: 50 })
+      assert.equal(n.ok, true, JSON.stringify(n.error))
+      const wait = await sema.wait(file, { limit: 2, timeout: 20000 })
+      assert.equal(wait.ok, true, 'wait() agrees: a slot is still free')
+      await n.value.release()
+    } finally {
+      w.child.kill('SIGCONT')
+    }
+    await wHeld
+    await release(w)
+    assert.deepEqual(tmp.left(file), [])
   })
 })

@@ -45,7 +45,11 @@ async function wait(target, options) {
 async function waitFile(path, options) {
   const checked = native.checkLockPath(path, false)
   if (!checked.ok) return { ok: false, error: fileError(checked.error, path) }
-  if ((options.limit != null && options.limit > 1) || options.mode != null) return waitFileKind(checked.value, options)
+  if (options.limit != null && options.limit > 1) {
+    const r = await require('./file/slots').waitSlot(checked.value, options)
+    return r.ok || r.error.type !== ErrorCode.TIMEOUT ? r : timeoutFailure(options.timeout)
+  }
+  if (options.mode != null) return waitFileKind(checked.value, options)
   const config = { ...DEFAULT_CONFIG }
   if (options.staleTimeout !== undefined) config.staleTimeout = options.staleTimeout
   if (options.retryInterval != null) config.retryInterval = options.retryInterval
@@ -59,13 +63,13 @@ async function waitFile(path, options) {
 }
 
 /**
- * wait() for a counting semaphore (`limit`) or in a `mode` on a file: until an acquire of that kind would take it
- * (a free slot; no exclusive holder or waiting writer for shared; no holder at all for exclusive), looked at again on
+ * wait() in a `mode` on a file (a counting semaphore's is the engine's: ./file/slots.js waitSlot): until an acquire
+ * of that kind would take it (no exclusive holder or waiting writer for shared; no holder at all for exclusive), looked at again on
  * each file event in the lock's directory naming it or a sibling, and every `retryInterval` (a crashed holder leaves
  * its file behind: the poll finds it dead).
  */
 async function waitFileKind(path, options) {
-  const { slotFree, changes } = require('./file/slots')
+  const { changes } = require('./file/siblings')
   const { freeFor } = require('./file/shared')
   const timeoutMs = acquireTimeoutMs(options.timeout)
   const deadline = timeoutMs === null ? null : Date.now() + timeoutMs
@@ -75,7 +79,7 @@ async function waitFileKind(path, options) {
   try {
     for (;;) {
       if (signal?.aborted) return failureOf(abortedResult(signal))
-      const free = options.limit != null && options.limit > 1 ? await slotFree(path, judged) : { ok: true, value: await freeFor(path, options.mode, judged) }
+      const free = { ok: true, value: await freeFor(path, options.mode, judged) }
       if (!free.ok || free.value) return free.ok ? { ok: true } : free
       const why = await watch.next(deadline, signal)
       if (why === 'timeout') return timeoutFailure(options.timeout)

@@ -187,8 +187,8 @@ function unexpected(error) {
 }
 
 /**
- * acquire / tryAcquire of a file target: a counting semaphore when `limit` is given (./slots.js, whose slots are
- * each taken by acquireMutex), else the mutex.
+ * acquire / tryAcquire of a file target: a counting semaphore when `limit` is given (./slots.js: the core's
+ * Semaphore), else the mutex.
  */
 function acquireFile(target, path, options = {}, how) {
   if (options.mode === 'shared') return require('./shared').acquireShared(target, path, options, how)
@@ -241,12 +241,10 @@ async function releaseFile(path, options = {}) {
   const shared = await require('./shared').releaseSharedByPath(path, options)
   if (shared) return shared
   if (options.limit == null) return releaseMutex(path, options)
-  const { presentSlots } = require('./slots')
-  const base = nodePath.resolve(path)
-  // Only the slot files there now can be released: a visit of each of `limit` slots (up to 1e9) never ended.
-  const present = presentSlots(base, options.limit)
+  const present = require('./slots').presentSlots(path, options)
+  if (!Array.isArray(present)) return { ok: false, error: present.error }
   let r
-  for (const slot of present.length > 0 ? present : [base]) {
+  for (const slot of present.length > 0 ? present : [nodePath.resolve(path)]) {
     r = await releaseMutex(slot, options)
     if (r.ok || (r.error.type !== ErrorCode.NOT_LOCKED && r.error.type !== ErrorCode.PERMISSION_DENIED)) return r
   }
@@ -290,7 +288,11 @@ async function statusFile(target, path, options = {}) {
 async function statusMutex(target, path, options = {}) {
   const { file, error } = openFile(path, options, true)
   if (error) throw toLockError(error)
-  const s = await file.statusAsync()
+  return statusOf(await file.statusAsync(), target)
+}
+
+/** The target API's status shape of a native status (NativeStatus) of one lock file. */
+function statusOf(s, target) {
   return {
     locked: s.locked,
     info: s.info ? lockInfo(s.info) : null,
@@ -303,4 +305,4 @@ async function statusMutex(target, path, options = {}) {
   }
 }
 
-module.exports = { FileLock, acquireFile, acquireMutex, releaseFile, statusFile, statusMutex }
+module.exports = { FileLock, acquireFile, acquireMutex, releaseFile, statusFile, statusMutex, statusOf, configOf, cacheKey, unexpected }

@@ -29,5 +29,6 @@ mod held;
 mod lock_file;
 mod observe;
 mod pool;
+mod semaphore;
 mod settle;
 mod values;

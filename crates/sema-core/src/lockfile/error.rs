@@ -47,6 +47,10 @@ pub enum LockError {
     /// readers accept). `INVALID_ARGUMENT`; the message names the argument and its value.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A counting semaphore's slot is held with another limit (see [`super::Semaphore`]).
+    /// `LIMIT_MISMATCH`; the message names the path, both limits and the slot file.
+    #[error("{0}")]
+    LimitMismatch(String),
     /// An I/O failure. `IO_ERROR` (`PERMISSION_DENIED` when the OS refused us), e.g.
     /// `"Failed to create lock: ..."`.
     #[error("{context}: {source}")]
@@ -101,6 +105,7 @@ impl LockError {
             LockError::PathTraversal(_) => ErrorCode::PathTraversal,
             LockError::LockLost(_) => ErrorCode::LockLost,
             LockError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            LockError::LimitMismatch(_) => ErrorCode::LimitMismatch,
             // The OS refused us (a read-only directory, a file of another user): the caller's
             // rights, not the disk, so the same code as a lock another process holds.
             LockError::Io { source, .. }

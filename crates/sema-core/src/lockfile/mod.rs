@@ -13,7 +13,9 @@
 //! cross-process line of `queue/`, file events of `watch/`), one attempt at a time in
 //! `attempt.rs`, which breaks stale locks through `breaking.rs` (judged by `stale.rs`). A won
 //! attempt is a [`HeldLock`] (`held.rs`), kept in `registry.rs`, refreshed by `heartbeat.rs`,
-//! ended by `release.rs`. `listing.rs` only looks: the locks of a directory with their judgement
+//! ended by `release.rs`. A counting semaphore ([`Semaphore`], `semaphore/`) is N such lock
+//! files of one base path, taken by the same attempt and held as the same [`HeldLock`]s; its
+//! decisions are the pure functions of `semaphore/plan.rs`. `listing.rs` only looks: the locks of a directory with their judgement
 //! and holder facts (for `ls`, `top` and the waiting line). Every system call goes through `sys/` (and `process/` for process
 //! facts): the only folders that know which system they run on.
 //!
@@ -79,6 +81,7 @@ mod queue;
 mod registry;
 mod release;
 mod rng;
+mod semaphore;
 pub mod stale;
 mod sys;
 mod watch;
@@ -105,6 +108,10 @@ pub use registry::{
     held_lock_by_id, held_locks, held_with_token, new_held_id, release_all_held,
     release_all_held_by, report_to_owner, set_loss_hook, take_held_end, HeldEnd, LossCallback,
     NO_OWNER,
+};
+pub use semaphore::{
+    after_grant, may_try, plan, AfterGrant, Line, Plan, Semaphore, SemaphoreNow, SemaphoreStatus,
+    SemaphoreTried, Sibling, SlotName, SlotState, Standing,
 };
 pub use stale::{
     is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,

@@ -65,8 +65,14 @@ async function waitFile(path, options) {
  * its file behind: the poll finds it dead).
  */
 async function waitFileKind(path, options) {
+  if (options.mode != null && !(options.limit != null && options.limit > 1)) {
+    // A mode: the core's look and decision (lib/file/shared.js).
+    const r = await require('./file/shared').waitMode(path, options)
+    if (r.ok) return { ok: true }
+    if (r.error.code === ErrorCode.TIMEOUT) return timeoutFailure(options.timeout)
+    return { ok: false, error: { type: r.error.code, message: r.error.message } }
+  }
   const { slotFree, changes } = require('./file/slots')
-  const { freeFor } = require('./file/shared')
   const timeoutMs = acquireTimeoutMs(options.timeout)
   const deadline = timeoutMs === null ? null : Date.now() + timeoutMs
   const signal = options.signal ?? null
@@ -75,7 +81,7 @@ async function waitFileKind(path, options) {
   try {
     for (;;) {
       if (signal?.aborted) return failureOf(abortedResult(signal))
-      const free = options.limit != null && options.limit > 1 ? await slotFree(path, judged) : { ok: true, value: await freeFor(path, options.mode, judged) }
+      const free = await slotFree(path, judged)
       if (!free.ok || free.value) return free.ok ? { ok: true } : free
       const why = await watch.next(deadline, signal)
       if (why === 'timeout') return timeoutFailure(options.timeout)

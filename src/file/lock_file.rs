@@ -23,9 +23,9 @@ use crate::result::{result, NativeError, NativeResult};
 /// One lock file with its options (the engine's `LockFile`).
 #[napi]
 pub struct NativeLockFile {
-    inner: std::sync::Arc<LockFile>,
+    pub(super) inner: std::sync::Arc<LockFile>,
     /// The JS thread that made it (a JS object never crosses threads): its locks are that thread's.
-    claim: owner::Claim,
+    pub(super) claim: owner::Claim,
 }
 
 #[napi]

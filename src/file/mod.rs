@@ -30,4 +30,5 @@ mod lock_file;
 mod observe;
 mod pool;
 mod settle;
+mod shared;
 mod values;

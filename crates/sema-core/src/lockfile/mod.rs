@@ -79,6 +79,7 @@ mod queue;
 mod registry;
 mod release;
 mod rng;
+pub mod shared;
 pub mod stale;
 mod sys;
 mod watch;
@@ -106,6 +107,7 @@ pub use registry::{
     release_all_held_by, report_to_owner, set_loss_hook, take_held_end, HeldEnd, LossCallback,
     NO_OWNER,
 };
+pub use shared::{Mode, SharedLock, SharedStatus};
 pub use stale::{
     is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,
     ReclaimRule, StaleBecause, StaleContext, StaleJudgement,

@@ -40,7 +40,9 @@ fn mode_of(mode: &str) -> Result<Mode, LockError> {
 
 impl NativeLockFile {
     fn shared(&self) -> SharedLock {
-        SharedLock::new((*self.inner).clone())
+        self.shared
+            .get_or_init(|| SharedLock::new((*self.inner).clone()))
+            .clone()
     }
 }
 

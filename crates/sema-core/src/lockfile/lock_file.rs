@@ -91,9 +91,19 @@ impl LockFile {
         LockFile::with_key(path, key, options)
     }
 
+    /// A lock file in the same directory as this one (`path` canonical already): its file
+    /// system is this one's, so it is not asked again (a shared lock's guard and members).
+    pub(super) fn beside(&self, path: PathBuf, options: LockOptions) -> LockFile {
+        LockFile::with_fs(path.clone(), path, options, self.fs)
+    }
+
     fn with_key(path: PathBuf, key: PathBuf, options: LockOptions) -> LockFile {
-        let fifo = fifo_for(&key);
         let fs = sys::dir_fs_kind(&path);
+        LockFile::with_fs(path, key, options, fs)
+    }
+
+    fn with_fs(path: PathBuf, key: PathBuf, options: LockOptions, fs: FsKind) -> LockFile {
+        let fifo = fifo_for(&key);
         LockFile {
             inner: Arc::new(FileInner {
                 fs,

@@ -46,26 +46,36 @@ pub(super) fn sibling(base: &Path, suffix: &str) -> PathBuf {
 /// The files beside `base` named `<name of base><prefix><16 lowercase hex>`, in name order:
 /// (path, the 16 hex).
 pub(super) fn siblings(base: &Path, prefix: &str) -> Vec<(PathBuf, String)> {
-    let (Some(dir), Some(name)) = (base.parent(), base.file_name()) else {
-        return Vec::new();
-    };
-    let Some(name) = name.to_str() else {
-        return Vec::new();
+    scan(base, &[prefix]).pop().unwrap_or_default()
+}
+
+/// [`siblings`] of each of `prefixes`, from one listing of the directory.
+pub(super) fn scan(base: &Path, prefixes: &[&str]) -> Vec<Vec<(PathBuf, String)>> {
+    let mut out: Vec<Vec<(PathBuf, String)>> = prefixes.iter().map(|_| Vec::new()).collect();
+    let (Some(dir), Some(name)) = (base.parent(), base.file_name().and_then(|n| n.to_str())) else {
+        return out;
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+        return out;
     };
-    let mut out: Vec<(PathBuf, String)> = entries
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let n = e.file_name();
-            let rest = n.to_str()?.strip_prefix(name)?.strip_prefix(prefix)?;
-            let hex = rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit());
-            (hex && !rest.bytes().any(|b| b.is_ascii_uppercase()))
-                .then(|| (e.path(), rest.to_string()))
-        })
-        .collect();
-    out.sort_by(|a, b| a.1.cmp(&b.1));
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let Some(rest) = n.to_str().and_then(|n| n.strip_prefix(name)) else {
+            continue;
+        };
+        for (i, prefix) in prefixes.iter().enumerate() {
+            let Some(hex) = rest.strip_prefix(prefix) else {
+                continue;
+            };
+            let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+            if hex.len() == 16 && hex.bytes().all(lower_hex) {
+                out[i].push((e.path(), hex.to_string()));
+            }
+        }
+    }
+    for list in &mut out {
+        list.sort_by(|a, b| a.1.cmp(&b.1));
+    }
     out
 }
 
@@ -233,8 +243,8 @@ pub(super) fn new_member(base: &LockFile, prefix: &str, clock: bool, bump: u64) 
     } else {
         sys::random_hex(8) // 8 bytes: 16 hex digits
     };
-    LockFile::new_canonical(
-        sibling(base.path(), &format!("{prefix}{hex}")),
+    base.beside(
+        sibling(&base.key, &format!("{prefix}{hex}")),
         member_options(base.options()),
     )
 }
@@ -280,17 +290,21 @@ pub(super) fn take_ticket(
     Err(last.unwrap_or(LockError::Aborted))
 }
 
-/// Counts of live tickets ahead of `mine` (all without one): (writers, all).
-pub(super) fn tickets_ahead(base: &LockFile, mine: Option<&str>) -> (usize, usize) {
-    let writers = live_members(base, WRITER_TICKET_PREFIX)
-        .into_iter()
-        .filter(|(_, n)| older(n, mine))
-        .count();
-    let readers = live_members(base, READER_TICKET_PREFIX)
-        .into_iter()
-        .filter(|(_, n)| older(n, mine))
-        .count();
-    (writers, writers + readers)
+/// Counts of live tickets ahead of `mine` (all without one) among the listed `writers` and
+/// `readers` tickets: (writers, all). Only tickets ahead are judged (and removed when dead).
+pub(super) fn tickets_ahead(
+    base: &LockFile,
+    writers: &[(PathBuf, String)],
+    readers: &[(PathBuf, String)],
+    mine: Option<&str>,
+) -> (usize, usize) {
+    let live_ahead = |list: &[(PathBuf, String)]| {
+        list.iter()
+            .filter(|(p, n)| older(n, mine) && member_live(base, p))
+            .count()
+    };
+    let w = live_ahead(writers);
+    (w, w + live_ahead(readers))
 }
 
 // ─── the shared holders of this process: the heartbeat's and the release's hooks ───

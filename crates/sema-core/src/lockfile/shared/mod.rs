@@ -79,7 +79,7 @@ pub struct SharedStatus {
 impl SharedLock {
     /// The shared lock at `base`'s path, with its options (for the member files too).
     pub fn new(base: LockFile) -> SharedLock {
-        let guard = LockFile::new_canonical(
+        let guard = base.beside(
             group::sibling(&base.key, group::GUARD_SUFFIX),
             group::member_options(base.options()),
         );
@@ -94,13 +94,27 @@ impl SharedLock {
     /// One look under the guard and its step. `ticket`: the caller's place in the line.
     fn look(&self, mode: Mode, ticket: Option<&Ticket>) -> (Scene, Step) {
         let seen = group::read_base(&self.base);
+        let [readers, writer_tickets, reader_tickets]: [Vec<(PathBuf, String)>; 3] = group::scan(
+            &self.base.key,
+            &[
+                group::READER_PREFIX,
+                group::WRITER_TICKET_PREFIX,
+                group::READER_TICKET_PREFIX,
+            ],
+        )
+        .try_into()
+        .unwrap_or_default();
         let live_readers = if seen.base == Base::Shared {
-            group::live_members(&self.base, group::READER_PREFIX).len()
+            readers
+                .iter()
+                .filter(|(p, _)| group::member_live(&self.base, p))
+                .count()
         } else {
             0
         };
         let mine = ticket.map(|t| t.name.as_str());
-        let (writers_ahead, waiters_ahead) = group::tickets_ahead(&self.base, mine);
+        let (writers_ahead, waiters_ahead) =
+            group::tickets_ahead(&self.base, &writer_tickets, &reader_tickets, mine);
         let scene = Scene {
             base: seen.base,
             live_readers,
@@ -351,7 +365,13 @@ impl SharedLock {
             ),
             _ => (Some(Mode::Exclusive), Vec::new()),
         };
-        let (_, waiting) = group::tickets_ahead(&self.base, None);
+        let [writer_tickets, reader_tickets]: [Vec<(PathBuf, String)>; 2] = group::scan(
+            &self.base.key,
+            &[group::WRITER_TICKET_PREFIX, group::READER_TICKET_PREFIX],
+        )
+        .try_into()
+        .unwrap_or_default();
+        let (_, waiting) = group::tickets_ahead(&self.base, &writer_tickets, &reader_tickets, None);
         SharedStatus {
             status,
             mode,
@@ -469,7 +489,7 @@ pub(crate) fn judge_shared_base(base: &LockFile) -> StaleJudgement {
 /// that no reader joins the group in between; `None` when the guard is busy (or the group is
 /// alive again under it).
 pub(crate) fn guard_for_break(base: &LockFile) -> Option<BreakGuard> {
-    let guard = LockFile::new_canonical(
+    let guard = base.beside(
         group::sibling(&base.key, group::GUARD_SUFFIX),
         group::member_options(base.options()),
     );

@@ -377,13 +377,14 @@ export interface AcquireOptions {
    */
   limit?: number | undefined
   /**
-   * `'shared'`: one of many shared holders, or one `'exclusive'` holder. Writer preference: while an exclusive request
-   * waits, no new shared holder joins (a stream of readers cannot starve it); readers arriving then wait behind it.
-   * Absent: the plain mutex; it waits for shared holders all the same (on dflockd it is then taken as a writer).
-   * File: while any shared holder holds, the path exists in the lock-file format (a `mode=shared` line), names a
-   * live shared holder and is kept young by their heartbeat, so `sema`/`semats` wait and `sema try` is refused;
-   * each shared holder also holds a sibling `<path>.reader-<hex>`; a crashed one is reclaimed at once by
-   * `'shared'`/`'exclusive'` acquirers (by other tools and the plain mutex only after `staleTimeout`). Not with
+   * `'shared'`: one of many shared holders, or one `'exclusive'` holder. Absent: the plain mutex; it waits for
+   * shared holders all the same (on dflockd it is then taken as a writer).
+   * File: FIFO between the kinds (a waiter of either kind is served once the requests that arrived before it have
+   * held and released: neither kind starves). While any shared holder holds, the path exists in the lock-file format
+   * (a `mode=shared` line), names a live shared holder and is kept young by their heartbeat, so `sema`/`semats` and
+   * the plain mutex wait and `sema try` is refused; each shared holder also holds a sibling `<path>.reader-<hex>`;
+   * when all of them were killed, every acquirer of ours (shared, exclusive, the plain mutex) takes the path at once
+   * (other tools after their stale timeout). Without `timeout` an acquire never resolves `TIMEOUT`. Not with
    * `pid`, nor `'shared'` with `limit` (`INVALID_ARGUMENT`). dflockd (overrides `?mode=`): reader slots on the key
    * (a semaphore of 16) and a gate mutex `<key>/gate`, at most 16 readers at once; does not combine with `limit`. See
    * docs/lock-kinds.md.

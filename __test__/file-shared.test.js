@@ -2,8 +2,9 @@
 // Shared (reader/writer) locks on lock files (`mode: 'shared' | 'exclusive'`), with real child processes and the
 // real `sema`: 4 readers at once and an exclusive waiting for them; while readers hold, the path exists and names a
 // live reader, so `sema try` is refused (also after the named reader released or was SIGKILLed); crashed readers
-// are reclaimed at once; a waiting exclusive is not starved by readers arriving after it (writer preference); a
-// symlink planted by another user at the sibling files is never followed.
+// are reclaimed at once; a waiting exclusive is not starved by readers arriving after it, nor readers by looping
+// writers (FIFO between the kinds, in the core); a symlink planted by another user at the sibling files is never
+// followed; issue 33's defects 1, 4, 5 and 6, each of which failed before the core owned the shared lock.
 
 const { describe, test } = require('node:test')
 const assert = require('node:assert/strict')
@@ -295,7 +296,7 @@ describe("mode: 'shared' on a lock file", () => {
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 describe('symlinks planted next to a shared lock by another user', { skip: !linux ? 'Linux only' : !root ? 'needs root' : false }, () => {
-  test('at the guard: refused (INVALID_PATH); at the path: held, never followed', async () => {
+  test('at the guard and at the path: refused (INVALID_PATH), never followed', async () => {
     const shared = fs.realpathSync(u.mkTmp('shared-sticky-'))
     fs.chmodSync(shared, 0o1777)
     const mine = fs.realpathSync(u.mkTmp('shared-victim-'))
@@ -314,8 +315,9 @@ describe('symlinks planted next to a shared lock by another user', { skip: !linu
       }
       const b = path.join(shared, 'b.lock')
       asNobody('ln', '-s', victim, b)
+      // Refused as the mutex refuses a link at its path (the core's one rule for both).
       const r = await sema.tryAcquire(b, { mode: 'shared' })
-      assert.equal(r.error.type, 'ALREADY_LOCKED', JSON.stringify(r.error))
+      assert.equal(r.error.type, 'INVALID_PATH', JSON.stringify(r.error))
       assert.equal(fs.readFileSync(victim, 'utf8'), 'secret\n')
       assert.equal(fs.statSync(victim).mtimeMs, mtime)
       assert.ok(fs.lstatSync(b).isSymbolicLink())
@@ -323,5 +325,103 @@ describe('symlinks planted next to a shared lock by another user', { skip: !linu
       u.rmTmp(shared)
       u.rmTmp(mine)
     }
+  })
+})
+
+// Issue 33's defects of the JavaScript implementation, each with real processes (each of these failed before the
+// shared lock moved into the core: see the commit that added them).
+describe('issue 33: shared locks owned by the core', () => {
+  test('defect 1: a SIGKILLed exclusive or mutex holder is reclaimed at once by a shared acquire; wait and status agree', async () => {
+    for (const holderMode of ['exclusive', undefined]) {
+      const file = tmp.fresh(`dead-${holderMode ?? 'mutex'}`)
+      const h = await holder(file, holderMode ? { mode: holderMode } : {})
+      h.child.kill('SIGKILL')
+      await u.waitExit(h.child, 10000)
+      const s = await sema.status(file)
+      assert.equal(s.isStale, true, JSON.stringify(s))
+      assert.equal((await sema.wait(file, { mode: 'shared', timeout: 5000 })).ok, true)
+      // Before: waited forever (here: TIMEOUT after 5 s) while wait() said free.
+      const r = await sema.acquire(file, { mode: 'shared', timeout: 5000 })
+      assert.equal(r.ok, true, JSON.stringify(r.error))
+      await r.value.release()
+      assert.deepEqual(tmp.left(file), [])
+    }
+  })
+
+  test('defect 4: after every reader was SIGKILLed, the plain mutex takes the path at once and status says why', async () => {
+    const file = tmp.fresh('dead-readers')
+    const readers = await Promise.all([1, 2].map(() => holder(file, { mode: 'shared' })))
+    for (const r of readers) r.child.kill('SIGKILL')
+    for (const r of readers) await u.waitExit(r.child, 10000)
+    const s = await sema.status(file)
+    // Before: locked, not stale, reclaimable by age after the stale timeout (1 h).
+    assert.equal(s.locked, true)
+    assert.equal(s.isStale, true, JSON.stringify(s))
+    assert.equal(s.reclaimRule, 'holder-dead')
+    assert.ok(s.reclaimableAt <= Math.floor(Date.now() / 1000) + 1, JSON.stringify(s))
+    const r = await sema.acquire(file, { timeout: 5000 })
+    assert.equal(r.ok, true, JSON.stringify(r.error))
+    await r.value.release()
+  })
+
+  test('defect 5: a shared or exclusive acquire without a timeout never ends in TIMEOUT while the guard holder is stopped', { skip: process.platform === 'win32' }, async () => {
+    const file = tmp.fresh('stopped-guard')
+    const guard = await holder(`${file}.rw-guard`, {})
+    guard.child.kill('SIGSTOP')
+    try {
+      const shared = sema.acquire(file, { mode: 'shared' })
+      const exclusive = sema.acquire(file, { mode: 'exclusive' })
+      // Before: both resolved TIMEOUT "Timeout waiting for lock after undefinedms" after 30 s.
+      const after = await Promise.race([
+        Promise.all([shared, exclusive]).then((rs) => rs.map((r) => (r.ok ? 'held' : `${r.error.type}: ${r.error.message}`))),
+        new Promise((resolve) => setTimeout(() => resolve('pending'), 32_000)),
+      ])
+      assert.equal(after, 'pending', JSON.stringify(after))
+      guard.child.kill('SIGKILL') // its guard is reclaimed at once
+      const a = await u.within(shared, 10000, 'the shared acquire')
+      assert.equal(a.ok, true, JSON.stringify(a.error))
+      await a.value.release()
+      const b = await u.within(exclusive, 10000, 'the exclusive acquire')
+      assert.equal(b.ok, true, JSON.stringify(b.error))
+      await b.value.release()
+    } finally {
+      guard.child.kill('SIGKILL')
+    }
+    // A deadline does time out, naming it.
+    const held = await sema.acquire(file, { mode: 'exclusive' })
+    const t = await sema.acquire(file, { mode: 'shared', timeout: 50 })
+    assert.equal(t.error.type, 'TIMEOUT')
+    assert.equal(t.error.message, 'Timeout waiting for lock after 50ms')
+    await held.value.release()
+  })
+
+  test('defect 6: 3 writers looping 40 ms holds do not starve 3 readers (each served while the writers loop)', async () => {
+    const file = tmp.fresh('starve')
+    const stop = path.join(path.dirname(file), 'stop')
+    const writer = `
+      const fs = require('node:fs')
+      const sema = require(${JSON.stringify(path.resolve(__dirname, '..'))})
+      ;(async () => {
+        let n = 0
+        while (!fs.existsSync(${JSON.stringify(stop)})) {
+          const r = await sema.acquire(${JSON.stringify(file)}, { mode: 'exclusive', timeout: 60000 })
+          if (!r.ok) { console.log('failed ' + JSON.stringify(r.error)); process.exit(1) }
+          if (++n === 1) console.log('looping')
+          await new Promise((res) => setTimeout(res, 40)) // the writer's work while it holds
+          await r.value.release()
+        }
+        console.log('done ' + n)
+      })()`
+    const writers = [1, 2, 3].map(() => u.spawnTracked(process.execPath, ['-e', writer]))
+    await Promise.all(writers.map((w) => u.lines(w).next(/^looping/, 30000)))
+    // Before: 0 of 3 readers served in 15 s.
+    const readers = await Promise.all([1, 2, 3].map(() => sema.acquire(file, { mode: 'shared', timeout: 15000 })))
+    fs.writeFileSync(stop, '')
+    for (const r of readers) assert.equal(r.ok, true, JSON.stringify(r.error))
+    for (const r of readers) await r.value.release()
+    const outs = await Promise.all(writers.map((w) => u.waitExit(w, 60000, 'writer')))
+    for (const o of outs) assert.equal(o.code, 0, o.stdout + o.stderr)
+    fs.unlinkSync(stop)
+    assert.deepEqual(tmp.left(file), [])
   })
 })

@@ -62,32 +62,13 @@ async function waitFile(path, options) {
   return { ok: false, error: fileError(r.error, checked.value) }
 }
 
-/**
- * wait() in a `mode` on a file (a counting semaphore's is the engine's: ./file/slots.js waitSlot): until an acquire
- * of that kind would take it (no exclusive holder or waiting writer for shared; no holder at all for exclusive), looked at again on
- * each file event in the lock's directory naming it or a sibling, and every `retryInterval` (a crashed holder leaves
- * its file behind: the poll finds it dead).
- */
+/** wait() in a `mode` on a file: the core's look and decision (lib/file/shared.js waitMode), as a counting
+ * semaphore's is (lib/file/slots.js waitSlot). */
 async function waitFileKind(path, options) {
-  const { changes } = require('./file/siblings')
-  const { freeFor } = require('./file/shared')
-  const timeoutMs = acquireTimeoutMs(options.timeout)
-  const deadline = timeoutMs === null ? null : Date.now() + timeoutMs
-  const signal = options.signal ?? null
-  const judged = { staleTimeout: options.staleTimeout ?? DEFAULT_CONFIG.staleTimeout, limit: options.limit }
-  const watch = changes(path, options.retryInterval ?? DEFAULT_CONFIG.retryInterval)
-  try {
-    for (;;) {
-      if (signal?.aborted) return failureOf(abortedResult(signal))
-      const free = { ok: true, value: await freeFor(path, options.mode, judged) }
-      if (!free.ok || free.value) return free.ok ? { ok: true } : free
-      const why = await watch.next(deadline, signal)
-      if (why === 'timeout') return timeoutFailure(options.timeout)
-      if (why === 'aborted') return failureOf(abortedResult(signal))
-    }
-  } finally {
-    watch.close()
-  }
+  const r = await require('./file/shared').waitMode(path, options)
+  if (r.ok) return { ok: true }
+  if (r.error.code === ErrorCode.TIMEOUT) return timeoutFailure(options.timeout)
+  return { ok: false, error: { type: r.error.code, message: r.error.message } }
 }
 
 async function waitDflockd(target, options) {

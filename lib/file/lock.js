@@ -12,7 +12,7 @@ const { withAbort } = require('../abort')
 const { onLockEnded } = require('../losses')
 const { engineOptions, lockInfo, acquireTimeoutMs, installExitHook, DEFAULT_CONFIG, PLAIN_FORMAT } = require('./engine')
 const { ErrorCode } = require('../codes')
-const { settledAcquire } = require('./settle')
+const { settledAcquire, settledAcquireMode } = require('./settle')
 
 // ─── loss notification: one native callback for every held lock, dispatched by lock id ───
 
@@ -47,11 +47,13 @@ function settle(handle, id, fresh) {
 class FileLock extends LockHandle {
   #id
   #path
+  #shared
 
-  constructor(held, target, onLost, path) {
+  constructor(held, target, onLost, path, shared = false) {
     super({ target, backend: 'file', pid: held.pid, timestamp: held.timestamp, tag: held.tag ?? undefined, token: held.token, onLost })
     this.#id = held.id
     this.#path = path
+    this.#shared = shared
     handles.set(held.id, this)
     settle(this, held.id, true)
   }
@@ -62,6 +64,11 @@ class FileLock extends LockHandle {
    */
   get _path() {
     return this.#path
+  }
+
+  /** A shared hold (its engine lock is a reader's file beside `_path`). */
+  get _shared() {
+    return this.#shared
   }
 
   /** The value, or a promise of it when the release runs off this thread (LockHandle#release awaits either). */
@@ -191,8 +198,10 @@ function unexpected(error) {
  * Semaphore), else the mutex.
  */
 function acquireFile(target, path, options = {}, how) {
-  if (options.mode === 'shared') return require('./shared').acquireShared(target, path, options, how)
-  if (options.mode === 'exclusive') return require('./shared').acquireExclusive(target, path, options, how)
+  if (options.mode != null) {
+    const refused = require('./shared').refusedWithLimit(options)
+    if (refused) return Promise.resolve(refused)
+  }
   if (options.limit != null) return require('./slots').acquireSlot(target, path, options, how)
   return acquireMutex(target, path, options, how)
 }
@@ -216,7 +225,7 @@ async function acquireMutex(target, path, options = {}, { wait }) {
     return { ok: false, error: fileError(r.error, nodePath.resolve(path)) }
   }
   installExitHook()
-  return { ok: true, value: new FileLock(r.value, target, options.onLost, opened.resolved) }
+  return { ok: true, value: new FileLock(r.value, target, options.onLost, opened.resolved, options.mode === 'shared') }
 }
 
 /**
@@ -226,6 +235,15 @@ async function acquireMutex(target, path, options = {}, { wait }) {
 function attempt(file, options, wait) {
   const tag = options.tag ?? undefined
   const ownerPid = options.pid ?? undefined
+  // A mode (a shared lock, ./shared.js): the core's SharedLock of the path.
+  const mode = options.mode ?? undefined
+  if (mode !== undefined) {
+    return wait
+      ? withAbort(options.signal, (cancelId) =>
+          settledAcquireMode(file, mode, tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
+        )
+      : withAbort(options.signal, () => file.tryAcquireMode(mode, tag, ownerPid))
+  }
   return wait
     ? withAbort(options.signal, (cancelId) =>
         settledAcquire(file, tag, ownerPid, acquireTimeoutMs(options.timeout) ?? undefined, cancelId ?? undefined),
@@ -305,4 +323,9 @@ function statusOf(s, target) {
   }
 }
 
-module.exports = { FileLock, acquireFile, acquireMutex, releaseFile, statusFile, statusMutex, statusOf, configOf, cacheKey, unexpected }
+/** This thread's shared holds of the lock at the absolute path `path` (for a release by path). */
+function sharedHandlesOf(path) {
+  return [...handles.values()].filter((h) => h._shared && h._path === path)
+}
+
+module.exports = { FileLock, acquireFile, acquireMutex, releaseFile, statusFile, statusMutex, statusOf, configOf, cacheKey, unexpected, openFile, sharedHandlesOf }

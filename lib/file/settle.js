@@ -28,4 +28,14 @@ function settledAcquire(file, tag, ownerPid, timeoutMs, cancelId) {
   return new Promise((resolve) => pending.set(id, resolve))
 }
 
-module.exports = { settledAcquire }
+/** NativeLockFile#acquireMode (a shared lock's acquire: always answered through the channel) as a promise. */
+function settledAcquireMode(file, mode, tag, ownerPid, timeoutMs, cancelId) {
+  lastId = (lastId + 1) >>> 0
+  const id = lastId
+  const now = file.acquireMode(mode, tag, ownerPid, timeoutMs, cancelId, settler, id)
+  if (now !== null) return Promise.resolve(now)
+  if (pending.size === 0) settler.keepAlive(true)
+  return new Promise((resolve) => pending.set(id, resolve))
+}
+
+module.exports = { settledAcquire, settledAcquireMode }

@@ -10,7 +10,7 @@ const nodePath = require('node:path')
 const target = require('../target')
 const { listDir } = require('../cli/ls')
 const { stemOf, nameOfStem, encodeName, decodeName } = require('./names')
-const { readersOf } = require('../file/shared')
+const { sharedOf } = require('../file/shared')
 const { ErrorCode } = require('../codes')
 
 const TAG = /^web-lock mode=(exclusive|shared) client=(\S+)(?: name=(\S*))?$/
@@ -88,9 +88,11 @@ class FileBackend {
       if (name === undefined) continue // a hashed long name whose holder did not write it
       // This thread's own requests are listed from its state (other threads of this process are other clients).
       const mine = tag !== null && tag[2] === clientId
+      // Every request names a mode (shared or exclusive): the core's shared lock of the path says who holds and waits.
+      const shared = await sharedOf(nodePath.join(this.dir, l.name))
       if (l.state === 'held' && tag?.[1] === 'shared') {
         // A shared lock file names one of its holders: each one (its own file beside it) is listed instead.
-        for (const r of await readersOf(nodePath.join(this.dir, l.name))) {
+        for (const r of shared.readers) {
           const rt = r.tag == null ? null : TAG.exec(r.tag)
           if (rt !== null && rt[2] === clientId) continue
           held.push({ name, ...(rt ? { mode: rt[1], clientId: rt[2] } : { mode: 'shared' }), pid: r.pid, host: l.host ?? undefined })
@@ -103,9 +105,11 @@ class FileBackend {
         }
         held.push({ ...entry, pid: l.pid ?? undefined, host: l.host ?? undefined })
       }
-      // The engine counts waiting processes, not requests; this thread stands in the line when one of its requests
-      // waits for the backend.
-      const waiting = (l.waiters ?? 0) - (local(name).some((r) => r.state !== 'held') ? 1 : 0)
+      // The mutex's line counts waiting processes (a request without a mode, from another front end); the shared
+      // lock's line counts requests, this thread's own among them (one per request of it waiting for the backend,
+      // which query() lists from its own state).
+      const mineWaiting = local(name).filter((r) => r.state === 'waiting').length
+      const waiting = (l.waiters ?? 0) + Math.max(0, shared.waiting - mineWaiting)
       for (let i = 0; i < waiting; i++) pending.push({ name })
     }
     return { held, pending }

@@ -23,9 +23,11 @@ use crate::result::{result, NativeError, NativeResult};
 /// One lock file with its options (the engine's `LockFile`).
 #[napi]
 pub struct NativeLockFile {
-    inner: std::sync::Arc<LockFile>,
+    pub(super) inner: std::sync::Arc<LockFile>,
     /// The JS thread that made it (a JS object never crosses threads): its locks are that thread's.
-    claim: owner::Claim,
+    pub(super) claim: owner::Claim,
+    /// The path as a shared lock (`mode`), made on first use (./shared.rs).
+    pub(super) shared: std::sync::OnceLock<sema_core::lockfile::SharedLock>,
 }
 
 #[napi]
@@ -41,7 +43,11 @@ impl NativeLockFile {
             LockFile::new_canonical(PathBuf::from(path), engine_options(&options))
                 .with_extra_keys(!options.plain_format.unwrap_or(false)),
         );
-        Ok(NativeLockFile { inner, claim })
+        Ok(NativeLockFile {
+            inner,
+            claim,
+            shared: std::sync::OnceLock::new(),
+        })
     }
 
     #[napi]

@@ -31,4 +31,5 @@ mod observe;
 mod pool;
 mod semaphore;
 mod settle;
+mod shared;
 mod values;

@@ -8,6 +8,7 @@ use super::error::LockError;
 use super::format::LockInfo;
 use super::lock_file::{observation_from, LockFile};
 use super::queue;
+use super::shared::{bytes_are_shared_base, guard_for_break, judge_shared_base};
 use super::stale::{judge, OsProbe, StaleJudgement};
 use super::sys::{self, ExclusiveLock, FileSig};
 
@@ -63,10 +64,26 @@ impl LockFile {
         };
         let observation = observation_from(bytes.as_deref(), &meta);
         let holder = observation.info().cloned();
-        let judgement = judge(&observation, &self.stale_context(), &OsProbe);
+        // A shared lock's base is judged by its readers, and broken only under its guard, so
+        // that no reader joins the group between the judgement and the unlink.
+        let shared_base = holder.as_ref().is_some_and(|i| i.host.is_none())
+            && bytes.as_deref().is_some_and(bytes_are_shared_base);
+        let judgement = if shared_base {
+            judge_shared_base(self)
+        } else {
+            judge(&observation, &self.stale_context(), &OsProbe)
+        };
         if !matches!(judgement, StaleJudgement::Stale(_)) {
             return Examined::Held(holder, sig);
         }
+        let _group_guard = if shared_base {
+            match guard_for_break(self) {
+                Some(g) => Some(g),
+                None => return Examined::Held(holder, None),
+            }
+        } else {
+            None
+        };
         // Judged stale: never cache this file as held (it is re-examined on the next look).
         let presence = sys::presence(&file);
         if presence == sys::Presence::Holder {

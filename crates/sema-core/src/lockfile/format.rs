@@ -246,6 +246,39 @@ pub fn parse_lock_info(content: &str) -> Result<LockInfo, ParseError> {
     })
 }
 
+/// The line that makes a lock file a shared lock's *base* (see `shared`): the readers' group,
+/// whose holders are the live `<path>.reader-<hex>` files, not the pid it names.
+pub const SHARED_BASE_LINE: &str = "mode=shared";
+
+/// Whether `content` is a shared base: its last `mode=` line (semats' parse rules: trimmed,
+/// split at the first `=`, the last duplicate wins) says `shared`.
+pub fn is_shared_base(content: &str) -> bool {
+    let mut shared = false;
+    for line in content.split('\n') {
+        let trimmed = js_trim(line);
+        if let Some(value) = trimmed.strip_prefix("mode=") {
+            shared = value == "shared";
+        }
+    }
+    shared
+}
+
+/// The bytes of a shared base naming `pid` (a live reader) at `timestamp`: semats' three keys
+/// and the mode line, no `host=`/`token=`, so that `sema` and `semats` judge it by age (kept
+/// young by the readers' heartbeat) and by that pid.
+pub fn serialize_shared_base(pid: i64, timestamp: i64, tag: Option<&str>) -> String {
+    let info = LockInfo {
+        pid,
+        timestamp,
+        tag: tag.map(str::to_string),
+        ..LockInfo::default()
+    };
+    let mut out = info.serialize();
+    out.push_str(SHARED_BASE_LINE);
+    out.push('\n');
+    out
+}
+
 /// Decode bytes the way Node's `readFileSync(path, 'utf-8')` does: invalid UTF-8 becomes
 /// U+FFFD, a BOM is kept (the parser trims it).
 pub fn read_lock_bytes_lossy(bytes: &[u8]) -> String {

@@ -51,7 +51,12 @@ impl HeldInner {
     /// at the next beat.
     pub(super) fn heartbeat_tick(&self) -> bool {
         let mut state = unpoisoned(&self.state);
-        self.rewrite_if_ours(&mut state, |_| {}).unwrap_or(true)
+        let written = self.rewrite_if_ours(&mut state, |_| {});
+        drop(state);
+        if matches!(written, Ok(true)) {
+            super::shared::after_beat(self.id); // a reader's file: its base too
+        }
+        written.unwrap_or(true)
     }
 }
 

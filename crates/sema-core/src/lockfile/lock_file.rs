@@ -19,7 +19,8 @@ use super::paths::canonical_key;
 use super::process::{current_pid, host_identity, now_unix_secs};
 use super::registry::holds;
 use super::stale::{
-    judge, reclaim, HeldBecause, Observation, OsProbe, StaleContext, StaleJudgement,
+    judge, reclaim, HeldBecause, Observation, OsProbe, Reclaim, ReclaimRule, StaleContext,
+    StaleJudgement,
 };
 use super::sys::{self, CreationStrategy, FileId, FsKind};
 
@@ -119,9 +120,19 @@ impl LockFile {
         LockFile::with_key(path, key, options)
     }
 
+    /// A lock file in the same directory as this one (`path` canonical already): its file
+    /// system is this one's, so it is not asked again (a shared lock's guard and members).
+    pub(super) fn beside(&self, path: PathBuf, options: LockOptions) -> LockFile {
+        LockFile::with_fs(path.clone(), path, options, self.fs)
+    }
+
     fn with_key(path: PathBuf, key: PathBuf, options: LockOptions) -> LockFile {
-        let fifo = fifo_for(&key);
         let fs = sys::dir_fs_kind(&path);
+        LockFile::with_fs(path, key, options, fs)
+    }
+
+    fn with_fs(path: PathBuf, key: PathBuf, options: LockOptions, fs: FsKind) -> LockFile {
+        let fifo = fifo_for(&key);
         LockFile {
             inner: Arc::new(FileInner {
                 fs,
@@ -226,7 +237,9 @@ impl LockFile {
         )
     }
 
-    /// semats' `status()` (see [`LockStatus`]).
+    /// semats' `status()` (see [`LockStatus`]). A shared lock's base (see
+    /// [`SharedLock`](super::SharedLock)) is judged by its readers: held while one is live, and
+    /// reclaimable at once (`HolderDead`) when all died.
     pub fn status(&self) -> LockStatus {
         let observation = self.observe();
         let judgement = self.judge_with_presence(&observation);
@@ -234,13 +247,38 @@ impl LockFile {
         let is_owned_by_current_process = info
             .as_ref()
             .is_some_and(|i| self.is_mine(i, current_pid()));
+        let ctx = self.stale_context();
+        let reclaim = if self.is_shared_base(&observation) {
+            Some(Reclaim {
+                rule: ReclaimRule::HolderDead,
+                at_unix_secs: judgement.is_stale().then_some(ctx.now_unix_secs),
+            })
+        } else {
+            reclaim(&observation, judgement, &ctx)
+        };
         LockStatus {
             locked: !matches!(observation, Observation::Missing),
             info,
             is_stale: judgement.is_stale(),
             is_owned_by_current_process,
-            reclaim: reclaim(&observation, judgement, &self.stale_context()),
+            reclaim,
         }
+    }
+
+    /// Whether `observation` (read from this path) is a shared lock's base: a file without our
+    /// identity keys whose content has the `mode=shared` line (read again: the observation
+    /// keeps only what the mutex's format says).
+    pub(super) fn is_shared_base(&self, observation: &Observation) -> bool {
+        if !observation
+            .info()
+            .is_some_and(|i| i.host.is_none() && i.token.is_none())
+        {
+            return false;
+        }
+        sys::open_existing(&self.path)
+            .ok()
+            .and_then(|f| sys::read_capped(&f).ok().flatten())
+            .is_some_and(|b| super::shared::bytes_are_shared_base(&b))
     }
 
     /// Whether the lock `info` (read from this path) belongs to the process `pid` (this process:
@@ -255,6 +293,9 @@ impl LockFile {
     /// mark still held on the file: a holder's descriptor still open (e.g. inherited by the
     /// command of `run` after its wrapper died) keeps the lock held, whatever the file says.
     pub(super) fn judge_with_presence(&self, observation: &Observation) -> StaleJudgement {
+        if self.is_shared_base(observation) {
+            return super::shared::judge_shared_base(self);
+        }
         let judgement = judge(observation, &self.stale_context(), &OsProbe);
         if judgement.is_stale()
             && sys::open_existing(&self.path)

@@ -82,6 +82,7 @@ mod registry;
 mod release;
 mod rng;
 mod semaphore;
+pub mod shared;
 pub mod stale;
 mod sys;
 mod watch;
@@ -113,6 +114,7 @@ pub use semaphore::{
     after_grant, may_try, plan, AfterGrant, Line, Plan, Semaphore, SemaphoreNow, SemaphoreStatus,
     SemaphoreTried, Sibling, SlotName, SlotState, Standing,
 };
+pub use shared::{Mode, SharedLock, SharedStatus};
 pub use stale::{
     is_lock_stale_by_age, judge, reclaim, HeldBecause, Observation, OsProbe, ProcessProbe, Reclaim,
     ReclaimRule, StaleBecause, StaleContext, StaleJudgement,

@@ -162,11 +162,14 @@ impl HeldLock {
     /// content read through our descriptor carries our token. An error (e.g. the unlink failed)
     /// leaves the lock held, so the call can be retried.
     pub fn release(&self) -> Result<bool, LockError> {
-        match self.release_if(|_| true) {
+        let r = match self.release_if(|_| true) {
             ReleaseIf::Released => Ok(true),
             ReleaseIf::NotOurs | ReleaseIf::Refused(_) => Ok(false),
-            ReleaseIf::Failed(e) => Err(e),
-        }
+            ReleaseIf::Failed(e) => return Err(e),
+        };
+        // A shared holder's file: the reader leaves its group (`shared`).
+        super::shared::after_release(self.inner.id);
+        r
     }
 
     /// The minimal release: one `stat`, one `pread`, the check, `unlink`, `close`. `allow` sees

@@ -1,7 +1,7 @@
 //! The files a lock kind keeps beside its base path, and how a listing folds them into the lock
 //! they belong to: a counting semaphore's slots `<base>.slot-<i>-of-<N>` and its waiters' tickets
 //! `<base>.queue-<µs>-<hex>`; a shared lock's members `<base>.reader-<hex>`, its waiting writers'
-//! announcements `<base>.writer-<hex>`, its guard `<base>.rw-guard` and the scratch files of a
+//! and readers' tickets `<base>.writer-<hex>` / `<base>.rwait-<hex>`, its guard `<base>.rw-guard` and the scratch files of a
 //! base being rewritten `<base>.rw-<hex>-new` (docs/lock-kinds.md). They are lock files too (the
 //! mutex engine takes them), but none is a lock a user asked for: `ls` and `top` show the base,
 //! with its holders counted, its waiters, and how long it has been held.
@@ -19,6 +19,8 @@ pub enum Member {
     Reader,
     /// A waiting exclusive request of a shared lock.
     Writer,
+    /// A waiting shared request of a shared lock (`<base>.rwait-<hex>`).
+    WaitingReader,
     /// The short-held guard of a shared lock's membership changes.
     Guard,
     /// A shared base being written, before its link or rename into place.
@@ -33,7 +35,10 @@ impl Member {
 
     /// A waiter for the lock (its live ones are counted as waiters).
     pub(super) fn waits(self) -> bool {
-        matches!(self, Member::Ticket | Member::Writer)
+        matches!(
+            self,
+            Member::Ticket | Member::Writer | Member::WaitingReader
+        )
     }
 }
 
@@ -73,6 +78,8 @@ pub fn member_of(name: &str) -> Option<(&str, Member)> {
         hex(rest).then_some(Member::Reader)?
     } else if let Some(rest) = suffix.strip_prefix("writer-") {
         hex(rest).then_some(Member::Writer)?
+    } else if let Some(rest) = suffix.strip_prefix("rwait-") {
+        hex(rest).then_some(Member::WaitingReader)?
     } else if suffix == "rw-guard" {
         Member::Guard
     } else if let Some(rest) = suffix.strip_prefix("rw-") {
@@ -86,10 +93,12 @@ pub fn member_of(name: &str) -> Option<(&str, Member)> {
 /// What a lock is made of, as far as its internal files tell: `mutex` (none), `semaphore`
 /// (slot files, or tickets), `shared` (reader or writer files).
 fn kind_of(members: &[(Member, ListedLock)]) -> &'static str {
-    if members
-        .iter()
-        .any(|(m, _)| matches!(m, Member::Reader | Member::Writer | Member::Guard))
-    {
+    if members.iter().any(|(m, _)| {
+        matches!(
+            m,
+            Member::Reader | Member::Writer | Member::WaitingReader | Member::Guard
+        )
+    }) {
         "shared"
     } else if members
         .iter()
@@ -187,6 +196,10 @@ mod tests {
         assert_eq!(
             member_of("b.lock.writer-9f0e"),
             Some(("b.lock", Member::Writer))
+        );
+        assert_eq!(
+            member_of("b.lock.rwait-00062a1b2c3d4e5f"),
+            Some(("b.lock", Member::WaitingReader))
         );
         assert_eq!(
             member_of("b.lock.rw-guard"),

@@ -242,6 +242,25 @@ pub(crate) fn content_equals(file: &File, expected: &[u8]) -> io::Result<Option<
     Ok(if bytes == expected { None } else { Some(bytes) })
 }
 
+/// Open an existing file read-write, never through a symbolic link at its last component (a
+/// shared lock's base, rewritten in place under its guard).
+pub(crate) fn open_existing_rw(path: &Path) -> io::Result<File> {
+    #[cfg(unix)]
+    {
+        unix::open_existing_rw(path)
+    }
+    #[cfg(not(unix))]
+    {
+        if is_symlink(path) {
+            return Err(io::Error::other("symbolic link"));
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+    }
+}
+
 /// Whether the last component of `path` is a symbolic link (an `lstat`).
 pub(crate) fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())

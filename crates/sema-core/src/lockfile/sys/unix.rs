@@ -127,7 +127,7 @@ pub(crate) fn open_existing(path: &Path) -> io::Result<File> {
 
 /// Open an existing lock file read-write (for the breaker's exclusive `flock` on NFS, where an
 /// exclusive lock needs a writable descriptor).
-fn open_existing_rw(path: &Path) -> io::Result<File> {
+pub(crate) fn open_existing_rw(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)

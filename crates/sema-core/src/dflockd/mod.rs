@@ -22,6 +22,7 @@
 
 pub mod connection;
 pub mod error;
+pub mod held;
 mod mismatch;
 pub mod order;
 mod plain_words;

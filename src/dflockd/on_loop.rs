@@ -1,7 +1,8 @@
-//! The low-level connection's requests on the JS thread's own event loop: the queue (one
-//! request in flight at a time, in call order), writing the head, reading and settling its
-//! reply in the poll callback, the reply deadline, the busy-poll and the end of the connection
-//! (close, collection, the env's teardown, an error). `connection` is the JS class over it.
+//! The low-level connection's requests on the JS thread's own event loop: the queue (the
+//! contract, and which error each request gets at the end, is the core's
+//! `connection::queue`), writing the head, reading and settling its reply in the poll
+//! callback, the reply deadline, the busy-poll and the end of the connection (close,
+//! collection, the env's teardown, an error). `connection` is the JS class over it.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -13,45 +14,8 @@ use super::ops::{call_error, reply_result, NativeCallResult};
 use super::replies::Replies;
 use super::*;
 use crate::event_loop::{SocketWatch, WatchHandler};
+use sema_core::dflockd::connection::queue::Ended;
 use sema_core::dflockd::protocol::Encoded;
-
-pub(super) fn peer_closed_error(peer: &str) -> DflockdError {
-    DflockdError::new(
-        core::ErrorCode::ConnectionError,
-        format!("connection to {peer} is closed"),
-    )
-}
-
-pub(super) fn aborted_error() -> DflockdError {
-    DflockdError::new(
-        core::ErrorCode::Aborted,
-        "connection closed during the request",
-    )
-}
-
-pub(super) fn closed_error() -> DflockdError {
-    DflockdError::new(core::ErrorCode::ConnectionError, "connection is closed")
-}
-
-/// Why the connection ended (both drivers: this one and the tokio one in `on_tokio`).
-pub(super) enum Ended {
-    /// `close()`, or the JS object was collected.
-    ByClose,
-    /// An error, a timeout or the server: later requests get "connection to <peer> is closed".
-    OnError(String),
-}
-
-impl Ended {
-    /// The error of a request made after the end: why it ended while idle (`idle_error`, given
-    /// once, as a read would have), else what the end says.
-    pub(super) fn refusal(&self, idle_error: &mut Option<DflockdError>) -> DflockdError {
-        match (idle_error.take(), self) {
-            (Some(e), _) => e,
-            (None, Ended::OnError(peer)) => peer_closed_error(peer),
-            (None, Ended::ByClose) => closed_error(),
-        }
-    }
-}
 
 struct State {
     stream: Option<NonBlockingStream>,
@@ -245,7 +209,7 @@ impl Conn {
             st.stream = None;
             st.ended = Some(ended);
             let pending = std::mem::take(&mut st.queue);
-            if pending.is_empty() || !st.head_sent {
+            if Ended::keeps_idle_error(pending.len(), st.head_sent) {
                 st.idle_error = error.clone();
             }
             (pending, std::mem::replace(&mut st.head_sent, false), peer)
@@ -259,16 +223,11 @@ impl Conn {
             Settle::Collected => return reply.release(),
             Settle::Teardown => return reply.forget(),
         }
-        let by_close = matches!(self.state.borrow().ended, Some(Ended::ByClose));
-        let peer = peer.unwrap_or_default();
-        let mut error = error;
-        for (i, _) in pending.into_iter().enumerate() {
-            let e = match (i, head_sent, error.take()) {
-                (0, true, Some(e)) => e,
-                (0, true, None) if by_close => aborted_error(),
-                _ if by_close => closed_error(),
-                _ => peer_closed_error(&peer),
-            };
+        let ended = match &self.state.borrow().ended {
+            Some(Ended::ByClose) => Ended::ByClose,
+            _ => Ended::OnError(peer.unwrap_or_default()),
+        };
+        for e in ended.pending_errors(pending.len(), head_sent, error) {
             reply.settle(call_error(e));
         }
         reply.release();

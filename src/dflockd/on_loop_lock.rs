@@ -4,8 +4,9 @@
 //! release, each a write from the JS thread and a reply read in the poll callback, settled
 //! through one `JsCallback` (no tokio thread, no threadsafe function per round trip).
 //!
-//! The state stays in the core (`Primitive::begin_external`, `ExternalHold`: the phase, the
-//! lease clock, the loss reported once): this file only sends, reads and arms timers. An
+//! The state stays in the core (`Primitive::begin_external`; `ExternalHold`, the held-lock
+//! machine the tokio renewal task runs too: the phase, the lease clock, the loss reported
+//! once, the release): this file only sends, reads and arms timers. An
 //! acquisition whose `e` is answered `queued` goes on on tokio (`external_queued_then`: a
 //! waiter gains nothing from the loop, and that path rides out a server restart), and so does
 //! one with another waiter of this process before it on its key (the order chain), TLS, or a
@@ -29,7 +30,7 @@ use std::rc::{Rc, Weak};
 use sema_core::dflockd::connection::NonBlockingStream;
 use sema_core::dflockd::order::Place;
 use sema_core::dflockd::watchdog::{self, Sender, Slot};
-use sema_core::dflockd::{ExternalHold, ExternalOp, Grant, PrimitiveOptions, Request};
+use sema_core::dflockd::{ExternalHold, ExternalIo, ExternalOp, Grant, Request};
 use tokio::time::Instant;
 
 use super::on_loop::SPIN;
@@ -74,16 +75,11 @@ enum Stage {
         started: Instant,
         sent: Instant,
     },
-    /// Held. `renewing`: a renew in flight since then; `release`: a release asked meanwhile.
-    /// `linger`: lost by the lease clock, the connection kept open until the server's expiry.
+    /// Held: the core's machine decides what happens (see `held`); `renew_sent`: when the
+    /// loop's last renew was written (its reply proves the lease from then).
     Held {
         hold: ExternalHold,
-        renewing: Option<Instant>,
-        release: bool,
-        linger: bool,
-    },
-    Releasing {
-        hold: ExternalHold,
+        renew_sent: Instant,
     },
 }
 
@@ -539,23 +535,6 @@ impl LoopLock {
     pub(super) fn collected(&self) {
         self.stop();
         self.settle.release();
-    }
-}
-
-/// The renew of the lock `token` of a primitive with options `o` (`n`, or `sn` for a semaphore).
-fn renew_request<'a>(o: &'a PrimitiveOptions, token: &'a str) -> Request<'a> {
-    if o.limit > 1 {
-        Request::SemRenew {
-            key: &o.key,
-            token,
-            ttl_s: o.lease_ttl_s,
-        }
-    } else {
-        Request::Renew {
-            key: &o.key,
-            token,
-            ttl_s: o.lease_ttl_s,
-        }
     }
 }
 

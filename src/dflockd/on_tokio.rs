@@ -1,8 +1,8 @@
 //! The low-level connection on tokio, for hosts whose libuv loop cannot serve the addon (Bun,
-//! Deno: see `event_loop::loop_unusable`). Same contract as `on_loop`: requests run one at a
-//! time in call order, each settles its own promise once, `close()` settles what is pending
-//! before it returns, an idle connection never keeps the process alive and a pending request
-//! does. It costs thread hops per round trip (a tokio worker writes, reads and wakes the JS
+//! Deno: see `event_loop::loop_unusable`). Same contract as `on_loop`, the core's
+//! `connection::queue` (one at a time in call order, each settled once, `close()` settles what
+//! is pending before it returns, which error each request gets at the end); here too an idle
+//! connection never keeps the process alive and a pending request does. It costs thread hops per round trip (a tokio worker writes, reads and wakes the JS
 //! thread through a threadsafe function), which the event-loop driver avoids.
 //!
 //! Ownership: the task owns the core `Connection`; the JS object owns `TokioConn`; they share
@@ -18,10 +18,10 @@ use napi::threadsafe_function::{ThreadsafeCallContext, ThreadsafeFunction};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::on_loop::{aborted_error, closed_error, peer_closed_error, Ended};
 use super::ops::{call_error, reply_result, NativeCallResult};
 use super::replies::Replies;
 use super::*;
+use sema_core::dflockd::connection::queue::{closed_error, Ended};
 use sema_core::dflockd::protocol::Encoded;
 
 /// Delivers `(request number, result)` to the JS thread; weak (unref'd) while idle.
@@ -213,12 +213,8 @@ impl TokioConn {
         self.keep_alive(false);
         self.keep_alive.borrow_mut().take();
         if notify {
-            for i in 0..pending {
-                let e = if i == 0 {
-                    aborted_error()
-                } else {
-                    closed_error()
-                };
+            // The first pending request is in flight (or about to be): it is the one aborted.
+            for e in Ended::ByClose.pending_errors(pending as usize, true, None) {
                 self.reply.settle(call_error(e));
             }
         }
@@ -308,10 +304,14 @@ async fn run(
         }
     }
     requests.close();
+    let mut queued = Vec::new();
     while let Ok((seq, _)) = requests.try_recv() {
-        let e = queued_error
-            .take()
-            .unwrap_or_else(|| peer_closed_error(&peer));
+        queued.push(seq);
+    }
+    // The first queued request gets the idle failure, as a read would have.
+    let ended = Ended::OnError(peer);
+    let errors = ended.pending_errors(queued.len(), true, queued_error);
+    for (seq, e) in queued.into_iter().zip(errors) {
         send(&deliver, seq, call_error(e));
     }
 }

@@ -71,13 +71,10 @@ impl LoopLock {
                     }
                 }
             }
-            Stage::Held {
-                hold,
-                renewing: Some(sent),
-                release,
-                linger: false,
-            } => self.renew_answered(hold, sent, release, line),
-            Stage::Releasing { hold } => self.release_answered(hold, line),
+            held @ Stage::Held { .. } => {
+                *self.stage.borrow_mut() = held;
+                self.held_answered(line);
+            }
             other => {
                 // Nothing asked (an idle held lock, a lingering one): the server dropped us.
                 *self.stage.borrow_mut() = other;
@@ -125,7 +122,8 @@ impl LoopLock {
         let now = Instant::now();
         if !confirmed && self.prim.external_needs_confirm(&g, sent, now) {
             let limit = self.prim.external_confirm_limit(&g, now);
-            let req = renew_request(self.prim.options(), &g.token);
+            let o = self.prim.options();
+            let req = Request::renew(&o.key, &g.token, o.lease_ttl_s, o.limit > 1);
             let sent = self.send(req, Some(limit), true);
             *self.stage.borrow_mut() = Stage::Asking {
                 op,
@@ -144,12 +142,9 @@ impl LoopLock {
             Ok(hold) => {
                 *self.stage.borrow_mut() = Stage::Held {
                     hold,
-                    renewing: None,
-                    release: false,
-                    linger: false,
+                    renew_sent: sent,
                 };
                 self.arm_held();
-                self.arm_watchdog();
                 self.call(settle_value(self.id, Ok(true)));
             }
             Err(e) => {

@@ -101,6 +101,7 @@ impl ConnectOptions {
 
 mod errors;
 mod nonblocking;
+pub mod queue;
 mod stream;
 pub(crate) use super::protocol::reply_limit;
 pub use errors::{closed_unanswered, unsolicited};

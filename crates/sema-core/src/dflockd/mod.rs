@@ -10,7 +10,10 @@
 //!   automatic renewal, release and loss notification.
 //! - [`order`]: this process's waiters on one server and key send their requests in call order.
 //! - [`pool`]: the process-wide idle connections (≤ 64 per server, closed after 2 s idle).
-//! - `renewer`: the task that owns a held lock's connection (renewal, loss, release).
+//! - [`held`]: the held lock's lifecycle as one sans-IO machine (renew schedule, lease clock,
+//!   loss reported once, release, abort) and a waiter's rejoin after a server restart, run by
+//!   both drivers: `renewer` (tokio) and the binding's event-loop driver ([`ExternalHold`]).
+//! - `renewer`: the tokio driver of a held lock: the task that owns its connection.
 //! - [`shared`]: shared (reader/writer) locks from a gate mutex and reader slots.
 //! - [`shard`]: `stable_hash_shard` (CRC-32/IEEE), identical to the official clients.
 //! - [`stats`]: serde types of the `stats` JSON.
@@ -23,6 +26,7 @@
 
 pub mod connection;
 pub mod error;
+pub mod held;
 mod mismatch;
 pub mod order;
 mod plain_words;
@@ -40,8 +44,8 @@ pub mod watchdog;
 pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};
 pub use primitive::{
-    EnqueueOutcome, ExternalHold, ExternalOp, LossCallback, Primitive, PrimitiveOptions, Stage,
-    Ticket,
+    EnqueueOutcome, ExternalHold, ExternalIo, ExternalOp, LossCallback, Primitive,
+    PrimitiveOptions, Stage, Ticket,
 };
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Reply, Request};
 pub use shard::stable_hash_shard;

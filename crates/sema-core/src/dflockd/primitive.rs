@@ -5,7 +5,8 @@
 //! idle [`pool`](super::pool) (bounded, closed after a short idle time; the server may end it
 //! meanwhile, which is harmless as nothing is held), from which the next acquire/enqueue with the
 //! same settings takes it when it still looks usable. While held, a renewal task owns that connection and
-//! keeps the client's own lease clock (`renewer::Schedule`): every grant or renew proves the
+//! keeps the client's own lease clock ([`Schedule`](super::held::Schedule), decided by the
+//! held-lock machine, [`held`](super::held)): every grant or renew proves the
 //! lease until `sent + lease − guard`, where `sent` is when its request was SENT (the server
 //! counts from receipt, later) and `guard` a tenth of the lease (250 ms .. 1 s). It starts a
 //! renew `lease × renew_ratio` after the last proof (at least 100 ms, at most
@@ -50,7 +51,7 @@ mod external;
 mod options;
 mod two_phase;
 
-pub use external::{ExternalHold, ExternalOp};
+pub use external::{ExternalHold, ExternalIo, ExternalOp};
 
 pub use options::{
     PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, LOSS_GUARD_MAX, LOSS_GUARD_MIN,
@@ -143,22 +144,6 @@ struct State {
     phase: Phase,
     next_op: u64,
     stopped: Vec<Finished>,
-}
-
-/// First pause before a waiter whose server dropped it connects again (doubled each time).
-const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
-/// Longest pause between a waiter's reconnection attempts.
-const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// Whether a waiter that got `e` after reaching the server may connect again and re-enqueue:
-/// the connection was dropped or refused (a restart), timed out connecting, or a stopping
-/// server answered the blocked wait with a bare `error`.
-fn rejoinable(e: &DflockdError) -> bool {
-    match e.code() {
-        ErrorCode::ConnectionError | ErrorCode::Timeout => true,
-        ErrorCode::ServerError => e.reply() == Some("error"),
-        _ => false,
-    }
 }
 
 /// Refusal of a second acquire/enqueue/wait while one runs.

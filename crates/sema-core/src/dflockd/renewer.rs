@@ -1,7 +1,8 @@
-//! The renewal task of a held lock or slot: it owns the connection while the lock is held,
-//! renews on schedule, watches the idle connection for the server dropping it, serves the
-//! release, and reports a loss once. See the [`primitive`](super::primitive) module comment for
-//! the schedule and the loss rules.
+//! The tokio driver of a held lock or slot: the task that owns the connection while the lock
+//! is held and executes the held-lock machine ([`HeldMachine`]: every decision — the renew
+//! schedule, the lease clock, the loss reported once, the release — is the machine's): it
+//! sends the renews and the release the machine asks for, feeds it their replies, the
+//! machine's timer, the server dropping the idle connection, the release asked and `close()`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,14 +13,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
-use super::error::{DflockdError, ErrorCode, Result};
+use super::error::{ErrorCode, Result};
+use super::held::schedule::release_closed;
+use super::held::{Action, HeldMachine};
 use super::pool;
-use super::primitive::{
-    lock, LossCallback, PrimitiveOptions, LOSS_GUARD_MAX, LOSS_GUARD_MIN, MIN_RENEW_INTERVAL,
-    RELEASE_RENEW_WAIT,
-};
-use super::protocol::MAX_SECONDS;
-use super::shared::{self, Part};
+use super::primitive::{lock, LossCallback, PrimitiveOptions};
+use super::protocol::{self, Request};
+use super::shared::Part;
+
+pub(super) use super::held::schedule::{renewed_lease, Schedule};
 
 pub(super) struct HeldShared {
     pub(super) token: String,
@@ -106,65 +108,6 @@ impl HeldShared {
     }
 }
 
-/// The lease clock of one grant or renew, started when its request was SENT (`sent`): the
-/// server starts the lease when it receives the request, later, so the server cannot end the
-/// lease before `sent + lease`. The client:
-/// - renews `interval` after `sent`: `lease × renew_ratio`, at most `renew_max_interval` (the
-///   server's idle limit) and at most two thirds of the validity, so a renew whose reply is
-///   lost still has a third of the lease in which the reply could arrive;
-/// - holds the lease as valid until `loss_at = sent + lease − guard`, and if no renew is
-///   confirmed by then declares the lock lost at that instant, `guard` (a tenth of the lease,
-///   250 ms .. 1 s) before the server could hand the key to anyone else.
-///
-/// With the default ratio 0.5 that is one renew round trip per `lease / 2` (at most every
-/// 15 s): 1 per second for a 2 s lease, 1 per 15 s for the server's default 33 s.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Schedule {
-    lease: Duration,
-    valid: Duration,
-    interval: Duration,
-}
-
-/// `t + d`, or a year later when that does not fit.
-fn after(t: Instant, d: Duration) -> Instant {
-    t.checked_add(d)
-        .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365))
-}
-
-impl Schedule {
-    pub(super) fn new(opts: &PrimitiveOptions, lease_s: u64) -> Self {
-        let lease = Duration::from_secs(lease_s.min(MAX_SECONDS));
-        let guard = (lease / 10).clamp(LOSS_GUARD_MIN, LOSS_GUARD_MAX);
-        let valid = lease.saturating_sub(guard);
-        let by_ratio = Duration::try_from_secs_f64(lease.as_secs_f64() * opts.renew_ratio)
-            .unwrap_or(opts.renew_max_interval);
-        let interval = by_ratio
-            .min(valid * 2 / 3)
-            .min(opts.renew_max_interval)
-            .max(MIN_RENEW_INTERVAL);
-        Schedule {
-            lease,
-            valid,
-            interval,
-        }
-    }
-
-    /// Until when a lease whose request was sent at `sent` is proven.
-    pub(super) fn loss_at(&self, sent: Instant) -> Instant {
-        after(sent, self.valid)
-    }
-
-    /// The earliest instant the server could end that lease.
-    pub(super) fn expiry(&self, sent: Instant) -> Instant {
-        after(sent, self.lease)
-    }
-
-    /// When to start the next renew.
-    pub(super) fn renew_at(&self, sent: Instant) -> Instant {
-        after(sent, self.interval)
-    }
-}
-
 /// Where the renewal task answers a release: called once, on the task, after a clean `ok` has
 /// put the connection back in the idle [`pool`](super::pool) for the next acquisition. A
 /// callback rather than a channel: the binding resolves its JS promise from here, so a release
@@ -188,10 +131,7 @@ impl ReleaseReply {
 impl Drop for ReleaseReply {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
-            f(Err(DflockdError::new(
-                ErrorCode::LockLost,
-                "the lock was lost before release (its connection was closed)",
-            )));
+            f(Err(release_closed()));
         }
     }
 }
@@ -216,99 +156,88 @@ pub(super) struct Renewer {
     pub(super) _finished: oneshot::Sender<()>,
 }
 
-/// The error of a failed release (both drivers): a server `error` means the token was no longer
-/// held; no answer means the connection was closed (the server releases on disconnect) and the
-/// lease ends by itself at the latest: the lock is gone either way.
-pub(super) fn release_error(e: DflockdError) -> DflockdError {
-    match e.code() {
-        ErrorCode::ServerError => DflockdError::lost_because(
-            "release: the server no longer held this token (lease expired)",
-            &e,
-        ),
-        ErrorCode::Timeout => DflockdError::new(
-            ErrorCode::LockLost,
-            format!(
-                "release got no reply ({}); the connection was closed, so the server releases the lock, or its lease ends",
-                e.message()
-            ),
-        ),
-        _ => e,
-    }
-}
-
-/// Why the lock is lost when no renew was confirmed within the lease's validity.
-pub(super) fn unconfirmed(lease_s: u64) -> String {
-    format!(
-        "no renewal was confirmed within the {lease_s} s lease (the server or the network did not answer in time); \
-         the lock counts as lost before the server could grant it to anyone else"
-    )
-}
-
-/// The lease a renew proved, in seconds: the TTL sent when the reply says it or one second less
-/// (the Go server answers the TTL it applied; Python dflockd answers the remaining time rounded
-/// down, TTL − 1, having applied the TTL sent), else the smaller value the server reported;
-/// without a TTL sent, the reply (or, for a bare `ok`, the grant's lease).
-pub(super) fn renewed_lease(sent_ttl: Option<u64>, reply: Option<u64>, grant: u64) -> u64 {
-    match (sent_ttl, reply) {
-        (Some(t), Some(r)) if r.saturating_add(1) >= t => t,
-        (_, Some(r)) => r,
-        (Some(t), None) => t,
-        (None, None) => grant,
-    }
+/// The I/O the machine asked for and the task has not done yet.
+enum Io {
+    Renew(Duration),
+    Release(Duration),
 }
 
 impl Renewer {
-    async fn renew(&self, conn: &mut Connection, limit: Duration) -> Result<Option<u64>> {
-        let o = &self.opts;
-        if !self.parts.is_empty() {
-            return shared::renew_parts(
-                conn,
-                &self.parts,
-                o.lease_ttl_s,
-                self.grant_lease_s,
-                limit,
-            )
-            .await
-            .map(Some);
-        }
-        conn.renew_within(
-            &o.key,
-            &self.shared.token,
-            o.lease_ttl_s,
-            o.limit > 1,
-            limit,
-        )
-        .await
-    }
-
-    /// Sends the release, its reply awaited until `loss_at` at most (after which the lease is
-    /// no longer proven, whatever the answer), within the socket timeout.
-    async fn release(&self, conn: &mut Connection, loss_at: Instant) -> Result<()> {
-        let o = &self.opts;
-        let limit = o
-            .connect
-            .socket_timeout
-            .min(loss_at.saturating_duration_since(Instant::now()))
-            .max(Duration::from_millis(1));
-        let r = if self.parts.is_empty() {
-            conn.release_within(&o.key, &self.shared.token, o.limit > 1, limit)
-                .await
-        } else {
-            shared::release_parts(conn, &self.parts, limit).await
+    /// The requests of a renew (`renew`) or release of every part, in wire order: a shared
+    /// lock's slots are released first and its gate last, so the next writer granted the gate
+    /// finds every slot free.
+    fn part_requests<'a>(&'a self, renew: bool) -> Vec<Request<'a>> {
+        let ttl_s = self.opts.lease_ttl_s;
+        let req = |p: &'a Part| -> Request<'a> {
+            let (key, token) = (p.key.as_str(), p.token.as_str());
+            match (renew, p.sem) {
+                (true, sem) => Request::renew(key, token, ttl_s, sem),
+                (false, sem) => Request::release(key, token, sem),
+            }
         };
-        if r.is_err() {
-            conn.close();
+        if renew {
+            self.parts.iter().map(req).collect()
+        } else {
+            self.parts.iter().rev().map(req).collect()
         }
-        r.map_err(release_error)
     }
 
-    /// Release, and pool the connection when the server answered a clean `ok`.
-    async fn release_keep(&self, mut conn: Connection, loss_at: Instant) -> Result<()> {
-        let result = self.release(&mut conn, loss_at).await;
-        if result.is_ok() && !conn.is_closed() {
-            pool::put(&self.opts.connect, conn);
+    /// Send the renew of every part, each reply awaited `limit` at most: the replies, or the
+    /// failure of the whole (the connection broke), and when the renew was sent.
+    async fn renew(
+        &self,
+        conn: &mut Connection,
+        limit: Duration,
+    ) -> (Result<Vec<Result<Option<u64>>>>, Instant) {
+        let start = Instant::now();
+        let r = self.renew_parts(conn, limit).await;
+        (r, conn.last_sent().unwrap_or(start))
+    }
+
+    async fn renew_parts(
+        &self,
+        conn: &mut Connection,
+        limit: Duration,
+    ) -> Result<Vec<Result<Option<u64>>>> {
+        let o = &self.opts;
+        if self.parts.is_empty() {
+            return conn
+                .renew_within(
+                    &o.key,
+                    &self.shared.token,
+                    o.lease_ttl_s,
+                    o.limit > 1,
+                    limit,
+                )
+                .await
+                .map(|r| vec![Ok(r)])
+                .or_else(|e| match e.code() {
+                    // A refusal is that part's reply; the connection still stands.
+                    ErrorCode::ServerError => Ok(vec![Err(e)]),
+                    _ => Err(e),
+                });
         }
-        result
+        let reqs = self.part_requests(true);
+        conn.call_pipelined(&reqs, limit, protocol::parse_renew_reply, || {})
+            .await
+    }
+
+    /// Send the release of every part, each reply awaited `limit` at most.
+    async fn release(&self, conn: &mut Connection, limit: Duration) -> Result<Vec<Result<()>>> {
+        let o = &self.opts;
+        if self.parts.is_empty() {
+            return conn
+                .release_within(&o.key, &self.shared.token, o.limit > 1, limit)
+                .await
+                .map(|()| vec![Ok(())])
+                .or_else(|e| match e.code() {
+                    ErrorCode::ServerError => Ok(vec![Err(e)]),
+                    _ => Err(e),
+                });
+        }
+        let reqs = self.part_requests(false);
+        conn.call_pipelined(&reqs, limit, protocol::parse_release_reply, || {})
+            .await
     }
 
     fn mark_lost(&self, notify: bool, reason: &str) {
@@ -317,154 +246,117 @@ impl Renewer {
             .mark_lost(&self.opts.key, &self.on_lost, notify, reason);
     }
 
-    fn lost_error(&self, reason: &str) -> DflockdError {
-        DflockdError::new(
-            ErrorCode::LockLost,
-            format!("the lock was lost before release: {reason}"),
-        )
-    }
-
-    /// After a loss declared by the client's own lease clock: keep the connection open (it may
-    /// be stalled, not dead) until the server could end the lease by itself, `expiry`, so
-    /// closing it does not free the key on the server before the holder has been told; a
-    /// `close()` (the JS layer reacting to the loss) ends this at once. Releases asked for
-    /// meanwhile answer `LOCK_LOST`.
-    async fn linger(
-        &self,
-        conn: Connection,
-        expiry: Instant,
-        rx: &mut mpsc::UnboundedReceiver<HeldCmd>,
-        reason: &str,
-    ) {
-        let sleep = tokio::time::sleep_until(expiry);
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => break,
-                _ = &mut sleep => break,
-                cmd = rx.recv() => match cmd {
-                    Some(HeldCmd::Release(reply)) => reply.send(Err(self.lost_error(reason))),
-                    None => break,
-                },
-            }
+    /// A release asked at `now`: pending in the machine, or answered at once.
+    fn asked_release(m: &mut HeldMachine, reply: ReleaseReply, pending: &mut Option<ReleaseReply>) {
+        match m.release(Instant::now()) {
+            Ok(()) => *pending = Some(reply),
+            Err(e) => reply.send(Err(e)),
         }
-        drop(conn);
     }
 
     pub(super) async fn run(self, mut conn: Connection, mut rx: mpsc::UnboundedReceiver<HeldCmd>) {
-        let mut lease_s = self.grant_lease_s;
-        let mut sent = self.sent;
+        let names = self.parts.iter().map(|p| p.key.clone()).collect();
+        let mut m = HeldMachine::new(&self.opts, self.grant_lease_s, self.sent, names);
+        let mut release: Option<ReleaseReply> = None;
+        let mut pool = false;
         loop {
-            let sched = Schedule::new(&self.opts, lease_s);
-            let loss_at = sched.loss_at(sent);
-            self.shared.set_valid_until(loss_at);
-            // Renews start `interval` after the request that proved the lease was sent (start
-            // to start), so the connection is never idle longer than the cap.
-            let next_renew = sched.renew_at(sent);
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return,
-                cmd = rx.recv() => match cmd {
-                    Some(HeldCmd::Release(reply)) => {
-                        reply.send(self.release_keep(conn, loss_at).await);
-                        return;
+            let mut io = None;
+            while let Some(a) = m.poll_action() {
+                match a {
+                    Action::Proven { lease_s, loss_at } => self.shared.set_lease(lease_s, loss_at),
+                    Action::Lost { reason, notify } => self.mark_lost(notify, &reason),
+                    Action::SettleRelease(r) => {
+                        if let Some(reply) = release.take() {
+                            reply.send(r);
+                        }
                     }
-                    None => return,
-                },
-                // Idle: nothing may arrive. EOF, an error or an unsolicited line = the server
-                // dropped the connection and released the lock (see `wait_server_gone`).
-                gone = conn.wait_server_gone() => {
-                    conn.close();
-                    self.mark_lost(true, gone.message());
-                    return;
+                    Action::Close => conn.close(),
+                    Action::Pool => pool = true,
+                    Action::SendRenew { limit } => io = Some(Io::Renew(limit)),
+                    Action::SendRelease { limit } => io = Some(Io::Release(limit)),
                 }
-                _ = tokio::time::sleep_until(next_renew) => {}
             }
-            let start = Instant::now();
-            if start >= loss_at {
-                // The task was not scheduled before the validity ended (a stalled runtime).
-                let reason = unconfirmed(lease_s);
-                self.mark_lost(true, &reason);
-                self.linger(conn, sched.expiry(sent), &mut rx, &reason)
-                    .await;
+            if m.is_done() {
+                if pool && !conn.is_closed() {
+                    pool::put(&self.opts.connect, conn);
+                }
                 return;
             }
-            let mut pending: Option<ReleaseReply> = None;
-            let mut give_up_at = loss_at;
-            let result = {
-                // The reply is awaited past `loss_at`: the select below decides at `loss_at`,
-                // leaving the connection open (see `linger`).
-                let fut = self.renew(&mut conn, sched.expiry(start) - start);
-                tokio::pin!(fut);
-                loop {
+            let timer = m
+                .poll_timeout()
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+            match io {
+                Some(Io::Renew(limit)) => {
+                    let fut = self.renew(&mut conn, limit);
+                    tokio::pin!(fut);
+                    // Until the machine stops awaiting this renew (answered, given up at the
+                    // end of the validity, or aborted); a release asked meanwhile waits in it.
+                    while m.renewing() {
+                        let timer = m.poll_timeout().unwrap_or(timer);
+                        tokio::select! {
+                            biased;
+                            _ = self.cancel.cancelled() => m.abort(),
+                            (r, sent) = &mut fut => {
+                                let now = Instant::now();
+                                match r {
+                                    Ok(replies) => {
+                                        for r in replies {
+                                            m.renew_reply(now, sent, r);
+                                        }
+                                    }
+                                    Err(e) => m.disconnected(e),
+                                }
+                                break;
+                            }
+                            cmd = rx.recv(), if release.is_none() => match cmd {
+                                Some(HeldCmd::Release(reply)) => Self::asked_release(&mut m, reply, &mut release),
+                                None => m.abort(),
+                            },
+                            _ = tokio::time::sleep_until(timer) => m.handle_timeout(Instant::now()),
+                        }
+                    }
+                }
+                Some(Io::Release(limit)) => {
                     tokio::select! {
                         biased;
-                        _ = self.cancel.cancelled() => return,
-                        r = &mut fut => break Some(r),
-                        cmd = rx.recv(), if pending.is_none() => match cmd {
-                            Some(HeldCmd::Release(reply)) => {
-                                pending = Some(reply);
-                                give_up_at = give_up_at.min(Instant::now() + RELEASE_RENEW_WAIT);
+                        _ = self.cancel.cancelled() => m.abort(),
+                        r = self.release(&mut conn, limit) => match r {
+                            Ok(replies) => {
+                                for r in replies {
+                                    m.release_reply(r);
+                                }
                             }
-                            None => return,
+                            Err(e) => m.disconnected(e),
                         },
-                        _ = tokio::time::sleep_until(give_up_at) => break None,
                     }
                 }
-            };
-            match result {
+                None if m.idle() => {
+                    tokio::select! {
+                        biased;
+                        _ = self.cancel.cancelled() => m.abort(),
+                        cmd = rx.recv(), if release.is_none() => match cmd {
+                            Some(HeldCmd::Release(reply)) => Self::asked_release(&mut m, reply, &mut release),
+                            None => m.abort(),
+                        },
+                        // Idle: nothing may arrive. EOF, an error or an unsolicited line = the
+                        // server dropped the connection and released the lock.
+                        gone = conn.wait_server_gone() => m.disconnected(gone),
+                        _ = tokio::time::sleep_until(timer) => m.handle_timeout(Instant::now()),
+                    }
+                }
                 None => {
-                    let reason = match pending.take() {
-                        Some(reply) if Instant::now() < loss_at => {
-                            // The holder is releasing: closing the connection releases on the
-                            // server (or the lease ends by itself).
-                            let reason = "release: a renew in flight got no reply within 5 s; the connection was closed (the server releases on disconnect)";
-                            self.mark_lost(false, reason);
-                            reply.send(Err(self.lost_error(reason)));
-                            return;
-                        }
-                        Some(reply) => {
-                            let reason = unconfirmed(lease_s);
-                            self.mark_lost(false, &reason);
-                            reply.send(Err(self.lost_error(&reason)));
-                            reason
-                        }
-                        None => {
-                            let reason = unconfirmed(lease_s);
-                            self.mark_lost(true, &reason);
-                            reason
-                        }
-                    };
-                    self.linger(conn, sched.expiry(sent), &mut rx, &reason)
-                        .await;
-                    return;
-                }
-                Some(Ok(lease)) => {
-                    lease_s = renewed_lease(self.opts.lease_ttl_s, lease, self.grant_lease_s);
-                    sent = conn.last_sent().unwrap_or(start);
-                    self.shared.lease_s.store(lease_s, Ordering::SeqCst);
-                    if let Some(reply) = pending.take() {
-                        let loss_at = Schedule::new(&self.opts, lease_s).loss_at(sent);
-                        self.shared.set_valid_until(loss_at);
-                        reply.send(self.release_keep(conn, loss_at).await);
-                        return;
+                    // Lingering after a loss the lease clock declared: the connection may be
+                    // mid-request (its renew given up), so it is not read; releases asked
+                    // meanwhile answer the loss.
+                    tokio::select! {
+                        biased;
+                        _ = self.cancel.cancelled() => m.abort(),
+                        cmd = rx.recv() => match cmd {
+                            Some(HeldCmd::Release(reply)) => Self::asked_release(&mut m, reply, &mut release),
+                            None => m.abort(),
+                        },
+                        _ = tokio::time::sleep_until(timer) => m.handle_timeout(Instant::now()),
                     }
-                }
-                Some(Err(e)) => {
-                    match pending.take() {
-                        Some(reply) => {
-                            self.mark_lost(false, e.message());
-                            reply.send(Err(DflockdError::lost_because(
-                                format!("the lock was lost before release: {}", e.message()),
-                                &e,
-                            )));
-                        }
-                        None => self.mark_lost(true, e.message()),
-                    }
-                    // Told first, then closed: closing frees the key on a live server.
-                    conn.close();
-                    return;
                 }
             }
         }

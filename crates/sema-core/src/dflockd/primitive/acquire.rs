@@ -3,6 +3,7 @@
 //! late grant by a renew, and ride out a server restart while the timeout lasts.
 
 use super::*;
+use crate::dflockd::held::rejoin::{Next, Rejoin};
 use crate::dflockd::shared;
 
 /// A grant: its connection, the grant, when its lease clock started, and a shared lock's parts
@@ -151,24 +152,23 @@ impl Primitive {
         mut place: Option<Place>,
         mut reached: bool,
     ) -> Result<Option<Got>> {
-        let mut backoff = RECONNECT_BACKOFF_MIN;
+        let mut rejoin = Rejoin::new(end);
         let mut timeout_s = self.opts.acquire_timeout_s;
         loop {
             let e = match self
                 .acquire_once(kept.take(), timeout_s, end, place.take(), &mut reached)
                 .await
             {
-                Err(e) if reached && rejoinable(&e) => e,
+                Err(e) => e,
                 r => return r,
             };
-            let Some(end) = end else { return Err(e) };
-            if Instant::now() + backoff >= end {
-                return Err(e);
+            match rejoin.failed(Instant::now(), e, reached) {
+                Next::Fail(e) => return Err(e),
+                Next::Retry { at, .. } => {
+                    tokio::time::sleep_until(at).await;
+                    timeout_s = rejoin.timeout_s(Instant::now());
+                }
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
-            let left = end.saturating_duration_since(Instant::now());
-            timeout_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
         }
     }
 

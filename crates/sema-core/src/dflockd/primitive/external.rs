@@ -1,21 +1,15 @@
 //! An acquisition and hold of a [`Primitive`] whose I/O a caller drives itself (the binding's
 //! event-loop driver: the JS thread's own libuv loop, no tokio thread per round trip), while
 //! the state stays here: the phase (`Busy` → `Held` → `Idle`, so `token`, `lease_s`,
-//! `valid_for`, `cancel()` and `close()` work the same), the lease clock ([`Schedule`]), the
-//! renewed lease ([`renewed_lease`]) and the loss, reported once ([`HeldShared::mark_lost`]).
-//! The caller only sends requests, reads replies and arms timers at the instants this says.
+//! `valid_for`, `cancel()` and `close()` work the same) and the held lock's lifecycle, the
+//! same [`HeldMachine`] the tokio renewal task runs. The caller only sends the requests the
+//! machine asks for, feeds it the replies, the timer and the connection's end, and arms the
+//! one timer it names.
 
 use super::*;
-use crate::dflockd::renewer::{release_error, unconfirmed};
-
-/// The longest a caller may be late for a renew before the watchdog renews in its stead
-/// ([`ExternalHold::watchdog_grace`]). Small, because the client does not know the server's
-/// idle limit: 23 s by default, but `--read-timeout` may set it just above the renew interval
-/// (the Web Locks steal test runs 5 s against renews every 4.5 s), and the watchdog's renew must
-/// come about when the caller's own would. 50 ms is tens of times a libuv timer's lateness on a
-/// loop that runs; a caller later than that finds the watchdog's renew in flight and awaits its
-/// reply instead of sending a second one, so lateness changes who renews, not how often.
-pub const WATCHDOG_GRACE_MAX: Duration = Duration::from_millis(50);
+use crate::dflockd::held::rejoin::{Next, Rejoin};
+use crate::dflockd::held::{Action, HeldMachine};
+use crate::dflockd::protocol::{self, Request};
 
 /// An acquisition started by [`Primitive::begin_external`].
 #[derive(Debug)]
@@ -37,10 +31,25 @@ pub struct ExternalHold {
     opts: Arc<PrimitiveOptions>,
     on_lost: Arc<Mutex<Option<LossCallback>>>,
     cancel: CancellationToken,
-    grant_lease_s: u64,
-    lease_s: u64,
-    /// When the request that proved the lease was sent: the lease clock's start.
-    sent: Instant,
+    machine: HeldMachine,
+}
+
+/// What the caller of an [`ExternalHold`] must do (the machine's [`Action`]s less those the
+/// hold applies itself: the lease proven and the loss reported).
+#[derive(Debug, PartialEq)]
+pub enum ExternalIo {
+    /// Send the renew ([`ExternalHold::renew_request`]) and report its reply with
+    /// [`ExternalHold::renew_reply`].
+    SendRenew,
+    /// Send the release ([`ExternalHold::release_request`]) and report its reply with
+    /// [`ExternalHold::release_reply`].
+    SendRelease,
+    /// Answer the pending release.
+    SettleRelease(Result<()>),
+    /// Close the connection.
+    Close,
+    /// The connection is idle after a clean release: it may go to the pool.
+    Pool,
 }
 
 impl Primitive {
@@ -90,9 +99,7 @@ impl Primitive {
             opts: self.opts.clone(),
             on_lost: self.on_lost.clone(),
             cancel,
-            grant_lease_s: grant.lease_s,
-            lease_s: grant.lease_s,
-            sent,
+            machine: HeldMachine::new(&self.opts, grant.lease_s, sent, Vec::new()),
         })
     }
 }
@@ -167,17 +174,18 @@ impl Primitive {
     ) {
         let end = self.acquisition_end(started);
         let work = async {
-            match self.wait_queued(conn, end, sent).await {
-                // As `acquire_until` after a dropped waiter: connect again with backoff
-                // and enqueue with what is left of the timeout.
-                Err(e) if rejoinable(&e) => match end {
-                    Some(end) if Instant::now() + RECONNECT_BACKOFF_MIN < end => {
-                        tokio::time::sleep(RECONNECT_BACKOFF_MIN).await;
-                        self.acquire_until_from(None, Some(end), None, true).await
-                    }
-                    _ => Err(e),
-                },
-                r => r,
+            let e = match self.wait_queued(conn, end, sent).await {
+                Err(e) => e,
+                r => return r,
+            };
+            // As `acquire_until` after a dropped waiter: connect again with backoff and
+            // enqueue with what is left of the timeout.
+            match Rejoin::new(end).failed(Instant::now(), e, true) {
+                Next::Fail(e) => Err(e),
+                Next::Retry { at, .. } => {
+                    tokio::time::sleep_until(at).await;
+                    self.acquire_until_from(None, end, None, true).await
+                }
             }
         };
         match self.run_acquisition(op.op, op.cancel, started, work).await {
@@ -198,131 +206,114 @@ impl ExternalHold {
         &self.opts.key
     }
 
-    /// The options of the primitive.
-    pub fn options(&self) -> &PrimitiveOptions {
-        &self.opts
-    }
-
     /// The grant's token.
     pub fn token(&self) -> &str {
         &self.shared.token
     }
 
-    fn schedule(&self) -> Schedule {
-        Schedule::new(&self.opts, self.lease_s)
+    /// The held-lock machine (its clock: `renew_interval`, `watchdog_grace`, `sent`; whether it
+    /// is `renewing`, `renewable`, `idle`, `is_done`).
+    pub fn machine(&self) -> &HeldMachine {
+        &self.machine
     }
 
-    /// When to start the next renew.
-    pub fn renew_at(&self) -> Instant {
-        self.schedule().renew_at(self.sent)
+    /// The renew of this hold (`n`, or `sn` for a semaphore slot).
+    pub fn renew_request(&self) -> Request<'_> {
+        let o = &self.opts;
+        Request::renew(&o.key, &self.shared.token, o.lease_ttl_s, o.limit > 1)
     }
 
-    /// Until when the lease is proven: with no renew confirmed by then, it is lost.
-    pub fn loss_at(&self) -> Instant {
-        self.schedule().loss_at(self.sent)
+    /// The release of this hold (`r`, or `sr`).
+    pub fn release_request(&self) -> Request<'_> {
+        let o = &self.opts;
+        Request::release(&o.key, &self.shared.token, o.limit > 1)
     }
 
-    /// The earliest instant the server could end the lease (keep the connection open until
-    /// then after a loss declared by the lease clock, so the key is not freed before the
-    /// holder was told).
-    pub fn expiry(&self) -> Instant {
-        self.schedule().expiry(self.sent)
-    }
-
-    /// The reply limit of a renew started now: until the server's expiry.
-    pub fn renew_limit(&self, now: Instant) -> Duration {
-        self.schedule().expiry(now).saturating_duration_since(now)
-    }
-
-    /// Whether the clock says a grant just got (its request sent at [`Self::sent`]) must be
-    /// renewed before it is reported (it waited so long its first renew is already due).
-    pub fn needs_confirm(&self, now: Instant) -> bool {
-        now >= self.renew_at()
-    }
-
-    /// The lease clock's interval between renews.
-    pub fn renew_interval(&self) -> Duration {
-        self.schedule().renew_at(self.sent) - self.sent
-    }
-
-    /// How late past [`Self::renew_at`] the caller may be before a [`watchdog`] renews in its
-    /// stead: a quarter of the time between the renew instant and the loss instant (leaving
-    /// three quarters for the watchdog's round trip before the lease clock gives up), at most
-    /// [`WATCHDOG_GRACE_MAX`].
-    ///
-    /// [`watchdog`]: crate::dflockd::watchdog
-    pub fn watchdog_grace(&self) -> Duration {
-        let gap = self.loss_at().saturating_duration_since(self.renew_at());
-        (gap / 4).min(WATCHDOG_GRACE_MAX)
-    }
-
-    /// When the request that proved the lease was sent.
-    pub fn sent(&self) -> Instant {
-        self.sent
-    }
-
-    /// A renew sent at `sent` was confirmed with `reply` (the lease the server reported).
-    pub fn renewed(&mut self, reply: Option<u64>, sent: Instant) {
-        self.lease_s = renewed_lease(self.opts.lease_ttl_s, reply, self.grant_lease_s);
-        self.sent = sent;
-        self.shared.set_lease(self.lease_s, self.loss_at());
-    }
-
-    /// `close()` (or a new acquisition after a loss) ended the hold: stop, report nothing.
-    pub fn is_stopped(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
-
-    /// Whether the hold was marked lost.
-    pub fn is_lost(&self) -> bool {
-        self.shared.lost.load(Ordering::SeqCst)
-    }
-
-    /// Mark the lock lost for `reason`; the loss callback is called the first time, unless
-    /// `notify` is false (a release is answering instead) or the hold was stopped.
-    pub fn lost(&self, notify: bool, reason: &str) {
-        let notify = notify && !self.is_stopped();
-        self.shared
-            .mark_lost(&self.opts.key, &self.on_lost, notify, reason);
-    }
-
-    /// The reason of a loss declared because no renew was confirmed within the validity.
-    pub fn unconfirmed_reason(&self) -> String {
-        unconfirmed(self.lease_s)
-    }
-
-    /// The `LOCK_LOST` error of a release after a loss.
-    pub fn lost_error(&self) -> DflockdError {
-        let reason = lock(&self.shared.loss_reason).clone();
-        DflockdError::new(
-            ErrorCode::LockLost,
-            match reason {
-                Some(r) => format!("the lock was lost before release: {r}"),
-                None => "the lock was lost before release".to_string(),
-            },
-        )
-    }
-
-    /// Start a release: the primitive goes idle now (the caller sends `r`, then pools the
-    /// connection on a clean `ok`). `NOT_LOCKED` when `close()` already ended this hold,
-    /// `LOCK_LOST` when it was lost.
-    pub fn begin_release(&self, prim: &Primitive) -> Result<()> {
-        let mut st = lock(&prim.state);
-        let ours = matches!(&st.phase, Phase::Held(h) if Arc::ptr_eq(&h.shared, &self.shared));
-        if !ours {
-            return Err(DflockdError::new(ErrorCode::NotLocked, "nothing held"));
+    /// The next thing for the caller to do; the lease proven and the loss (reported once, to
+    /// the loss callback unless a release answers it or the hold was stopped) are applied here.
+    pub fn poll_io(&mut self) -> Option<ExternalIo> {
+        loop {
+            return Some(match self.machine.poll_action()? {
+                Action::Proven { lease_s, loss_at } => {
+                    self.shared.set_lease(lease_s, loss_at);
+                    continue;
+                }
+                Action::Lost { reason, notify } => {
+                    let notify = notify && !self.cancel.is_cancelled();
+                    self.shared
+                        .mark_lost(&self.opts.key, &self.on_lost, notify, &reason);
+                    continue;
+                }
+                Action::SendRenew { .. } => ExternalIo::SendRenew,
+                Action::SendRelease { .. } => ExternalIo::SendRelease,
+                Action::SettleRelease(r) => ExternalIo::SettleRelease(r),
+                Action::Close => ExternalIo::Close,
+                Action::Pool => ExternalIo::Pool,
+            });
         }
-        st.phase = Phase::Idle;
-        drop(st);
+    }
+
+    /// When to call [`Self::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.machine.poll_timeout()
+    }
+
+    /// The timer fired at `now`; `watchdog_renewing`: the watchdog's renew of this hold is in
+    /// flight (its reply stands for this period's renew).
+    pub fn handle_timeout(&mut self, now: Instant, watchdog_renewing: bool) {
+        self.machine.handle_timeout_beside(now, watchdog_renewing);
+    }
+
+    /// The reply `line` to the caller's renew sent at `sent`, read at `now`.
+    pub fn renew_reply(&mut self, now: Instant, sent: Instant, line: &str) {
+        let reply = protocol::parse_renew_reply(line, "renew");
+        self.machine.renew_reply(now, sent, reply);
+    }
+
+    /// The reply `line`, read at `now`, to a renew the watchdog sent at `sent` while the caller
+    /// was late; the loss reason says who renewed (the holder learns its thread was blocked).
+    pub fn watchdog_reply(&mut self, now: Instant, sent: Instant, line: &str) {
+        let reply = protocol::parse_renew_reply(
+            line,
+            "renew sent by the watchdog while JavaScript was blocked",
+        );
+        self.machine.other_renew_reply(now, sent, reply);
+    }
+
+    /// The reply `line` to the release.
+    pub fn release_reply(&mut self, line: &str) {
+        let reply = protocol::parse_release_reply(line, "release");
+        self.machine.release_reply(reply);
+    }
+
+    /// The connection failed, or the server dropped it.
+    pub fn disconnected(&mut self, e: DflockdError) {
+        self.machine.disconnected(e);
+    }
+
+    /// `close()`: drop the connection without a release, report nothing.
+    pub fn abort(&mut self) {
+        self.machine.abort();
+    }
+
+    /// Release at `now`: the primitive goes idle now (`NOT_LOCKED` when `close()` already ended
+    /// this hold, `LOCK_LOST` when it was lost: answered at once, the connection to close);
+    /// else the answer comes as [`ExternalIo::SettleRelease`].
+    pub fn release(&mut self, prim: &Primitive, now: Instant) -> Result<()> {
+        {
+            let mut st = lock(&prim.state);
+            let ours = matches!(&st.phase, Phase::Held(h) if Arc::ptr_eq(&h.shared, &self.shared));
+            if !ours {
+                self.machine.abort();
+                return Err(DflockdError::new(ErrorCode::NotLocked, "nothing held"));
+            }
+            st.phase = Phase::Idle;
+        }
         self.cancel.cancel();
-        if self.is_lost() {
-            return Err(self.lost_error());
+        let r = self.machine.release(now);
+        if r.is_err() {
+            self.machine.abort();
         }
-        Ok(())
-    }
-
-    /// The error of a failed release (as the renewal task reports it).
-    pub fn release_error(&self, e: DflockdError) -> DflockdError {
-        release_error(e)
+        r
     }
 }

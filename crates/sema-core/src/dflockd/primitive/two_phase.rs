@@ -6,12 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{
-    busy, join_stopped, lock, rejoinable, EnqueueOutcome, Phase, Primitive, Ticket,
-    RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN,
-};
+use super::{busy, join_stopped, lock, EnqueueOutcome, Phase, Primitive, Ticket};
 use crate::dflockd::connection::Connection;
 use crate::dflockd::error::{DflockdError, ErrorCode, Result};
+use crate::dflockd::held::rejoin::{Next, Rejoin};
 use crate::dflockd::protocol::{self, AcquireReply, EnqueueReply, Grant, MAX_SECONDS};
 
 impl Primitive {
@@ -161,30 +159,29 @@ impl Primitive {
         });
         let work = async {
             let mut timeout_s = timeout_s;
-            let mut backoff = RECONNECT_BACKOFF_MIN;
+            let mut rejoin = Rejoin::new(end);
+            let mut failed = match self.wait_once(&mut conn, timeout_s).await {
+                Err(e) => e,
+                r => return r,
+            };
+            // The server dropped the queued waiter (restarted or stopping): connect again and
+            // enqueue again while the timeout lasts, as `acquire` does.
             loop {
-                let mut e = match self.wait_once(&mut conn, timeout_s).await {
-                    Err(e) if rejoinable(&e) => e,
-                    r => return r,
-                };
-                // The server dropped the queued waiter (restarted or stopping): connect again and
-                // enqueue again while the timeout lasts, as `acquire` does.
-                let end = loop {
-                    let Some(end) = end else { return Err(e) };
-                    if Instant::now() + backoff >= end {
-                        return Err(e);
+                match rejoin.failed(Instant::now(), failed, true) {
+                    Next::Fail(e) => return Err(e),
+                    Next::Retry { at, .. } => {
+                        tokio::time::sleep_until(at).await;
+                        timeout_s = rejoin.timeout_s(Instant::now());
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
-                    match self.rejoin(&mut conn).await {
-                        Ok(Some(held)) => return Ok(Some(held)),
-                        Ok(None) => break end,
-                        Err(e2) if rejoinable(&e2) => e = e2,
-                        Err(e2) => return Err(e2),
-                    }
+                }
+                failed = match self.rejoin(&mut conn).await {
+                    Ok(Some(held)) => return Ok(Some(held)),
+                    Ok(None) => match self.wait_once(&mut conn, timeout_s).await {
+                        Err(e) => e,
+                        r => return r,
+                    },
+                    Err(e) => e,
                 };
-                let left = end.saturating_duration_since(Instant::now());
-                timeout_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             }
         };
         // Past the deadline the connection is dropped below, the wait future with it.

@@ -68,20 +68,6 @@ function acquireTimeoutMs(timeout) {
   return timeout
 }
 
-/**
- * Work that must run, synchronously, just before the exit hook releases this thread's locks (a shared lock's
- * reader leaving its group, see ./shared.js). Each is called once per exit; a throw is ignored.
- */
-const beforeExitRelease = new Set()
-
-function runBeforeExitRelease() {
-  for (const fn of beforeExitRelease) {
-    try {
-      fn()
-    } catch {}
-  }
-}
-
 let exitHookInstalled = false
 /**
  * Locks still held when the process exits normally are released, so other tools do not see a dead pid's lock
@@ -93,7 +79,6 @@ function installExitHook() {
   if (exitHookInstalled) return
   exitHookInstalled = true
   process.once('exit', () => {
-    runBeforeExitRelease()
     if (isMainThread) native.releaseAllHeld()
     else native.releaseThreadHeld()
   })
@@ -113,10 +98,9 @@ const RELEASE_ON = process.platform === 'win32' ? ['SIGINT', 'SIGHUP'] : ['SIGIN
  */
 function releaseAndReraise(signal) {
   if (process.listenerCount(signal) > 1) return
-  runBeforeExitRelease()
   native.releaseAllHeld()
   for (const s of RELEASE_ON) process.removeListener(s, releaseAndReraise)
   process.kill(process.pid, signal)
 }
 
-module.exports = { PLAIN_FORMAT, DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook, beforeExitRelease }
+module.exports = { PLAIN_FORMAT, DEFAULT_CONFIG, engineOptions, finiteOrNull, lockInfo, acquireTimeoutMs, installExitHook }

@@ -13,8 +13,6 @@ const { withAbort } = require('../abort')
 const { settledAcquire } = require('./settle')
 const { engineOptions, acquireTimeoutMs, installExitHook, lockInfo } = require('./engine')
 const { FileLock, statusOf, configOf, cacheKey, unexpected } = require('./lock')
-// The shared/exclusive lock's directory helpers (./shared.js imports them from here until it drops them).
-const { changes, ended, isLive, siblings, keepLive, waitFor } = require('./siblings')
 
 const CACHE_MAX = 64
 /** key (path, options, limit) → { sem: NativeSemaphore, resolved: the absolute base path }; insertion order is recency. */
@@ -111,4 +109,4 @@ async function waitSlot(path, options) {
   return r.ok ? { ok: true } : { ok: false, error: fileError(r.error, opened.resolved) }
 }
 
-module.exports = { acquireSlot, presentSlots, statusSlots, waitSlot, siblings, keepLive, waitFor, changes, ended, isLive }
+module.exports = { acquireSlot, presentSlots, statusSlots, waitSlot }

@@ -105,11 +105,11 @@ class FileBackend {
         }
         held.push({ ...entry, pid: l.pid ?? undefined, host: l.host ?? undefined })
       }
-      // The mutex's line counts waiting processes (a request without a mode, from another front end); the shared
-      // lock's line counts requests, this thread's own among them (one per request of it waiting for the backend,
-      // which query() lists from its own state).
+      // The listing's waiters are the mutex line's waiting processes (a request without a mode, from another front
+      // end) plus the shared lock's live tickets, one per waiting request (lockfile/listing/members.rs), this
+      // thread's own among them: those query() lists from its own state.
       const mineWaiting = local(name).filter((r) => r.state === 'waiting').length
-      const waiting = (l.waiters ?? 0) + Math.max(0, shared.waiting - mineWaiting)
+      const waiting = Math.max(0, (l.waiters ?? 0) - mineWaiting)
       for (let i = 0; i < waiting; i++) pending.push({ name })
     }
     return { held, pending }

@@ -379,10 +379,23 @@ describe('a symlink planted at a slot file by another user', { skip: !linux ? 'L
   })
 })
 
+/**
+ * Sends `sig` to a child by pid: Deno's child_process sends nothing from a ChildProcess's kill() after its first
+ * (measured with Deno 2.9.6: kill('SIGSTOP') then kill('SIGKILL') left the child alive, the second call false), and
+ * these tests stop a waiter, then continue or kill it.
+ */
+function signal(child, sig) {
+  process.kill(child.pid, sig)
+}
+
+// Under Deno 2.9.6 a child stopped and continued ends its output before it reads 'release' (observed: W printed
+// 'held', then its stdout ended), so the two tests that stop a waiter skip there; Node and Bun run them.
+const STOP_CONT = process.versions.deno ? "Deno: a child stopped and continued ends before it reads 'release'" : false
+
 describe('issue 33: the limit at every grant, no waiter keeps a free slot', () => {
   // Issue 33, defect 2. Before (lib/file/slots.js checked the limit once, before waiting): W took slot-1-of-2 beside
   // C's slot-1-of-3, three holders of a path two of them took with limit 2.
-  test('the limit is checked at every grant: a waiter of limit 2 never becomes a third holder beside a limit-3 slot', async () => {
+  test('the limit is checked at every grant: a waiter of limit 2 never becomes a third holder beside a limit-3 slot', { skip: STOP_CONT }, async () => {
     const file = tmp.fresh('every-grant')
     const a = await holder(file, { limit: 2 })
     const b = await holder(file, { limit: 2 })
@@ -397,7 +410,7 @@ describe('issue 33: the limit at every grant, no waiter keeps a free slot', () =
     const c = await sema.tryAcquire(file, { limit: 3 })
     assert.equal(c.ok, true, JSON.stringify(c.error))
     assert.equal(path.basename(c.value._path), `${path.basename(file)}.slot-1-of-3`)
-    w.child.kill('SIGCONT')
+    signal(w.child, 'SIGCONT')
     // 50 of W's polls: none may grant it a slot while A and C hold.
     assert.equal(await settlesWithin(wHeld, 1000), false, 'W was granted a third slot')
     assert.ok(!fs.existsSync(`${file}.slot-1-of-2`))
@@ -425,7 +438,7 @@ describe('issue 33: the limit at every grant, no waiter keeps a free slot', () =
   })
 
   // Issue 33, defect 3. Before: the newcomer waited behind the stopped process's ticket until it ran again (forever).
-  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within two retryIntervals', async () => {
+  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within two retryIntervals', { skip: STOP_CONT }, async () => {
     const file = tmp.fresh('stopped-head')
     const a = await holder(file, { limit: 2 })
     const b = await holder(file, { limit: 2 })
@@ -445,7 +458,7 @@ describe('issue 33: the limit at every grant, no waiter keeps a free slot', () =
       assert.equal(wait.ok, true, 'wait() agrees: a slot is still free')
       await n.value.release()
     } finally {
-      w.child.kill('SIGCONT')
+      signal(w.child, 'SIGCONT')
     }
     await wHeld
     await release(w)

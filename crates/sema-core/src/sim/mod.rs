@@ -87,26 +87,38 @@ impl<A: Debug> std::fmt::Display for Failure<A> {
     }
 }
 
+/// Separates the runner's choice stream from the world's stream of the same seed.
+const CHOICE_STREAM: u64 = 0xC40C_E5EE_D5A1_7000;
+
 /// Runs one seed for at most `max_steps` steps. `Ok(steps)` when every invariant held.
 pub fn run_seed<W: World>(seed: u64, max_steps: usize) -> Result<usize, Failure<W::Action>> {
+    explore::<W>(seed, max_steps)
+        .map_err(|(schedule, violation)| shrink::<W>(seed, schedule, violation))
+}
+
+/// One seed's run as chosen by the seed, unshrunk: the steps taken, or the schedule and violation.
+fn explore<W: World>(seed: u64, max_steps: usize) -> Result<usize, (Vec<W::Action>, Violation)> {
     let mut rng = SimRng::new(seed);
     let mut world = W::new(&mut rng);
+    // The runner's choices come from their own stream, so the world's draws (in `new` and `apply`)
+    // are the same whether the schedule is chosen here or read back by `replay`.
+    let mut choices = SimRng::new(seed ^ CHOICE_STREAM);
     let mut schedule = Vec::new();
     for _ in 0..max_steps {
         let enabled = world.enabled();
         if enabled.is_empty() {
             break;
         }
-        let action = enabled[rng.below(enabled.len())].clone();
+        let action = enabled[choices.below(enabled.len())].clone();
         schedule.push(action.clone());
         if let Err(violation) = world.apply(&action, &mut rng) {
-            return Err(shrink::<W>(seed, schedule, violation));
+            return Err((schedule, violation));
         }
     }
     let steps = schedule.len();
     match world.finish() {
         Ok(()) => Ok(steps),
-        Err(violation) => Err(shrink::<W>(seed, schedule, violation)),
+        Err(violation) => Err((schedule, violation)),
     }
 }
 
@@ -247,6 +259,53 @@ mod tests {
         // The minimal lost update: both read, one writes, the other writes.
         assert_eq!(failure.schedule.len(), 4, "{failure}");
         assert!(replay::<Counter>(failure.seed, &failure.schedule).is_err());
+    }
+
+    /// A world whose `apply` draws from the rng: its failure must replay exactly from the schedule.
+    struct Drawing {
+        sum: u64,
+        steps: u32,
+    }
+
+    impl World for Drawing {
+        type Action = u8;
+        fn new(_: &mut SimRng) -> Self {
+            Drawing { sum: 0, steps: 0 }
+        }
+        fn enabled(&self) -> Vec<u8> {
+            if self.steps < 20 {
+                vec![0, 1]
+            } else {
+                vec![]
+            }
+        }
+        fn apply(&mut self, a: &u8, rng: &mut SimRng) -> Result<(), Violation> {
+            self.steps += 1;
+            self.sum += u64::from(*a) * (rng.next_u64() % 10);
+            if self.sum > 40 {
+                return Err(Violation(format!("sum {}", self.sum)));
+            }
+            Ok(())
+        }
+        fn finish(&mut self) -> Result<(), Violation> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_world_that_draws_in_apply_replays_its_failure_exactly() {
+        let mut failed = 0;
+        for seed in 0..50 {
+            if let Err((schedule, violation)) = explore::<Drawing>(seed, 100) {
+                failed += 1;
+                assert_eq!(
+                    replay::<Drawing>(seed, &schedule),
+                    Err(violation),
+                    "seed {seed}: {schedule:?}"
+                );
+            }
+        }
+        assert!(failed > 0, "some seed passes 40");
     }
 
     #[test]

@@ -207,9 +207,9 @@ async function runNode(script, args = [], ms = 20000, options = {}) {
 
 /**
  * Line reader over a child's stdout: `next(pred, ms)` resolves the first line not yet consumed (by this reader)
- * that matches `pred` (a RegExp or function); rejects after `ms` (× timeScale()) or when the child's stdout ends
- * first. Lines
- * printed before the reader was created are seen too.
+ * that matches `pred` (a RegExp or function; without one, the next line); rejects after `ms` (× timeScale()) or when
+ * the child's stdout ends first. Lines printed before the reader was created are seen too. `unread()` is how many
+ * lines the child has printed that this reader has not consumed (0: it has said nothing new).
  */
 function lines(child) {
   const consumed = new Set()
@@ -239,7 +239,8 @@ function lines(child) {
     if (!waiters.length) child.lineListeners.delete(pump)
   }
   return {
-    next(pred, ms = 10000) {
+    unread: () => child.lineLog.length - consumed.size,
+    next(pred = () => true, ms = 10000) {
       ms = scaled(ms)
       return new Promise((resolve, reject) => {
         const w = { pred, resolve, reject }
@@ -325,10 +326,18 @@ function spawnHolder(file, options = {}, { timeoutMs = 15000 } = {}) {
       return line === 'released true'
     },
     kill(signal = 'SIGKILL') {
-      signalPid(child.pid, signal)
+      signalChild(child, signal)
       return child.exited
     },
   }
+}
+
+/**
+ * Sends `signal` to a child spawned here, by its pid (signalPid()), unless it has already exited: once reaped, its
+ * pid may be another process's. For every child that ends when its stdin ends (the holder scripts).
+ */
+function signalChild(child, signal = 'SIGKILL') {
+  if (child.exitCode === null && child.signalCode === null) signalPid(child.pid, signal)
 }
 
 /**
@@ -581,6 +590,7 @@ const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s
 
 module.exports = {
   signalPid,
+  signalChild,
   ROOT,
   timeScale,
   scaled,

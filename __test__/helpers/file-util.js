@@ -334,7 +334,9 @@ function spawnHolder(file, options = {}, { timeoutMs = 15000 } = {}) {
 
 /**
  * Sends `signal` to a child spawned here, by its pid (signalPid()), unless it has already exited: once reaped, its
- * pid may be another process's. For every child that ends when its stdin ends (the holder scripts).
+ * pid may be another process's. For every child that ends when its stdin ends (the holder scripts), and for a second
+ * signal to one child: Deno 2.9.6's ChildProcess.kill() sends nothing after its first call (measured: kill('SIGSTOP')
+ * then kill('SIGKILL') left the child alive, the second call returned false).
  */
 function signalChild(child, signal = 'SIGKILL') {
   if (child.exitCode === null && child.signalCode === null) signalPid(child.pid, signal)

@@ -245,7 +245,7 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
   })
   after(() => {
-    for (const k of kids) k.kill('SIGKILL')
+    for (const k of kids) u.signalChild(k)
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
     u.rmTmp(shared)
     u.rmTmp(mine)
@@ -342,7 +342,7 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     for (const w of waiters) w.stdin.write(`acquire ${a} 60000\n`)
     await u.until(() => queueFiles(KILLED).length === 1, { timeoutMs: 20000, what: 'the waiters lined up' })
     for (const p of [...waiters, holder]) {
-      p.kill('SIGKILL')
+      u.signalChild(p) // by pid: it ends when its stdin ends, which Deno's ChildProcess.kill() closes first
       await p.exited
     }
     const left = queueFiles(KILLED)

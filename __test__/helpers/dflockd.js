@@ -45,8 +45,6 @@ const { readDflockd } = require('../../scripts/dflockd-server')
 const assert = require('node:assert/strict')
 const u = require('./file-util')
 
-const { scaled } = u
-
 const server = readDflockd()
 // CI runs every dflockd test on the Go server: a skip there would hide a missing server, so fail loudly instead.
 if (process.env.CI && server.kind !== 'go') {
@@ -95,15 +93,15 @@ function tryConnect(host, port) {
   })
 }
 
+/** Polled (a listener opening has no event outside its process); throws at once if `exited()`. */
 async function waitForPort(port, { host = '127.0.0.1', timeoutMs = 10000, exited = () => false } = {}) {
-  timeoutMs = scaled(timeoutMs)
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)
-    if (await tryConnect(host, port)) return
-    if (Date.now() > deadline) throw new Error(`nothing accepted connections on ${host}:${port} within ${timeoutMs} ms`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
+  await u.until(
+    async () => {
+      if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)
+      return tryConnect(host, port)
+    },
+    { timeoutMs, intervalMs: 50, what: `connections accepted on ${host}:${port}` },
+  )
 }
 
 function cleanEnv() {

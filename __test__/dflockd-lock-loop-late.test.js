@@ -6,7 +6,7 @@ const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
-const { spawnTracked, until } = require('./helpers/file-util')
+const { spawnTracked, lines, until } = require('./helpers/file-util')
 const { DistributedLock, stats } = require('..')
 
 delete process.env.SEMA_NATIVE_DFLOCKD_DRIVER
@@ -19,34 +19,20 @@ before(async () => {
 })
 after(() => d.stopAll())
 
-/** Runs `code` in a child (this package as cwd); `lines` resolves with each stdout line as it comes. */
+/**
+ * Runs `code` in a child (this package as cwd). `line(prefix)` resolves its first stdout line starting with `prefix`,
+ * and rejects if its stdout ends first (or after 240 s × timeScale(): the longest child here blocks about 2 min).
+ */
 function child(code, { stdin = false } = {}) {
   const c = spawnTracked(process.execPath, ['-e', code], { cwd: pkg, env: process.env })
   if (!stdin) c.stdin.end()
-  let out = ''
-  const waiters = []
-  c.stdout.on('data', (b) => {
-    out += b
-    for (const w of waiters.splice(0)) w()
-  })
-  let err = ''
-  c.stderr.on('data', (b) => (err += b))
-  const exited = new Promise((res) => c.on('exit', (code) => res(code)))
+  const out = lines(c)
   return {
-    /** Resolves with the first stdout line starting with `prefix`. */
-    async line(prefix) {
-      for (;;) {
-        const l = out.split('\n').find((x) => x.startsWith(prefix))
-        if (l !== undefined) return l
-        await Promise.race([new Promise((r) => waiters.push(r)), exited])
-        if (c.exitCode !== null && !out.split('\n').some((x) => x.startsWith(prefix)))
-          throw new Error(`child exited ${c.exitCode} before "${prefix}"; stdout ${out} stderr ${err}`)
-      }
-    },
+    line: (prefix) => out.next((l) => l.startsWith(prefix), 240_000),
     /** Writes a line to the child's stdin (a child started with `stdin` waits for it), then ends it. */
     unblock: () => c.stdin.end('go\n'),
-    exited,
-    stderr: () => err,
+    exited: c.exited.then(({ code }) => code),
+    stderr: () => c.stderrText,
   }
 }
 

@@ -11,7 +11,7 @@ const { describe, test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
-const { spawn, spawnSync } = require('node:child_process')
+const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 const { cli } = require('./fixtures/cli/helpers')
 const sema = require('..')
@@ -140,18 +140,9 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
   /** nobody takes a shared flock on `file` (it can only read it) and keeps it until killed. */
   async function sharedFlockAsNobody(file) {
     if (reader) reader.kill('SIGKILL')
-    reader = spawn('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 600'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    const out = await new Promise((resolve, reject) => {
-      let text = ''
-      reader.stdout.on('data', (c) => {
-        text += c
-        if (text.includes('locked')) resolve(text)
-      })
-      reader.once('exit', (code) => reject(new Error(`reader exited ${code}`)))
-    })
-    assert.match(out, /locked/)
+    reader = u.spawnTracked('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 600'])
+    reader.stdin.end()
+    await u.lines(reader).next(/^locked$/, 10000)
   }
 
   test('status says stale, and tryAcquire, acquire and clean reclaim it', async () => {

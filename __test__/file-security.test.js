@@ -19,23 +19,7 @@ const sema = require('..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const skip = !linux ? 'Linux only' : !root ? 'needs root, to act as another user (setpriv)' : false
-const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
-
-/** Runs `cmd args` as nobody; throws unless it exits 0. */
-function asNobody(cmd, ...args) {
-  const r = spawnSync('setpriv', [...NOBODY, cmd, ...args], { encoding: 'utf8' })
-  if (r.status !== 0) throw new Error(`as nobody: ${cmd} ${args.join(' ')}: ${r.status} ${r.stderr}`)
-  return r.stdout
-}
-
-/** A sticky world-writable directory (as /tmp) and a private one of ours for the victims. */
-function dirs() {
-  const shared = fs.realpathSync(u.mkTmp('security-shared-'))
-  fs.chmodSync(shared, 0o1777)
-  const mine = fs.realpathSync(u.mkTmp('security-victim-'))
-  fs.chmodSync(mine, 0o755) // nobody must be able to name the victims, not read them
-  return { shared, mine }
-}
+const { NOBODY, asNobody } = u
 
 function snapshot(file) {
   const st = fs.statSync(file)
@@ -46,7 +30,7 @@ describe('a symlink planted at the lock path by another user', { skip }, () => {
   let d
   const victims = {}
   before(() => {
-    d = dirs()
+    d = u.attackDirs('security-')
     for (const [name, age] of [['fresh', 0], ['old', 7200]]) {
       const file = path.join(d.mine, `${name}-secret.txt`)
       fs.writeFileSync(file, `${name} secret\n`, { mode: 0o600 })
@@ -123,7 +107,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
   let d
   let reader = null
   before(() => {
-    d = dirs()
+    d = u.attackDirs('security-')
   })
   after(() => {
     if (reader) reader.kill('SIGKILL')
@@ -232,7 +216,7 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
   let pkg
   before(() => {
     pkg = u.packageForOtherUsers('file-user-cmd.js')
-    ;({ shared, mine } = dirs())
+    ;({ shared, mine } = u.attackDirs('security-'))
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
   })
   after(() => {

@@ -275,24 +275,20 @@ const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 describe('symlinks planted next to a shared lock by another user', { skip: !linux ? 'Linux only' : !root ? 'needs root' : false }, () => {
   test('at the guard and at the path: refused (INVALID_PATH), never followed', async () => {
-    const shared = fs.realpathSync(u.mkTmp('shared-sticky-'))
-    fs.chmodSync(shared, 0o1777)
-    const mine = fs.realpathSync(u.mkTmp('shared-victim-'))
-    fs.chmodSync(mine, 0o755)
+    const { shared, mine } = u.attackDirs('shared-')
     try {
       const victim = path.join(mine, 'secret.txt')
       fs.writeFileSync(victim, 'secret\n', { mode: 0o600 })
       const mtime = fs.statSync(victim).mtimeMs
-      const asNobody = (...args) => assert.equal(spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...args]).status, 0)
       const a = path.join(shared, 'a.lock')
-      asNobody('ln', '-s', victim, `${a}.rw-guard`)
+      u.asNobody('ln', '-s', victim, `${a}.rw-guard`)
       for (const mode of ['shared', 'exclusive']) {
         const r = await sema.tryAcquire(a, { mode })
         assert.equal(r.error.type, 'INVALID_PATH', JSON.stringify(r.error))
         assert.match(r.error.message, /symbolic link/)
       }
       const b = path.join(shared, 'b.lock')
-      asNobody('ln', '-s', victim, b)
+      u.asNobody('ln', '-s', victim, b)
       // Refused as the mutex refuses a link at its path (the core's one rule for both).
       const r = await sema.tryAcquire(b, { mode: 'shared' })
       assert.equal(r.error.type, 'INVALID_PATH', JSON.stringify(r.error))

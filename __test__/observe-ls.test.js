@@ -16,7 +16,7 @@ const { readSema } = require('../scripts/sema-tool')
 const ROOT = path.resolve(__dirname, '..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
-const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+const { NOBODY } = u
 // The real sema 0.1.0, built by scripts/setup.js from the vendored source (scripts/sema-tool.js).
 const SEMA = readSema()
 
@@ -182,8 +182,7 @@ describe('ls: other users', { skip: !linux ? 'Linux only' : !root ? 'needs root,
     // A valid lock file elsewhere: a followed link would show its pid 1 and tag.
     decoy = path.join(fs.realpathSync(u.mkTmp('ls-decoy-')), 'target.lock')
     fs.writeFileSync(decoy, `pid=1\ntimestamp=${u.nowS()}\ntag=followed\n`)
-    const ln = spawnSync('setpriv', [...NOBODY, 'ln', '-s', decoy, path.join(shared, 'planted.lock')], { encoding: 'utf8' })
-    assert.equal(ln.status, 0, ln.stderr)
+    u.asNobody('ln', '-s', decoy, path.join(shared, 'planted.lock'))
     // root's lock, readable by root only.
     fs.writeFileSync(path.join(shared, 'private.lock'), `pid=${process.pid}\ntimestamp=${u.nowS()}\ntag=secret\n`, { mode: 0o600 })
   })

@@ -188,7 +188,7 @@ describe('bad input', () => {
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const asOther = !linux ? 'Linux only' : !root ? 'needs root, to act as another user (setpriv)' : false
-const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+const { NOBODY } = u
 
 describe('the per-user `locks` directory', () => {
   test('`locks` is shared by every process of the user: a child holds, this process sees it taken', async () => {

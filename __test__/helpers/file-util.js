@@ -362,6 +362,29 @@ async function holder(file, options = {}, { timeoutMs = 15000 } = {}) {
   return { ...h, held: await h.held }
 }
 
+/** setpriv's arguments that run a command as nobody (uid and gid 65534, no supplementary groups; root only). */
+const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+
+/** Runs `cmd args` as nobody (setpriv); throws unless it exits 0; returns its stdout. */
+function asNobody(cmd, ...args) {
+  const r = spawnSync('setpriv', [...NOBODY, cmd, ...args], { encoding: 'utf8', timeout: scaled(20000) })
+  if (r.status !== 0) throw new Error(`as nobody: ${cmd} ${args.join(' ')}: ${r.status} ${r.stderr}`)
+  return r.stdout
+}
+
+/**
+ * Where another user attacks: `shared`, a sticky world-writable directory (as /tmp is) in which nobody plants links,
+ * and `mine`, a directory of ours for the victims (0755: nobody can name them, not read them). Both resolved
+ * (realpath); remove them with rmTmp.
+ */
+function attackDirs(prefix) {
+  const shared = fs.realpathSync(mkTmp(`${prefix}shared-`))
+  fs.chmodSync(shared, 0o1777)
+  const mine = fs.realpathSync(mkTmp(`${prefix}victim-`))
+  fs.chmodSync(mine, 0o755)
+  return { shared, mine }
+}
+
 /** A pid that belonged to a real process which has exited and been reaped. */
 async function deadPid() {
   for (let attempt = 0; attempt < 5; attempt++) {
@@ -591,6 +614,9 @@ const underWine =
 const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s handle is open (Windows 10+ removes it at once)'
 
 module.exports = {
+  NOBODY,
+  asNobody,
+  attackDirs,
   signalPid,
   signalChild,
   ROOT,

@@ -12,7 +12,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { cli, start, until, mkTmp, rmTmp } = require('./fixtures/cli/helpers')
-const { WINE_DELETE } = require('./helpers/file-util')
+const { WINE_DELETE, pidAlive: isAlive } = require('./helpers/file-util')
 
 const NODE = process.execPath
 const WINDOWS = process.platform === 'win32'
@@ -52,15 +52,6 @@ const WHEN_FILE = `function whenFile(file, then) {
 
 /** Script text: waits forever (until a signal or a kill). */
 const FOREVER = 'setInterval(() => {}, 1000)'
-
-function isAlive(pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e) {
-    return e.code === 'EPERM'
-  }
-}
 
 describe('run: exit status', { concurrency: true }, () => {
   it('passes 0 and 7 through, and releases', async () => {

@@ -6,7 +6,7 @@ const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
-const { spawnTracked } = require('./helpers/file-util')
+const { spawnTracked, lines, until } = require('./helpers/file-util')
 const { DistributedLock, stats } = require('..')
 
 delete process.env.SEMA_NATIVE_DFLOCKD_DRIVER
@@ -19,53 +19,38 @@ before(async () => {
 })
 after(() => d.stopAll())
 
-/** Runs `code` in a child (this package as cwd); `lines` resolves with each stdout line as it comes. */
+/**
+ * Runs `code` in a child (this package as cwd). `line(prefix)` resolves its first stdout line starting with `prefix`,
+ * and rejects if its stdout ends first (or after 240 s × timeScale(): the longest child here blocks about 2 min).
+ */
 function child(code, { stdin = false } = {}) {
   const c = spawnTracked(process.execPath, ['-e', code], { cwd: pkg, env: process.env })
   if (!stdin) c.stdin.end()
-  let out = ''
-  const waiters = []
-  c.stdout.on('data', (b) => {
-    out += b
-    for (const w of waiters.splice(0)) w()
-  })
-  let err = ''
-  c.stderr.on('data', (b) => (err += b))
-  const exited = new Promise((res) => c.on('exit', (code) => res(code)))
+  const out = lines(c)
   return {
-    /** Resolves with the first stdout line starting with `prefix`. */
-    async line(prefix) {
-      for (;;) {
-        const l = out.split('\n').find((x) => x.startsWith(prefix))
-        if (l !== undefined) return l
-        await Promise.race([new Promise((r) => waiters.push(r)), exited])
-        if (c.exitCode !== null && !out.split('\n').some((x) => x.startsWith(prefix)))
-          throw new Error(`child exited ${c.exitCode} before "${prefix}"; stdout ${out} stderr ${err}`)
-      }
-    },
+    line: (prefix) => out.next((l) => l.startsWith(prefix), 240_000),
     /** Writes a line to the child's stdin (a child started with `stdin` waits for it), then ends it. */
     unblock: () => c.stdin.end('go\n'),
-    exited,
-    stderr: () => err,
+    exited: c.exited.then(({ code }) => code),
+    stderr: () => c.stderrText,
   }
 }
 
-/** Resolves once the server's stats show a waiter on `key`. */
-async function queuedOn(key) {
-  for (;;) {
+/** Resolves once the server's stats show a waiter on `key` (polled: the server's queue has no event). */
+function queuedOn(key) {
+  return until(async () => {
     const st = await stats({ host: s.host, port: s.port })
-    if ((st.locks.find((l) => l.key === key)?.waiters ?? 0) > 0) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+    return (st.locks.find((l) => l.key === key)?.waiters ?? 0) > 0
+  }, { timeoutMs: 30000, intervalMs: 20, what: `a waiter on '${key}' in the server's stats` })
 }
 
-/** Resolves once the server's stats show `key` held. */
-async function heldOnServer(key) {
-  for (;;) {
-    const st = await stats({ host: s.host, port: s.port })
-    if (st.locks.some((l) => l.key === key)) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+/** Resolves once the server's stats show `key` held (polled). */
+function heldOnServer(key) {
+  return until(async () => (await stats({ host: s.host, port: s.port })).locks.some((l) => l.key === key), {
+    timeoutMs: 30000,
+    intervalMs: 20,
+    what: `'${key}' held in the server's stats`,
+  })
 }
 
 test('a grant read after its lease ran out (JS blocked between the request and the reply) is never reported held', { skip }, async () => {
@@ -110,7 +95,7 @@ test('a grant read late but within its lease is renewed before it is reported, i
       const p = l.acquire()
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2500)
       console.log('result ' + (await p))
-      await new Promise((r) => setTimeout(r, 2500))
+      await new Promise((r) => setTimeout(r, 2500)) // the time under test: 5 s after the request, past its 4 s lease
       console.log('after ' + (Date.now() - asked) + ' ms aborted=' + l.signal.aborted)
       await l.release()
       console.log('released')

@@ -10,7 +10,7 @@ const { once } = require('node:events')
 const path = require('node:path')
 const d = require('./helpers/dflockd')
 const { startFaultProxy } = require('./helpers/fault-proxy')
-const { spawnTracked, waitExit } = require('./helpers/file-util')
+const { spawnTracked, waitExit, lines, until } = require('./helpers/file-util')
 const native = require('../lib/native')
 const { Worker } = require('node:worker_threads')
 const { DistributedLock, DistributedSemaphore, LockError, stats, Connection } = require('..')
@@ -33,14 +33,12 @@ function runChild(code, boundMs, env = process.env) {
   return waitExit(child, boundMs, 'child')
 }
 
-/** Resolves once the server's stats show a waiter on `key` (lock or semaphore). */
-async function queuedOn(key) {
-  for (;;) {
+/** Resolves once the server's stats show a waiter on `key` (lock or semaphore): polled, the server's queue has no event. */
+function queuedOn(key) {
+  return until(async () => {
     const st = await stats({ host: s.host, port: s.port })
-    const waiting = st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0
-    if (waiting > 0) return
-    await new Promise((res) => setTimeout(res, 20))
-  }
+    return (st.locks.find((l) => l.key === key)?.waiters ?? st.semaphores.find((l) => l.key === key)?.waiters ?? 0) > 0
+  }, { intervalMs: 20, what: `a waiter on '${key}' in the server's stats` })
 }
 
 const primitiveOptions = (port, extra = {}) => ({
@@ -77,9 +75,7 @@ describe('a held lock whose JavaScript thread is blocked past the server idle li
       ],
       { cwd: pkg, env },
     )
-    let out = ''
-    child.stdout.on('data', (b) => (out += b))
-    while (!out.includes('held')) await new Promise((r) => setTimeout(r, 20))
+    await lines(child).next(/^held$/, 20000)
     const waiter = new DistributedLock({ key: 'blocked', servers: [[srv.host, srv.port]], acquireTimeoutS: 15 })
     child.stdin.end('go\n')
     assert.equal(await waiter.acquire(), true)
@@ -144,6 +140,7 @@ describe('a held lock whose JavaScript thread is blocked past the server idle li
            Atomics.wait(new Int32Array(sab), 0, 0)
            // Renewed by the watchdog's renew (sent 2 s after the grant's request) once its reply is read: the lease is
            // then proven about 2 s longer (the thread's own next renew is due 2 s after the watchdog's).
+           // Polled: nothing announces that the renew's reply was read (remaining() grows).
            while (!(provenUntil() > before + 1000)) await new Promise((r) => setTimeout(r, 20))
            console.log('renewed, watchdog renews ' + require('./lib/native').dflockdWatchdogRenews())
            await l.release()
@@ -201,10 +198,7 @@ describe('a held lock whose JavaScript thread is blocked past the server idle li
       ],
       { cwd: pkg },
     )
-    let out = ''
-    child.stdout.on('data', (b) => (out += b))
-    while (!/blocking \S+\n/.test(out)) await new Promise((r) => setTimeout(r, 20))
-    const token = /blocking (\S+)\n/.exec(out)[1]
+    const token = (await lines(child).next(/^blocking \S+$/, 20000)).slice('blocking '.length)
     const conn = await Connection.connect({ host: s.host, port: s.port })
     await conn.release('wd-gone', token)
     conn.close()

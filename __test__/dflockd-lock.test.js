@@ -245,11 +245,8 @@ describe('FIFO and lease hand-off', { skip }, () => {
         order.push(name)
         await l.release()
       }))
-      for (;;) {
-        const st = await c.stats()
-        const e = st.locks.find((x) => x.key === 'fifo-l')
-        if (e && e.waiters === i + 1) break
-      }
+      // Each queued before the next asks: polled, the server's queue has no event.
+      await u.until(async () => (await c.stats()).locks.find((x) => x.key === 'fifo-l')?.waiters === i + 1, { intervalMs: 1, what: `waiter ${i + 1} queued` })
     }
     c.close()
     await holder.release()

@@ -19,7 +19,7 @@ async function assertHeldFor(s, key, ms, everyMs = 400) {
     const probe = new DistributedLock({ key, servers: [[s.host, s.port]], acquireTimeoutS: 0 })
     assert.equal(await probe.acquire(), false, `another client got '${key}' after ${attempts} attempts`)
     attempts++
-    await new Promise((r) => setTimeout(r, everyMs))
+    await new Promise((r) => setTimeout(r, everyMs)) // the sampling interval of the `ms` under test
   }
   return attempts
 }
@@ -141,7 +141,8 @@ describe('loss', { skip }, () => {
     assert.deepEqual(calls, [['ls-kill', token]])
     assert.equal(a.token, null)
     assert.equal(a.lease, 0)
-    // A later renew tick must not report the same loss again.
+    // A later renew tick must not report the same loss again: a window (1.5 s, more than the 1 s renew period of the
+    // 2 s lease) in which nothing may happen, so no event to wait for.
     await new Promise((r) => setTimeout(r, 1500))
     assert.equal(calls.length, 1)
     await assert.rejects(a.release(), (e) => e instanceof LockError && e.code === 'NOT_LOCKED')

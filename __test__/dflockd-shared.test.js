@@ -5,12 +5,10 @@
 // proxy in front of the real server counts the requests and round trips of each operation.
 const { test, describe, before, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { spawn } = require('node:child_process')
 const { once, EventEmitter } = require('node:events')
-const readline = require('node:readline')
 const net = require('node:net')
-const path = require('node:path')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { acquire, tryAcquire, withLock, status } = require('..')
 const { DistributedLock, Connection, stats } = require('../lib/dflockd')
 
@@ -19,40 +17,14 @@ const MAX_READERS = 16
 let srv
 let seq = 0
 const key = (name) => `sh-${name}-${process.pid}-${++seq}`
-const CHILD = path.join(__dirname, 'helpers', 'dflockd-shared-child.js')
-const children = new Set()
 
 before(async () => {
   if (!skip) srv = await d.startServer()
 })
 after(async () => {
-  for (const c of children) c.kill('SIGKILL')
+  u.killAll()
   await d.stopAll()
 })
-
-/** A child process acquiring `url` in `mode`; `next()` resolves its next stdout line. */
-function holder(url, mode, timeoutMs = 30000) {
-  const child = spawn(process.execPath, [CHILD, url, mode, String(timeoutMs)], { stdio: ['pipe', 'pipe', 'inherit'] })
-  children.add(child)
-  child.once('exit', () => children.delete(child))
-  const lines = []
-  const waiting = []
-  readline.createInterface({ input: child.stdout }).on('line', (l) => {
-    const w = waiting.shift()
-    if (w) w(l)
-    else lines.push(l)
-  })
-  return {
-    child,
-    next: () => (lines.length ? Promise.resolve(lines.shift()) : new Promise((resolve) => waiting.push(resolve))),
-    /** Lines already printed and not read. */
-    pending: () => lines.length,
-    async release() {
-      child.stdin.write('release\n')
-      assert.equal(await this.next(), 'released')
-    },
-  }
-}
 
 /** Server state of `k`: its gate and its reader slots. */
 async function state(k, server = srv) {
@@ -68,14 +40,12 @@ async function state(k, server = srv) {
   }
 }
 
-/** Polls the server's state (its queues have no event to wait on) until `pred` holds. */
-async function until(k, pred, what) {
-  for (let i = 0; i < 1000; i++) {
+/** Until `pred` holds of the server's state of `k` (its queues have no event to wait on); resolves that state. */
+function untilState(k, pred, what) {
+  return u.until(async () => {
     const st = await state(k)
-    if (pred(st)) return st
-    await new Promise((r) => setTimeout(r, 10))
-  }
-  assert.fail(`server state never reached: ${what}; last ${JSON.stringify(await state(k))}`)
+    return pred(st) && st
+  }, { timeoutMs: 20000, what: `server state: ${what}`, last: () => state(k) })
 }
 
 /** Marks when a promise settles, so a test can assert it has not yet. */
@@ -92,7 +62,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('4 shared holders at once; an exclusive waits for every one of them', async () => {
     const k = key('four')
     const url = srv.url(k)
-    const readers = [0, 1, 2, 3].map(() => holder(url, 'shared'))
+    const readers = [0, 1, 2, 3].map(() => d.holder(url, 'shared'))
     for (const r of readers) assert.equal(await r.next(), 'held')
     let st = await state(k)
     assert.equal(st.readers, 4, 'four readers hold a slot each at once')
@@ -100,9 +70,9 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     assert.equal(st.limit, MAX_READERS)
     const w = track(acquire(url, { mode: 'exclusive', timeout: 30000 }))
     // The writer holds the gate and every slot the readers left, and waits for theirs.
-    await until(k, (s) => s.gateHeld && s.slotWaiters === 1 && s.readers === MAX_READERS, 'writer waiting for readers')
+    await untilState(k, (s) => s.gateHeld && s.slotWaiters === 1 && s.readers === MAX_READERS, 'writer waiting for readers')
     for (let i = 0; i < 3; i++) await readers[i].release()
-    st = await until(k, (s) => s.readers === MAX_READERS && s.slotWaiters === 1, 'writer still waiting for the last reader')
+    st = await untilState(k, (s) => s.readers === MAX_READERS && s.slotWaiters === 1, 'writer still waiting for the last reader')
     assert.equal(w.settled, false, 'no exclusive while one reader holds')
     await readers[3].release()
     const r = await w.p
@@ -119,7 +89,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('an exclusive holder excludes readers and writers; readers come in after it', async () => {
     const k = key('excl')
     const url = srv.url(k)
-    const w = holder(url, 'exclusive')
+    const w = d.holder(url, 'exclusive')
     assert.equal(await w.next(), 'held')
     const t = await tryAcquire(url, { mode: 'shared' })
     assert.equal(t.ok, false)
@@ -129,7 +99,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     const timed = await acquire(url, { mode: 'shared', timeout: 300 })
     assert.equal(timed.error.type, 'TIMEOUT')
     const reader = track(acquire(url, { mode: 'shared', timeout: 30000 }))
-    await until(k, (s) => s.gateWaiters === 1, 'reader queued at the gate')
+    await untilState(k, (s) => s.gateWaiters === 1, 'reader queued at the gate')
     assert.equal(reader.settled, false)
     await w.release()
     const r = await reader.p
@@ -141,7 +111,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('tryAcquire shared is granted while readers hold; exclusive is refused and leaves nothing behind', async () => {
     const k = key('try')
     const url = srv.url(k)
-    const a = holder(url, 'shared')
+    const a = d.holder(url, 'shared')
     assert.equal(await a.next(), 'held')
     const t = await tryAcquire(url, { mode: 'shared' })
     assert.equal(t.ok, true, JSON.stringify(t.error))
@@ -162,7 +132,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('a plain mutex on the key (no mode) keeps readers and writers out; slots got behind the refused gate are released', async () => {
     const k = key('plain')
     const url = srv.url(k)
-    const plain = holder(url, 'none')
+    const plain = d.holder(url, 'none')
     assert.equal(await plain.next(), 'held')
     for (const mode of ['shared', 'exclusive']) {
       const t = await tryAcquire(url, { mode })
@@ -176,25 +146,25 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('a stream of readers does not starve a waiting exclusive (readers after it wait behind it, FIFO)', async () => {
     const k = key('starve')
     const url = srv.url(k)
-    const first = holder(url, 'shared')
+    const first = d.holder(url, 'shared')
     assert.equal(await first.next(), 'held')
     const order = []
     const w = acquire(url, { mode: 'exclusive', timeout: 30000 }).then((r) => {
       order.push('writer')
       return r
     })
-    await until(k, (s) => s.gateHeld && s.slotWaiters === 1, 'writer waiting')
+    await untilState(k, (s) => s.gateHeld && s.slotWaiters === 1, 'writer waiting')
     // Readers keep arriving while the first still holds: each would be admitted by a reader-preferring lock.
-    const later = [holder(url, 'shared'), holder(url, 'shared'), holder(url, 'shared')]
-    await until(k, (s) => s.gateWaiters === 3, 'later readers queued behind the writer')
-    for (const r of later) assert.equal(r.pending(), 0, 'no later reader got in')
+    const later = [d.holder(url, 'shared'), d.holder(url, 'shared'), d.holder(url, 'shared')]
+    await untilState(k, (s) => s.gateWaiters === 3, 'later readers queued behind the writer')
+    for (const r of later) assert.equal(r.unread(), 0, 'no later reader got in')
     await first.release()
     const wr = await w
     assert.equal(wr.ok, true)
     const st = await state(k)
     assert.equal(st.gateWaiters, 3, 'the later readers are still queued at the gate while the writer holds')
     assert.equal(st.readers, MAX_READERS)
-    for (const r of later) assert.equal(r.pending(), 0, 'later readers still wait while the writer holds')
+    for (const r of later) assert.equal(r.unread(), 0, 'later readers still wait while the writer holds')
     await wr.value.release()
     for (const r of later) {
       assert.equal(await r.next(), 'held')
@@ -222,7 +192,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
       }),
     )
     // Every one of them has reached the server (queued at the gate) before the first holder leaves.
-    await until(k, (s) => s.gateWaiters === modes.length, 'all queued at the gate')
+    await untilState(k, (s) => s.gateWaiters === modes.length, 'all queued at the gate')
     await first.value.release()
     await Promise.all(all)
     assert.deepEqual(order, modes.map((_, i) => i))
@@ -247,7 +217,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
             return r.value
           }),
         )
-        await until(k, (st) => st.gateWaiters === 4, 'all queued at the gate')
+        await untilState(k, (st) => st.gateWaiters === 4, 'all queued at the gate')
         await first.value.release()
         const held = await Promise.all(all)
         assert.equal(proxy.delayed(), 1, 'the first release reply was held')
@@ -262,7 +232,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('a writer that times out waiting for readers gives back the gate and the slots it had', async () => {
     const k = key('wtimeout')
     const url = srv.url(k)
-    const r = holder(url, 'shared')
+    const r = d.holder(url, 'shared')
     assert.equal(await r.next(), 'held')
     const w = await acquire(url, { mode: 'exclusive', timeout: 1500 })
     assert.equal(w.ok, false)
@@ -282,7 +252,7 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     const w = await acquire(url, { mode: 'exclusive' })
     const ac = new AbortController()
     const waiting = acquire(url, { mode: 'shared', timeout: 20000, signal: ac.signal })
-    await until(k, (s) => s.gateWaiters === 1, 'reader queued')
+    await untilState(k, (s) => s.gateWaiters === 1, 'reader queued')
     ac.abort()
     const r = await waiting
     assert.equal(r.ok, false)
@@ -299,12 +269,11 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
     const k = key('kill')
     // A 60 s lease: the writer's 20 s timeout can only be met by the disconnect.
     const url = srv.url(k, 'leaseTtl=60')
-    const r = holder(url, 'shared')
+    const r = d.holder(url, 'shared')
     assert.equal(await r.next(), 'held')
     const w = track(acquire(url, { mode: 'exclusive', timeout: 20000 }))
-    await until(k, (s) => s.gateHeld && s.slotWaiters === 1, 'writer waiting')
-    r.child.kill('SIGKILL')
-    await once(r.child, 'exit')
+    await untilState(k, (s) => s.gateHeld && s.slotWaiters === 1, 'writer waiting')
+    await r.kill()
     const got = await w.p
     assert.equal(got.ok, true, JSON.stringify(got.error))
     await got.value.release()
@@ -313,12 +282,12 @@ describe('shared and exclusive on dflockd (real server, child processes)', { ski
   test('a SIGKILLed writer frees the gate and every slot by disconnect', async () => {
     const k = key('killw')
     const url = srv.url(k, 'leaseTtl=60')
-    const w = holder(url, 'exclusive')
+    const w = d.holder(url, 'exclusive')
     assert.equal(await w.next(), 'held')
     assert.equal((await state(k)).readers, MAX_READERS)
     const reader = acquire(url, { mode: 'shared', timeout: 20000 })
-    await until(k, (s) => s.gateWaiters === 1, 'reader waiting')
-    w.child.kill('SIGKILL')
+    await untilState(k, (s) => s.gateWaiters === 1, 'reader waiting')
+    await w.kill()
     const r = await reader
     assert.equal(r.ok, true)
     await r.value.release()
@@ -362,7 +331,7 @@ describe('leases of every part', { skip, timeout: 30_000 }, () => {
     const url = srv.url(k, 'leaseTtl=2')
     const first = await acquire(url, { mode: 'exclusive' })
     const waiters = [acquire(url, { mode: 'shared', timeout: 20000 }), acquire(url, { mode: 'exclusive', timeout: 20000 })]
-    await until(k, (s) => s.gateWaiters === 2, 'both queued')
+    await untilState(k, (s) => s.gateWaiters === 2, 'both queued')
     // Past the waiters' 2 s lease clock (the holder renews meanwhile): an event-free wait, time itself is the point.
     await new Promise((r) => setTimeout(r, 3000))
     await first.value.release()

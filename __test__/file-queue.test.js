@@ -150,7 +150,7 @@ for (const where of ['disk', 'tmpfs']) describe(`cross-process wait queue (${whe
     const head = await waiter(file, 'head')
     const behind = await waiter(file, 'line')
     // The head aborts its wait (SIGKILL: the kernel drops its place); the one behind becomes head.
-    head.kill('SIGKILL')
+    u.signalChild(head) // by pid: a holder ends when its stdin ends, which Deno's ChildProcess.kill() closes first
     await u.untilQueued(behind.pid, 'head')
     await r.value.release()
     await behind.held

@@ -11,7 +11,7 @@ const { describe, test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
-const { spawn, spawnSync } = require('node:child_process')
+const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
 const { cli } = require('./fixtures/cli/helpers')
 const sema = require('..')
@@ -19,23 +19,7 @@ const sema = require('..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const skip = !linux ? 'Linux only' : !root ? 'needs root, to act as another user (setpriv)' : false
-const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
-
-/** Runs `cmd args` as nobody; throws unless it exits 0. */
-function asNobody(cmd, ...args) {
-  const r = spawnSync('setpriv', [...NOBODY, cmd, ...args], { encoding: 'utf8' })
-  if (r.status !== 0) throw new Error(`as nobody: ${cmd} ${args.join(' ')}: ${r.status} ${r.stderr}`)
-  return r.stdout
-}
-
-/** A sticky world-writable directory (as /tmp) and a private one of ours for the victims. */
-function dirs() {
-  const shared = fs.realpathSync(u.mkTmp('security-shared-'))
-  fs.chmodSync(shared, 0o1777)
-  const mine = fs.realpathSync(u.mkTmp('security-victim-'))
-  fs.chmodSync(mine, 0o755) // nobody must be able to name the victims, not read them
-  return { shared, mine }
-}
+const { NOBODY, asNobody } = u
 
 function snapshot(file) {
   const st = fs.statSync(file)
@@ -46,7 +30,7 @@ describe('a symlink planted at the lock path by another user', { skip }, () => {
   let d
   const victims = {}
   before(() => {
-    d = dirs()
+    d = u.attackDirs('security-')
     for (const [name, age] of [['fresh', 0], ['old', 7200]]) {
       const file = path.join(d.mine, `${name}-secret.txt`)
       fs.writeFileSync(file, `${name} secret\n`, { mode: 0o600 })
@@ -123,7 +107,7 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
   let d
   let reader = null
   before(() => {
-    d = dirs()
+    d = u.attackDirs('security-')
   })
   after(() => {
     if (reader) reader.kill('SIGKILL')
@@ -140,18 +124,9 @@ describe("a reader's shared flock on a dead holder's lock", { skip }, () => {
   /** nobody takes a shared flock on `file` (it can only read it) and keeps it until killed. */
   async function sharedFlockAsNobody(file) {
     if (reader) reader.kill('SIGKILL')
-    reader = spawn('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 600'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    const out = await new Promise((resolve, reject) => {
-      let text = ''
-      reader.stdout.on('data', (c) => {
-        text += c
-        if (text.includes('locked')) resolve(text)
-      })
-      reader.once('exit', (code) => reject(new Error(`reader exited ${code}`)))
-    })
-    assert.match(out, /locked/)
+    reader = u.spawnTracked('setpriv', [...NOBODY, 'flock', '--shared', '--nonblock', '--no-fork', file, 'sh', '-c', 'echo locked; exec sleep 600'])
+    reader.stdin.end()
+    await u.lines(reader).next(/^locked$/, 10000)
   }
 
   test('status says stale, and tryAcquire, acquire and clean reclaim it', async () => {
@@ -241,11 +216,11 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
   let pkg
   before(() => {
     pkg = u.packageForOtherUsers('file-user-cmd.js')
-    ;({ shared, mine } = dirs())
+    ;({ shared, mine } = u.attackDirs('security-'))
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
   })
   after(() => {
-    for (const k of kids) k.kill('SIGKILL')
+    for (const k of kids) u.signalChild(k)
     for (const uid of [VICTIM, KILLED]) fs.rmSync(qdir(uid), { recursive: true, force: true })
     u.rmTmp(shared)
     u.rmTmp(mine)
@@ -342,7 +317,7 @@ describe('the queue directory in /dev/shm', { skip: skip || (!fs.existsSync('/de
     for (const w of waiters) w.stdin.write(`acquire ${a} 60000\n`)
     await u.until(() => queueFiles(KILLED).length === 1, { timeoutMs: 20000, what: 'the waiters lined up' })
     for (const p of [...waiters, holder]) {
-      p.kill('SIGKILL')
+      u.signalChild(p) // by pid: it ends when its stdin ends, which Deno's ChildProcess.kill() closes first
       await p.exited
     }
     const left = queueFiles(KILLED)

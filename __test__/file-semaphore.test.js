@@ -17,12 +17,6 @@ const { engineOptions, DEFAULT_CONFIG } = require('../lib/file/engine')
 const tmp = u.testDir('semaphore-', { own: true })
 const REAL = readSema()
 
-/** A child holding a slot of `file` (file-holder.js): resolves `{ child, out, held }` once it holds. */
-async function release(h) {
-  h.child.stdin.write('release\n')
-  await h.out.next(/^released true/)
-}
-
 /** The engine's semaphore of `file` with limit 2 (default options), to read how many processes stand in its line. */
 function lineOf(file, limit = 2) {
   return new native.NativeSemaphore(file, engineOptions(DEFAULT_CONFIG), limit)
@@ -32,13 +26,6 @@ function lineOf(file, limit = 2) {
 function settlesWithin(p, ms) {
   let timer
   return Promise.race([p.then(() => true), new Promise((r) => (timer = setTimeout(() => r(false), ms)))]).finally(() => clearTimeout(timer))
-}
-
-async function holder(file, options) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  const out = u.lines(child)
-  const held = JSON.parse((await out.next(/^held /, 15000)).slice(5))
-  return { child, out, held }
 }
 
 describe('limit: N on a lock file', () => {
@@ -106,7 +93,7 @@ describe('limit: N on a lock file', () => {
     assert.equal(r.status, 0, r.stderr)
     const ours = await sema.tryAcquire(file, { limit: 2 })
     assert.equal(ours.ok, true, JSON.stringify(ours.error))
-    const other = await holder(file, { limit: 2, timeout: 0 }).catch((e) => e)
+    const other = await u.holder(file, { limit: 2, timeout: 0 }).catch((e) => e)
     assert.ok(other instanceof Error, 'a second holder of ours does not fit')
     assert.match(other.message, /failed .*TIMEOUT/)
     const s = await sema.status(file, { limit: 2 })
@@ -135,8 +122,8 @@ describe('limit: N on a lock file', () => {
 
   test('another limit while slots are held is LIMIT_MISMATCH (acquire, tryAcquire, withLock); a dead slot is not', async () => {
     const file = tmp.fresh('mismatch')
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
     assert.ok(fs.existsSync(`${file}.slot-1-of-2`), 'the second slot is the sibling file')
     for (const r of [await sema.tryAcquire(file, { limit: 3 }), await sema.acquire(file, { limit: 3, timeout: 5000 })]) {
       assert.equal(r.ok, false)
@@ -145,7 +132,7 @@ describe('limit: N on a lock file', () => {
     }
     await assert.rejects(sema.withLock(file, () => 'ran', { limit: 3 }), { code: 'LIMIT_MISMATCH' })
     // The sibling's holder dies: its slot is no longer live, another limit may go on.
-    b.child.kill('SIGKILL')
+    b.kill()
     await u.waitExit(b.child, 10000)
     const c = await sema.tryAcquire(file, { limit: 3 })
     assert.equal(c.ok, true, JSON.stringify(c.error))
@@ -157,13 +144,13 @@ describe('limit: N on a lock file', () => {
 
   test('a SIGKILLed slot holder is reclaimed at once: a waiter gets its slot without waiting for staleness', async () => {
     const file = tmp.fresh('crash')
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
     // Default staleTimeout (1 h): only the dead-holder rule can free the slot within the wait.
     const waiting = sema.acquire(file, { limit: 2, timeout: 20000 })
     const early = await Promise.race([waiting, new Promise((r) => setImmediate(() => r('pending')))])
     assert.equal(early, 'pending')
-    b.child.kill('SIGKILL')
+    b.kill()
     const r = await waiting
     assert.equal(r.ok, true, JSON.stringify(r.error))
     assert.equal(r.value.pid, process.pid)
@@ -176,37 +163,35 @@ describe('limit: N on a lock file', () => {
   test('waiting processes are served in the order they started waiting (the cross-process line)', async () => {
     const file = tmp.fresh('fifo')
     const tickets = () => lineOf(file).waitingProcesses() ?? 0
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
     const waiters = []
     for (let i = 1; i <= 3; i++) {
-      const child = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2, timeout: 30000 })])
-      const out = u.lines(child)
-      waiters.push({ child, out, held: out.next(/^held /, 30000) })
+      waiters.push(u.spawnHolder(file, { limit: 2, timeout: 30000 }, { timeoutMs: 30000 }))
       await u.whenFile(file, () => tickets() === i, 10000, `waiter ${i} in line`)
     }
     const pendingNow = (p) => Promise.race([p.then(() => 'settled'), new Promise((r) => setImmediate(() => r('pending')))])
-    await release(a)
+    assert.equal(await a.release(), true)
     await waiters[0].held
     assert.equal(await pendingNow(waiters[1].held), 'pending')
-    await release(b)
+    assert.equal(await b.release(), true)
     await waiters[1].held
     assert.equal(await pendingNow(waiters[2].held), 'pending')
-    await release(waiters[0])
+    assert.equal(await waiters[0].release(), true)
     await waiters[2].held
-    for (const w of waiters.slice(1)) await release(w)
+    for (const w of waiters.slice(1)) assert.equal(await w.release(), true)
     assert.deepEqual(tmp.left(file), [], 'no slot file left')
     assert.equal(tickets(), 0, 'nobody left in the line')
   })
 
   test('a slot holder ended by SIGTERM releases its slot file on the way out', async () => {
     const file = tmp.fresh('sigterm')
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
     assert.ok(fs.existsSync(`${file}.slot-1-of-2`))
-    b.child.kill('SIGTERM')
+    b.kill('SIGTERM')
     assert.equal((await u.waitExit(b.child, 10000)).signal, 'SIGTERM')
-    a.child.kill('SIGTERM')
+    a.kill('SIGTERM')
     assert.equal((await u.waitExit(a.child, 10000)).signal, 'SIGTERM')
     assert.deepEqual(tmp.left(file), [], 'both slot files removed')
   })
@@ -350,17 +335,13 @@ const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 describe('a symlink planted at a slot file by another user', { skip: !linux ? 'Linux only' : !root ? 'needs root' : false }, () => {
   test('is refused (INVALID_PATH) and never followed', async () => {
-    const shared = fs.realpathSync(u.mkTmp('semaphore-shared-'))
-    fs.chmodSync(shared, 0o1777)
-    const mine = fs.realpathSync(u.mkTmp('semaphore-victim-'))
-    fs.chmodSync(mine, 0o755)
+    const { shared, mine } = u.attackDirs('semaphore-')
     try {
       const victim = path.join(mine, 'secret.txt')
       fs.writeFileSync(victim, 'secret\n', { mode: 0o600 })
       const before = fs.statSync(victim)
       const file = path.join(shared, 'jobs.lock')
-      const ln = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'ln', '-s', victim, `${file}.slot-1-of-2`])
-      assert.equal(ln.status, 0, ln.stderr?.toString())
+      u.asNobody('ln', '-s', victim, `${file}.slot-1-of-2`)
       const base = await sema.tryAcquire(file, { limit: 2 })
       assert.equal(base.ok, true, 'slot 0 (the base) is free')
       for (const r of [await sema.tryAcquire(file, { limit: 2 }), await sema.acquire(file, { limit: 2, timeout: 300 })]) {
@@ -379,38 +360,23 @@ describe('a symlink planted at a slot file by another user', { skip: !linux ? 'L
   })
 })
 
-/**
- * Sends `sig` to a child by pid: Deno's child_process sends nothing from a ChildProcess's kill() after its first
- * (measured with Deno 2.9.6: kill('SIGSTOP') then kill('SIGKILL') left the child alive, the second call false), and
- * these tests stop a waiter, then continue or kill it.
- */
-function signal(child, sig) {
-  process.kill(child.pid, sig)
-}
-
-// Under Deno 2.9.6 a child stopped and continued ends its output before it reads 'release' (observed: W printed
-// 'held', then its stdout ended), so the two tests that stop a waiter skip there; Node and Bun run them.
-const STOP_CONT = process.versions.deno ? "Deno: a child stopped and continued ends before it reads 'release'" : false
-
 describe('issue 33: the limit at every grant, no waiter keeps a free slot', () => {
   // Issue 33, defect 2. Before (lib/file/slots.js checked the limit once, before waiting): W took slot-1-of-2 beside
   // C's slot-1-of-3, three holders of a path two of them took with limit 2.
-  test('the limit is checked at every grant: a waiter of limit 2 never becomes a third holder beside a limit-3 slot', { skip: STOP_CONT }, async () => {
+  test('the limit is checked at every grant: a waiter of limit 2 never becomes a third holder beside a limit-3 slot', async () => {
     const file = tmp.fresh('every-grant')
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
-    const wChild = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2, timeout: 30000, retryInterval: 20 })])
-    const w = { child: wChild, out: u.lines(wChild) }
-    const wHeld = w.out.next(/^held /, 30000)
-    wHeld.catch(() => {})
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
+    const w = u.spawnHolder(file, { limit: 2, timeout: 30000, retryInterval: 20 }, { timeoutMs: 30000 })
+    const wHeld = w.held
     await u.whenFile(file, () => lineOf(file).waitingProcesses() === 1, 10000, 'W in line')
     // W stopped, so that C comes in the moment B's slot is free, before W runs again.
-    w.child.kill('SIGSTOP')
-    await release(b)
+    u.signalChild(w.child, 'SIGSTOP')
+    assert.equal(await b.release(), true)
     const c = await sema.tryAcquire(file, { limit: 3 })
     assert.equal(c.ok, true, JSON.stringify(c.error))
     assert.equal(path.basename(c.value._path), `${path.basename(file)}.slot-1-of-3`)
-    signal(w.child, 'SIGCONT')
+    u.signalChild(w.child, 'SIGCONT')
     // 50 of W's polls: none may grant it a slot while A and C hold.
     assert.equal(await settlesWithin(wHeld, 1000), false, 'W was granted a third slot')
     assert.ok(!fs.existsSync(`${file}.slot-1-of-2`))
@@ -418,39 +384,37 @@ describe('issue 33: the limit at every grant, no waiter keeps a free slot', () =
     assert.equal((await sema.tryAcquire(file, { limit: 2 })).error.type, 'LIMIT_MISMATCH')
     await c.value.release()
     await wHeld
-    await release(w)
-    await release(a)
+    assert.equal(await w.release(), true)
+    assert.equal(await a.release(), true)
     assert.deepEqual(tmp.left(file), [])
   })
 
   test('a newcomer of another limit gets LIMIT_MISMATCH whichever slot it would take (the message names both limits)', async () => {
     const file = tmp.fresh('newcomer')
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
-    await release(a) // the base is free, slot-1-of-2 held: the check after the grant of the base refuses it
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
+    assert.equal(await a.release(), true) // the base is free, slot-1-of-2 held: the check after the grant of the base refuses it
     const r = await sema.acquire(file, { limit: 3, timeout: 5000 })
     assert.equal(r.ok, false)
     assert.equal(r.error.type, 'LIMIT_MISMATCH')
     assert.match(r.error.message, /held with limit 2, not 3/)
     assert.doesNotMatch(r.error.message, /undefined/)
     assert.deepEqual(tmp.left(file).sort(), [`${path.basename(file)}.slot-1-of-2`], 'the base it took for a moment is released')
-    await release(b)
+    assert.equal(await b.release(), true)
   })
 
   // Issue 33, defect 3. Before: the newcomer waited behind the stopped process's ticket until it ran again (forever).
-  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within two retryIntervals', { skip: STOP_CONT }, async () => {
+  test('a stopped waiting process keeps free slots from nobody: a newcomer is served within two retryIntervals', async () => {
     const file = tmp.fresh('stopped-head')
-    const a = await holder(file, { limit: 2 })
-    const b = await holder(file, { limit: 2 })
-    const wChild = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2, timeout: 60000 })])
-    const w = { child: wChild, out: u.lines(wChild) }
-    const wHeld = w.out.next(/^held /, 60000)
-    wHeld.catch(() => {})
+    const a = await u.holder(file, { limit: 2 })
+    const b = await u.holder(file, { limit: 2 })
+    const w = u.spawnHolder(file, { limit: 2, timeout: 60000 }, { timeoutMs: 60000 })
+    const wHeld = w.held
     await u.whenFile(file, () => lineOf(file).waitingProcesses() === 1, 10000, 'W in line')
-    w.child.kill('SIGSTOP')
+    u.signalChild(w.child, 'SIGSTOP')
     try {
-      await release(a)
-      await release(b)
+      assert.equal(await a.release(), true)
+      assert.equal(await b.release(), true)
       // Both slots free, W stopped at the head of the line: a waiting acquire (no tryAcquire) still gets one.
       const n = await sema.acquire(file, { limit: 2, timeout: 20000, retryInterval: 50 })
       assert.equal(n.ok, true, JSON.stringify(n.error))
@@ -458,10 +422,10 @@ describe('issue 33: the limit at every grant, no waiter keeps a free slot', () =
       assert.equal(wait.ok, true, 'wait() agrees: a slot is still free')
       await n.value.release()
     } finally {
-      signal(w.child, 'SIGCONT')
+      u.signalChild(w.child, 'SIGCONT')
     }
     await wHeld
-    await release(w)
+    assert.equal(await w.release(), true)
     assert.deepEqual(tmp.left(file), [])
   })
 })

@@ -18,26 +18,6 @@ const sema = require('..')
 const tmp = u.testDir('shared-', { own: true })
 const REAL = readSema()
 
-/** A child holding `file` with `options` (file-holder.js); resolves once it holds. */
-async function holder(file, options) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  const out = u.lines(child)
-  const held = JSON.parse((await out.next(/^held /, 15000)).slice(5))
-  return { child, out, held }
-}
-
-/** A child waiting for `file`; `held` resolves when it holds. */
-function waiter(file, options) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(options)])
-  const out = u.lines(child)
-  return { child, out, held: out.next(/^held /, 30000) }
-}
-
-async function release(h) {
-  h.child.stdin.write('release\n')
-  await h.out.next(/^released true/)
-}
-
 const pidIn = (file) => Number(/^pid=(\d+)$/m.exec(fs.readFileSync(file, 'utf8'))?.[1])
 
 function semaTry(file) {
@@ -55,7 +35,7 @@ function writerAnnounced(file) {
 describe("mode: 'shared' on a lock file", () => {
   test('4 readers hold at once; an exclusive waits for all of them; sema try is refused meanwhile', { skip: REAL.reason }, async () => {
     const file = tmp.fresh('four')
-    const readers = await Promise.all([1, 2, 3, 4].map(() => holder(file, { mode: 'shared' })))
+    const readers = await Promise.all([1, 2, 3, 4].map(() => u.holder(file, { mode: 'shared' })))
     const s = await sema.status(file)
     assert.equal(s.mode, 'shared')
     assert.equal(s.holders, 4)
@@ -68,11 +48,11 @@ describe("mode: 'shared' on a lock file", () => {
     assert.equal(plain.error.type, 'ALREADY_LOCKED', 'the plain mutex sees it held')
     const exclusive = sema.acquire(file, { mode: 'exclusive', timeout: 30000 })
     for (const r of readers.slice(0, 3)) {
-      await release(r)
+      assert.equal(await r.release(), true)
       assert.equal(await pendingNow(exclusive), 'pending', 'the exclusive waits while any reader holds')
       assert.notEqual(semaTry(file), 0)
     }
-    await release(readers[3])
+    assert.equal(await readers[3].release(), true)
     const x = await exclusive
     assert.equal(x.ok, true, JSON.stringify(x.error))
     assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /mode=shared/)
@@ -82,39 +62,39 @@ describe("mode: 'shared' on a lock file", () => {
 
   test('the first reader (named in the path) releases, then the next named one is SIGKILLed: sema try stays refused', { skip: REAL.reason }, async () => {
     const file = tmp.fresh('named')
-    const a = await holder(file, { mode: 'shared' })
+    const a = await u.holder(file, { mode: 'shared' })
     assert.equal(pidIn(file), a.held.pid)
-    const b = await holder(file, { mode: 'shared' })
-    const c = await holder(file, { mode: 'shared' })
-    await release(a)
+    const b = await u.holder(file, { mode: 'shared' })
+    const c = await u.holder(file, { mode: 'shared' })
+    assert.equal(await a.release(), true)
     const named = pidIn(file)
     assert.ok([b.held.pid, c.held.pid].includes(named), `the path names a live reader (${named})`)
     assert.notEqual(semaTry(file), 0)
     const [dead, alive] = named === b.held.pid ? [b, c] : [c, b]
-    dead.child.kill('SIGKILL')
+    dead.kill()
     await u.waitExit(dead.child, 10000)
     assert.notEqual(semaTry(file), 0, 'refused while a reader still reads')
     // The survivor's heartbeat names itself (the path names a live holder again).
     await u.whenFile(file, (t) => t !== null && Number(/^pid=(\d+)$/m.exec(t)?.[1]) === alive.held.pid, 10000, 'named the live reader')
     assert.notEqual(semaTry(file), 0)
-    await release(alive)
+    assert.equal(await alive.release(), true)
     assert.equal(fs.existsSync(file), false, 'the last reader removed the path')
     assert.equal(semaTry(file), 0, 'sema takes it once no reader holds')
   })
 
   test('crashed readers are reclaimed at once: an exclusive gets the lock without waiting for staleness', async () => {
     const file = tmp.fresh('crash')
-    const readers = await Promise.all([1, 2].map(() => holder(file, { mode: 'shared' })))
+    const readers = await Promise.all([1, 2].map(() => u.holder(file, { mode: 'shared' })))
     const x = sema.acquire(file, { mode: 'exclusive', timeout: 20000 }) // default staleTimeout: 1 h
     assert.equal(await pendingNow(x), 'pending')
-    for (const r of readers) r.child.kill('SIGKILL')
+    for (const r of readers) r.kill()
     const got = await x
     assert.equal(got.ok, true, JSON.stringify(got.error))
     assert.equal(pidIn(file), process.pid)
     await got.value.release()
     // A reader left by a crash is no member either: a new reader adopts a base whose readers all died.
-    const r = await holder(file, { mode: 'shared' })
-    r.child.kill('SIGKILL')
+    const r = await u.holder(file, { mode: 'shared' })
+    r.kill()
     await u.waitExit(r.child, 10000)
     const again = await sema.tryAcquire(file, { mode: 'shared' })
     assert.equal(again.ok, true, JSON.stringify(again.error))
@@ -125,29 +105,27 @@ describe("mode: 'shared' on a lock file", () => {
 
   test('writer preference: readers arriving after a waiting exclusive wait behind it', async () => {
     const file = tmp.fresh('starve')
-    const first = await holder(file, { mode: 'shared' })
-    const w = waiter(file, { mode: 'exclusive' })
+    const first = await u.holder(file, { mode: 'shared' })
+    const w = u.spawnHolder(file, { mode: 'exclusive' }, { timeoutMs: 30000 })
     await writerAnnounced(file)
     // Without the policy these would join the readers' group at once and the stream could go on forever.
     const refused = await sema.tryAcquire(file, { mode: 'shared' })
     assert.equal(refused.error.type, 'ALREADY_LOCKED')
-    const late = waiter(file, { mode: 'shared' })
+    const late = u.spawnHolder(file, { mode: 'shared' }, { timeoutMs: 30000 })
     assert.equal(await pendingNow(late.held), 'pending')
-    await release(first)
+    assert.equal(await first.release(), true)
     await w.held
     assert.equal(await pendingNow(late.held), 'pending', 'the late reader still waits while the exclusive holds')
     assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /mode=shared/)
-    w.child.stdin.write('release\n')
-    await w.out.next(/^released true/)
+    assert.equal(await w.release(), true)
     await late.held
     assert.match(fs.readFileSync(file, 'utf8'), /mode=shared/)
-    late.child.stdin.write('release\n')
-    await late.out.next(/^released true/)
+    assert.equal(await late.release(), true)
   })
 
   test('a reader waits while an exclusive holds; timeout and abort end the wait with nothing left behind', async () => {
     const file = tmp.fresh('wait')
-    const x = await holder(file, { mode: 'exclusive' })
+    const x = await u.holder(file, { mode: 'exclusive' })
     const t = await sema.acquire(file, { mode: 'shared', timeout: 200 })
     assert.equal(t.error.type, 'TIMEOUT')
     const ac = new AbortController()
@@ -155,7 +133,7 @@ describe("mode: 'shared' on a lock file", () => {
     ac.abort()
     assert.equal((await aborted).error.type, 'ABORTED')
     const r = sema.acquire(file, { mode: 'shared', timeout: 20000 })
-    await release(x)
+    assert.equal(await x.release(), true)
     const got = await r
     assert.equal(got.ok, true, JSON.stringify(got.error))
     await got.value.release()
@@ -164,7 +142,7 @@ describe("mode: 'shared' on a lock file", () => {
 
   test('release(path) releases this process’s shared hold only: the path stays for the other reader', async () => {
     const file = tmp.fresh('bypath')
-    const other = await holder(file, { mode: 'shared' })
+    const other = await u.holder(file, { mode: 'shared' })
     const mine = await sema.acquire(file, { mode: 'shared' })
     assert.equal(mine.ok, true)
     const r = await sema.release(file)
@@ -172,25 +150,25 @@ describe("mode: 'shared' on a lock file", () => {
     assert.equal(mine.value.released, true)
     assert.equal(pidIn(file), other.held.pid, 'the path names the remaining reader')
     assert.equal((await sema.status(file)).holders, 1)
-    await release(other)
+    assert.equal(await other.release(), true)
     assert.deepEqual(tmp.left(file), [])
   })
 
   test('a reader ended by SIGTERM, or exiting without release, leaves its group (no path left naming it)', { skip: REAL.reason }, async () => {
     const file = tmp.fresh('exit')
-    const alone = await holder(file, { mode: 'shared' })
-    alone.child.kill('SIGTERM')
+    const alone = await u.holder(file, { mode: 'shared' })
+    alone.kill('SIGTERM')
     assert.equal((await u.waitExit(alone.child, 10000)).signal, 'SIGTERM', 'it still dies of the signal')
     assert.equal(fs.existsSync(file), false, 'the last reader removed the path on its way out')
     assert.deepEqual(tmp.left(file), [])
-    const b = await holder(file, { mode: 'shared' })
-    const c = await holder(file, { mode: 'shared' })
+    const b = await u.holder(file, { mode: 'shared' })
+    const c = await u.holder(file, { mode: 'shared' })
     assert.equal(pidIn(file), b.held.pid)
     b.child.stdin.write('exit\n')
     await u.waitExit(b.child, 10000)
     assert.equal(pidIn(file), c.held.pid, 'the path names the reader still reading')
     assert.notEqual(semaTry(file), 0)
-    await release(c)
+    assert.equal(await c.release(), true)
     assert.equal(semaTry(file), 0)
   })
 
@@ -297,24 +275,20 @@ const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 describe('symlinks planted next to a shared lock by another user', { skip: !linux ? 'Linux only' : !root ? 'needs root' : false }, () => {
   test('at the guard and at the path: refused (INVALID_PATH), never followed', async () => {
-    const shared = fs.realpathSync(u.mkTmp('shared-sticky-'))
-    fs.chmodSync(shared, 0o1777)
-    const mine = fs.realpathSync(u.mkTmp('shared-victim-'))
-    fs.chmodSync(mine, 0o755)
+    const { shared, mine } = u.attackDirs('shared-')
     try {
       const victim = path.join(mine, 'secret.txt')
       fs.writeFileSync(victim, 'secret\n', { mode: 0o600 })
       const mtime = fs.statSync(victim).mtimeMs
-      const asNobody = (...args) => assert.equal(spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...args]).status, 0)
       const a = path.join(shared, 'a.lock')
-      asNobody('ln', '-s', victim, `${a}.rw-guard`)
+      u.asNobody('ln', '-s', victim, `${a}.rw-guard`)
       for (const mode of ['shared', 'exclusive']) {
         const r = await sema.tryAcquire(a, { mode })
         assert.equal(r.error.type, 'INVALID_PATH', JSON.stringify(r.error))
         assert.match(r.error.message, /symbolic link/)
       }
       const b = path.join(shared, 'b.lock')
-      asNobody('ln', '-s', victim, b)
+      u.asNobody('ln', '-s', victim, b)
       // Refused as the mutex refuses a link at its path (the core's one rule for both).
       const r = await sema.tryAcquire(b, { mode: 'shared' })
       assert.equal(r.error.type, 'INVALID_PATH', JSON.stringify(r.error))
@@ -334,8 +308,8 @@ describe('issue 33: shared locks owned by the core', () => {
   test('defect 1: a SIGKILLed exclusive or mutex holder is reclaimed at once by a shared acquire; wait and status agree', async () => {
     for (const holderMode of ['exclusive', undefined]) {
       const file = tmp.fresh(`dead-${holderMode ?? 'mutex'}`)
-      const h = await holder(file, holderMode ? { mode: holderMode } : {})
-      h.child.kill('SIGKILL')
+      const h = await u.holder(file, holderMode ? { mode: holderMode } : {})
+      h.kill()
       await u.waitExit(h.child, 10000)
       const s = await sema.status(file)
       assert.equal(s.isStale, true, JSON.stringify(s))
@@ -350,8 +324,8 @@ describe('issue 33: shared locks owned by the core', () => {
 
   test('defect 4: after every reader was SIGKILLed, the plain mutex takes the path at once and status says why', async () => {
     const file = tmp.fresh('dead-readers')
-    const readers = await Promise.all([1, 2].map(() => holder(file, { mode: 'shared' })))
-    for (const r of readers) r.child.kill('SIGKILL')
+    const readers = await Promise.all([1, 2].map(() => u.holder(file, { mode: 'shared' })))
+    for (const r of readers) r.kill()
     for (const r of readers) await u.waitExit(r.child, 10000)
     const s = await sema.status(file)
     // Before: locked, not stale, reclaimable by age after the stale timeout (1 h).
@@ -366,8 +340,8 @@ describe('issue 33: shared locks owned by the core', () => {
 
   test('defect 5: a shared or exclusive acquire without a timeout never ends in TIMEOUT while the guard holder is stopped', { skip: process.platform === 'win32' }, async () => {
     const file = tmp.fresh('stopped-guard')
-    const guard = await holder(`${file}.rw-guard`, {})
-    guard.child.kill('SIGSTOP')
+    const guard = await u.holder(`${file}.rw-guard`, {})
+    u.signalChild(guard.child, 'SIGSTOP')
     try {
       const shared = sema.acquire(file, { mode: 'shared' })
       const exclusive = sema.acquire(file, { mode: 'exclusive' })
@@ -377,8 +351,7 @@ describe('issue 33: shared locks owned by the core', () => {
         new Promise((resolve) => setTimeout(() => resolve('pending'), 32_000)),
       ])
       assert.equal(after, 'pending', JSON.stringify(after))
-      // By pid: Deno's child_process sends nothing from kill() after a ChildProcess's first (Deno 2.9.6, measured).
-      process.kill(guard.child.pid, 'SIGKILL') // its guard is reclaimed at once
+      guard.kill() // its guard is reclaimed at once
       const a = await u.within(shared, 10000, 'the shared acquire')
       assert.equal(a.ok, true, JSON.stringify(a.error))
       await a.value.release()
@@ -386,9 +359,7 @@ describe('issue 33: shared locks owned by the core', () => {
       assert.equal(b.ok, true, JSON.stringify(b.error))
       await b.value.release()
     } finally {
-      try {
-        process.kill(guard.child.pid, 'SIGKILL')
-      } catch {} // already gone
+      guard.kill()
     }
     // A deadline does time out, naming it.
     const held = await sema.acquire(file, { mode: 'exclusive' })

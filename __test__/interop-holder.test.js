@@ -104,7 +104,7 @@ describe('status: reclaimableAt and reclaimRule (lock files)', () => {
     t.after(() => kill())
     const s = await sema.status(file)
     assert.deepEqual({ rule: s.reclaimRule, at: s.reclaimableAt, stale: s.isStale }, { rule: 'holder-dead', at: null, stale: false })
-    child.kill('SIGKILL')
+    kill()
     await u.waitExit(child, 10000)
     const dead = await sema.status(file)
     assert.equal(dead.reclaimRule, 'holder-dead')

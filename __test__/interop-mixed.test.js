@@ -63,6 +63,6 @@ describe('mixed fleet: default options keep a live holder safe from the other to
     assert.equal(r.code, 0, 'sema took the lock of a live holder whose timestamp it saw older than 1 s')
     // Clean up sema's lock; the holder learns of the loss at its next beat (not asserted: 10 s away).
     fs.rmSync(file, { force: true })
-    h.child.kill('SIGKILL')
+    h.kill()
   })
 })

@@ -70,7 +70,7 @@ describe('diagnostics_channel on file targets', () => {
 
   test('a failed tryAcquire: error with the holder pid between end and asyncStart', async () => {
     const file = tmp.fresh()
-    const { child } = await u.holder(file)
+    const { child, kill } = await u.holder(file)
     const rec = record()
     try {
       const r = await sema.tryAcquire(file)
@@ -83,7 +83,7 @@ describe('diagnostics_channel on file targets', () => {
       assert.equal(e.holderPid, child.pid)
     } finally {
       rec.stop()
-      child.kill('SIGKILL')
+      kill()
     }
   })
 

@@ -16,7 +16,7 @@ const { readSema } = require('../scripts/sema-tool')
 const ROOT = path.resolve(__dirname, '..')
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
-const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+const { NOBODY } = u
 // The real sema 0.1.0, built by scripts/setup.js from the vendored source (scripts/sema-tool.js).
 const SEMA = readSema()
 
@@ -28,30 +28,12 @@ function snapshot(dir) {
   })
 }
 
-/** Polls `fn` until it returns a truthy value (the queue's marks have no event to wait for); bounded. */
-async function eventually(fn, ms, what) {
-  const end = Date.now() + ms
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
-
 async function lsJson(dir, ...extra) {
   const r = await cli(['ls', dir, '--json', ...extra])
   assert.equal(r.code, 0, r.stderr + r.stdout)
   const v = JSON.parse(r.stdout)
   assert.equal(v.ok, true)
   return Object.fromEntries(v.locks.map((l) => [l.name, l]))
-}
-
-async function holder(file, opts = {}) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify(opts)])
-  const out = u.lines(child)
-  const held = JSON.parse((await out.next(/^held /)).slice(5))
-  return { child, out, held }
 }
 
 describe('ls: a directory of locks written by every tool', () => {
@@ -63,14 +45,14 @@ describe('ls: a directory of locks written by every tool', () => {
     dir = fs.realpathSync(u.mkTmp('ls-'))
   })
   after(() => {
-    for (const c of [...waiters, h?.child, sleeper?.child]) c?.kill('SIGKILL')
+    for (const c of [...waiters, h?.child, sleeper?.child]) if (c) u.signalChild(c)
     u.rmTmp(dir)
   })
 
   test('ours, held by a live process: pid, command line, tag, this host; waiters in line counted', async () => {
     const file = path.join(dir, 'build.lock')
     // No heartbeat: the last test checks that listing changed no mtime, and a heartbeat would change this one.
-    h = await holder(file, { tag: 'nightly', heartbeat: false })
+    h = await u.holder(file, { tag: 'nightly', heartbeat: false })
     let locks = await lsJson(dir)
     const l = locks['build.lock']
     assert.equal(l.state, 'held')
@@ -87,18 +69,19 @@ describe('ls: a directory of locks written by every tool', () => {
     // Two other processes wait for it: each has one place in the line.
     for (let i = 0; i < 2; i++) waiters.push(u.spawnNode('file-holder.js', [file, '{}']))
     if (linux) {
-      locks = await eventually(async () => {
+      // Polled: a place in the line has no event to wait for.
+      locks = await u.until(async () => {
         const all = await lsJson(dir)
         return all['build.lock'].waiters === 2 && all
-      }, 15000, 'two waiters counted')
+      }, { timeoutMs: 15000, intervalMs: 50, what: 'two waiters counted' })
       assert.equal(locks['build.lock'].state, 'held')
     }
   })
 
   test("ours, left by a killed holder: stale, its pid not running", async () => {
     const file = path.join(dir, 'crashed.lock')
-    const k = await holder(file)
-    k.child.kill('SIGKILL')
+    const k = await u.holder(file)
+    await k.kill()
     await k.child.closed
     const l = (await lsJson(dir))['crashed.lock']
     assert.equal(l.state, 'stale')
@@ -199,8 +182,7 @@ describe('ls: other users', { skip: !linux ? 'Linux only' : !root ? 'needs root,
     // A valid lock file elsewhere: a followed link would show its pid 1 and tag.
     decoy = path.join(fs.realpathSync(u.mkTmp('ls-decoy-')), 'target.lock')
     fs.writeFileSync(decoy, `pid=1\ntimestamp=${u.nowS()}\ntag=followed\n`)
-    const ln = spawnSync('setpriv', [...NOBODY, 'ln', '-s', decoy, path.join(shared, 'planted.lock')], { encoding: 'utf8' })
-    assert.equal(ln.status, 0, ln.stderr)
+    u.asNobody('ln', '-s', decoy, path.join(shared, 'planted.lock'))
     // root's lock, readable by root only.
     fs.writeFileSync(path.join(shared, 'private.lock'), `pid=${process.pid}\ntimestamp=${u.nowS()}\ntag=secret\n`, { mode: 0o600 })
   })
@@ -244,7 +226,7 @@ describe('ls: hostile names, and the lock kinds listed as one lock each', () => 
     dir = fs.realpathSync(u.mkTmp('ls-kinds-'))
   })
   after(() => {
-    for (const c of children) c.kill('SIGKILL')
+    for (const c of children) u.signalChild(c)
     u.rmTmp(dir)
   })
 
@@ -274,8 +256,8 @@ describe('ls: hostile names, and the lock kinds listed as one lock each', () => 
 
   test("a semaphore is one lock: its slot files are folded in (holders of the limit), also while slot 0 is free", async () => {
     const file = path.join(dir, 'sem.lock')
-    const a = await holder(file, { limit: 3 })
-    const b = await holder(file, { limit: 3 })
+    const a = await u.holder(file, { limit: 3 })
+    const b = await u.holder(file, { limit: 3 })
     children.push(a.child, b.child)
     assert.ok(fs.existsSync(`${file}.slot-1-of-3`), 'the second holder took slot 1')
     let locks = await lsJson(dir)
@@ -288,8 +270,7 @@ describe('ls: hostile names, and the lock kinds listed as one lock each', () => 
     const text = await cli(['ls', dir])
     assert.match(text.stdout, /^sem\.lock\s+held \(2 of 3\)\s/m)
     // Slot 0 (the base) released: the lock is still held, by slot 1's holder.
-    a.child.stdin.write('release\n')
-    await a.out.next(/^released true$/)
+    assert.equal(await a.release(), true)
     locks = await lsJson(dir)
     assert.deepEqual(Object.keys(locks), ['sem.lock'])
     assert.equal(locks['sem.lock'].state, 'held')
@@ -299,9 +280,9 @@ describe('ls: hostile names, and the lock kinds listed as one lock each', () => 
 
   test('a shared lock is one lock: its readers and guard are folded in, held for as long as its oldest reader', async () => {
     const file = path.join(dir, 'rw.lock')
-    const first = await holder(file, { mode: 'shared' })
+    const first = await u.holder(file, { mode: 'shared' })
     const t0 = u.nowS()
-    const second = await holder(file, { mode: 'shared' })
+    const second = await u.holder(file, { mode: 'shared' })
     children.push(first.child, second.child)
     // The readers' heartbeat rewrites the base every second: its own times say 0 s. Three seconds on, the
     // oldest reader has held for at least two.

@@ -23,36 +23,23 @@ after(() => {
   u.killAll()
 })
 
-/** Polls the pane (tmux has no event for "the screen now shows"); bounded. */
-async function paneShows(re, ms = 10000) {
-  const end = Date.now() + ms
-  let text = ''
-  while (Date.now() < end) {
-    text = tmux('capture-pane', '-p', '-t', 'top').stdout
-    if (re.test(text)) return text
-    await new Promise((r) => setTimeout(r, 25))
-  }
-  throw new Error(`the pane did not show ${re} within ${ms} ms; it showed:\n${text}`)
-}
-
-async function holder(file, tag) {
-  const child = u.spawnNode('file-holder.js', [file, JSON.stringify({ tag })])
-  const out = u.lines(child)
-  return { child, out, held: out.next(/^held /, 20000) }
+/** Resolves the pane's text once it shows `re`, polled (tmux has no event for "the screen now shows"). */
+function paneShows(re, timeoutMs = 10000) {
+  const pane = () => tmux('capture-pane', '-p', '-t', 'top').stdout
+  return u.until(() => re.test(pane()) && pane(), { timeoutMs, intervalMs: 25, what: `the pane showing ${re}`, last: pane })
 }
 
 describe('top', () => {
   test('in a terminal: the holder, a hand-off shown at once, q quits', { skip: !hasTmux && 'needs tmux' }, async () => {
     const file = tmp.fresh()
     const dir = path.dirname(file)
-    const a = await holder(file, 'first')
-    await a.held
-    const b = await holder(file, 'second') // waits for a
+    const a = await u.holder(file, { tag: 'first' }, { timeoutMs: 20000 })
+    const b = u.spawnHolder(file, { tag: 'second' }, { timeoutMs: 20000 }) // waits for a
     const started = tmux('new-session', '-d', '-s', 'top', '-x', '200', '-y', '30', `${process.execPath} ${BIN} top ${dir}`)
     assert.equal(started.status, 0, started.stderr)
     const before = await paneShows(new RegExp(`top\\.lock\\s+held\\s+${a.child.pid}\\s+\\d+s\\s+1\\s+\\d+s\\s+0\\.0\\s+"first"`))
     assert.match(before, /^sema-native top .* q to quit/m)
-    a.child.stdin.write('release\n')
+    assert.equal(await a.release(), true)
     await b.held
     const t0 = Date.now()
     const afterHandoff = await paneShows(new RegExp(`top\\.lock\\s+held\\s+${b.child.pid}\\s+\\d+s\\s+0\\s+-\\s+0\\.1\\s+"second"`))
@@ -60,12 +47,8 @@ describe('top', () => {
     console.log(`# top showed the hand-off ${Date.now() - t0} ms after the new holder had the lock`)
     assert.ok(!afterHandoff.includes(String(a.child.pid)))
     tmux('send-keys', '-t', 'top', 'q')
-    const end = Date.now() + 10000
-    while (tmux('has-session', '-t', 'top').status === 0) {
-      assert.ok(Date.now() < end, 'top did not quit on q')
-      await new Promise((r) => setTimeout(r, 25))
-    }
-    b.child.kill('SIGKILL')
+    await u.until(() => tmux('has-session', '-t', 'top').status !== 0, { intervalMs: 25, what: 'top quitting on q' })
+    await b.kill()
   })
 
   test('not a terminal: a plain table each time a lock changes', async () => {
@@ -73,10 +56,9 @@ describe('top', () => {
     const view = u.spawnTracked(process.execPath, [BIN, 'top', path.dirname(file)])
     const out = u.lines(view)
     await out.next(/^no locks$/)
-    const a = await holder(file, 'plain')
-    await a.held
+    const a = await u.holder(file, { tag: 'plain' }, { timeoutMs: 20000 })
     await out.next(new RegExp(`^top\\.lock\\s+held\\s+${a.child.pid}\\s`))
-    a.child.stdin.write('release\n')
+    assert.equal(await a.release(), true)
     await out.next(/^no locks$/)
     assert.doesNotMatch(view.stdoutText, /\x1b/, 'no escape sequences')
     view.kill('SIGTERM')
@@ -89,10 +71,9 @@ describe('top', () => {
     const evil = path.join(dir, 'x\u001b[2J\nforged.lock')
     require('node:fs').writeFileSync(evil, `pid=1\ntimestamp=${u.nowS()}\n`)
     const file = path.join(dir, 'kinds.lock')
-    const a = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2 })])
-    const b = u.spawnNode('file-holder.js', [file, JSON.stringify({ limit: 2 })])
-    await u.lines(a).next(/^held /, 20000)
-    await u.lines(b).next(/^held /, 20000)
+    const a = u.spawnHolder(file, { limit: 2 }, { timeoutMs: 20000 })
+    const b = u.spawnHolder(file, { limit: 2 }, { timeoutMs: 20000 })
+    await Promise.all([a.held, b.held])
     const view = u.spawnTracked(process.execPath, [BIN, 'top', dir])
     const out = u.lines(view)
     await out.next(/^kinds\.lock\s+held \(2 of 2\)\s/)
@@ -104,8 +85,7 @@ describe('top', () => {
     assert.equal(table.length, 3, `a header and one row per lock:\n${view.stdoutText}`)
     assert.ok(table.some((l) => l.startsWith('x\\u001b[2J\\nforged.lock ')), view.stdoutText)
     assert.ok(!/slot-1-of-2/.test(view.stdoutText), 'the slot file is not a row')
-    a.kill('SIGKILL')
-    b.kill('SIGKILL')
+    await Promise.all([a.kill(), b.kill()])
     u.rmTmp(dir)
   })
 

@@ -66,3 +66,25 @@ test('spawnHolder(): `held` rejects when the child cannot take the lock', async 
   assert.match(b.child.stdoutText, /^failed .*TIMEOUT/)
   await a.kill()
 })
+
+test('lines(): next() without a predicate is the next line; unread() counts the lines nobody consumed', async () => {
+  const child = u.spawnTracked(process.execPath, ['-e', "console.log('a\\nb\\nc')"])
+  child.stdin.end()
+  await child.closed
+  const out = u.lines(child)
+  assert.equal(out.unread(), 3)
+  assert.equal(await out.next(/^b$/), 'b')
+  assert.equal(out.unread(), 2)
+  assert.equal(await out.next(), 'a')
+  assert.equal(await out.next(), 'c')
+  assert.equal(out.unread(), 0)
+  await assert.rejects(out.next(), /stdout ended before a line matching/)
+})
+
+test('signalChild(): signals by pid, so a stopped and continued holder still reads its stdin', { skip: process.platform === 'win32' && 'POSIX signals' }, async () => {
+  const h = await u.holder(tmp.fresh())
+  u.signalChild(h.child, 'SIGSTOP')
+  u.signalChild(h.child, 'SIGCONT')
+  assert.equal(await h.release(), true, 'its stdin stayed open across the signals')
+  assert.equal((await u.waitExit(h.child, 5000)).code, 0)
+})

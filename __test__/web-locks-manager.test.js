@@ -10,6 +10,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
+const wl = require('./helpers/web-locks')
 const { createLockManager, locks, LockError, acquire } = require('..')
 const { stemOf, nameOfStem } = require('../lib/locks/names')
 const { FileBackend } = require('../lib/locks/file-backend')
@@ -81,15 +82,13 @@ describe('names → lock files', () => {
 
   test("another process's query() reads the names back, also a hashed long one", async () => {
     const long = `${'z'.repeat(300)}/../é`
-    const child = u.spawnNode('web-locks-holder.js', [dir, long, 'exclusive'])
-    await u.lines(child).next(/^held$/, 15000)
+    const { child, kill } = await wl.holder(dir, long)
     try {
       const q = await createLockManager(dir).query()
       assert.deepEqual(q.held.map((h) => h.name), [long])
       assert.equal(q.held[0].pid, child.pid)
     } finally {
-      child.kill('SIGKILL')
-      await child.exited
+      await kill()
     }
   })
 })
@@ -189,7 +188,7 @@ describe('bad input', () => {
 const linux = process.platform === 'linux'
 const root = typeof process.getuid === 'function' && process.getuid() === 0
 const asOther = !linux ? 'Linux only' : !root ? 'needs root, to act as another user (setpriv)' : false
-const NOBODY = ['--reuid=65534', '--regid=65534', '--clear-groups']
+const { NOBODY } = u
 
 describe('the per-user `locks` directory', () => {
   test('`locks` is shared by every process of the user: a child holds, this process sees it taken', async () => {

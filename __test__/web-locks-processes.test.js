@@ -9,28 +9,18 @@ const assert = require('node:assert/strict')
 const os = require('node:os')
 const d = require('./helpers/dflockd')
 const u = require('./helpers/file-util')
+const wl = require('./helpers/web-locks')
 const { createLockManager } = require('..')
 
 let n = 0
 const uniqueName = (label) => `proc-${process.pid}-${++n}-${label}`
 
-/** A child holding (or, behind another, waiting for) `name`; resolves once it says `held` when `wait` is true. */
-async function holder(base, name, { wait = true, steal = false, mode = 'exclusive' } = {}) {
-  const child = u.spawnNode('web-locks-holder.js', [base, name, mode, ...(steal ? ['steal'] : [])])
-  const out = u.lines(child)
-  if (wait) await out.next(/^held$/, 15000)
-  return { child, out }
-}
-
 /** query() until `pred(snapshot)` holds (another process's request is seen only once it reached the backend). */
-async function queryUntil(locks, pred, what) {
-  let s
-  for (let i = 0; i < 400; i++) {
-    s = await locks.query()
-    if (pred(s)) return s
-    await new Promise((r) => setTimeout(r, 25))
-  }
-  assert.fail(`${what}: not seen in query() within 400 tries; last ${JSON.stringify(s)}`)
+function queryUntil(locks, pred, what) {
+  return u.until(async () => {
+    const s = await locks.query()
+    return pred(s) && s
+  }, { intervalMs: 25, what: `${what} in query()`, last: () => locks.query() })
 }
 
 const named = (list, name) => list.filter((l) => l.name === name)
@@ -38,10 +28,9 @@ const named = (list, name) => list.filter((l) => l.name === name)
 function suite(ctx) {
   test('ifAvailable while another process holds: the callback gets null; once it exits, the lock is granted', async () => {
     const name = uniqueName('ifavail')
-    const { child } = await holder(ctx.base, name)
+    const a = await wl.holder(ctx.base, name)
     assert.equal(await ctx.locks.request(name, { ifAvailable: true }, (lock) => lock), null)
-    child.kill('SIGKILL')
-    await child.exited
+    await a.kill()
     // The dead holder is reclaimed at once (files: its pid is gone; dflockd: its connection closed).
     const got = await ctx.locks.request(name, async (lock) => lock && lock.name)
     assert.equal(got, name)
@@ -49,8 +38,8 @@ function suite(ctx) {
 
   test("query() lists another process's held request and a third process's pending one", async () => {
     const name = uniqueName('query')
-    const a = await holder(ctx.base, name)
-    const b = await holder(ctx.base, name, { wait: false })
+    const a = await wl.holder(ctx.base, name)
+    const b = wl.spawnHolder(ctx.base, name)
     try {
       const s = await queryUntil(ctx.locks, (x) => named(x.pending, name).length === 1, "the second child's request")
       const held = named(s.held, name)
@@ -71,21 +60,19 @@ function suite(ctx) {
       assert.equal(mine[0].pid, process.pid)
       if (ctx.kind === 'file') assert.notEqual(mine[0].clientId, held[0].clientId)
       // When the holder dies, the waiting process gets it, and query() says so.
-      a.child.kill('SIGKILL')
-      await b.out.next(/^held$/, 15000)
+      a.kill()
+      await b.held
       const after = await queryUntil(ctx.locks, (x) => named(x.pending, name).length === 0 && named(x.held, name).length === 1, 'the hand-over')
       if (ctx.kind === 'file') assert.equal(named(after.held, name)[0].pid, b.child.pid)
     } finally {
-      a.child.kill('SIGKILL')
-      b.child.kill('SIGKILL')
-      await Promise.all([a.child.exited, b.child.exited])
+      await Promise.all([a.kill(), b.kill()])
     }
   })
 
   test('shared holders in two other processes: a shared request is granted beside them, an exclusive one is not', async () => {
     const name = uniqueName('shared')
-    const a = await holder(ctx.base, name, { mode: 'shared' })
-    const b = await holder(ctx.base, name, { mode: 'shared' })
+    const a = await wl.holder(ctx.base, name, { mode: 'shared' })
+    const b = await wl.holder(ctx.base, name, { mode: 'shared' })
     try {
       assert.equal(await ctx.locks.request(name, { ifAvailable: true }, (lock) => lock), null)
       const s = await ctx.locks.request(name, { mode: 'shared', ifAvailable: true }, async (lock) => {
@@ -95,9 +82,7 @@ function suite(ctx) {
       assert.deepEqual(named(s.held, name).map((h) => h.mode), ['shared', 'shared', 'shared'], JSON.stringify(s))
       if (ctx.kind === 'file') assert.deepEqual(named(s.held, name).slice(1).map((h) => h.pid).sort(), [a.child.pid, b.child.pid].sort())
     } finally {
-      a.child.kill('SIGKILL')
-      b.child.kill('SIGKILL')
-      await Promise.all([a.child.exited, b.child.exited])
+      await Promise.all([a.kill(), b.kill()])
     }
     // Both readers crashed: the exclusive request is granted.
     assert.equal(await ctx.locks.request(name, (lock) => lock.mode), 'exclusive')
@@ -105,7 +90,7 @@ function suite(ctx) {
 
   test("steal from another process: granted here at once; the holder's request rejects with an AbortError", async () => {
     const name = uniqueName('steal')
-    const { child, out } = await holder(ctx.base, name)
+    const { child, out } = await wl.holder(ctx.base, name)
     const t0 = Date.now()
     const r = await ctx.locks.request(name, { steal: true }, async (lock) => {
       const ms = Date.now() - t0
@@ -138,16 +123,15 @@ function suite(ctx) {
     )
     mine.catch(() => {})
     await held
-    const { child, out } = await holder(ctx.base, name, { wait: false, steal: true })
-    await out.next(/^held$/, 15000)
+    const stealer = wl.spawnHolder(ctx.base, name, { steal: true })
+    await stealer.held
     await assert.rejects(mine, (e) => {
       assert.equal(e.name, 'AbortError')
       assert.ok(e instanceof DOMException)
       if (ctx.kind === 'file') assert.equal(e.cause?.code, 'LOCK_LOST')
       return true
     })
-    child.kill('SIGKILL')
-    await child.exited
+    await stealer.kill()
     // The stealer died holding it: the lock is free again (dflockd: this process, which kept it for the stealer,
     // released it when the stealer's intent went with its connection).
     assert.equal(await ctx.locks.request(name, (lock) => lock.name), name)
@@ -167,12 +151,12 @@ function suite(ctx) {
     // between and then forced out too (docs/lock-kinds.md#steal): the order is kept on dflockd only.
     test('steal keeps the order of the queue: a process queued before the steal gets the lock right after the stealer', async () => {
       const name = uniqueName('steal-order')
-      const a = await holder(ctx.base, name)
-      const c = await holder(ctx.base, name, { wait: false })
+      const a = await wl.holder(ctx.base, name)
+      const c = wl.spawnHolder(ctx.base, name, { timeoutMs: 60000 })
       try {
         await queryUntil(ctx.locks, (x) => named(x.pending, name).length === 1, "the third process's request")
         let cHeld = false
-        const cGot = c.out.next(/^held$/, 60000).then(() => {
+        const cGot = c.held.then(() => {
           cHeld = true
         })
         await ctx.locks.request(name, { steal: true }, async () => {
@@ -185,20 +169,18 @@ function suite(ctx) {
         // Released by the stealer: the third process gets it.
         await cGot
       } finally {
-        a.child.kill('SIGKILL')
-        c.child.kill('SIGKILL')
-        await Promise.all([a.child.exited, c.child.exited])
+        await Promise.all([a.kill(), c.kill()])
       }
     })
 
     test('the process a lock was stolen from dies while the stealer holds it: the stealer loses it (AbortError)', async () => {
       const name = uniqueName('steal-then-die')
-      const a = await holder(ctx.base, name)
+      const a = await wl.holder(ctx.base, name)
       let inside
       const request = ctx.locks.request(name, { steal: true }, async () => {
         assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
         // The old holder keeps the lock on its connection for us: killing it ends that lease.
-        a.child.kill('SIGKILL')
+        a.kill()
         inside = 'killed'
         return new Promise(() => {})
       })
@@ -214,7 +196,7 @@ function suite(ctx) {
 
     test('steal of a name held in shared mode by other processes: NotSupportedError at once; the readers keep it', async () => {
       const name = uniqueName('steal-shared')
-      const a = await holder(ctx.base, name, { mode: 'shared' })
+      const a = await wl.holder(ctx.base, name, { mode: 'shared' })
       try {
         await assert.rejects(ctx.locks.request(name, { steal: true }, () => assert.fail('granted')), (e) => {
           assert.equal(e.name, 'NotSupportedError')
@@ -224,8 +206,7 @@ function suite(ctx) {
         assert.deepEqual(named((await ctx.locks.query()).held, name).map((h) => h.mode), ['shared'])
         assert.equal(a.child.exitCode, null)
       } finally {
-        a.child.kill('SIGKILL')
-        await a.child.exited
+        await a.kill()
       }
     })
 
@@ -235,7 +216,7 @@ function suite(ctx) {
       const b = base(s.port)
       const locks = createLockManager(b)
       const name = uniqueName(label)
-      const a = await holder(b, name)
+      const a = await wl.holder(b, name)
       try {
         const got = await locks.request(name, { steal: true }, async (lock) => {
           assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
@@ -244,8 +225,7 @@ function suite(ctx) {
         assert.equal(got, name)
         assert.equal((await u.waitExit(a.child, 15000, 'holder')).code, 0)
       } finally {
-        a.child.kill('SIGKILL')
-        await a.child.exited
+        await a.kill()
         await s.stop()
       }
     }
@@ -262,7 +242,7 @@ function suite(ctx) {
 
     test('a script that only steals (nothing else keeps it alive) runs its callback, releases and exits 0', async () => {
       const name = uniqueName('steal-alone')
-      const a = await holder(ctx.base, name)
+      const a = await wl.holder(ctx.base, name)
       try {
         const child = u.spawnNode('web-locks-stealer.js', [ctx.base, name])
         const { code, stdout } = await u.waitExit(child, 15000, 'stealer')
@@ -272,8 +252,7 @@ function suite(ctx) {
         // Released by the stealer: the lock is free.
         assert.equal(await ctx.locks.request(name, { ifAvailable: true }, (lock) => lock && lock.name), name)
       } finally {
-        a.child.kill('SIGKILL')
-        await a.child.exited
+        await a.kill()
       }
     })
 
@@ -284,7 +263,7 @@ function suite(ctx) {
       const s = await d.startServer({ args: ['--read-timeout', '5'] })
       const b = `dflockd://127.0.0.1:${s.port}/blocked?leaseTtl=9`
       const name = uniqueName('steal-blocked')
-      const a = await holder(b, name)
+      const a = await wl.holder(b, name)
       let w
       let st
       try {
@@ -293,17 +272,17 @@ function suite(ctx) {
         await out.next(/^held$/, 15000)
         assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
         // Queued behind the stealer at the server: granted only once the stealer's callback has returned.
-        w = await holder(b, name, { wait: false })
-        // What the stealer had said when the waiter said `held` (read as the line arrives).
+        w = wl.spawnHolder(b, name, { timeoutMs: 60000 })
+        // What the stealer had said when the waiter said `held` (read in the turn its line arrives).
         let stealerSaid
-        await w.out.next((line) => line === 'held' && (stealerSaid = [...st.lineLog]), 60000)
+        await w.held.then(() => (stealerSaid = [...st.lineLog]))
         assert.ok(stealerSaid.includes('unblocked'), `a waiter got the lock while the stealer's callback ran: ${JSON.stringify(stealerSaid)}`)
         const { code, stdout } = await u.waitExit(st, 15000, 'stealer')
         assert.equal(stdout, 'held\nunblocked\nresolved 42\n')
         assert.equal(code, 0)
       } finally {
-        for (const c of [a.child, w?.child, st]) c?.kill('SIGKILL')
-        await Promise.all([a.child.exited, w?.child.exited, st?.exited])
+        if (st) u.signalChild(st)
+        await Promise.all([a.kill(), w?.kill(), st?.exited])
         await s.stop()
       }
     })
@@ -316,7 +295,7 @@ function suite(ctx) {
       const b = `dflockd://127.0.0.1:${s.port}/kept?leaseTtl=9`
       const locks = createLockManager(b)
       const name = uniqueName('steal-kept')
-      const a = await holder(b, name)
+      const a = await wl.holder(b, name)
       let w
       try {
         let lost = false
@@ -324,11 +303,11 @@ function suite(ctx) {
         let wHeld
         const request = locks.request(name, { steal: true }, async () => {
           assert.equal(await a.out.next(/^rejected /, 15000), 'rejected AbortError')
-          w = await holder(b, name, { wait: false })
-          // Whether the stealer had heard of its loss when the waiter said `held` (read as the line arrives).
-          wHeld = w.out.next((line) => line === 'held' && ((lostThen = lost), true), 60000)
+          w = wl.spawnHolder(b, name, { timeoutMs: 60000 })
+          // Whether the stealer had heard of its loss when the waiter said `held` (read in the turn its line arrives).
+          wHeld = w.held.then(() => (lostThen = lost))
           await queryUntil(locks, (x) => named(x.pending, name).length === 1, 'the waiting process')
-          a.child.kill('SIGKILL')
+          a.kill()
           return new Promise(() => {})
         })
         const rejected = assert.rejects(request, (e) => {
@@ -341,8 +320,7 @@ function suite(ctx) {
         await wHeld
         assert.equal(lostThen, true, 'the waiter got the lock before the stealer heard it was lost')
       } finally {
-        for (const c of [a.child, w?.child]) c?.kill('SIGKILL')
-        await Promise.all([a.child.exited, w?.child.exited])
+        await Promise.all([a.kill(), w?.kill()])
         await s.stop()
       }
     })
@@ -357,13 +335,11 @@ function suite(ctx) {
       await ctx.locks.request(name, () => {})
       // The mailbox is opened in the background once this client holds a lock: the snapshot is taken when it is there.
       // (Held mailbox keys: this process's; other tests' children are gone, their keys idle.)
-      let before
-      for (let i = 0; i < 400; i++) {
+      const before = await u.until(async () => {
         const s = await stats({ host: '127.0.0.1', port: ctx.port })
-        before = await keys()
-        if (s.locks.filter((l) => /wl~mbox~/.test(l.key) && Number(l.owner_conn_id) !== 0).length >= 2) break
-        await new Promise((r) => setTimeout(r, 25))
-      }
+        const seen = await keys()
+        return s.locks.filter((l) => /wl~mbox~/.test(l.key) && Number(l.owner_conn_id) !== 0).length >= 2 && seen
+      }, { intervalMs: 25, what: 'the mailbox held' })
       for (let i = 0; i < 20; i++) await ctx.locks.request(name, () => {})
       const after = await keys()
       const added = [...after].filter((k) => !before.has(k))

@@ -10,6 +10,7 @@ const { randomUUID } = require('node:crypto')
 const net = require('node:net')
 const { once } = require('node:events')
 const d = require('./helpers/dflockd')
+const u = require('./helpers/file-util')
 const { Steals, openConnection } = require('../lib/locks/dflockd-steal')
 const { createLockManager, tryAcquire } = require('..')
 
@@ -185,18 +186,13 @@ describe('dflockd steal mailbox lifetime', { skip: d.goOnly() }, () => {
       const s = await probe.stats()
       return s.locks.filter((l) => l.key.startsWith(`${prefix}wl~mbox~`) && Number(l.owner_conn_id) !== 0).length
     }
-    const until = async (pred, what) => {
-      for (let i = 0; i < 400; i++) {
-        if (pred(await mailboxHeld())) return
-        await new Promise((r) => setTimeout(r, 25))
-      }
-      assert.fail(`${what}: not seen within 400 looks`)
-    }
+    // Polled: the server's key table has no event to wait on.
+    const untilMailbox = (pred, what) => u.until(async () => pred(await mailboxHeld()), { intervalMs: 25, what, last: mailboxHeld })
     try {
       assert.ok(await steals.ready())
       assert.equal(await mailboxHeld(), 2, 'the mailbox and its published token')
       steals.idle(0)
-      await until((n) => n === 0, 'the mailbox closed')
+      await untilMailbox((n) => n === 0, 'the mailbox closed')
       // Holding again: a new mailbox (the old one's close is awaited first, so its key is free).
       assert.ok(await steals.ready())
       assert.equal(await mailboxHeld(), 2)
@@ -205,7 +201,7 @@ describe('dflockd steal mailbox lifetime', { skip: d.goOnly() }, () => {
       assert.ok(await steals.ready())
       assert.equal(steals.idleTimer, null)
       steals.idle(0)
-      await until((n) => n === 0, 'the mailbox closed again')
+      await untilMailbox((n) => n === 0, 'the mailbox closed again')
     } finally {
       probe.close()
     }
@@ -392,7 +388,7 @@ describe('dflockd steal among LockManager clients of one thread (one backend eac
             if ((await ask('l', k, '0 30')).startsWith('ok ')) taken.push(k)
           }
         }
-        await new Promise((r) => setTimeout(r, 2))
+        await new Promise((r) => setTimeout(r, 2)) // polls stats: a new steal intent has no event to wait on
       }
     })()
     return {

@@ -28,6 +28,8 @@
 //       await f.close()
 //   await d.freePort()            a free loopback TCP port
 //   await d.waitForPort(port, {host, timeoutMs, exited})  polls connect() until accepted (bounded, × timeScale())
+//   const h = d.holder(url, mode, {timeoutMs})  a child process taking `url` in a mode (helpers/dflockd-shared-child.js):
+//       await h.next() → its next line ('held', 'error <type>'), h.unread(), await h.release(), await h.kill()
 //
 // Servers always bind 127.0.0.1 (the Python server defaults to 0.0.0.0), get `--host 127.0.0.1 --port N` before the
 // extra args, and run with the DFLOCKD_* environment (and the Python server's unprefixed variables) removed so a
@@ -40,7 +42,8 @@ const os = require('node:os')
 const path = require('node:path')
 const tls = require('node:tls')
 const { readDflockd } = require('../../scripts/dflockd-server')
-const { scaled } = require('./file-util')
+const assert = require('node:assert/strict')
+const u = require('./file-util')
 
 const server = readDflockd()
 // CI runs every dflockd test on the Go server: a skip there would hide a missing server, so fail loudly instead.
@@ -90,15 +93,15 @@ function tryConnect(host, port) {
   })
 }
 
+/** Polled (a listener opening has no event outside its process); throws at once if `exited()`. */
 async function waitForPort(port, { host = '127.0.0.1', timeoutMs = 10000, exited = () => false } = {}) {
-  timeoutMs = scaled(timeoutMs)
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)
-    if (await tryConnect(host, port)) return
-    if (Date.now() > deadline) throw new Error(`nothing accepted connections on ${host}:${port} within ${timeoutMs} ms`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
+  await u.until(
+    async () => {
+      if (exited()) throw new Error(`server exited before accepting connections on ${host}:${port}`)
+      return tryConnect(host, port)
+    },
+    { timeoutMs, intervalMs: 50, what: `connections accepted on ${host}:${port}` },
+  )
 }
 
 function cleanEnv() {
@@ -372,4 +375,32 @@ function serverFixture({ args = [], skip = skipReason() } = {}) {
   )
 }
 
-module.exports = { server, serverFixture, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }
+/**
+ * A child process (helpers/dflockd-shared-child.js) acquiring the dflockd target `url` in `mode` ('shared',
+ * 'exclusive', or 'none': the plain mutex) with a `timeoutMs` acquire timeout. Returns at once `{ child, out, next(),
+ * unread(), release(), kill() }`: `next()` resolves its next stdout line (`held`, or `error <type>`) and rejects if
+ * none comes within the acquire's timeout and 10 s more (× timeScale()), or its stdout ends first; `unread()` is how
+ * many lines it printed that nobody read; `release()` releases and asserts it said so; `kill(signal)` signals it by
+ * pid (u.signalChild(): the child ends when its stdin ends, which a runtime's ChildProcess.kill() may close first) and
+ * resolves its exit (a SIGKILL is a crash: the server frees its lock by disconnect).
+ */
+function holder(url, mode, { timeoutMs = 30000 } = {}) {
+  const child = u.spawnNode('dflockd-shared-child.js', [url, mode, timeoutMs])
+  const out = u.lines(child)
+  return {
+    child,
+    out,
+    next: () => out.next(undefined, timeoutMs + 10000),
+    unread: out.unread,
+    async release() {
+      child.stdin.write('release\n')
+      assert.equal(await out.next(), 'released')
+    },
+    kill(signal = 'SIGKILL') {
+      u.signalChild(child, signal)
+      return child.exited
+    },
+  }
+}
+
+module.exports = { holder, server, serverFixture, skipReason, goOnly, freePort, waitForPort, startServer, makeCerts, makeSelfSigned, startTlsProxy, fakeServer, stopAll }

@@ -21,7 +21,10 @@
 //! per process at a time), files without identity (`sema`/`semats`).
 
 mod fs;
+mod program;
 mod proto;
+mod semaphore;
+mod shared;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -36,8 +39,9 @@ use std::time::Duration;
 use super::{SimRng, Violation, World};
 use crate::lockfile::shared::policy::Mode;
 use fs::{Errno, SimFs};
-use proto::{Held, BASE, READER_PREFIX};
-use state::{Config, Cx, Grant, Life, Proc, State, Waiting};
+use program::{run, Request};
+use proto::{BASE, READER_PREFIX};
+use state::{Config, Cx, Grant, Life, Proc, State};
 
 /// A waiter may see the lock free this many `retry_interval`s before it must have it (a waiter
 /// behind the semaphore's head needs two free polls, `may_try`).
@@ -57,16 +61,6 @@ enum Kind {
     Plain,
     Slots(u64),
     Shared(Mode),
-}
-
-/// One request of a program.
-#[derive(Debug, Clone, Copy)]
-struct Request {
-    kind: Kind,
-    timeout_ms: Option<u64>,
-    hold_ms: u64,
-    /// Calls `release(path)` first though it holds nothing there.
-    stray_release: bool,
 }
 
 /// One scheduling choice.
@@ -369,97 +363,6 @@ fn is_shared(bytes: &[u8]) -> bool {
 /// The largest wall-clock offset a jump leaves (kept well inside the stale timeout: a clock off by
 /// more than the timeout makes any age-based judgement wrong, by design).
 const MAX_JUMP_MS: i64 = 9_000;
-
-/// A process's program: its requests in turn, each held for a while with the heartbeat, then
-/// released; the exit release of whatever a failed release left.
-async fn run(cx: Cx, requests: Vec<Request>) {
-    for r in requests {
-        if r.stray_release {
-            proto::release_by_path(&cx).await;
-        }
-        let deadline = r.timeout_ms.map(|t| cx.now() + t);
-        cx.with(|s, me| {
-            let p = &mut s.procs[me];
-            p.started += 1;
-            p.waiting = Some(Waiting {
-                deadline,
-                free_since: None,
-            });
-        });
-        let got = match r.kind {
-            Kind::Plain => proto::acquire_mutex(&cx, BASE, deadline)
-                .await
-                .map(|h| (h, Grant::Plain)),
-            Kind::Slots(limit) => proto::acquire_semaphore(&cx, limit, deadline)
-                .await
-                .map(|(h, index)| (h, Grant::Slot { index, limit })),
-            Kind::Shared(mode) => proto::acquire_shared(&cx, mode, deadline).await.map(|h| {
-                let g = match mode {
-                    Mode::Shared => Grant::Reader,
-                    Mode::Exclusive => Grant::Writer,
-                };
-                (h, g)
-            }),
-        };
-        let granted = cx.with(|s, me| {
-            let p = &mut s.procs[me];
-            p.waiting = None;
-            p.settled += 1;
-            if let Err(e) = &got {
-                trace(|| format!("p{me} refused {e:?}"));
-            }
-            match &got {
-                Ok((h, g)) => {
-                    trace(|| format!("p{me} granted {g:?} {} #{}", h.name, h.id));
-                    let p = &mut s.procs[me];
-                    p.grants += 1;
-                    p.grant = Some((*g, h.name.clone(), h.id));
-                    true
-                }
-                Err(_) => false,
-            }
-        });
-        let Ok((mut held, grant)) = got else { continue };
-        debug_assert!(granted);
-        if hold(&cx, &mut held, grant, r.hold_ms).await {
-            if !proto::release_file(&cx, &held).await {
-                told_loss(&cx);
-            }
-            cx.with(|s, me| s.procs[me].grant = None);
-            if grant == Grant::Reader {
-                proto::leave_group(&cx).await;
-            }
-        }
-    }
-}
-
-fn told_loss(cx: &Cx) {
-    cx.with(|s, me| {
-        s.procs[me].grant = None;
-        s.procs[me].losses += 1;
-    });
-}
-
-/// Holds for `hold_ms` with the heartbeat (a reader's also refreshes its base). `false`: the
-/// heartbeat found the lock lost (told to the holder).
-async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
-    let until = cx.now() + hold_ms;
-    let beat = cx.with(|s, _| s.cfg.heartbeat_ms);
-    loop {
-        let next = until.min(cx.now() + beat);
-        cx.sleep(Some(next), state::Watch::Nothing).await;
-        if cx.now() >= until {
-            return true;
-        }
-        if !proto::heartbeat(cx, held).await {
-            told_loss(cx);
-            return false;
-        }
-        if grant == Grant::Reader {
-            proto::refresh_base(cx).await;
-        }
-    }
-}
 
 impl World for FilesWorld {
     type Action = Action;

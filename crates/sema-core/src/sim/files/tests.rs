@@ -23,14 +23,14 @@ fn every_invariant_holds_over_the_seed_budget() {
     }
 }
 
-/// Seeds that found a bug of the simulator's own protocol code (fixed there): each passes.
-/// 25: a leaving reader kept a base naming its own pid when a reader of another namespace had
-/// the same pid (`named_reader_alive` checks the readers' pids, the sim did not); 19: slot 0's
-/// limit was counted though the base records none; 80 (before the world drew from its own rng):
-/// a replay diverged from its run.
+/// Seeds that found something, each passing now. 19: a limit-2 holder of slot 0 (the base,
+/// which records no limit) beside two limit-3 slots, the documented interop that the world's
+/// invariant first counted as a violation (it now counts the limits known, as `semaphore::plan`
+/// states its invariant). 295: the open core bug below, absent while shared worlds make no stray
+/// `release(path)`.
 #[test]
 fn regression_seeds_pass() {
-    for seed in [19, 25, 80, 295] {
+    for seed in [19, 295] {
         if let Err(f) = run_seed::<FilesWorld>(seed, MAX_STEPS) {
             panic!("{}", explain(&f));
         }

@@ -57,7 +57,10 @@ fn a_failing_schedule_replays_exactly() {
 /// file by the pid alone. The base names a pid that may be the caller in another pid namespace,
 /// or the caller itself after it left the group (the base is renamed only when a leaving reader
 /// gets the guard and finds no live reader with that pid). With the base gone, a writer is
-/// granted beside the readers. Ignored until the core refuses it; then this test passes.
+/// granted beside the readers. Confirmed with real processes (the built addon, real pid
+/// namespaces): a reader as pid 1 of one namespace, `release(path)` from pid 1 of another
+/// resolved and removed the base, and a host process's `tryAcquire(path, { mode: 'exclusive' })`
+/// was granted while the reader held. Ignored until the core refuses it; then this test passes.
 #[test]
 #[ignore = "open bug of the core: a shared base is removed by release(path) of a pid it names"]
 fn a_shared_base_is_never_released_by_path_under_its_readers() {

@@ -13,6 +13,8 @@
 
 use std::fmt::Debug;
 
+pub mod files;
+
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same schedule on every
 /// machine and build, which is all a simulation needs (it is not used for anything secret).
 #[derive(Clone, Debug)]

@@ -1,0 +1,109 @@
+//! A simulated process's program: its requests in turn (a stray `release(path)` first, at
+//! times), each acquired with its kind's protocol, held for a while with the heartbeat, then
+//! released; every grant and every loss told is recorded for the invariants.
+
+use super::proto::{self, Held, BASE};
+use super::state::{Cx, Grant, Waiting, Watch};
+use super::{semaphore, shared, trace, Kind};
+use crate::lockfile::shared::policy::Mode;
+
+/// One request of a program.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Request {
+    pub(super) kind: Kind,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) hold_ms: u64,
+    /// Calls `release(path)` first though it holds nothing there.
+    pub(super) stray_release: bool,
+}
+
+/// A process's program: its requests in turn, each held for a while with the heartbeat, then
+/// released; the exit release of whatever a failed release left.
+pub(super) async fn run(cx: Cx, requests: Vec<Request>) {
+    for r in requests {
+        if r.stray_release {
+            proto::release_by_path(&cx).await;
+        }
+        let deadline = r.timeout_ms.map(|t| cx.now() + t);
+        cx.with(|s, me| {
+            let p = &mut s.procs[me];
+            p.started += 1;
+            p.waiting = Some(Waiting {
+                deadline,
+                free_since: None,
+            });
+        });
+        let got = match r.kind {
+            Kind::Plain => proto::acquire_mutex(&cx, BASE, deadline)
+                .await
+                .map(|h| (h, Grant::Plain)),
+            Kind::Slots(limit) => semaphore::acquire_semaphore(&cx, limit, deadline)
+                .await
+                .map(|(h, index)| (h, Grant::Slot { index, limit })),
+            Kind::Shared(mode) => shared::acquire_shared(&cx, mode, deadline).await.map(|h| {
+                let g = match mode {
+                    Mode::Shared => Grant::Reader,
+                    Mode::Exclusive => Grant::Writer,
+                };
+                (h, g)
+            }),
+        };
+        let granted = cx.with(|s, me| {
+            let p = &mut s.procs[me];
+            p.waiting = None;
+            p.settled += 1;
+            if let Err(e) = &got {
+                trace(|| format!("p{me} refused {e:?}"));
+            }
+            match &got {
+                Ok((h, g)) => {
+                    trace(|| format!("p{me} granted {g:?} {} #{}", h.name, h.id));
+                    let p = &mut s.procs[me];
+                    p.grants += 1;
+                    p.grant = Some((*g, h.name.clone(), h.id));
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        let Ok((mut held, grant)) = got else { continue };
+        debug_assert!(granted);
+        if hold(&cx, &mut held, grant, r.hold_ms).await {
+            if !proto::release_file(&cx, &held).await {
+                told_loss(&cx);
+            }
+            cx.with(|s, me| s.procs[me].grant = None);
+            if grant == Grant::Reader {
+                shared::leave_group(&cx).await;
+            }
+        }
+    }
+}
+
+fn told_loss(cx: &Cx) {
+    cx.with(|s, me| {
+        s.procs[me].grant = None;
+        s.procs[me].losses += 1;
+    });
+}
+
+/// Holds for `hold_ms` with the heartbeat (a reader's also refreshes its base). `false`: the
+/// heartbeat found the lock lost (told to the holder).
+async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
+    let until = cx.now() + hold_ms;
+    let beat = cx.with(|s, _| s.cfg.heartbeat_ms);
+    loop {
+        let next = until.min(cx.now() + beat);
+        cx.sleep(Some(next), Watch::Nothing).await;
+        if cx.now() >= until {
+            return true;
+        }
+        if !proto::heartbeat(cx, held).await {
+            told_loss(cx);
+            return false;
+        }
+        if grant == Grant::Reader {
+            shared::refresh_base(cx).await;
+        }
+    }
+}

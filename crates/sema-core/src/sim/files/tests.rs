@@ -1,0 +1,73 @@
+//! The file-lock world under `cargo test`: a fixed budget of seeds, and the seeds that found bugs.
+
+use super::*;
+use crate::sim::{replay, run_seed, run_seeds};
+
+/// Seeds `0..SEEDS`, each up to `MAX_STEPS` steps (then `finish` runs the rest without faults).
+/// Measured in debug on the 2-core machine under the other helpers' load: 20 000 seeds, 2.15 M
+/// steps in 47 s; this budget is 12 000 seeds (about 1.3 M steps).
+const SEEDS: u64 = 12_000;
+const MAX_STEPS: usize = 20_000;
+
+fn explain(f: &crate::sim::Failure<Action>) -> String {
+    let (out, lines) = replay_traced(f.seed, &f.schedule);
+    format!("{f}\nreplayed: {out:?}\ntrace:\n{}", lines.join("\n"))
+}
+
+#[test]
+fn every_invariant_holds_over_the_seed_budget() {
+    let started = std::time::Instant::now();
+    match run_seeds::<FilesWorld>(0, SEEDS, MAX_STEPS) {
+        Ok(steps) => println!("{SEEDS} seeds, {steps} steps in {:?}", started.elapsed()),
+        Err(f) => panic!("{}", explain(&f)),
+    }
+}
+
+/// Seeds that found something, each passing now. 19: a limit-2 holder of slot 0 (the base,
+/// which records no limit) beside two limit-3 slots, the documented interop that the world's
+/// invariant first counted as a violation (it now counts the limits known, as `semaphore::plan`
+/// states its invariant). 295: the open core bug below, absent while shared worlds make no stray
+/// `release(path)`.
+#[test]
+fn regression_seeds_pass() {
+    for seed in [19, 295] {
+        if let Err(f) = run_seed::<FilesWorld>(seed, MAX_STEPS) {
+            panic!("{}", explain(&f));
+        }
+    }
+}
+
+#[test]
+fn a_failing_schedule_replays_exactly() {
+    // With the open bug exposed (below), seed 295 fails; its shrunk schedule fails again on replay.
+    STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
+    let failure = run_seed::<FilesWorld>(295, MAX_STEPS);
+    STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
+    let failure = failure.expect_err("seed 295 finds the shared base released by path");
+    STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
+    let again = replay::<FilesWorld>(failure.seed, &failure.schedule);
+    STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
+    assert_eq!(again, Err(failure.violation.clone()), "{failure}");
+}
+
+/// Open bug of the core, found by this simulator (seed 295): `release(path)` without `force`
+/// (`LockFile::release_as`, reached from JS `release(path)` when this thread holds no shared
+/// hold there, semats' `release()`, the CLI's `release`) removes a shared base whose named pid
+/// is the caller's, since the base carries no `host=`/`token=` and `owner::owns` decides such a
+/// file by the pid alone. The base names a pid that may be the caller in another pid namespace,
+/// or the caller itself after it left the group (the base is renamed only when a leaving reader
+/// gets the guard and finds no live reader with that pid). With the base gone, a writer is
+/// granted beside the readers. Confirmed with real processes (the built addon, real pid
+/// namespaces): a reader as pid 1 of one namespace, `release(path)` from pid 1 of another
+/// resolved and removed the base, and a host process's `tryAcquire(path, { mode: 'exclusive' })`
+/// was granted while the reader held. Ignored until the core refuses it; then this test passes.
+#[test]
+#[ignore = "open bug of the core: a shared base is removed by release(path) of a pid it names"]
+fn a_shared_base_is_never_released_by_path_under_its_readers() {
+    STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
+    let r = run_seeds::<FilesWorld>(0, 2_000, MAX_STEPS).map_err(|f| explain(&f));
+    STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
+    if let Err(why) = r {
+        panic!("{why}");
+    }
+}

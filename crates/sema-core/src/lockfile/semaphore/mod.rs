@@ -197,11 +197,15 @@ impl Semaphore {
     }
 
     /// The sibling slot files present now, any limit (`judge`: look at the ones it accepts,
-    /// the others count as live without a look). An unreadable directory: none.
+    /// the others count as live without a look). An unreadable directory: none (only a grant's
+    /// confirmation must know the difference: [`Self::try_look`]).
     fn look(&self, judge: impl Fn(&SlotName) -> bool) -> Vec<Sibling> {
-        let Ok(entries) = std::fs::read_dir(&self.inner.dir) else {
-            return Vec::new();
-        };
+        self.try_look(judge).unwrap_or_default()
+    }
+
+    /// [`Self::look`], with an unreadable directory (EMFILE, ENOMEM, ...) as an error.
+    fn try_look(&self, judge: impl Fn(&SlotName) -> bool) -> std::io::Result<Vec<Sibling>> {
+        let entries = std::fs::read_dir(&self.inner.dir)?;
         let prefix = self.inner.name.as_encoded_bytes();
         let mut found = Vec::new();
         for entry in entries.flatten() {
@@ -220,7 +224,7 @@ impl Semaphore {
             found.push(Sibling { slot, state });
         }
         found.sort_by_key(|s| (s.slot.limit, s.slot.index));
-        found
+        Ok(found)
     }
 
     /// Removes the dead siblings `siblings` names (any limit), each through the mutex's safe
@@ -283,7 +287,18 @@ impl Semaphore {
     /// [`after_grant`]); the dead ones of any other limit are removed on the way.
     fn confirm(&self, held: HeldLock, standing: &mut Standing) -> Round {
         let limit = self.inner.limit;
-        let others = self.look(|s| s.limit != limit);
+        // A look that could not list the directory saw nothing, not "no other limit": a grant
+        // confirmed on it could stand beside slots of a smaller limit (the simulator's seed 9591
+        // of the files world: an EMFILE there gave 4 holders of a path taken with limits 2 and 3).
+        let others = match self.try_look(|s| s.limit != limit) {
+            Ok(others) => others,
+            Err(source) => {
+                if let Err(e) = held.release() {
+                    return Round::Failed(e);
+                }
+                return Round::Failed(LockError::io("listing the semaphore's slot files", source));
+            }
+        };
         self.remove_dead(&others);
         match after_grant(limit, *standing, &others) {
             AfterGrant::Keep => Round::Won(held),

@@ -99,12 +99,17 @@ async fn round(cx: &Cx, limit: u64, standing: &mut Standing) -> Round {
 
 /// `Semaphore::confirm`: the grant stands only if no live slot of another limit is beside it.
 async fn confirm(cx: &Cx, held: Held, index: u64, limit: u64, standing: &mut Standing) -> Round {
-    let others = cx
-        .call(|s, me| {
-            s.take_fault()
-                .map_or(Vec::new(), |()| look(s, me, |s| s.limit != limit))
-        })
-        .await;
+    // `Semaphore::try_look`: a listing that fails releases the grant and fails the acquire.
+    let others = match cx
+        .call(|s, me| s.take_fault().map(|()| look(s, me, |s| s.limit != limit)))
+        .await
+    {
+        Ok(others) => others,
+        Err(errno) => {
+            release_file(cx, &held).await;
+            return Round::Failed(Refused::Failed(errno));
+        }
+    };
     remove_dead(cx, &others).await;
     match after_grant(limit, *standing, &others) {
         AfterGrant::Keep => Round::Won(held, index),

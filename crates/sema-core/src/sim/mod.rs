@@ -13,6 +13,8 @@
 
 use std::fmt::Debug;
 
+pub mod dflockd;
+
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same schedule on every
 /// machine and build, which is all a simulation needs (it is not used for anything secret).
 #[derive(Clone, Debug)]
@@ -87,17 +89,23 @@ impl<A: Debug> std::fmt::Display for Failure<A> {
     }
 }
 
+/// Salt of the choice stream of [`run_seed`] (any constant apart from the world's stream).
+const CHOICE_STREAM: u64 = 0xC401_CE5E_ED00_0001;
+
 /// Runs one seed for at most `max_steps` steps. `Ok(steps)` when every invariant held.
 pub fn run_seed<W: World>(seed: u64, max_steps: usize) -> Result<usize, Failure<W::Action>> {
     let mut rng = SimRng::new(seed);
     let mut world = W::new(&mut rng);
+    // The choices come from a stream of their own, so the world's draws inside `apply` are the
+    // same in `replay` (which makes no choices): a schedule then replays exactly.
+    let mut choices = SimRng::new(seed ^ CHOICE_STREAM);
     let mut schedule = Vec::new();
     for _ in 0..max_steps {
         let enabled = world.enabled();
         if enabled.is_empty() {
             break;
         }
-        let action = enabled[rng.below(enabled.len())].clone();
+        let action = enabled[choices.below(enabled.len())].clone();
         schedule.push(action.clone());
         if let Err(violation) = world.apply(&action, &mut rng) {
             return Err(shrink::<W>(seed, schedule, violation));

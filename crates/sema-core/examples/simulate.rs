@@ -22,8 +22,11 @@ fn run<W: World>(first: u64, seeds: u64) -> Outcome {
         .map_err(|f| f.to_string())
 }
 
+/// A world's runner: `(first seed, seeds)` → what the run came to.
+type Runner = fn(u64, u64) -> Outcome;
+
 /// The worlds by name: a backend's world is one line here.
-fn worlds() -> Vec<(&'static str, fn(u64, u64) -> Outcome)> {
+fn worlds() -> Vec<(&'static str, Runner)> {
     vec![("dflockd", run::<sim::dflockd::DflockdWorld>)]
 }
 

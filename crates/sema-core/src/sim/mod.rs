@@ -90,7 +90,7 @@ impl<A: Debug> std::fmt::Display for Failure<A> {
 }
 
 /// Salt of the choice stream of [`run_seed`] (any constant apart from the world's stream).
-const CHOICE_STREAM: u64 = 0xC401_CE5E_ED00_0001;
+const CHOICE_STREAM: u64 = 0xC40C_E5EE_D5A1_7000;
 
 /// Runs one seed for at most `max_steps` steps. `Ok(steps)` when every invariant held.
 pub fn run_seed<W: World>(seed: u64, max_steps: usize) -> Result<usize, Failure<W::Action>> {

@@ -13,6 +13,7 @@
 
 use std::fmt::Debug;
 
+pub mod dflockd;
 pub mod files;
 
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same schedule on every

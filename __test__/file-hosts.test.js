@@ -11,6 +11,18 @@ const assert = require('node:assert/strict')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 const u = require('./helpers/file-util')
+const { readSema } = require('../scripts/sema-tool')
+
+const BIN = path.join(u.ROOT, 'bin', 'sema-native.js')
+const SEMA = readSema()
+
+/** `argv` run on host `name` to its end: { code, stdout, stderr }. */
+function runOnHost(name, argv) {
+  const child = u.spawnTracked('unshare', ['-u', '-p', '-f', '--mount-proc', '--kill-child', 'sh', '-c', 'hostname "$0" && exec "$@"', name, ...argv], {
+    cwd: u.ROOT,
+  })
+  return u.waitExit(child, 30000, argv.join(' '))
+}
 
 function unshareWorks() {
   if (process.platform !== 'linux') return 'Linux only (UTS and pid namespaces)'
@@ -90,6 +102,37 @@ describe('hosts sharing one lock directory', { skip }, () => {
     assert.ok(reclaimMs < u.scaled(20000), `reclaimed ${reclaimMs} ms after the kill`)
     console.log(`# reclaimed across hosts ${reclaimMs} ms after SIGKILL (bound: 6 s after the last beat B saw)`)
     await u.waitExit(waiter, 20000, 'waiter')
+  })
+
+  test("status, ls and the real sema on host B: host A's live holder named (host, pid, tag), its reclaim rule said; sema --stale 1 sees it live", async () => {
+    const file = t.fresh()
+    const holder = onHost('host-a', HOLDER, file)
+    const hl = u.lines(holder)
+    const held = await hl.next(/^(held|failed) /, 20000)
+    assert.match(held, /^held /)
+    const pid = held.slice(5)
+    try {
+      const status = await runOnHost('host-b', [process.execPath, BIN, 'status', file])
+      assert.match(status.stdout, /heartbeat unchanged for 6 × its period, observed locally/, status.stdout)
+      const ls = await runOnHost('host-b', [process.execPath, BIN, 'ls', path.dirname(file)])
+      assert.match(ls.stdout, new RegExp(`${pid}.*"on host a".*on host host-a: reclaimed once its heartbeat stays unchanged 6 periods here`), ls.stdout)
+      const json = await runOnHost('host-b', [process.execPath, BIN, 'ls', path.dirname(file), '--json'])
+      const rec = JSON.parse(json.stdout).locks.find((l) => l.name === path.basename(file))
+      assert.deepEqual({ host: rec.host, thisHost: rec.thisHost, pid: rec.pid, tag: rec.tag, state: rec.state, reason: rec.reason },
+        { host: 'host-a', thisHost: false, pid: Number(pid), tag: 'on host a', state: 'held', reason: 'other-host-heartbeat-moving' })
+      if (SEMA.bin) {
+        // Mixed fleets: the holder's heartbeat keeps its timestamp within 1 s, so sema --stale 1 on B sees it live.
+        for (let i = 0; i < 3; i++) {
+          const r = await runOnHost('host-b', [SEMA.bin, 'try', file, '--stale', '1'])
+          assert.equal(r.code, 1, `sema try --stale 1: ${r.stdout} ${r.stderr}`)
+          await new Promise((res) => setTimeout(res, 700))
+        }
+      }
+      holder.stdin.write('release\n')
+      assert.equal(await hl.next(/^released /, 10000), 'released true')
+    } finally {
+      holder.kill('SIGKILL')
+    }
   })
 
   test("a live holder on host A is never taken, also while its JS thread is blocked longer than the bound", async () => {

@@ -498,7 +498,7 @@ export interface FileLockStatus extends LockStatusBase {
   /** Absent on files (no lease). */
   leaseExpiresInS?: undefined
   /**
-   * Unix seconds from which the lock is reclaimable by {@link FileLockStatus.reclaimRule}'s age condition (for
+   * Unix seconds from which the lock is reclaimable by {@link FileLockStatus.reclaimRule}'s condition (for
    * `'age-and-pid-not-running'` its pid must also not be running then), or now when `isStale`. `null` when no time
    * decides it (`'holder-dead'` with the holder running: whenever it ends; `'never'`) or there is no file.
    */
@@ -509,12 +509,15 @@ export interface FileLockStatus extends LockStatusBase {
    * - `'age-and-pid-not-running'`: a file without this package's host identity (sema, semats, a shell, the
    *   `sema-native sema|semats` front ends): semats' rule, older than `staleTimeout` and its pid not running
    *   (a crashed sema holder waits out `staleTimeout`, 1 h by default);
-   * - `'age'`: a lock of this package from another host: older than `staleTimeout` (its live holder's heartbeat
-   *   keeps it young);
+   * - `'heartbeat-unchanged'`: a lock of this package from another host (another machine, or another pid namespace):
+   *   its file unchanged, as this process saw it on its own monotonic clock, for 6 of its holder's heartbeat periods
+   *   (at least 1 s each: 6 s by default), or `staleTimeout` (at least 6 s) when it records no heartbeat; never by
+   *   comparing clocks across machines. `reclaimableAt` is when that runs out if nothing changes (this host's clock);
+   *   a holder whose heartbeat cannot write for 3 periods learns it lost the lock first (`LOCK_LOST`);
    * - `'unparseable-age'`: a file that cannot be parsed: its modification time older than `staleTimeout`;
    * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
    */
-  reclaimRule: 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null
+  reclaimRule: 'holder-dead' | 'age-and-pid-not-running' | 'heartbeat-unchanged' | 'unparseable-age' | 'never' | null
 }
 
 /**

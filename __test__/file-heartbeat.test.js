@@ -31,8 +31,10 @@ describe('heartbeat keeps a held lock fresh', () => {
       assert.equal(keys.token, lock.token)
       assert.equal(keys.tag, 'hb')
       const { timestamp: _a, ...restBefore } = first
-      const { timestamp: _b, ...restAfter } = keys
-      assert.deepEqual(restAfter, restBefore, 'only the timestamp changes')
+      const { timestamp: _b, heartbeat, ...restAfter } = keys
+      // The beats record their period: waiters on another host judge the holder by it (stale::remote).
+      assert.equal(heartbeat, String(HEARTBEAT), 'heartbeat= names the period')
+      assert.deepEqual(restAfter, restBefore, 'only the timestamp changes (and the period is recorded)')
       assert.ok(later.startsWith(`pid=${process.pid}\ntimestamp=`), 'layout kept')
       assert.equal(lock.signal.aborted, false)
       assert.equal(lock.released, false)

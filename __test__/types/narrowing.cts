@@ -126,7 +126,7 @@ export async function statuses(addr: string, target: string): Promise<void> {
   // A file's status always says how it becomes reclaimable; a dflockd key's always counts holders and waiters.
   const f = await status('/var/lock/nightly.lock')
   exact<typeof f, FileLockStatus>(true)
-  exact<typeof f.reclaimRule, 'holder-dead' | 'age-and-pid-not-running' | 'age' | 'unparseable-age' | 'never' | null>(true)
+  exact<typeof f.reclaimRule, 'holder-dead' | 'age-and-pid-not-running' | 'heartbeat-unchanged' | 'unparseable-age' | 'never' | null>(true)
   exact<typeof f.waiters, undefined>(true)
   const d = await status(`dflockd://${addr}/jobs`)
   exact<typeof d, DflockdLockStatus>(true)

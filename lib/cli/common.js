@@ -294,8 +294,8 @@ function reclaimText({ reclaimRule: rule, reclaimableAt: at, isStale, pid }) {
       return `at once when pid ${pid} exits (a lock of this host: never while it runs)`
     case 'age-and-pid-not-running':
       return `from ${when()} if pid ${pid} is not running then (a lock of another tool: semats' rule, older than the stale timeout and its pid not running)`
-    case 'age':
-      return `from ${when()} (a lock from another host: older than the stale timeout; a live holder keeps it younger)`
+    case 'heartbeat-unchanged':
+      return `from ${when()} if its file stays unchanged until then (a lock from another host: heartbeat unchanged for 6 × its period, observed locally; every beat restarts the count)`
     case 'unparseable-age':
       return `from ${when()} (the file cannot be parsed: by its modification time)`
     case 'never':

@@ -104,7 +104,7 @@ function holderCommand(words) {
 function holderText(r) {
   if (r.format === 'symlink') return `symlink → ${r.linkTarget == null ? '?' : terminalText(r.linkTarget)} (not followed)`
   if (r.format === 'unparseable') return '(unreadable or not a lock file: holder unknown)'
-  if (r.thisHost === false) return `(on host ${terminalText(r.host)})`
+  if (r.thisHost === false) return `(on host ${terminalText(r.host)}: reclaimed once its heartbeat stays unchanged 6 periods here)`
   if (r.holderRunning === false) return '(not running)'
   return commandText(holderCommand(r.commandLine)) ?? ''
 }

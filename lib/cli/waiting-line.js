@@ -32,7 +32,8 @@ function fileText(name, r) {
   const cmd = ls().commandText(briefWords(ls().holderCommand(r.commandLine)), 40)
   if (cmd) facts.push(cmd)
   if (r.tag != null) facts.push(`tag ${ls().tagText(r.tag)}`)
-  if (r.thisHost === false) facts.push(`on ${r.host}`)
+  // Another host's holder is reclaimed by its heartbeat's progress as this host sees it (stale::remote).
+  if (r.thisHost === false) facts.push(`on ${r.host}, reclaimed once its heartbeat stays unchanged 6 periods here`)
   let who
   if (r.format === 'symlink') who = 'a symlink (refused, never followed)'
   else if (r.pid === null) who = 'held by an unknown holder'

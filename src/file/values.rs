@@ -50,6 +50,7 @@ pub fn serialize_lock_info(
         tag: tag.map(|t| lockfile::sanitize_tag(&t, max_tag_length.map(to_usize))),
         host: None,
         start: None,
+        heartbeat_ms: None,
         token: None,
     };
     info.serialize()

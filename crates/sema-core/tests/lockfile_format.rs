@@ -44,6 +44,7 @@ proptest! {
     ) {
         let sanitized = tag.as_deref().map(|t| sanitize_tag(t, max));
         let info = LockInfo {
+            heartbeat_ms: None,
             pid,
             timestamp,
             tag: sanitized.clone(),

@@ -20,6 +20,7 @@ fn other_namespace() -> String {
 /// A lock in our format written by the process `pid` of another pid namespace of this machine.
 fn other_namespace_lock(pid: i64) -> String {
     LockInfo {
+        heartbeat_ms: None,
         pid,
         timestamp: now_unix_secs(),
         tag: Some("container".into()),

@@ -131,6 +131,7 @@ async fn a_readers_shared_flock_does_not_keep_a_dead_holders_lock() {
         i64::from(pid)
     };
     let content = LockInfo {
+        heartbeat_ms: None,
         pid: dead,
         timestamp: now_unix_secs(),
         tag: None,

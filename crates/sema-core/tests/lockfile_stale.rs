@@ -63,8 +63,13 @@ fn live_own_host_holder_is_never_evicted() {
     child.wait().unwrap();
 }
 
+/// Another host's lock (another machine, or another pid namespace here) is judged by its
+/// heartbeat's progress as this process sees it, never by its timestamp (another clock): an
+/// hours-old timestamp is held; its file unchanged for 6 heartbeat periods (1 s each here) on our
+/// clock is taken; a beat in between restarts the count. Failed before `stale::remote`: the
+/// hours-old timestamp was taken at once.
 #[test]
-fn other_host_locks_expire_by_age_only() {
+fn other_host_locks_are_taken_when_their_heartbeat_stops_never_by_their_timestamp() {
     let d = dir();
     let (path, lf) = lock_at(&d, "oh.lock", LockOptions::default());
     let other = |ts: i64| {
@@ -72,14 +77,36 @@ fn other_host_locks_expire_by_age_only() {
             pid: i64::from(std::process::id()), // alive here, meaningless there
             timestamp: ts,
             host: Some("elsewhere:boot:1".into()),
+            heartbeat_ms: Some(1000),
             ..LockInfo::default()
         }
         .serialize()
     };
-    std::fs::write(&path, other(now_unix_secs() - 60)).unwrap();
-    assert_eq!(attempt(&lf).unwrap_err().kind(), "ALREADY_LOCKED");
+    let first_look = std::time::Instant::now();
     std::fs::write(&path, other(now_unix_secs() - 7200)).unwrap();
-    let held = attempt(&lf).expect("expired on its host's clock");
+    assert_eq!(attempt(&lf).unwrap_err().kind(), "ALREADY_LOCKED");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(attempt(&lf).unwrap_err().kind(), "ALREADY_LOCKED");
+    // A beat (in place, as the heartbeat writes): the count starts again from the next look.
+    std::fs::write(&path, other(now_unix_secs() - 7199)).unwrap();
+    assert_eq!(attempt(&lf).unwrap_err().kind(), "ALREADY_LOCKED");
+    let beat_seen = std::time::Instant::now();
+    let held = loop {
+        match attempt(&lf) {
+            Ok(held) => break held,
+            Err(e) => assert_eq!(e.kind(), "ALREADY_LOCKED"),
+        }
+        assert!(
+            first_look.elapsed() < Duration::from_secs(120),
+            "never taken"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        beat_seen.elapsed() >= Duration::from_secs(6),
+        "taken {:?} after the last beat was seen",
+        beat_seen.elapsed()
+    );
     held.release().unwrap();
 }
 

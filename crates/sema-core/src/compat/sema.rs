@@ -220,6 +220,7 @@ impl LockInfo {
     /// ```
     pub fn serialize(&self) -> String {
         lockfile::LockInfo {
+            heartbeat_ms: None,
             pid: i64::from(self.pid),
             timestamp: i64::try_from(self.timestamp).unwrap_or(i64::MAX),
             tag: self.tag.clone(),

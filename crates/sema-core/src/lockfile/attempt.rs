@@ -286,6 +286,8 @@ impl LockFile {
                 .map(|t| sanitize_tag(t, self.options.max_tag_length)),
             host: extra.then(|| host_identity().to_string()),
             start,
+            // Written by the heartbeat's first beat, once a beat is running (`heartbeat.rs`).
+            heartbeat_ms: None,
             token: extra.then(|| sys::random_hex(16)),
         };
         let content = info.serialize().into_bytes();

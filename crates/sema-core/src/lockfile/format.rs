@@ -1,8 +1,8 @@
 //! The lock-file format: what we write, and how we read what anyone writes.
 //!
 //! We write exactly what `semats` and `sema` write (`pid=`, `timestamp=`, optional `tag=`, LF
-//! line endings, no BOM), followed by keys of our own (`host=`, `start=`, `token=`) that both
-//! other tools ignore.
+//! line endings, no BOM), followed by keys of our own (`host=`, `start=`, `heartbeat=`, `token=`)
+//! that both other tools ignore.
 //!
 //! We parse with `semats`' rules (its `parseLockInfo`), because they are
 //! the more lenient of the two and accept everything either tool and the spec's shell example
@@ -14,8 +14,8 @@
 //!   trailing garbage ignored). **Our documented rule:** a value whose magnitude exceeds
 //!   2^53-1 (where JS starts rounding) counts as missing;
 //! - `pid` is checked before `timestamp`; `tag` is everything after the first `=`;
-//! - our own `start` must be a plain decimal `u64` (otherwise ignored); `host` and `token` are
-//!   raw strings.
+//! - our own `start` and `heartbeat` must be plain decimal `u64`s (otherwise ignored); `host` and
+//!   `token` are raw strings.
 
 use std::fmt;
 
@@ -38,13 +38,17 @@ pub struct LockInfo {
     pub host: Option<String>,
     /// The holder's process start time in clock ticks since boot (Linux `/proc/<pid>/stat` field 22).
     pub start: Option<u64>,
+    /// The holder's heartbeat period in milliseconds (`heartbeat=`), written with `host=` while the
+    /// heartbeat runs: a waiter on another host judges the holder by this period (see
+    /// `stale::remote`). Absent in foreign files, and when the holder's heartbeat is off.
+    pub heartbeat_ms: Option<u64>,
     /// Our ownership token (32 lowercase hex). Absent in foreign files.
     pub token: Option<String>,
 }
 
 impl LockInfo {
     /// The exact bytes we write: `pid=`, `timestamp=`, `tag=` (if `Some`), then `host=`,
-    /// `start=`, `token=` (each if `Some`), every line LF-terminated.
+    /// `start=`, `heartbeat=`, `token=` (each if `Some`), every line LF-terminated.
     ///
     /// The tag, host and token are passed through [`sanitize_tag`] without a length limit (C0
     /// controls and DEL become spaces), so no value can inject a line. Cut the tag to the
@@ -74,6 +78,9 @@ impl LockInfo {
         }
         if let Some(start) = self.start {
             let _ = writeln!(out, "start={start}");
+        }
+        if let Some(ms) = self.heartbeat_ms {
+            let _ = writeln!(out, "heartbeat={ms}");
         }
         if let Some(token) = &self.token {
             out.push_str("token=");
@@ -217,6 +224,7 @@ pub fn parse_lock_info(content: &str) -> Result<LockInfo, ParseError> {
     let mut host: Option<String> = None;
     let mut start: Option<u64> = None;
     let mut token: Option<String> = None;
+    let mut heartbeat_ms: Option<u64> = None;
     for line in content.split('\n') {
         let trimmed = js_trim(line);
         let Some(eq) = trimmed.find('=') else {
@@ -231,6 +239,7 @@ pub fn parse_lock_info(content: &str) -> Result<LockInfo, ParseError> {
             "host" => host = Some(value.to_string()),
             "start" => start = parse_strict_u64(value),
             "token" => token = Some(value.to_string()),
+            "heartbeat" => heartbeat_ms = parse_strict_u64(value),
             _ => {}
         }
     }
@@ -242,6 +251,7 @@ pub fn parse_lock_info(content: &str) -> Result<LockInfo, ParseError> {
         tag,
         host,
         start,
+        heartbeat_ms,
         token,
     })
 }

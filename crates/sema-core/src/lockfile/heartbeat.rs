@@ -5,11 +5,17 @@
 //! before its planned wake-up. While the list is empty it wakes once a second for a while, so
 //! a new lock with the usual multi-second period costs no wake-up at all; after a minute idle
 //! it sleeps until notified.
+//!
+//! Each beat also writes the period (`heartbeat=` ms) and keeps the lock's [`HolderProgress`]:
+//! a lock whose file no beat could change for `HOLDER_LOSS_BEATS` periods (3 s with the default
+//! 1 s) is lost, before a waiter on another host may take it (`REMOTE_BEATS`, 6 s): the rule and
+//! its numbers are in `stale::remote`.
 
 use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use super::held::{HeldInner, HeldLock};
+use super::stale::remote::{BeatOutcome, HolderProgress};
 use super::unpoisoned;
 
 /// Smallest heartbeat period we run (a zero period would spin).
@@ -46,17 +52,42 @@ pub(super) fn next_due(now: Instant, period: Duration) -> Instant {
 }
 
 impl HeldInner {
-    /// One heartbeat: verify, then refresh the timestamp in place. `false` = stop (no longer
-    /// ours); a lock whose ownership cannot be told now, or whose write failed, is tried again
-    /// at the next beat.
-    pub(super) fn heartbeat_tick(&self) -> bool {
+    /// One heartbeat: verify, then refresh the timestamp (and write the period) in place.
+    /// `None` = stop (no longer ours); a lock whose ownership cannot be told now, or whose write
+    /// failed, is tried again at the next beat (`Failed`).
+    pub(super) fn heartbeat_tick(&self, period: Duration) -> Option<BeatOutcome> {
+        let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
         let mut state = unpoisoned(&self.state);
-        let written = self.rewrite_if_ours(&mut state, |_| {});
+        let before = state.content.clone();
+        let written = self.rewrite_if_ours(&mut state, |next| next.heartbeat_ms = Some(period_ms));
+        let changed = state.content != before;
         drop(state);
-        if matches!(written, Ok(true)) {
-            super::shared::after_beat(self.id); // a reader's file: its base too
+        match written {
+            Ok(true) => {
+                super::shared::after_beat(self.id); // a reader's file: its base too
+                Some(if changed {
+                    BeatOutcome::Changed
+                } else {
+                    BeatOutcome::Same
+                })
+            }
+            Ok(false) => None,
+            Err(_) => Some(BeatOutcome::Failed),
         }
-        written.unwrap_or(true)
+    }
+
+    /// No beat changed the file for `silent`: another host may take the lock soon, so it is
+    /// lost now (see `stale::remote`).
+    fn lose_to_silence(&self, silent: Duration) {
+        let mut state = unpoisoned(&self.state);
+        if !state.finished {
+            let reason = format!(
+                "heartbeat could not refresh the lock file for {} ms (a waiter on another host \
+                 may take it)",
+                silent.as_millis()
+            );
+            self.lose(&mut state, &reason);
+        }
     }
 }
 
@@ -87,6 +118,7 @@ pub(super) struct Entry {
     pub(super) due: Instant,
     pub(super) period: Duration,
     pub(super) held: Weak<HeldInner>,
+    pub(super) progress: HolderProgress,
 }
 
 #[derive(Default)]
@@ -112,13 +144,16 @@ pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
 
 pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
     let shared = &*SHARED;
-    let due = next_due(Instant::now(), period);
+    let now = Instant::now();
+    let due = next_due(now, period);
     let mut st = unpoisoned(&shared.state);
     st.entries.push(Entry {
         id,
         due,
         period,
         held,
+        // The file was linked into place just before (the lock was acquired).
+        progress: HolderProgress::new(now, period),
     });
     if !st.started {
         st.started = true;
@@ -135,6 +170,17 @@ pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
     }
 }
 
+/// Note a beat of `id` that started at `started`: `Some(silence)` when the lock is now lost to
+/// a silence that long.
+fn note_beat(id: u64, started: Instant, outcome: BeatOutcome) -> Option<Duration> {
+    let mut st = unpoisoned(&SHARED.state);
+    let entry = st.entries.iter_mut().find(|e| e.id == id)?;
+    entry
+        .progress
+        .after_tick(started, outcome, Instant::now())
+        .then(|| entry.progress.loss_after())
+}
+
 pub(super) fn remove(id: u64) {
     let mut st = unpoisoned(&SHARED.state);
     if let Some(i) = st.entries.iter().position(|e| e.id == id) {
@@ -144,24 +190,33 @@ pub(super) fn remove(id: u64) {
 
 pub(super) fn run() {
     let shared = &*SHARED;
-    let mut due_now: Vec<(u64, Weak<HeldInner>)> = Vec::new();
+    let mut due_now: Vec<(u64, Duration, Weak<HeldInner>)> = Vec::new();
     let mut idle_since: Option<Instant> = None;
     let mut st = unpoisoned(&shared.state);
     loop {
         let now = Instant::now();
         for e in st.entries.iter_mut() {
             if e.due <= now {
-                due_now.push((e.id, e.held.clone()));
+                due_now.push((e.id, e.period, e.held.clone()));
                 e.due = next_due(now, e.period);
             }
         }
         if !due_now.is_empty() {
             st.planned = Some(now);
             drop(st);
-            for (id, weak) in due_now.drain(..) {
-                let keep = weak.upgrade().is_some_and(|inner| inner.heartbeat_tick());
-                if !keep {
+            for (id, period, weak) in due_now.drain(..) {
+                let Some(inner) = weak.upgrade() else {
                     remove(id);
+                    continue;
+                };
+                let started = Instant::now();
+                match inner.heartbeat_tick(period) {
+                    None => remove(id),
+                    Some(outcome) => {
+                        if let Some(silent) = note_beat(id, started, outcome) {
+                            inner.lose_to_silence(silent); // removes it from the list
+                        }
+                    }
                 }
             }
             st = unpoisoned(&shared.state);

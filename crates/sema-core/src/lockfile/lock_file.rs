@@ -19,7 +19,7 @@ use super::paths::canonical_key;
 use super::process::{current_pid, host_identity, now_unix_secs};
 use super::registry::holds;
 use super::stale::{
-    judge, reclaim, HeldBecause, Observation, OsProbe, Reclaim, ReclaimRule, StaleContext,
+    judge, reclaim, remote, HeldBecause, Observation, OsProbe, Reclaim, ReclaimRule, StaleContext,
     StaleJudgement,
 };
 use super::sys::{self, CreationStrategy, FileId, FsKind};
@@ -100,7 +100,21 @@ pub(super) fn observation_from(bytes: Option<&[u8]>, meta: &Metadata) -> Observa
         };
     };
     match parse_lock_info(&read_lock_bytes_lossy(bytes)) {
-        Ok(info) => Observation::Parsed { info, age },
+        Ok(info) => {
+            // Another host's holder is judged by its heartbeat's progress as this process sees
+            // it: note this look (only theirs: our own host's holders are probed by pid).
+            let unchanged = if info.host.as_deref().is_some_and(|h| h != host_identity()) {
+                let id = sys::file_id(meta);
+                remote::note_remote((id.dev, id.ino), remote::Evidence::of(bytes, meta))
+            } else {
+                Duration::ZERO
+            };
+            Observation::Parsed {
+                info,
+                age,
+                unchanged,
+            }
+        }
         Err(error) => Observation::Unparseable { age, error },
     }
 }

@@ -78,6 +78,7 @@ mod tests {
 
     fn info(pid: i64, host: Option<&str>, start: Option<u64>, token: Option<&str>) -> LockInfo {
         LockInfo {
+            heartbeat_ms: None,
             pid,
             timestamp: 1_700_000_000,
             tag: None,

@@ -66,6 +66,7 @@ pub fn sleeper() -> Child {
 /// A lock file as one of our own processes (pid `pid`, this host) would have written it.
 pub fn own_host_lock(pid: i64, timestamp: i64, start: Option<u64>) -> String {
     LockInfo {
+        heartbeat_ms: None,
         pid,
         timestamp,
         tag: None,

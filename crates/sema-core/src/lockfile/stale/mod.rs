@@ -10,8 +10,11 @@
 //! - parsed with our own `host` → the holder is provably dead when `kill(pid, 0)` says `ESRCH`,
 //!   or when `start` is recorded and the pid's current start time differs (pid reused): stale at
 //!   once, whatever the age. Otherwise the holder is alive and the lock is never stale;
-//! - parsed with another `host` → stale when the timestamp age exceeds `stale_timeout` (the pid
-//!   means nothing here; live holders keep the timestamp fresh with the heartbeat);
+//! - parsed with another `host` (another machine, or another pid namespace: the pid means
+//!   nothing here) → stale when its heartbeat evidence stayed the same, as this process saw it on
+//!   its own monotonic clock, for [`remote::remote_bound`]: 6 of its heartbeat periods (at least
+//!   1 s each), or `stale_timeout` when it records no heartbeat. No clock of another machine is
+//!   compared with ours ([`remote`] has the rule and its safety argument);
 //! - parsed foreign file (no `host`) → semats' rule: stale when `now - timestamp >
 //!   stale_timeout` (strict, whole seconds) **and** the pid is not running, where `EPERM` counts
 //!   as running and a running pid whose process started more than 2 s after the lock's
@@ -28,8 +31,14 @@ use super::process::{self, Liveness};
 pub enum Observation {
     /// No file.
     Missing,
-    /// A file that parses; `age` is measured from its mtime.
-    Parsed { info: LockInfo, age: Duration },
+    /// A file that parses; `age` is measured from its mtime. `unchanged`: for another host's
+    /// file, how long this process has seen its heartbeat evidence unchanged (its monotonic
+    /// clock, [`remote::ProgressMemory`]); zero otherwise and at a first look.
+    Parsed {
+        info: LockInfo,
+        age: Duration,
+        unchanged: Duration,
+    },
     /// A file that exists but cannot be parsed (empty, partial, garbage, unreadable, > 1 MiB);
     /// `age` is measured from its mtime.
     Unparseable { age: Duration, error: ParseError },
@@ -150,8 +159,11 @@ pub enum HeldBecause {
     YoungUnparseable,
     /// Our host identity and the holder process is alive.
     OwnHostHolderAlive,
-    /// Another host (or a foreign file) and not older than the stale timeout.
+    /// A foreign file not older than the stale timeout.
     Fresh,
+    /// Another host's lock whose heartbeat evidence changed within [`remote::remote_bound`],
+    /// as this process saw it.
+    OtherHostBeating,
     /// A foreign file older than the stale timeout, but its pid is running.
     ForeignHolderRunning,
     /// A symbolic link at the lock path (never followed, never broken).
@@ -170,8 +182,9 @@ pub enum StaleBecause {
     OwnHostHolderDead,
     /// Our host identity and the pid now belongs to a process with another start time.
     OwnHostPidReused,
-    /// Another host identity and older than the stale timeout.
-    OtherHostExpired,
+    /// Another host identity whose heartbeat evidence stayed the same for
+    /// [`remote::remote_bound`], as this process saw it.
+    OtherHostSilent,
     /// A foreign file older than the stale timeout whose pid is not running.
     ForeignExpiredAndNotRunning,
 }
@@ -213,9 +226,9 @@ pub enum ReclaimRule {
     /// A file without identity (sema, semats, a shell): semats' rule, older than the stale
     /// timeout **and** its pid not running.
     AgeAndPidNotRunning,
-    /// Another host's file: older than the stale timeout (a live holder's heartbeat keeps it
-    /// young).
-    Age,
+    /// Another host's file: its heartbeat evidence unchanged for [`remote::remote_bound`],
+    /// observed on this process's monotonic clock.
+    HeartbeatUnchanged,
     /// A file that cannot be parsed: its mtime older than max(grace, stale timeout).
     UnparseableAge,
     /// Never by itself: `stale_timeout` is `None`, or a symbolic link sits at the path.
@@ -228,7 +241,7 @@ impl ReclaimRule {
         match self {
             ReclaimRule::HolderDead => "holder-dead",
             ReclaimRule::AgeAndPidNotRunning => "age-and-pid-not-running",
-            ReclaimRule::Age => "age",
+            ReclaimRule::HeartbeatUnchanged => "heartbeat-unchanged",
             ReclaimRule::UnparseableAge => "unparseable-age",
             ReclaimRule::Never => "never",
         }
@@ -239,8 +252,9 @@ impl ReclaimRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reclaim {
     pub rule: ReclaimRule,
-    /// Unix seconds from which the age condition of `rule` holds (`Age`,
-    /// `AgeAndPidNotRunning`: also needs its pid not running then; `UnparseableAge`), or now
+    /// Unix seconds from which the condition of `rule` holds (`HeartbeatUnchanged`: when the
+    /// bound runs out if nothing changes meanwhile, on this host's clock; `AgeAndPidNotRunning`:
+    /// also needs its pid not running then; `UnparseableAge`), or now
     /// when the lock is stale already. `None`: no time decides it (`HolderDead` with the holder
     /// running: whenever it ends; `Never`).
     pub at_unix_secs: Option<i64>,
@@ -279,7 +293,9 @@ pub fn reclaim(
                 Some(now.saturating_add(left_secs).saturating_add(round_up)),
             )
         }
-        Observation::Parsed { info, .. } => {
+        Observation::Parsed {
+            info, unchanged, ..
+        } => {
             let aged = ctx
                 .stale_timeout
                 .map(|t| info.timestamp.saturating_add(first_age_over(t)));
@@ -288,7 +304,16 @@ pub fn reclaim(
                 Some(h) if h == ctx.our_host && pid_is_single_process => {
                     (ReclaimRule::HolderDead, None)
                 }
-                Some(h) if h != ctx.our_host => (ReclaimRule::Age, aged),
+                Some(h) if h != ctx.our_host => (
+                    ReclaimRule::HeartbeatUnchanged,
+                    ctx.stale_timeout.map(|t| {
+                        let left =
+                            remote::remote_bound(info.heartbeat_ms, t).saturating_sub(*unchanged);
+                        let secs = i64::try_from(left.as_secs()).unwrap_or(i64::MAX);
+                        now.saturating_add(secs)
+                            .saturating_add(i64::from(left.subsec_nanos() > 0))
+                    }),
+                ),
                 _ => (ReclaimRule::AgeAndPidNotRunning, aged),
             }
         }
@@ -313,10 +338,12 @@ pub fn judge(
     ctx: &StaleContext<'_>,
     probe: &dyn ProcessProbe,
 ) -> StaleJudgement {
-    let info = match observation {
+    let (info, unchanged) = match observation {
         Observation::Missing => return StaleJudgement::Free,
         Observation::Symlink => return StaleJudgement::Held(HeldBecause::Symlink),
-        Observation::Parsed { info, .. } => info,
+        Observation::Parsed {
+            info, unchanged, ..
+        } => (info, *unchanged),
         Observation::Unparseable { age, .. } => {
             let Some(timeout) = ctx.stale_timeout else {
                 return StaleJudgement::Held(HeldBecause::NeverStale);
@@ -357,10 +384,10 @@ pub fn judge(
             }
         }
         Some(host) if host != ctx.our_host => {
-            if expired {
-                StaleJudgement::Stale(StaleBecause::OtherHostExpired)
+            if unchanged >= remote::remote_bound(info.heartbeat_ms, timeout) {
+                StaleJudgement::Stale(StaleBecause::OtherHostSilent)
             } else {
-                StaleJudgement::Held(HeldBecause::Fresh)
+                StaleJudgement::Held(HeldBecause::OtherHostBeating)
             }
         }
         // A foreign file, or (tampered) our host with a pid that is not one process.
@@ -393,6 +420,8 @@ fn foreign_pid_running(info: &LockInfo, probe: &dyn ProcessProbe, start_check: b
         None => true,
     }
 }
+
+pub mod remote;
 
 #[cfg(test)]
 mod tests;

@@ -42,6 +42,7 @@ fn ctx(timeout: Option<Duration>) -> StaleContext<'static> {
 fn parsed(pid: i64, ts: i64, host: Option<&str>, start: Option<u64>) -> Observation {
     Observation::Parsed {
         info: LockInfo {
+            heartbeat_ms: None,
             pid,
             timestamp: ts,
             tag: None,
@@ -50,6 +51,7 @@ fn parsed(pid: i64, ts: i64, host: Option<&str>, start: Option<u64>) -> Observat
             token: None,
         },
         age: Duration::ZERO,
+        unchanged: Duration::ZERO,
     }
 }
 
@@ -129,24 +131,25 @@ fn judgement_table() {
             t,
             Stale(S::ForeignExpiredAndNotRunning),
         ),
-        // other host: age only
+        // other host: its heartbeat's progress as we saw it (first look here), never its
+        // timestamp's age (another machine's clock)
         (
-            "other fresh",
+            "other, timestamp now",
             parsed(10, NOW - 3600, other, None),
             t,
-            Held(H::Fresh),
+            Held(H::OtherHostBeating),
         ),
         (
-            "other expired",
+            "other, timestamp an hour old by our clock",
             parsed(10, NOW - 3601, other, None),
             t,
-            Stale(S::OtherHostExpired),
+            Held(H::OtherHostBeating),
         ),
         (
-            "other dead but fresh",
-            parsed(99, NOW, other, None),
+            "other, timestamp in the future by our clock",
+            parsed(99, NOW + 7200, other, None),
             t,
-            Held(H::Fresh),
+            Held(H::OtherHostBeating),
         ),
         (
             "other, None",
@@ -405,8 +408,9 @@ fn reclaim_time_agrees_with_the_judgement() {
     assert_eq!(
         r,
         Some(Reclaim {
-            rule: ReclaimRule::Age,
-            at_unix_secs: Some(NOW + 3601)
+            rule: ReclaimRule::HeartbeatUnchanged,
+            // no `heartbeat=` recorded: the whole stale timeout, from this first look
+            at_unix_secs: Some(NOW + 3600)
         })
     );
     // Ours, holder alive: no time decides it; dead: stale, reclaimable now.

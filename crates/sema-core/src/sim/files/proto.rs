@@ -55,6 +55,7 @@ fn build_info(s: &mut State, me: usize) -> Vec<u8> {
         host: Some(State::host_of(ns)),
         start: Some(start),
         token: Some(s.token()),
+        heartbeat_ms: None,
     };
     info.serialize().into_bytes()
 }
@@ -66,7 +67,11 @@ fn observe(s: &State, me: usize, name: &str) -> Observation {
     };
     let age = std::time::Duration::from_secs((s.wall_secs(me) - inode.mtime).max(0) as u64);
     match parse_lock_info(&read_lock_bytes_lossy(&inode.bytes)) {
-        Ok(info) => Observation::Parsed { info, age },
+        Ok(info) => Observation::Parsed {
+            info,
+            age,
+            unchanged: std::time::Duration::ZERO,
+        },
         Err(error) => Observation::Unparseable { age, error },
     }
 }

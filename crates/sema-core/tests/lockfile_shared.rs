@@ -290,3 +290,28 @@ fn the_readers_heartbeat_refreshes_the_base() {
     r.release().unwrap();
     assert!(!path.exists());
 }
+
+/// A shared base names one reader's pid but belongs to the readers' group: `release(path)`
+/// without `force` by that pid (a reader, or another container's process with the same pid)
+/// must not remove it under the readers, or a writer is granted beside them (found by the
+/// files simulator at seed 295, and checked with real processes in two pid namespaces).
+#[test]
+fn release_by_path_never_removes_a_shared_base_under_its_readers() {
+    let d = dir();
+    let (path, lock) = shared_at(&d, "base.lock");
+    let req = AcquireRequest::default();
+    let reader = lock.try_acquire(Mode::Shared, &req).unwrap();
+    let by_path = LockFile::new(path.clone(), opts());
+    let r = by_path.release_as(current_pid(), false);
+    assert!(
+        matches!(r, Err(LockError::PermissionDenied { .. })),
+        "{r:?}"
+    );
+    assert!(path.exists(), "the readers' base stays");
+    assert!(matches!(
+        lock.try_acquire(Mode::Exclusive, &req),
+        Err(LockError::AlreadyLocked { .. })
+    ));
+    reader.release().unwrap();
+    assert!(!path.exists());
+}

@@ -283,10 +283,14 @@ impl LockFile {
     /// identity keys whose content has the `mode=shared` line (read again: the observation
     /// keeps only what the mutex's format says).
     pub(super) fn is_shared_base(&self, observation: &Observation) -> bool {
-        if !observation
+        observation
             .info()
-            .is_some_and(|i| i.host.is_none() && i.token.is_none())
-        {
+            .is_some_and(|info| self.is_shared_base_info(info))
+    }
+
+    /// [`Self::is_shared_base`] of a file whose parsed `info` was read from this path.
+    pub(super) fn is_shared_base_info(&self, info: &LockInfo) -> bool {
+        if info.host.is_some() || info.token.is_some() {
             return false;
         }
         sys::open_existing(&self.path)

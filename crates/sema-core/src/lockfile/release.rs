@@ -48,7 +48,14 @@ impl LockFile {
             // Judged on what it was recorded for (this process, or the pid `acquire` was given):
             // a lock taken on behalf of another pid is that pid's to release by path.
             let claimant = Claimant::of(owner_pid);
-            match held.release_if(|recorded| force || owns(recorded, &claimant, |_| false)) {
+            // A shared base names one reader's pid but belongs to the readers' group (their
+            // `.reader-*` files): no pid owns it by path, and removing it under them would let a
+            // writer in beside them (the files simulator's seed 295).
+            let releasable = |recorded: &LockInfo| {
+                force
+                    || (owns(recorded, &claimant, |_| false) && !self.is_shared_base_info(recorded))
+            };
+            match held.release_if(releasable) {
                 ReleaseIf::Released => {
                     held.notify_released_by_path();
                     return Ok(());
@@ -68,7 +75,8 @@ impl LockFile {
                 Observation::Missing => return Err(LockError::NotLocked),
                 Observation::Symlink => return Err(self.symlink_error()),
                 Observation::Parsed { info, .. } => {
-                    if !force && !self.is_mine(info, owner_pid) {
+                    if !force && (!self.is_mine(info, owner_pid) || self.is_shared_base_info(info))
+                    {
                         return Err(LockError::PermissionDenied {
                             holder_pid: Some(info.pid),
                         });

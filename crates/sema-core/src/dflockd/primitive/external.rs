@@ -106,7 +106,7 @@ impl Primitive {
 
 impl Primitive {
     /// Whether a grant whose request was sent at `sent` must be confirmed by a renew before it
-    /// is reported held (as [`Primitive::confirm_grant`] on tokio): the reply was read so late
+    /// is reported held (as `Primitive::confirm_grant` does on tokio): the reply was read so late
     /// (the caller's thread blocked between the request and its reply) that the first renew is
     /// due, or the lease clock already ran out though the server granted it then. The caller
     /// then sends the renew (reply limit [`Primitive::external_confirm_limit`]) and ends with

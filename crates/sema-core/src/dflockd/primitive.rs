@@ -51,7 +51,7 @@ mod external;
 mod options;
 mod two_phase;
 
-pub use external::{ExternalHold, ExternalIo, ExternalOp};
+pub use external::{ExternalHold, ExternalIo, ExternalOp, FirstAnswer, FirstFailed};
 
 pub use options::{
     PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, LOSS_GUARD_MAX, LOSS_GUARD_MIN,

@@ -160,11 +160,17 @@ function tsClientModule() {
   return out
 }
 
+/** Another build of the package (an older commit's index.js, lib/, package.json and its `.node`), made by hand and
+ * never committed: when it exists, the addon rows run against it too (`-baseline`), in the same run. */
+const BASELINE = path.join(__dirname, '.baseline')
+const hasBaseline = () => fs.existsSync(path.join(BASELINE, 'package.json'))
+
 /** Client kinds that run in bench/workers/dflockd-client.js with extra settings: the TS client's module, the addon's
  * `Connection` kept off libuv (its tokio driver, as on Bun and Deno: the tokio path's own ceiling), or
  * `DistributedLock` forced onto its tokio driver (the event loop is its default). */
 function kindSettings(kind) {
   if (kind.startsWith('ts-')) return { cfg: { tsClient: tsClientModule() } }
+  if (kind.endsWith('-baseline')) return { ...kindSettings(kind.slice(0, -'-baseline'.length)), kind: kind.slice(0, -'-baseline'.length).replace(/-tokio$/, ''), cfg: { root: BASELINE } }
   if (kind === 'addon-connection-tokio') return { kind: 'addon-connection', env: { ...process.env, SEMA_NATIVE_LIBUV: 'off' } }
   if (kind === 'addon-distributedlock-tokio') return { kind: 'addon-distributedlock', env: { ...process.env, SEMA_NATIVE_DFLOCKD_DRIVER: 'tokio' } }
   return {}
@@ -189,4 +195,4 @@ async function floorRun(bin, port, workers, seconds) {
   return result
 }
 
-module.exports = { startServer, startFakeServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, floorRun, freePort }
+module.exports = { hasBaseline, startServer, startFakeServer, buildGoStandIn, goOfficial, clientRun, goStandInRun, floorRun, freePort }

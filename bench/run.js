@@ -44,6 +44,8 @@ for (const s of only) {
 }
 
 // Counts: the full run, and the smoke run (tiny, < 30 s for everything).
+// --workers=1,10 and --reps=N: the dflockd section's worker counts and repetitions (a comparison of two builds).
+const listArg = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3)
 const P = smoke
   ? {
       file: { reps: 1, seconds: 0.05, warmup: 10 },
@@ -350,6 +352,9 @@ function contendedTable(rows) {
 
 // ─────────────────────────── 3. dflockd ───────────────────────────
 
+if (listArg('workers')) P.dflockd.workers = listArg('workers').split(',').map(Number)
+if (listArg('reps')) P.dflockd.reps = Number(listArg('reps'))
+
 const DFL_CLIENTS = [
   { id: 'addon-connection', label: 'addon `Connection` (acquire + release on one connection)' },
   { id: 'addon-distributedlock', label: 'addon `DistributedLock` reused (acquire() + release()), default driver (event loop; the renew watchdog covers a blocked JS thread)' },
@@ -362,6 +367,18 @@ const DFL_CLIENTS = [
   { id: 'go-standin', label: 'Go `net` loop, same shape as cmd/bench (stand-in, not the official client)' },
   { id: 'rust-floor', label: 'Rust blocking floor (std `TcpStream`, a thread per worker: the least any client costs)' },
 ]
+
+/** The rows run: every client, or `--clients=a,b` (ids of DFL_CLIENTS); with bench/.baseline, the addon
+ * `DistributedLock` rows of that build too (bench/dflockd.js `hasBaseline`). */
+function dflClients() {
+  const ids = listArg('clients')?.split(',') ?? null
+  const base = DFL_CLIENTS.filter((c) => !ids || ids.includes(c.id))
+  if (!dfl.hasBaseline()) return base
+  const extra = base
+    .filter((c) => c.id.startsWith('addon-distributedlock'))
+    .map((c) => ({ id: `${c.id}-baseline`, label: `${c.label}: **baseline build** (bench/.baseline)` }))
+  return [...base, ...extra]
+}
 
 async function runDflockd() {
   const server = await dfl.startServer()
@@ -376,11 +393,11 @@ async function runDflockd() {
     out.goOfficial = official.unavailable ? { unavailable: official.unavailable } : { available: true }
     for (const workers of P.dflockd.workers) {
       out.rows.push(...(await clientRows(server.port, workers, go, 'dflockd')))
-      if (!official.unavailable && !smoke) {
+      if (!official.unavailable && !smoke && dflClients().length >= DFL_CLIENTS.length) {
         const r = dfl.goOfficial(server.port, workers, 500, P.dflockd.goTimeoutMs)
         out.rows.push({ id: 'go-official', label: 'Go client `cmd/bench` v1.10.0', workers, ...(r.unavailable ? { error: r.unavailable } : r) })
       } else {
-        out.rows.push({ id: 'go-official', label: 'Go client `cmd/bench` v1.10.0', workers, unavailable: official.unavailable || 'skipped in --smoke' })
+        out.rows.push({ id: 'go-official', label: 'Go client `cmd/bench` v1.10.0', workers, unavailable: official.unavailable || (smoke ? 'skipped in --smoke' : 'skipped with --clients') })
       }
       log(`dflockd ${workers} workers done`)
     }
@@ -413,9 +430,10 @@ function floorClient() {
 
 /** Every client at one worker count, P.dflockd.reps interleaved repetitions; the median-ops/s run of each. */
 async function clientRows(port, workers, go, where) {
-  const runs = Object.fromEntries(DFL_CLIENTS.map((c) => [c.id, []]))
+  const clients = dflClients()
+  const runs = Object.fromEntries(clients.map((c) => [c.id, []]))
   for (let rep = 0; rep < P.dflockd.reps; rep++) {
-    for (const c of DFL_CLIENTS) {
+    for (const c of clients) {
       try {
         if (c.id === 'go-standin') {
           if (go.unavailable) throw new Error(go.unavailable)
@@ -430,7 +448,7 @@ async function clientRows(port, workers, go, where) {
       }
     }
   }
-  return DFL_CLIENTS.map((c) => {
+  return clients.map((c) => {
     const ok = runs[c.id].filter((r) => !r.error)
     if (ok.length === 0) return { ...c, workers, error: runs[c.id][0].error }
     const m = median(ok.map((r) => r.opsPerSec))
@@ -653,6 +671,15 @@ function targets(res) {
             n && boundOf(k, b.opsPerSec, [['the plain Node `net` loop', n.opsPerSec]], a.opsPerSec),
           )
         }
+      }
+    }
+    // A baseline build in the same run (bench/.baseline): this build's DistributedLock rows against it.
+    for (const w of P.dflockd.workers) {
+      for (const dlId of ['addon-distributedlock', 'addon-distributedlock-tokio']) {
+        const a = get(dlId, w)
+        const b = get(`${dlId}-baseline`, w)
+        const n = get('node-net', w)
+        if (a && b) add(`dflockd \`${dlId}\`, ${w} worker${w > 1 ? 's' : ''}: this build vs the baseline build`, `${ratio(a.opsPerSec, b.opsPerSec)} (${num(a.opsPerSec)} vs ${num(b.opsPerSec)})${n ? `; Node \`net\` loop: this ${ratio(a.opsPerSec, n.opsPerSec)}, baseline ${ratio(b.opsPerSec, n.opsPerSec)}` : ''}`, null)
       }
     }
     for (const w of P.dflockd.workers) {

@@ -9,8 +9,9 @@ const path = require('node:path')
 const { summarize } = require('../lib/stats')
 const { NetClient } = require('../lib/netclient')
 
-const root = path.resolve(__dirname, '..', '..')
 const cfg = JSON.parse(process.argv[2])
+// `cfg.root`: another build of the package to load instead (bench/.baseline, see bench/README.md).
+const root = cfg.root ?? path.resolve(__dirname, '..', '..')
 
 const randomKey = (i) => `bench_${cfg.keyPrefix ?? ''}${i}_${100000 + Math.floor(Math.random() * 9900000)}`
 

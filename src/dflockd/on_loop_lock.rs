@@ -30,7 +30,9 @@ use std::rc::{Rc, Weak};
 use sema_core::dflockd::connection::NonBlockingStream;
 use sema_core::dflockd::order::Place;
 use sema_core::dflockd::watchdog::{self, Sender, Slot};
-use sema_core::dflockd::{ExternalHold, ExternalIo, ExternalOp, Grant, Request};
+use sema_core::dflockd::{
+    ExternalHold, ExternalIo, ExternalOp, FirstAnswer, FirstFailed, Grant, Request,
+};
 use tokio::time::Instant;
 
 use super::on_loop::SPIN;
@@ -311,28 +313,8 @@ impl LoopLock {
     }
 
     fn ask(&self, op: ExternalOp, place: Option<Place>, started: Instant, reused: bool) {
-        let o = self.prim.options();
-        let (key, ttl_s, limit) = (o.key.as_str(), o.lease_ttl_s, o.limit);
-        let req = match (place.is_some(), limit) {
-            (true, 1) => Request::Enqueue { key, ttl_s },
-            (true, limit) => Request::SemEnqueue { key, limit, ttl_s },
-            (false, 1) => Request::Lock {
-                key,
-                timeout_s: 0,
-                ttl_s,
-            },
-            (false, limit) => Request::SemLock {
-                key,
-                timeout_s: 0,
-                limit,
-                ttl_s,
-            },
-        };
-        // A timeout in ms shorter than the reply limit cuts the wait (as the tokio path).
-        let limit = o.acquire_deadline.map(|d| {
-            let left = (started + d).saturating_duration_since(Instant::now());
-            left.min(o.connect.socket_timeout)
-        });
+        let req = self.prim.external_first_request(place.is_some());
+        let limit = self.prim.external_first_limit(started, Instant::now());
         let sent = self.send(req, limit, true);
         *self.stage.borrow_mut() = Stage::Asking {
             op,
@@ -359,82 +341,66 @@ impl LoopLock {
                 return;
             }
         };
-        let r = match self.prim.external_end(op) {
-            Err(aborted) => Err(aborted),
-            Ok(())
-                if e.code() == core::ErrorCode::Timeout
-                    && self.prim.options().acquire_deadline.is_some() =>
-            {
-                Ok(false)
-            }
-            Ok(()) => Err(e),
-        };
+        let r = self.prim.external_failed(op, e);
         self.call(settle_value(self.id, r));
     }
 
-    /// The first request failed: a pooled connection the server had dropped (nothing held on
-    /// it) is replaced by a new one and the request sent again; else the acquisition fails.
+    /// The first request failed: the core decides what follows (`FirstFailed`).
     fn asking_failed(&self, e: DflockdError) {
-        let reused = match &*self.stage.borrow() {
+        let next = match &*self.stage.borrow() {
             Stage::Asking {
-                reused,
-                confirm: None,
-                ..
-            } => *reused,
-            // A confirming renew failed: nothing is held (as on tokio, the acquisition fails).
-            _ => return self.fail_acquire(e),
+                reused, confirm, ..
+            } => FirstFailed::after(&e, *reused, confirm.is_some()),
+            _ => FirstFailed::Fail,
         };
-        if e.code() != core::ErrorCode::ConnectionError {
-            return self.fail_acquire(e);
+        match next {
+            FirstFailed::Fail => self.fail_acquire(e),
+            FirstFailed::Probe => self.probe_then_fail(e),
+            FirstFailed::Reconnect => {
+                self.close_conn();
+                if let Stage::Asking {
+                    op, place, started, ..
+                } = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle)
+                {
+                    self.connect(op, place, started);
+                }
+            }
         }
-        if !reused {
-            // A fresh connection closed before its first reply: a TLS server does that (as
-            // the tokio path, the core probes and names it).
-            self.close_conn();
-            let gen = self.gen.get();
-            let o = self.prim.options().connect.clone();
-            let me = self.me.clone();
-            let r = in_handle_scope(&self.env, || {
-                self.env.spawn_future_with_callback(
-                    async move {
-                        Ok(core::connection::closed_unanswered(
-                            &o.host,
-                            o.port,
-                            o.socket_timeout,
-                            e,
-                        )
-                        .await)
-                    },
-                    move |_env, e| {
-                        if let Some(l) = me.upgrade() {
-                            let ours = l.gen.get() == gen
-                                && matches!(&*l.stage.borrow(), Stage::Asking { .. });
-                            if ours {
-                                l.fail_acquire(e);
-                            }
+    }
+
+    /// A fresh connection closed before its first reply: the core probes the server (a TLS
+    /// one does that) and names it in the error the acquisition fails with.
+    fn probe_then_fail(&self, e: DflockdError) {
+        self.close_conn();
+        let gen = self.gen.get();
+        let o = self.prim.options().connect.clone();
+        let me = self.me.clone();
+        let r = in_handle_scope(&self.env, || {
+            self.env.spawn_future_with_callback(
+                async move {
+                    Ok(
+                        core::connection::closed_unanswered(&o.host, o.port, o.socket_timeout, e)
+                            .await,
+                    )
+                },
+                move |_env, e| {
+                    if let Some(l) = me.upgrade() {
+                        let ours = l.gen.get() == gen
+                            && matches!(&*l.stage.borrow(), Stage::Asking { .. });
+                        if ours {
+                            l.fail_acquire(e);
                         }
-                        Ok(())
-                    },
-                )
-            });
-            if let Err(e) = r {
-                self.fail_acquire(DflockdError::new(
-                    core::ErrorCode::ConnectionError,
-                    e.reason,
-                ));
-            }
-            return;
+                    }
+                    Ok(())
+                },
+            )
+        });
+        if let Err(e) = r {
+            self.fail_acquire(DflockdError::new(
+                core::ErrorCode::ConnectionError,
+                e.reason,
+            ));
         }
-        {
-            self.close_conn();
-            if let Stage::Asking {
-                op, place, started, ..
-            } = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Idle)
-            {
-                return self.connect(op, place, started);
-            }
-        }
-        self.fail_acquire(e);
     }
 
     fn close_conn(&self) {

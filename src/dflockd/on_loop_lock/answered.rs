@@ -43,24 +43,13 @@ impl LoopLock {
                 sent,
                 ..
             } => {
-                let reply = if place.is_some() {
-                    core::protocol::parse_enqueue_reply(line, "acquire").map(|r| match r {
-                        EnqueueReply::Acquired(g) => Some(g),
-                        EnqueueReply::Queued => None,
-                    })
-                } else {
-                    core::protocol::parse_acquire_reply(line, "acquire").map(|r| match r {
-                        AcquireReply::Granted(g) => Some(g),
-                        AcquireReply::TimedOut => None,
-                    })
-                };
+                let reply = self.prim.external_first_answer(line, place.is_some());
                 // Answered: the next waiter of this process may send its own.
-                let queued = place.is_some();
                 place.take();
                 match reply {
-                    Ok(Some(g)) => self.granted(op, g, started, sent, false),
-                    Ok(None) if queued => self.queued(op, started, sent),
-                    Ok(None) => {
+                    Ok(FirstAnswer::Granted(g)) => self.granted(op, g, started, sent, false),
+                    Ok(FirstAnswer::Queued) => self.queued(op, started, sent),
+                    Ok(FirstAnswer::TimedOut) => {
                         // A try answered `timeout`: the connection holds nothing, it goes to the pool.
                         self.release_conn_idle();
                         let r = self.prim.external_end(op).map(|()| false);

@@ -44,8 +44,8 @@ pub mod watchdog;
 pub use connection::{stats_json, ConnectOptions, Connection};
 pub use error::{DflockdError, ErrorCode, Result};
 pub use primitive::{
-    EnqueueOutcome, ExternalHold, ExternalIo, ExternalOp, LossCallback, Primitive,
-    PrimitiveOptions, Stage, Ticket,
+    EnqueueOutcome, ExternalHold, ExternalIo, ExternalOp, FirstAnswer, FirstFailed, LossCallback,
+    Primitive, PrimitiveOptions, Stage, Ticket,
 };
 pub use protocol::{AcquireReply, EnqueueReply, Grant, Reply, Request};
 pub use shard::stable_hash_shard;

@@ -2,10 +2,10 @@
 //!
 //! A lock is a semaphore with limit 1 (it speaks `l r n e w`; limit > 1 speaks `sl sr sn se sw`).
 //! Each held lock/slot owns one connection; after a clean release it goes to the process-wide
-//! idle [`pool`](super::pool) (bounded, closed after a short idle time; the server may end it
+//! idle [`pool`] (bounded, closed after a short idle time; the server may end it
 //! meanwhile, which is harmless as nothing is held), from which the next acquire/enqueue with the
 //! same settings takes it when it still looks usable. While held, a renewal task owns that connection and
-//! keeps the client's own lease clock ([`Schedule`](super::held::Schedule), decided by the
+//! keeps the client's own lease clock ([`Schedule`], decided by the
 //! held-lock machine, [`held`](super::held)): every grant or renew proves the
 //! lease until `sent + lease − guard`, where `sent` is when its request was SENT (the server
 //! counts from receipt, later) and `guard` a tenth of the lease (250 ms .. 1 s). It starts a
@@ -51,7 +51,7 @@ mod external;
 mod options;
 mod two_phase;
 
-pub use external::{ExternalHold, ExternalIo, ExternalOp};
+pub use external::{ExternalHold, ExternalIo, ExternalOp, FirstAnswer, FirstFailed};
 
 pub use options::{
     PrimitiveOptions, DEFAULT_RENEW_MAX_INTERVAL, LOSS_GUARD_MAX, LOSS_GUARD_MIN,

@@ -2,7 +2,7 @@
 //!
 //! A request is exactly three `\n`-terminated lines `cmd\nkey\narg\n`; a reply is one line.
 //! Everything a request carries is validated BEFORE any byte is written, so a bad key or token
-//! can never corrupt the framing of the connection (errors are [`ErrorCode::InvalidArgument`]).
+//! can never corrupt the framing of the connection (errors are [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument)).
 
 use super::error::{DflockdError, Result};
 

@@ -4,7 +4,7 @@
 //! A certificate made with `openssl req -x509 …` is its own CA (`basicConstraints CA:TRUE`), and
 //! the usual way to trust such a server is to configure that very certificate as the CA. WebPKI
 //! refuses it as an end entity (`CaUsedAsEndEntity`) while Go, Node and Python accept it.
-//! [`Verifier`] accepts exactly that case and nothing weaker: the presented certificate
+//! `Verifier` accepts exactly that case and nothing weaker: the presented certificate
 //! must be byte-for-byte one of the configured anchors, WebPKI must have found nothing else wrong
 //! before that check (it checks the validity period first), the name must match, and the handshake
 //! signature (proof that the peer holds the key) is verified by WebPKI as for any server.

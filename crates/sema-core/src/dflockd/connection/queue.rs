@@ -3,7 +3,7 @@
 //!
 //! - requests run one at a time, in call order; each settles its own promise once;
 //! - a failure in flight (I/O, timeout, a reply out of step) is that request's error and ends
-//!   the connection; every request still queued gets "connection to <peer> is closed"; a
+//!   the connection; every request still queued gets "connection to `<peer>` is closed"; a
 //!   failure while nothing was in flight (the server closing an idle connection) is kept and
 //!   given, once, to the next request, as a read would have; requests after that are refused
 //!   as closed;
@@ -24,7 +24,7 @@ pub enum Ended {
     OnError(String),
 }
 
-/// "connection to <peer> is closed": a request queued behind a failure, or made after it.
+/// "connection to `<peer>` is closed": a request queued behind a failure, or made after it.
 pub fn peer_closed_error(peer: &str) -> DflockdError {
     DflockdError::new(
         ErrorCode::ConnectionError,

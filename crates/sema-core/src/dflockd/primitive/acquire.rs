@@ -43,7 +43,7 @@ impl Primitive {
     /// client whose I/O runs off the JS thread.
     ///
     /// Its place among this process's waiters on the same server and key (see
-    /// [`order`](super::order)) is taken when this is called, not when the future first runs:
+    /// [`order`](crate::dflockd::order)) is taken when this is called, not when the future first runs:
     /// acquisitions started in order are granted in order.
     pub fn acquire_then(
         self: Arc<Self>,

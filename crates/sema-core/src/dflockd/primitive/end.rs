@@ -6,7 +6,7 @@ use super::*;
 
 impl Primitive {
     /// Release the held lock/slot (`r`/`sr`); after a clean `ok` the connection goes to the idle
-    /// [`pool`](crate::dflockd::pool) for the next acquire/enqueue, else it is closed. `NOT_LOCKED` when
+    /// [`pool`] for the next acquire/enqueue, else it is closed. `NOT_LOCKED` when
     /// nothing is held; `LOCK_LOST` when it was lost before (or the server no longer knew the
     /// token).
     pub async fn release(&self) -> Result<()> {

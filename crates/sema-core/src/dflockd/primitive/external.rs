@@ -104,9 +104,117 @@ impl Primitive {
     }
 }
 
+/// What the answer to an externally driven acquisition's first request means
+/// ([`Primitive::external_first_answer`]).
+#[derive(Debug, PartialEq)]
+pub enum FirstAnswer {
+    /// Granted (`acquired …` to an `e`/`se`, `ok …` to a try).
+    Granted(Grant),
+    /// An `e`/`se` answered `queued`: the wait goes on on tokio
+    /// ([`Primitive::external_queued_then`]).
+    Queued,
+    /// A try (`l`/`sl` with timeout 0) answered `timeout`: nothing is held, the connection is
+    /// idle (it may go to the pool) and the acquisition ends `false`.
+    TimedOut,
+}
+
+/// What an externally driven acquisition does after its first request failed
+/// ([`FirstFailed::after`]).
+#[derive(Debug, PartialEq)]
+pub enum FirstFailed {
+    /// The request went on a pooled connection the server had dropped meanwhile (nothing was
+    /// held on it): connect anew and send it again.
+    Reconnect,
+    /// A fresh connection closed before its first reply, as a TLS server does to plain TCP:
+    /// probe the server (`connection::closed_unanswered`) and fail with the error that names it.
+    Probe,
+    /// Fail the acquisition with this error ([`Primitive::external_failed`]).
+    Fail,
+}
+
+impl FirstFailed {
+    /// After the first request failed with `e`, sent on a connection from the pool (`reused`)
+    /// or a new one; `confirming`: it was the renew confirming a grant read late (nothing is
+    /// held then, and the acquisition fails, as on tokio).
+    pub fn after(e: &DflockdError, reused: bool, confirming: bool) -> FirstFailed {
+        if confirming || e.code() != ErrorCode::ConnectionError {
+            FirstFailed::Fail
+        } else if reused {
+            FirstFailed::Reconnect
+        } else {
+            FirstFailed::Probe
+        }
+    }
+}
+
 impl Primitive {
+    /// The acquisition `op` ended without a hold because of `e`: `false` (not acquired) when
+    /// `e` is the timeout of a deadline in milliseconds ([`PrimitiveOptions::acquire_deadline`]:
+    /// the caller's own bound, as on tokio), `ABORTED` when it was cancelled or superseded,
+    /// else `e`.
+    pub fn external_failed(&self, op: ExternalOp, e: DflockdError) -> Result<bool> {
+        self.external_end(op)?;
+        if e.code() == ErrorCode::Timeout && self.opts.acquire_deadline.is_some() {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+
+    /// The first request of an externally driven acquisition: an `e`/`se` when it waits
+    /// (`enqueue`: it took its place among this process's waiters on the key), else a try
+    /// (`l`/`sl` with timeout 0: an acquisition with no timeout never waits).
+    pub fn external_first_request(&self, enqueue: bool) -> Request<'_> {
+        let o = &self.opts;
+        let (key, ttl_s, limit) = (o.key.as_str(), o.lease_ttl_s, o.limit);
+        match (enqueue, limit) {
+            (true, 1) => Request::Enqueue { key, ttl_s },
+            (true, limit) => Request::SemEnqueue { key, limit, ttl_s },
+            (false, 1) => Request::Lock {
+                key,
+                timeout_s: 0,
+                ttl_s,
+            },
+            (false, limit) => Request::SemLock {
+                key,
+                timeout_s: 0,
+                limit,
+                ttl_s,
+            },
+        }
+    }
+
+    /// The reply limit of the first request of an acquisition started at `started`, sent at
+    /// `now`: with a timeout in milliseconds ([`PrimitiveOptions::acquire_deadline`]), what is
+    /// left of it, at most the socket timeout (as on tokio, a short timeout cuts the wait);
+    /// `None`: the request's own reply limit.
+    pub fn external_first_limit(&self, started: Instant, now: Instant) -> Option<Duration> {
+        self.opts.acquire_deadline.map(|d| {
+            (started + d)
+                .saturating_duration_since(now)
+                .min(self.opts.connect.socket_timeout)
+        })
+    }
+
+    /// The first request's reply `line` (`enqueue`: it was an `e`/`se`, see
+    /// [`Primitive::external_first_request`]); a refusal or a malformed line is the error the
+    /// acquisition fails with.
+    pub fn external_first_answer(&self, line: &str, enqueue: bool) -> Result<FirstAnswer> {
+        if enqueue {
+            protocol::parse_enqueue_reply(line, "acquire").map(|r| match r {
+                protocol::EnqueueReply::Acquired(g) => FirstAnswer::Granted(g),
+                protocol::EnqueueReply::Queued => FirstAnswer::Queued,
+            })
+        } else {
+            protocol::parse_acquire_reply(line, "acquire").map(|r| match r {
+                protocol::AcquireReply::Granted(g) => FirstAnswer::Granted(g),
+                protocol::AcquireReply::TimedOut => FirstAnswer::TimedOut,
+            })
+        }
+    }
+
     /// Whether a grant whose request was sent at `sent` must be confirmed by a renew before it
-    /// is reported held (as [`Primitive::confirm_grant`] on tokio): the reply was read so late
+    /// is reported held (as `Primitive::confirm_grant` does on tokio): the reply was read so late
     /// (the caller's thread blocked between the request and its reply) that the first renew is
     /// due, or the lease clock already ran out though the server granted it then. The caller
     /// then sends the renew (reply limit [`Primitive::external_confirm_limit`]) and ends with

@@ -25,7 +25,7 @@ pub const LOSS_GUARD_MIN: Duration = Duration::from_millis(250);
 /// Upper bound of the loss guard (see [`LOSS_GUARD_MIN`]).
 pub const LOSS_GUARD_MAX: Duration = Duration::from_secs(1);
 
-/// Options of a [`Primitive`].
+/// Options of a [`Primitive`](crate::dflockd::primitive::Primitive).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PrimitiveOptions {
     /// The key.

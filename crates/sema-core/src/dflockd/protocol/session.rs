@@ -5,7 +5,7 @@
 //!
 //! - [`Encoded`]: a request validated and encoded for the wire, owned (it can wait in a queue),
 //!   with what matching its reply needs (its parser, its key, the TTL it sent);
-//! - [`ReplyLines`]: the reply framing (cut `\n`-terminated lines, strip one `\r`, the
+//! - `ReplyLines`: the reply framing (cut `\n`-terminated lines, strip one `\r`, the
 //!   [`MAX_REPLY_LINE_BYTES`] bound, the UTF-8 check, consumed bytes dropped without a copy per
 //!   line);
 //! - [`reply_limit`]: how long the reply to a request may take.

@@ -64,8 +64,6 @@ pub struct Conn {
     pub last_reply: Duration,
     /// The path was reset (a [`Net::break_conn`] fault).
     pub reset: bool,
-    /// The server dropped it for silence (its `--read-timeout`).
-    pub idle_dropped: bool,
 }
 
 /// Every connection of the run, by index.
@@ -98,7 +96,6 @@ impl Net {
             blocked: false,
             last_reply: now,
             reset: false,
-            idle_dropped: false,
         };
         if !server_up {
             let at = now + self.delays.draw(rng);

@@ -66,6 +66,7 @@ mod attempt;
 mod breaking;
 mod closer;
 pub mod error;
+mod events;
 mod fifo;
 pub mod format;
 mod hand_over;

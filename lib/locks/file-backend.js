@@ -5,7 +5,7 @@
 // process can tell the name (also of a hashed long one), the mode and the client; the rest (pid, host, the number
 // of waiting processes) is the engine's listing (`sema-native ls`), never a second parse of lock files here.
 
-const fs = require('node:fs')
+const native = require('../native')
 const nodePath = require('node:path')
 const target = require('../target')
 const { listDir } = require('../cli/ls')
@@ -42,7 +42,7 @@ class FileBackend {
   settle(r) {
     if (r.ok) return r
     if (r.error.type === ErrorCode.ALREADY_LOCKED) return { ok: false, unavailable: true }
-    if (r.error.type === ErrorCode.INVALID_PATH && !isDir(this.dir)) {
+    if (r.error.type === ErrorCode.INVALID_PATH && !native.isDirectory(this.dir)) {
       // The engine names the lock file's parent; for the manager that is its own directory, which it does not create.
       const e = toError(r.error)
       e.message = `the LockManager's directory does not exist: ${this.dir} (createLockManager(dir) uses an existing directory; create it first)`
@@ -119,13 +119,6 @@ class FileBackend {
 /** Rounds of force-and-take in a steal (each lost round means another process's waiter took the lock first). */
 const STEAL_ROUNDS = 16
 
-function isDir(path) {
-  try {
-    return fs.statSync(path).isDirectory()
-  } catch {
-    return false
-  }
-}
 
 function toError(e) {
   const { toLockError } = require('../errors')

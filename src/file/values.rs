@@ -73,6 +73,19 @@ pub fn check_lock_path(path: String, semats: bool) -> NativeResult<String> {
     result(checked.map(|p| p.to_string_lossy().into_owned()))
 }
 
+/// Whether `path` is a directory (the `locks` manager's explanation of an `INVALID_PATH`).
+#[napi]
+pub fn is_directory(path: String) -> bool {
+    lockfile::is_directory(std::path::Path::new(&path))
+}
+
+/// Creates or checks the per-user lock directory `dir` (the core's `ensure_user_lock_dir`:
+/// `0700`, this user's, never a symbolic link).
+#[napi]
+pub fn ensure_user_lock_dir(dir: String) -> NativeResult<()> {
+    result(lockfile::ensure_user_lock_dir(std::path::Path::new(&dir)))
+}
+
 /// Engine options in milliseconds, defaults already applied by the JS layer.
 #[napi(object)]
 pub struct NativeFileOptions {

@@ -66,6 +66,7 @@ mod attempt;
 mod breaking;
 mod closer;
 pub mod error;
+mod events;
 mod fifo;
 pub mod format;
 mod hand_over;
@@ -100,7 +101,7 @@ pub use listing::{describe_lock, list_locks, ListedLock, ListedState};
 pub use lock_file::LockFile;
 pub use options::{AcquireRequest, LockOptions, LockStatus};
 pub use owner::{owns, Claimant};
-pub use paths::{validate_lock_path, validate_semats_path};
+pub use paths::{ensure_user_lock_dir, is_directory, validate_lock_path, validate_semats_path};
 pub use process::{
     current_pid, host_identity, is_process_running, now_unix_secs, process_args,
     process_start_ticks, Liveness,

@@ -105,6 +105,87 @@ pub fn validate_lock_path(path: &str) -> Result<PathBuf, LockError> {
     Ok(resolved)
 }
 
+/// Whether `path` is a directory (following links: a directory a caller named through a link is
+/// one). For a caller explaining an `INVALID_PATH` (the `locks` manager's directory).
+pub fn is_directory(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// Makes sure `dir`, a per-user lock directory (the ready `locks` manager's), is this user's
+/// alone. On Unix it is created `0700` when absent; one that exists (or that another process made
+/// first) is used only when it is a real directory, never through a symbolic link (`lstat`),
+/// owned by this user and closed to others: it lives in `/tmp`, where anyone may plant a link or
+/// a directory of their own at the name. Anything else is `InvalidPath` with the reason; a
+/// failure to create it is `Io` (`PERMISSION_DENIED` when the OS refused). On Windows it is
+/// created with its parents (under the user's own profile).
+pub fn ensure_user_lock_dir(dir: &Path) -> Result<(), LockError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        let context = || {
+            format!(
+                "cannot create the per-user lock directory {}",
+                dir.display()
+            )
+        };
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(LockError::io(&context(), e)),
+        }
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| LockError::io(&context(), e))?;
+        let uid = rustix::process::getuid().as_raw();
+        let why = user_dir_refusal(
+            meta.file_type().is_symlink(),
+            meta.is_dir(),
+            meta.uid(),
+            meta.mode(),
+            uid,
+        );
+        match why {
+            None => Ok(()),
+            Some(why) => Err(LockError::InvalidPath(format!(
+                "refusing the per-user lock directory {}: {why}",
+                dir.display()
+            ))),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            LockError::io(
+                &format!(
+                    "cannot create the per-user lock directory {}",
+                    dir.display()
+                ),
+                e,
+            )
+        })
+    }
+}
+
+/// Why a per-user lock directory with these facts (from `lstat`) is refused, if it is: the one
+/// rule of [`ensure_user_lock_dir`], as a pure function.
+#[cfg(unix)]
+fn user_dir_refusal(symlink: bool, dir: bool, owner: u32, mode: u32, uid: u32) -> Option<String> {
+    if symlink {
+        Some("it is a symbolic link (another user may have planted it)".into())
+    } else if !dir {
+        Some("it is not a directory".into())
+    } else if owner != uid {
+        Some(format!(
+            "it is owned by uid {owner}, not by this user (uid {uid})"
+        ))
+    } else if mode & 0o077 != 0 {
+        Some(format!(
+            "its mode is {:o}: others may write or read it (chmod 700 it if it is yours)",
+            mode & 0o777
+        ))
+    } else {
+        None
+    }
+}
+
 /// Node's `path.resolve(p)`, then the parent directory's symlinks resolved; the last component
 /// is never followed.
 fn resolve_like_semats(path: &str) -> Result<PathBuf, String> {
@@ -227,5 +308,41 @@ mod tests {
         assert_eq!(kind("/tmp"), Some("INVALID_PATH"));
         assert_eq!(kind("/nonexistent-dir-sema/x"), Some("INVALID_PATH"));
         assert_eq!(kind("/tmp/a..b.lock"), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_user_lock_dir_must_be_a_private_directory_of_this_user() {
+        assert_eq!(user_dir_refusal(false, true, 7, 0o40700, 7), None);
+        let refused = |s, d, o, m| user_dir_refusal(s, d, o, m, 7).unwrap_or_default();
+        assert!(refused(true, false, 7, 0o120777).contains("symbolic link"));
+        assert!(refused(false, false, 7, 0o100600).contains("not a directory"));
+        assert!(
+            refused(false, true, 0, 0o40700).contains("owned by uid 0, not by this user (uid 7)")
+        );
+        assert!(refused(false, true, 7, 0o40750).contains("its mode is 750"));
+        assert!(refused(false, true, 7, 0o41777).contains("its mode is 777"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_user_lock_dir_is_made_0700_and_a_link_at_its_name_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("locks");
+        ensure_user_lock_dir(&dir).unwrap();
+        let mode = std::fs::symlink_metadata(&dir)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        ensure_user_lock_dir(&dir).unwrap(); // an existing one of ours is used
+        let link = d.path().join("planted");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = ensure_user_lock_dir(&link).unwrap_err();
+        assert_eq!(e.kind(), "INVALID_PATH");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(is_directory(&link) && is_directory(&dir));
+        assert!(!is_directory(&d.path().join("absent")));
     }
 }

@@ -6,18 +6,17 @@
 //! deadline.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::{Round, Semaphore, Standing};
 use crate::lockfile::acquire::sleep_until_opt;
 use crate::lockfile::error::LockError;
+use crate::lockfile::events::Events;
 use crate::lockfile::held::HeldLock;
 use crate::lockfile::options::AcquireRequest;
 use crate::lockfile::queue::{self, Place, STARVING_AFTER};
@@ -246,16 +245,9 @@ impl Semaphore {
         let mut free_polls = 0;
         loop {
             // Registered BEFORE looking, so a release in between is not missed.
-            let mut events: Vec<Pin<Box<Notified<'_>>>> = watched
-                .iter()
-                .map(|g| Box::pin(g.notify().notified()))
-                .collect();
-            for e in &mut events {
-                e.as_mut().enable();
-            }
-            let mut changed = place.as_ref().map(|p| Box::pin(p.changed()));
-            if let Some(c) = changed.as_mut() {
-                c.as_mut().enable();
+            let mut events = Events::of(watched.iter().map(WatchGuard::notify));
+            if let Some(p) = place.as_ref() {
+                events.add(p.changed());
             }
             let position = line(place.as_deref());
             if position == Line::Behind && poll_due {
@@ -274,19 +266,7 @@ impl Semaphore {
             if passed() {
                 return Err(self.timed_out(timeout));
             }
-            let any_event = std::future::poll_fn(|cx| {
-                for e in &mut events {
-                    if e.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(());
-                    }
-                }
-                if let Some(c) = changed.as_mut() {
-                    if c.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(());
-                    }
-                }
-                Poll::Pending
-            });
+            let any_event = events.any();
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),
@@ -354,27 +334,15 @@ impl Semaphore {
             .collect();
         let retry = self.inner.base.options.retry_interval.max(MIN_RETRY);
         loop {
-            let mut events: Vec<Pin<Box<Notified<'_>>>> = watched
-                .iter()
-                .map(|g| Box::pin(g.notify().notified()))
-                .collect();
-            for e in &mut events {
-                e.as_mut().enable();
-            }
+            // Registered BEFORE looking, as the acquire's.
+            let mut events = Events::of(watched.iter().map(WatchGuard::notify));
             if self.is_free()? {
                 return Ok(());
             }
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 return Err(self.timed_out(timeout));
             }
-            let any_event = std::future::poll_fn(|cx| {
-                for e in &mut events {
-                    if e.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(());
-                    }
-                }
-                Poll::Pending
-            });
+            let any_event = events.any();
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(LockError::Aborted),

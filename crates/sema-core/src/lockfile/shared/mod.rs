@@ -37,6 +37,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::error::LockError;
+use super::events::Events;
 use super::format::LockInfo;
 use super::held::HeldLock;
 use super::lock_file::LockFile;
@@ -312,17 +313,41 @@ impl SharedLock {
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 return Err(timed_out());
             }
-            let member_watches: Vec<_> = watched.iter().map(|p| watch::watch(p)).collect();
-            let changes = futures_any(&member_watches);
-            tokio::pin!(changes);
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(LockError::Aborted),
-                _ = &mut notified => {}
-                _ = &mut changes => {}
-                _ = tokio::time::sleep(self.base.options.retry_interval.max(Duration::from_millis(1))) => {}
-                _ = super::acquire::sleep_until_opt(deadline) => return Err(timed_out()),
+            match self
+                .between_looks(notified, &watched, &cancel, deadline)
+                .await
+            {
+                Woke::Look => {}
+                Woke::Aborted => return Err(LockError::Aborted),
+                Woke::TimedOut => return Err(timed_out()),
             }
+        }
+    }
+
+    /// The sleep of a waiter between two looks: until P changes (`on_base`, enabled before the
+    /// look), one of the `members` it waits for changes, the `retry_interval` poll, the
+    /// `deadline` or `cancel`.
+    async fn between_looks(
+        &self,
+        on_base: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+        members: &[PathBuf],
+        cancel: &CancellationToken,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Woke {
+        let member_watches: Vec<_> = members.iter().map(|p| watch::watch(p)).collect();
+        let mut changes = Events::of(member_watches.iter().map(watch::WatchGuard::notify));
+        let retry = self
+            .base
+            .options
+            .retry_interval
+            .max(Duration::from_millis(1));
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Woke::Aborted,
+            _ = on_base => Woke::Look,
+            _ = changes.any() => Woke::Look,
+            _ = tokio::time::sleep(retry) => Woke::Look,
+            _ = super::acquire::sleep_until_opt(deadline) => Woke::TimedOut,
         }
     }
 
@@ -435,43 +460,25 @@ impl SharedLock {
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 return Err(self.base.timed_out(timeout));
             }
-            let member_watches: Vec<_> = self
-                .watched(&scene, None)
-                .iter()
-                .map(|p| watch::watch(p))
-                .collect();
-            let changes = futures_any(&member_watches);
-            tokio::pin!(changes);
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(LockError::Aborted),
-                _ = &mut notified => {}
-                _ = &mut changes => {}
-                _ = tokio::time::sleep(self.base.options.retry_interval.max(Duration::from_millis(1))) => {}
-                _ = super::acquire::sleep_until_opt(deadline) => return Err(self.base.timed_out(timeout)),
+            let watched = self.watched(&scene, None);
+            match self
+                .between_looks(notified, &watched, &cancel, deadline)
+                .await
+            {
+                Woke::Look => {}
+                Woke::Aborted => return Err(LockError::Aborted),
+                Woke::TimedOut => return Err(self.base.timed_out(timeout)),
             }
         }
     }
 }
 
-/// Completes when any of `watches` is notified (never when there are none).
-async fn futures_any(watches: &[watch::WatchGuard]) {
-    if watches.is_empty() {
-        return std::future::pending().await;
-    }
-    let mut set: Vec<_> = watches
-        .iter()
-        .map(|w| Box::pin(w.notify().notified()))
-        .collect();
-    std::future::poll_fn(|cx| {
-        for n in set.iter_mut() {
-            if n.as_mut().poll(cx).is_ready() {
-                return std::task::Poll::Ready(());
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
+/// How a waiter's sleep between two looks ended.
+enum Woke {
+    /// Something changed, or the poll is due: look again.
+    Look,
+    Aborted,
+    TimedOut,
 }
 
 /// The core's judgement of a shared base at `base` (read from P with these `bytes`): held while

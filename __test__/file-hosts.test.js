@@ -40,11 +40,32 @@ const skip = unshareWorks()
 
 /** `node -e <code> <args>` on host `name` (its own hostname and pid namespace). */
 function onHost(name, code, ...args) {
+  return onHostAt(name, null, code, ...args)
+}
+
+/**
+ * onHost(), with the host's wall clock `offset` off (libfaketime: `faketime -f +5h`), its monotonic clock untouched
+ * (FAKETIME_DONT_FAKE_MONOTONIC=1: another machine's wall clock is wrong, its monotonic clock still runs).
+ */
+function onHostAt(name, offset, code, ...args) {
+  const clock = offset ? ['faketime', '-f', offset] : []
   return u.spawnTracked(
     'unshare',
-    ['-u', '-p', '-f', '--mount-proc', '--kill-child', 'sh', '-c', 'hostname "$0" && exec "$@"', name, process.execPath, '-e', code, ...args],
-    { cwd: u.ROOT },
+    ['-u', '-p', '-f', '--mount-proc', '--kill-child', 'sh', '-c', 'hostname "$0" && exec "$@"', name, ...clock, process.execPath, '-e', code, ...args],
+    { cwd: u.ROOT, env: { ...process.env, FAKETIME_DONT_FAKE_MONOTONIC: '1' } },
   )
+}
+
+/** Why the wall-clock test cannot run here, or false. */
+function faketimeMissing() {
+  const r = spawnSync('faketime', ['-f', '+5h', process.execPath, '-e', 'console.log(Date.now())'], {
+    encoding: 'utf8',
+    timeout: 10000,
+    env: { ...process.env, FAKETIME_DONT_FAKE_MONOTONIC: '1' },
+  })
+  if (r.error || r.status !== 0) return 'faketime (Debian package faketime) is not installed: .ci/run installs it'
+  const ahead = Number(r.stdout.trim()) - Date.now()
+  return ahead > 4 * 3600e3 ? false : `faketime did not move Node's wall clock (${ahead} ms)`
 }
 
 /** Holds the lock, prints `held`; on `block <ms>` blocks its JS thread that long, then prints `after-block <aborted>`. */
@@ -132,6 +153,29 @@ describe('hosts sharing one lock directory', { skip }, () => {
       assert.equal(await hl.next(/^released /, 10000), 'released true')
     } finally {
       holder.kill('SIGKILL')
+    }
+  })
+
+  test("host B's wall clock 5 h ahead, then 5 h behind: A's live holder is never taken; once SIGKILLed it is, within the bound", { skip: faketimeMissing() }, async () => {
+    for (const offset of ['+5h', '-5h']) {
+      const file = t.fresh()
+      const holder = onHost('host-a', HOLDER, file)
+      assert.match(await u.lines(holder).next(/^(held|failed) /, 20000), /^held /)
+      const waiter = onHostAt('host-b', offset, WAITER, file, String(u.scaled(60000)))
+      const out = u.lines(waiter)
+      await out.next(/^waiting$/, 20000)
+      // Longer than the 6 s bound: a waiter that compared A's timestamps with its own wall clock would have taken
+      // the live lock at once (before the cross-host rule, an hours-old timestamp was stale); the pause is the case.
+      await new Promise((r) => setTimeout(r, 7500))
+      const killedAt = performance.now()
+      holder.kill('SIGKILL')
+      const got = await out.next(/^(got|error) /, u.scaled(60000))
+      const reclaimMs = Math.round(performance.now() - killedAt)
+      assert.match(got, /^got /, `${offset}: ${got}`)
+      assert.ok(Number(got.slice(4)) >= 7500, `${offset}: taken while A was alive: ${got}`)
+      assert.ok(reclaimMs < u.scaled(20000), `${offset}: reclaimed ${reclaimMs} ms after the kill`)
+      console.log(`# wall clock ${offset}: reclaimed ${reclaimMs} ms after SIGKILL`)
+      await u.waitExit(waiter, 20000, 'waiter')
     }
   })
 

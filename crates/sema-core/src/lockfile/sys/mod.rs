@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 
 use super::format::MAX_LOCK_FILE_BYTES;
 
+mod fs_kind;
+pub use fs_kind::{Fallback, FileSystem};
+
 #[cfg(not(target_os = "linux"))]
 #[cfg_attr(windows, allow(dead_code))]
 // Windows has its own presence, breaker table and drive kinds
@@ -61,10 +64,24 @@ mod portable;
 use portable as os;
 
 pub(crate) use os::{
-    breaker_present, dir_fs_kind, file_id, fstat_id, hold_presence, is_symlink_refusal,
-    link_unnamed, open_existing, prepare_unnamed, presence, raw_handle, stat_id, try_break_lock,
-    OsPath,
+    breaker_present, dir_fs_kind, dir_fs_magic, file_id, fstat_id, hold_presence,
+    is_symlink_refusal, link_unnamed, open_existing, prepare_unnamed, presence, raw_handle,
+    stat_id, try_break_lock, OsPath,
 };
+
+/// What `status()` says of the file system of `path`'s directory, whose kind is `kind`: its
+/// name where the system has magics, and the fallbacks the engine uses there. The
+/// `O_TMPFILE` probe (one open and close of an unnamed file, nothing named is created) runs
+/// only where magics exist, i.e. where unnamed files exist at all.
+pub(crate) fn file_system(path: &Path, kind: FsKind) -> FileSystem {
+    let magic = dir_fs_magic(path);
+    let tmpfile = magic.and_then(|_| match prepare_unnamed(path, b"") {
+        None => Some(false),
+        Some(Ok(_)) => Some(true),
+        Some(Err(_)) => None,
+    });
+    fs_kind::file_system(magic, kind, tmpfile)
+}
 
 /// How a lock file is created. Only tests choose anything but `Auto`.
 #[doc(hidden)]

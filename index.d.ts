@@ -41,6 +41,12 @@ export type SemaphoreErrorType =
    * slot files name their limit (`<path>.slot-<i>-of-<N>`); dflockd answers `error_limit_mismatch` (kept in `reply`).
    */
   | 'LIMIT_MISMATCH'
+  /**
+   * The lock file's directory is on a file system where exclusion cannot be kept: a network or FUSE file system
+   * without hard links (`link()` refused), where exclusive creation is only as atomic as its server makes it. The
+   * message names the file system (see docs/many-machines.md).
+   */
+  | 'UNSUPPORTED_FILE_SYSTEM'
 
 /**
  * Every {@link SemaphoreErrorType} as a constant, so that code compares against a name the compiler checks rather

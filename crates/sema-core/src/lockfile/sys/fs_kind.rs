@@ -62,6 +62,18 @@ pub(crate) fn classify(magic: u32) -> (Cow<'static, str>, FsKind) {
         .unwrap_or_else(|| (Cow::Owned(format!("{magic:#x}")), FsKind::Remote))
 }
 
+/// Whether exclusive creation at the lock's path (`O_EXCL`: the last step of the creation
+/// ladder, for a file system without hard links) keeps exclusion on a file system of `kind`.
+/// In a local kernel it is atomic. On a network or FUSE file system it is only as atomic as the
+/// server or the user-space daemon makes it: open(2) documents NFSv2 without it, and object
+/// store file systems, which are the ones without hard links (s3fs: "hard links" are not
+/// supported), create by looking, then writing. There the engine refuses
+/// (`UNSUPPORTED_FILE_SYSTEM`) rather than lock without exclusion; every other step of the
+/// ladder is a `link()`, which the file system itself makes atomic or refuses.
+pub(crate) fn exclusive_create_is_atomic(kind: FsKind) -> bool {
+    kind != FsKind::Remote
+}
+
 /// What the engine does instead of what a file system lacks (`status().fallbacks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
@@ -136,6 +148,26 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for (m, _, _) in MAGICS {
             assert!(seen.insert(m), "magic {m:#x} listed twice");
+        }
+    }
+
+    /// Creation without hard links is refused on network/FUSE kinds only.
+    #[test]
+    fn exclusive_creation_rule() {
+        for (magic, atomic) in [
+            (0xef53, true),
+            (0x4d44, true),
+            (0x0102_1994, true),
+            (0x6573_5546, false),
+            (0x6969, false),
+            (0xff53_4d42, false),
+            (0x1234_5678, false),
+        ] {
+            assert_eq!(
+                exclusive_create_is_atomic(classify(magic).1),
+                atomic,
+                "{magic:#x}"
+            );
         }
     }
 

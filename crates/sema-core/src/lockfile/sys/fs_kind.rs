@@ -2,7 +2,7 @@
 //! engine falls back to there. The table is the one place a magic gets a name and a
 //! [`FsKind`]; only Linux reads magics (`unix/linux.rs`), elsewhere the name is unknown.
 //!
-//! What each kind means for the engine (measured on bindfs 1.17 over ext4, Linux 6.x):
+//! What each kind means for the engine (measured on bindfs 1.14.7 over ext4, Linux 6.x):
 //! - `O_TMPFILE` fails with `ENOTSUP` on FUSE (and on NFS, SMB, 9p before their kernels grew
 //!   it): creation falls back to a named temp file + `link()`, which every kind here has.
 //! - `flock` and OFD byte locks on FUSE are kept by the local kernel when the file system

@@ -41,6 +41,12 @@ export type SemaphoreErrorType =
    * slot files name their limit (`<path>.slot-<i>-of-<N>`); dflockd answers `error_limit_mismatch` (kept in `reply`).
    */
   | 'LIMIT_MISMATCH'
+  /**
+   * The lock file's directory is on a file system where exclusion cannot be kept: a network or FUSE file system
+   * without hard links (`link()` refused), where exclusive creation is only as atomic as its server makes it. The
+   * message names the file system (see docs/many-machines.md).
+   */
+  | 'UNSUPPORTED_FILE_SYSTEM'
 
 /**
  * Every {@link SemaphoreErrorType} as a constant, so that code compares against a name the compiler checks rather
@@ -518,7 +524,24 @@ export interface FileLockStatus extends LockStatusBase {
    * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
    */
   reclaimRule: 'holder-dead' | 'age-and-pid-not-running' | 'heartbeat-unchanged' | 'unparseable-age' | 'never' | null
+  /**
+   * The file system of the lock's directory, from its `statfs` magic: `'ext4'`, `'xfs'`, `'btrfs'`, `'tmpfs'`,
+   * `'overlay'`, `'nfs'`, `'cifs'`, `'smb2'`, `'fuse'`, `'9p'`, `'ceph'`, ..., or `'0x…'` for a magic the engine
+   * does not name. `null` where the system has no such magics (macOS, the BSDs, Windows).
+   */
+  fileSystem: string | null
+  /**
+   * What the engine does instead of what this file system lacks (empty on a local disk):
+   * - `'no-tmpfile'`: no `O_TMPFILE`: a lock file is written under a temp name, then hard-linked into place;
+   * - `'poll'`: a network, FUSE or cluster file system, where events of other machines never arrive: a waiter
+   *   finds a freed lock by its `retryInterval` poll.
+   */
+  fallbacks: FileSystemFallback[]
 }
+
+/** What the engine falls back to on a file system that lacks something ({@link FileLockStatus.fallbacks}). */
+export type FileSystemFallback = 'no-tmpfile' | 'poll'
+
 
 /**
  * `status()` of a dflockd key, from the server's `stats`: holders, waiters and the key's limit. `info` is known only
@@ -541,6 +564,10 @@ export interface DflockdLockStatus extends LockStatusBase {
   reclaimableAt?: undefined
   /** Absent on dflockd. */
   reclaimRule?: undefined
+  /** Absent on dflockd (no file system). */
+  fileSystem?: undefined
+  /** Absent on dflockd. */
+  fallbacks?: undefined
 }
 
 /**

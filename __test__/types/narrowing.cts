@@ -128,6 +128,8 @@ export async function statuses(addr: string, target: string): Promise<void> {
   exact<typeof f, FileLockStatus>(true)
   exact<typeof f.reclaimRule, 'holder-dead' | 'age-and-pid-not-running' | 'heartbeat-unchanged' | 'unparseable-age' | 'never' | null>(true)
   exact<typeof f.waiters, undefined>(true)
+  exact<typeof f.fileSystem, string | null>(true)
+  exact<typeof f.fallbacks, Array<'no-tmpfile' | 'poll'>>(true)
   const d = await status(`dflockd://${addr}/jobs`)
   exact<typeof d, DflockdLockStatus>(true)
   const counts: [number, number, number] = [d.holders, d.waiters, d.limit]

@@ -349,6 +349,8 @@ function statusFields(s) {
     leaseExpiresInS: s.leaseExpiresInS ?? null,
     reclaimableAt: s.reclaimableAt ?? null,
     reclaimRule: s.reclaimRule ?? null,
+    fileSystem: s.fileSystem ?? null,
+    fallbacks: s.fallbacks ?? null,
   }
 }
 
@@ -365,6 +367,8 @@ function statusText(target, f) {
   const reclaim = f.locked && f.backend === 'file' ? reclaimText({ ...f, pid: f.info?.pid }) : null
   if (reclaim) lines.push(`  reclaimable: ${reclaim}`)
   if (f.backend === 'file' && f.holders !== null) lines.push(`  holders: ${f.holders}/${f.limit} slots`)
+  // Only where the engine works around the file system (the usual local disk adds no line).
+  if (f.fallbacks?.length) lines.push(`  file system: ${f.fileSystem ?? 'unknown'} (fallbacks: ${f.fallbacks.join(', ')})`)
   if (f.backend === 'dflockd') {
     if (f.holders !== null) lines.push(`  holders: ${f.holders}${f.limit !== null ? `/${f.limit}` : ''}`)
     if (f.waiters !== null) lines.push(`  waiters: ${f.waiters}`)

@@ -318,6 +318,8 @@ function statusOf(s, target) {
     isOwnedByCurrentProcess: s.isOwnedByCurrentProcess,
     reclaimableAt: s.reclaimableAt ?? null,
     reclaimRule: s.reclaimRule ?? null,
+    fileSystem: s.fileSystem ?? null,
+    fallbacks: s.fallbacks,
     target,
     backend: 'file',
   }

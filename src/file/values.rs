@@ -159,6 +159,11 @@ pub struct NativeStatus {
     pub reclaimable_at: Option<i64>,
     /// `holder-dead`, `age-and-pid-not-running`, `age`, `unparseable-age` or `never`; absent without a file.
     pub reclaim_rule: Option<String>,
+    /// The lock directory's file system (`ext4`, `tmpfs`, `fuse`, `nfs`, ..., `0x…`); absent where
+    /// the system names none (see `lockfile::FileSystem`).
+    pub file_system: Option<String>,
+    /// `no-tmpfile`, `poll`: what the engine falls back to on that file system.
+    pub fallbacks: Vec<String>,
 }
 
 impl From<lockfile::LockStatus> for NativeStatus {
@@ -170,6 +175,13 @@ impl From<lockfile::LockStatus> for NativeStatus {
             is_owned_by_current_process: s.is_owned_by_current_process,
             reclaimable_at: s.reclaim.and_then(|r| r.at_unix_secs),
             reclaim_rule: s.reclaim.map(|r| r.rule.as_str().to_string()),
+            fallbacks: s
+                .file_system
+                .fallbacks
+                .iter()
+                .map(|f| f.as_str().to_string())
+                .collect(),
+            file_system: s.file_system.name,
         }
     }
 }

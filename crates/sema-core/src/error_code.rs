@@ -50,11 +50,15 @@ pub enum ErrorCode {
     /// A counting semaphore asked for with a limit other than the one its live holders took it
     /// with (a lock file's slots taken with another `limit`; dflockd's `error_limit_mismatch`).
     LimitMismatch,
+    /// A lock file in a directory whose file system cannot keep exclusion: a network or FUSE
+    /// file system without hard links (`link()` refused), where exclusive creation is only as
+    /// atomic as the server makes it. The message names the file system.
+    UnsupportedFileSystem,
 }
 
 impl ErrorCode {
     /// Every code, semats' eight first, in the order of the TypeScript union.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::AlreadyLocked,
         ErrorCode::InvalidPath,
         ErrorCode::IoError,
@@ -74,6 +78,7 @@ impl ErrorCode {
         ErrorCode::UnsupportedPlatform,
         ErrorCode::NativeLoadFailed,
         ErrorCode::LimitMismatch,
+        ErrorCode::UnsupportedFileSystem,
     ];
 
     /// The code as JavaScript sees it.
@@ -98,6 +103,7 @@ impl ErrorCode {
             ErrorCode::UnsupportedPlatform => "UNSUPPORTED_PLATFORM",
             ErrorCode::NativeLoadFailed => "NATIVE_LOAD_FAILED",
             ErrorCode::LimitMismatch => "LIMIT_MISMATCH",
+            ErrorCode::UnsupportedFileSystem => "UNSUPPORTED_FILE_SYSTEM",
         }
     }
 }

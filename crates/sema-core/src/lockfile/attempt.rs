@@ -108,7 +108,8 @@ impl LockFile {
                     }
                     None => self.build_info(req),
                 };
-                match sys::create_lock_file(
+                match sys::create_lock_file_on(
+                    self.fs,
                     &self.path,
                     self.os_path(),
                     &content,
@@ -121,6 +122,9 @@ impl LockFile {
                             .map_err(failed)
                     }
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) if sys::is_refused_creation(&e) => {
+                        return Err(AttemptError::Failed(self.unsupported_file_system()))
+                    }
                     Err(e) => return Err(failed(e)),
                 }
                 built = Some((info, content));
@@ -265,6 +269,18 @@ impl LockFile {
         })
     }
 
+    /// The refusal of a directory where exclusion cannot be kept, naming its file system.
+    fn unsupported_file_system(&self) -> LockError {
+        let fs = sys::file_system(&self.path, self.fs);
+        LockError::UnsupportedFileSystem(format!(
+            "{}: the file system ({}) has no hard links, and exclusive creation on a network or \
+             FUSE file system is only as atomic as its server makes it: refusing to lock without \
+             exclusion",
+            self.path.display(),
+            fs.name.as_deref().unwrap_or("unknown, network or FUSE")
+        ))
+    }
+
     /// What a new lock of `req` records, and its exact bytes.
     pub(super) fn build_info(&self, req: &AcquireRequest) -> (LockInfo, Vec<u8>) {
         let me = current_pid();
@@ -335,5 +351,44 @@ impl LockFile {
         };
         unpoisoned(&REGISTRY).insert(held.inner.id, held.clone());
         Ok(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::lockfile::sys::FsKind;
+    use crate::lockfile::LockOptions;
+    use crate::ErrorCode;
+
+    /// Creation without hard links (`Direct` stands for a file system that refuses `link()`) is
+    /// refused with `UNSUPPORTED_FILE_SYSTEM` on a network/FUSE kind, naming the file system
+    /// and leaving nothing behind; on a local kind it creates the lock as before.
+    #[test]
+    fn creation_without_links_is_refused_where_exclusion_is_not_atomic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.lock");
+        let on = |kind| {
+            let mut lf = LockFile::new(path.clone(), LockOptions::default())
+                .with_creation_strategy(CreationStrategy::Direct);
+            Arc::make_mut(&mut lf.inner).fs = kind;
+            lf
+        };
+        let err = on(FsKind::Remote)
+            .try_acquire(&AcquireRequest::default())
+            .expect_err("refused");
+        assert_eq!(err.code(), ErrorCode::UnsupportedFileSystem);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("x.lock") && msg.contains("no hard links"),
+            "{msg}"
+        );
+        assert!(!path.exists(), "no lock left by the refused attempt");
+        let held = on(FsKind::Local)
+            .try_acquire(&AcquireRequest::default())
+            .expect("a local file system keeps exclusion with O_EXCL");
+        assert!(held.release().expect("release"));
     }
 }

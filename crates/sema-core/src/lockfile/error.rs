@@ -51,6 +51,11 @@ pub enum LockError {
     /// `LIMIT_MISMATCH`; the message names the path, both limits and the slot file.
     #[error("{0}")]
     LimitMismatch(String),
+    /// The lock's directory is on a file system where the engine cannot keep exclusion (see
+    /// `sys/fs_kind.rs`). `UNSUPPORTED_FILE_SYSTEM`; the message names the path and the file
+    /// system.
+    #[error("{0}")]
+    UnsupportedFileSystem(String),
     /// An I/O failure. `IO_ERROR` (`PERMISSION_DENIED` when the OS refused us), e.g.
     /// `"Failed to create lock: ..."`.
     #[error("{context}: {source}")]
@@ -106,6 +111,7 @@ impl LockError {
             LockError::LockLost(_) => ErrorCode::LockLost,
             LockError::InvalidArgument(_) => ErrorCode::InvalidArgument,
             LockError::LimitMismatch(_) => ErrorCode::LimitMismatch,
+            LockError::UnsupportedFileSystem(_) => ErrorCode::UnsupportedFileSystem,
             // The OS refused us (a read-only directory, a file of another user): the caller's
             // rights, not the disk, so the same code as a lock another process holds.
             LockError::Io { source, .. }

@@ -276,6 +276,7 @@ impl LockFile {
             is_stale: judgement.is_stale(),
             is_owned_by_current_process,
             reclaim,
+            file_system: sys::file_system(&self.path, self.fs),
         }
     }
 

@@ -121,7 +121,7 @@ pub use stale::{
     ReclaimRule, StaleBecause, StaleContext, StaleJudgement,
 };
 #[doc(hidden)]
-pub use sys::CreationStrategy;
+pub use sys::{CreationStrategy, Fallback, FileSystem};
 #[doc(hidden)]
 pub use watch::{ignored_event_count, watched_directory_count};
 

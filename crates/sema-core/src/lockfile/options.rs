@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::format::LockInfo;
 use super::stale::Reclaim;
+use super::sys::FileSystem;
 use crate::options;
 
 /// Options of one lock path. The defaults follow semats (1 h stale timeout, 100 ms polling);
@@ -117,4 +118,6 @@ pub struct LockStatus {
     pub is_owned_by_current_process: bool,
     /// When and by which rule the lock becomes reclaimable (`None`: no file).
     pub reclaim: Option<Reclaim>,
+    /// The file system of the lock's directory and what the engine falls back to there.
+    pub file_system: FileSystem,
 }

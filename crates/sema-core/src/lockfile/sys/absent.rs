@@ -24,6 +24,11 @@ pub(crate) fn dir_fs_kind(_path: &Path) -> FsKind {
     FsKind::Remote
 }
 
+/// No file system magics here.
+pub(crate) fn dir_fs_magic(_path: &Path) -> Option<u32> {
+    None
+}
+
 /// No unnamed files: `None` sends creation to the named temp file.
 pub(crate) fn prepare_unnamed(_path: &Path, _content: &[u8]) -> Option<io::Result<File>> {
     None

@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 
 use super::format::MAX_LOCK_FILE_BYTES;
 
+mod fs_kind;
+pub use fs_kind::{Fallback, FileSystem};
+
 #[cfg(not(target_os = "linux"))]
 #[cfg_attr(windows, allow(dead_code))]
 // Windows has its own presence, breaker table and drive kinds
@@ -61,10 +64,24 @@ mod portable;
 use portable as os;
 
 pub(crate) use os::{
-    breaker_present, dir_fs_kind, file_id, fstat_id, hold_presence, is_symlink_refusal,
-    link_unnamed, open_existing, prepare_unnamed, presence, raw_handle, stat_id, try_break_lock,
-    OsPath,
+    breaker_present, dir_fs_kind, dir_fs_magic, file_id, fstat_id, hold_presence,
+    is_symlink_refusal, link_unnamed, open_existing, prepare_unnamed, presence, raw_handle,
+    stat_id, try_break_lock, OsPath,
 };
+
+/// What `status()` says of the file system of `path`'s directory, whose kind is `kind`: its
+/// name where the system has magics, and the fallbacks the engine uses there. The
+/// `O_TMPFILE` probe (one open and close of an unnamed file, nothing named is created) runs
+/// only where magics exist, i.e. where unnamed files exist at all.
+pub(crate) fn file_system(path: &Path, kind: FsKind) -> FileSystem {
+    let magic = dir_fs_magic(path);
+    let tmpfile = magic.and_then(|_| match prepare_unnamed(path, b"") {
+        None => Some(false),
+        Some(Ok(_)) => Some(true),
+        Some(Err(_)) => None,
+    });
+    fs_kind::file_system(magic, kind, tmpfile)
+}
 
 /// How a lock file is created. Only tests choose anything but `Auto`.
 #[doc(hidden)]
@@ -330,13 +347,49 @@ impl Drop for TempGuard {
     }
 }
 
+/// Why a creation was refused: no hard links on a file system where exclusive creation is not
+/// atomic ([`fs_kind::exclusive_create_is_atomic`]); carried in the `io::Error` so the caller
+/// can name the file system ([`is_refused_creation`]).
+#[derive(Debug)]
+struct NoAtomicCreation;
+
+impl std::fmt::Display for NoAtomicCreation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no hard links here, and exclusive creation is not atomic on this file system")
+    }
+}
+
+impl std::error::Error for NoAtomicCreation {}
+
+/// Whether `e` is [`create_lock_file_on`]'s refusal to create without exclusion.
+pub(crate) fn is_refused_creation(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<NoAtomicCreation>().is_some())
+}
+
+/// [`create_lock_file_on`] where the file system's kind is not known to the caller (exclusive
+/// creation trusted, as before kinds were known).
+pub(crate) fn create_lock_file(
+    path: &Path,
+    os_path: &OsPath,
+    content: &[u8],
+    fsync: bool,
+    strategy: CreationStrategy,
+) -> io::Result<File> {
+    create_lock_file_on(FsKind::Local, path, os_path, content, fsync, strategy)
+}
+
 /// Create the lock file at `path` with exactly `content`, atomically. `Err` of kind
 /// `AlreadyExists` means the lock is held. On success the descriptor holds the holder's marks.
 ///
 /// The content is complete before the file gets its name, so `fsync` (of the file and of the
 /// directory) happens only after the link succeeded: losers of a race never sync anything.
-/// `os_path` is `path` prepared for the system calls (saves a conversion per attempt).
-pub(crate) fn create_lock_file(
+/// `os_path` is `path` prepared for the system calls (saves a conversion per attempt). `kind`:
+/// the directory's file system; where exclusive creation is not atomic there and the ladder
+/// reaches it (no hard links; or `Direct`, which tests use to stand for that), the creation is
+/// refused ([`is_refused_creation`]).
+pub(crate) fn create_lock_file_on(
+    kind: FsKind,
     path: &Path,
     os_path: &OsPath,
     content: &[u8],
@@ -367,6 +420,9 @@ pub(crate) fn create_lock_file(
         if let Some(r) = create_via_named_temp(path, content, fsync) {
             return r;
         }
+    }
+    if !fs_kind::exclusive_create_is_atomic(kind) {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, NoAtomicCreation));
     }
     create_direct(path, content, fsync)
 }

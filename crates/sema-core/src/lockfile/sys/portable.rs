@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 
 pub(crate) use super::absent::{
-    breaker_present, dir_fs_kind, link_unnamed, prepare_unnamed, presence,
+    breaker_present, dir_fs_kind, dir_fs_magic, link_unnamed, prepare_unnamed, presence,
 };
 use super::{ExclusiveLock, FileId};
 

@@ -32,7 +32,8 @@ mod bsd;
 use bsd as kernel;
 
 pub(crate) use kernel::{
-    breaker_present, dir_fs_kind, hold_presence, link_unnamed, prepare_unnamed, presence,
+    breaker_present, dir_fs_kind, dir_fs_magic, hold_presence, link_unnamed, prepare_unnamed,
+    presence,
 };
 
 /// The lock's path as the system calls take it, converted once per `LockFile` (`None` inside

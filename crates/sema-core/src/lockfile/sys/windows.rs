@@ -243,6 +243,11 @@ pub(crate) fn try_break_lock(file: &File, path: &Path, _id: FileId) -> io::Resul
     }
 }
 
+/// No file system magics on Windows (the drive type decides the kind).
+pub(crate) fn dir_fs_magic(_path: &Path) -> Option<u32> {
+    None
+}
+
 /// UNC shares and mapped network drives are remote; a RAM disk is memory; the rest local.
 pub(crate) fn dir_fs_kind(path: &Path) -> FsKind {
     let Some(Component::Prefix(prefix)) = path.components().next() else {

@@ -8,7 +8,7 @@ use std::fs::File;
 use super::flock_shared;
 
 pub(crate) use super::super::absent::{
-    breaker_present, dir_fs_kind, link_unnamed, prepare_unnamed, presence,
+    breaker_present, dir_fs_kind, dir_fs_magic, link_unnamed, prepare_unnamed, presence,
 };
 
 /// The holder's shared `flock` (best effort).

@@ -11,6 +11,7 @@ use std::path::Path;
 use rustix::fs::{AtFlags, CWD};
 use rustix::io::Errno;
 
+use super::super::fs_kind::classify;
 use super::super::{FileId, FsKind, OsPath, Presence};
 use super::{c_path, flock_shared, is_unsupported, write_all_at};
 
@@ -122,44 +123,19 @@ pub(crate) fn breaker_present(id: FileId) -> bool {
     })
 }
 
-/// The file system kind of `path`'s directory (see [`FsKind`]), from its `statfs` magic.
-pub(crate) fn dir_fs_kind(path: &Path) -> FsKind {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    // Network, user-space and cluster file systems, from linux/magic.h and their sources.
-    const REMOTE_MAGICS: [i64; 15] = [
-        0x6969,      // NFS
-        0x517b,      // SMB
-        0xfe53_4d42, // SMB2
-        0xff53_4d42, // CIFS
-        0x6573_5546, // FUSE (sshfs, s3fs...)
-        0x00c3_6400, // Ceph
-        0x0102_1997, // 9p (VM and WSL shares)
-        0x5346_414f, // AFS
-        0x7375_7245, // Coda
-        0x7461_636f, // OCFS2
-        0x0116_1970, // GFS2
-        0x0bd0_0bd0, // Lustre
-        0x4750_4653, // GPFS
-        0x1983_0326, // BeeGFS
-        0x2003_0528, // OrangeFS / PVFS2
-    ];
-    let Some(dir) = path.parent().and_then(c_path) else {
-        return FsKind::Remote;
-    };
-    let Ok(st) = rustix::fs::statfs(dir.as_c_str()) else {
-        return FsKind::Remote;
-    };
+/// The `statfs` magic of `path`'s directory (`None`: it cannot be asked, e.g. it is missing).
+pub(crate) fn dir_fs_magic(path: &Path) -> Option<u32> {
+    let dir = path.parent().and_then(c_path)?;
+    let st = rustix::fs::statfs(dir.as_c_str()).ok()?;
     // f_type is a signed or unsigned word depending on the architecture; magics fit in 32 bits.
     #[allow(clippy::unnecessary_cast)]
-    let magic = (st.f_type as i64) & 0xffff_ffff;
-    if magic == TMPFS_MAGIC || magic == RAMFS_MAGIC {
-        FsKind::Memory
-    } else if REMOTE_MAGICS.contains(&magic) {
-        FsKind::Remote
-    } else {
-        FsKind::Local
-    }
+    Some(((st.f_type as i64) & 0xffff_ffff) as u32)
+}
+
+/// The file system kind of `path`'s directory (see [`FsKind`]), from its `statfs` magic
+/// ([`classify`]); a directory that cannot be asked is remote (the cautious answer).
+pub(crate) fn dir_fs_kind(path: &Path) -> FsKind {
+    dir_fs_magic(path).map_or(FsKind::Remote, |m| classify(m).1)
 }
 
 /// An anonymous (O_TMPFILE) file in `path`'s directory with exactly `content`, holding the
@@ -248,5 +224,20 @@ mod tests {
         );
         let tmp = std::env::temp_dir().join("x.lock");
         assert_ne!(dir_fs_kind(&tmp), FsKind::Remote, "{tmp:?}");
+    }
+
+    /// `status()`'s report of a real directory: tmpfs is named and has O_TMPFILE (no
+    /// fallback); a directory that cannot be asked has no name and is polled.
+    #[test]
+    fn file_system_of_real_directories() {
+        use super::super::super::{file_system, Fallback};
+        if Path::new("/dev/shm").is_dir() {
+            let shm = file_system(Path::new("/dev/shm/x.lock"), FsKind::Memory);
+            assert_eq!(shm.name.as_deref(), Some("tmpfs"));
+            assert!(shm.fallbacks.is_empty(), "{shm:?}");
+        }
+        let missing = file_system(Path::new("/no/such/dir/x.lock"), FsKind::Remote);
+        assert_eq!(missing.name, None);
+        assert_eq!(missing.fallbacks, [Fallback::Poll]);
     }
 }

@@ -166,7 +166,9 @@ pub(crate) fn bytes_are_shared_base(bytes: &[u8]) -> bool {
 pub(super) fn create_base(file: &LockFile, tag: Option<&str>) -> io::Result<()> {
     let content = serialize_shared_base(current_pid(), now_unix_secs(), tag);
     let fsync = file.syncs();
-    sys::create_lock_file(
+    // On the lock directory's file system (a network or FUSE one without hard links refuses).
+    sys::create_lock_file_on(
+        file.fs,
         file.path(),
         file.os_path(),
         content.as_bytes(),

@@ -5,7 +5,7 @@
 //!
 //! | operation | what it guarantees |
 //! | --- | --- |
-//! | [`create_lock_file`] | the lock file appears with its whole content or not at all; `AlreadyExists` = held |
+//! | [`create_lock_file_on`] | the lock file appears with its whole content or not at all; `AlreadyExists` = held |
 //! | [`prepare_unnamed`], [`link_unnamed`], [`unnamed_linked`] | the same in steps, for a waiter that retries the link |
 //! | [`hold_presence`], [`presence`] | the holder's mark, dropped by the kernel when its last descriptor closes |
 //! | [`try_break_lock`], [`breaker_present`] | the breaker's exclusive lock on the file (one breaker at a time) |
@@ -365,18 +365,6 @@ impl std::error::Error for NoAtomicCreation {}
 pub(crate) fn is_refused_creation(e: &io::Error) -> bool {
     e.get_ref()
         .is_some_and(|inner| inner.downcast_ref::<NoAtomicCreation>().is_some())
-}
-
-/// [`create_lock_file_on`] where the file system's kind is not known to the caller (exclusive
-/// creation trusted, as before kinds were known).
-pub(crate) fn create_lock_file(
-    path: &Path,
-    os_path: &OsPath,
-    content: &[u8],
-    fsync: bool,
-    strategy: CreationStrategy,
-) -> io::Result<File> {
-    create_lock_file_on(FsKind::Local, path, os_path, content, fsync, strategy)
 }
 
 /// Create the lock file at `path` with exactly `content`, atomically. `Err` of kind

@@ -38,6 +38,8 @@ use std::time::Duration;
 
 use super::{SimRng, Violation, World};
 use crate::lockfile::shared::policy::Mode;
+use crate::lockfile::stale::remote::{evidence_period, remote_bound};
+use crate::lockfile::{parse_lock_info, read_lock_bytes_lossy};
 use fs::{Errno, SimFs};
 use program::{run, Request};
 use proto::{BASE, READER_PREFIX};
@@ -74,6 +76,8 @@ pub enum Action {
     Spawn,
     Kill(usize),
     Stop(usize),
+    /// Process `i`'s file calls fail with `ENOSPC` for the world's fail window.
+    Fail(usize),
     /// Process `i`'s wall clock jumps by this many ms.
     Jump(usize, i64),
 }
@@ -116,7 +120,9 @@ pub struct FilesWorld {
     kills_left: u32,
     stops_left: u32,
     jumps_left: u32,
+    fails_left: u32,
     stop_ms: u64,
+    fail_ms: u64,
     /// Rotates which process the fault actions are offered for (keeps steps the common choice).
     turn: usize,
     /// The world's own draws (faults, new processes' programs), seeded once in `new`: the runner
@@ -164,6 +170,7 @@ impl FilesWorld {
                 start_secs,
                 life: Life::Running,
                 wall_offset_ms: 0,
+                failing_until: 0,
                 wake_at: Some(now),
                 watch: state::Watch::Nothing,
                 event: false,
@@ -174,6 +181,7 @@ impl FilesWorld {
                 losses: 0,
                 grants: 0,
             });
+            st.memories.push(Default::default());
             me
         };
         let cx = Cx {
@@ -217,7 +225,11 @@ impl FilesWorld {
     }
 
     fn step(&mut self, i: usize, fault: Option<Errno>) {
-        self.st.borrow_mut().fault = fault;
+        {
+            let mut st = self.st.borrow_mut();
+            let failing = st.procs[i].failing_until > st.now;
+            st.fault = fault.or(failing.then_some(Errno::Nospc));
+        }
         let done = match self.programs[i].as_mut() {
             Some(program) => {
                 let mut cx = Context::from_waker(Waker::noop());
@@ -338,9 +350,12 @@ impl FilesWorld {
 }
 
 /// Whether the lock is free for waiter `w`: no file of another live process, and none of a dead
-/// one that is not reclaimable yet (another namespace's: by age; a shared base: by its readers).
+/// one that is not reclaimable yet (a shared base: by its readers; another namespace's: when its
+/// evidence stayed the same for `remote_bound` since the waiter could first see it, the later of
+/// its last write and the request's start). With [`FREE_BOUND_POLLS`] this bounds the reclaim of
+/// a SIGKILLed holder on another host: `REMOTE_BEATS` evidence periods + 5 retry intervals.
 fn free_for(st: &State, w: usize) -> bool {
-    let slack_ms = st.cfg.stale_timeout.as_millis() as u64 + 2_000 + 2 * MAX_JUMP_MS as u64;
+    let since = st.procs[w].waiting.map_or(st.now, |x| x.since);
     st.fs.files().all(|(name, inode)| {
         if inode.writer == w {
             return true;
@@ -352,7 +367,14 @@ fn free_for(st: &State, w: usize) -> bool {
         if writer.alive() {
             return false;
         }
-        writer.ns == st.procs[w].ns || st.now.saturating_sub(inode.written) > slack_ms
+        if writer.ns == st.procs[w].ns {
+            return true;
+        }
+        let recorded = parse_lock_info(&read_lock_bytes_lossy(&inode.bytes))
+            .ok()
+            .and_then(|i| i.heartbeat_ms);
+        let bound = remote_bound(recorded, st.cfg.stale_timeout).as_millis() as u64;
+        st.now >= inode.written.max(since) + bound
     })
 }
 
@@ -391,10 +413,17 @@ impl World for FilesWorld {
         let cfg = Config {
             stale_timeout: Duration::from_secs(60),
             retry_ms: 1_000,
-            heartbeat_ms: 10_000,
+            heartbeat_ms: draw(rng, &[500, 1_000, 3_000]),
             fault_den: draw(rng, &[0, 0, 50, 200]),
             presence: rng.chance(3, 4),
         };
+        let e_ms = evidence_period(Duration::from_millis(cfg.heartbeat_ms)).as_millis() as u64;
+        // Stops shorter than two evidence periods: the rule's covered lateness (`stale::remote`:
+        // a holder stopped longer than that may be taken before its next beat tells it).
+        let stops: Vec<u64> = [1_500, 4_000, 15_000]
+            .into_iter()
+            .filter(|&ms| ms < 2 * e_ms)
+            .collect();
         let st = State {
             fs: SimFs::default(),
             now: 0,
@@ -403,6 +432,8 @@ impl World for FilesWorld {
             fault: None,
             next_token: 0,
             line: Vec::new(),
+            memories: Vec::new(),
+            monotonic_base: std::time::Instant::now(),
         };
         let mut world = FilesWorld {
             st: Rc::new(RefCell::new(st)),
@@ -414,7 +445,11 @@ impl World for FilesWorld {
             kills_left: rng.below(3) as u32,
             stops_left: rng.below(3) as u32,
             jumps_left: rng.below(3) as u32,
-            stop_ms: draw(rng, &[1_500, 4_000, 15_000]),
+            fails_left: rng.below(3) as u32,
+            stop_ms: draw(rng, &stops),
+            // Long enough for the holder to count its lock lost (3 evidence periods) and for a
+            // waiter on another host to take it (6), or not.
+            fail_ms: e_ms * draw(rng, &[2, 4, 8]),
             turn: 0,
             rng: SimRng::new(rng.next_u64()),
         };
@@ -447,6 +482,9 @@ impl World for FilesWorld {
         }
         if self.stops_left > 0 && st.procs[i].life == Life::Running {
             out.push(Action::Stop(i));
+        }
+        if self.fails_left > 0 {
+            out.push(Action::Fail(i));
         }
         if self.jumps_left > 0 {
             let ms = if st.procs[i].wall_offset_ms > 0 {
@@ -490,6 +528,12 @@ impl World for FilesWorld {
                 let until = st.now + self.stop_ms;
                 st.procs[i].life = Life::Stopped(until);
             }
+            Action::Fail(i) => {
+                self.fails_left -= 1;
+                let mut st = self.st.borrow_mut();
+                let until = st.now + self.fail_ms;
+                st.procs[i].failing_until = until;
+            }
             Action::Jump(i, ms) => {
                 self.jumps_left -= 1;
                 self.st.borrow_mut().procs[i].wall_offset_ms += ms;
@@ -521,6 +565,7 @@ impl World for FilesWorld {
         for (name, inode) in st.fs.files() {
             let writer = &st.procs[inode.writer];
             let excused = writer.life == Life::Killed
+                || inode.abandoned
                 || (name == BASE && is_shared(&inode.bytes))
                 || (name.starts_with(READER_PREFIX)
                     && st.procs.iter().any(|p| p.life == Life::Killed));

@@ -42,11 +42,11 @@ fn regression_seeds_pass() {
 
 #[test]
 fn a_failing_schedule_replays_exactly() {
-    // With the open bug exposed (below), seed 295 fails; its shrunk schedule fails again on replay.
+    // With the open bug exposed (below), seed 148 fails; its shrunk schedule fails again on replay.
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
-    let failure = run_seed::<FilesWorld>(295, MAX_STEPS);
+    let failure = run_seed::<FilesWorld>(148, MAX_STEPS);
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
-    let failure = failure.expect_err("seed 295 finds the shared base released by path");
+    let failure = failure.expect_err("seed 148 finds the shared base released by path");
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
     let again = replay::<FilesWorld>(failure.seed, &failure.schedule);
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));

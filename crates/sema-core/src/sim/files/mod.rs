@@ -76,7 +76,8 @@ pub enum Action {
     Spawn,
     Kill(usize),
     Stop(usize),
-    /// Process `i`'s file calls fail with `ENOSPC` for the world's fail window.
+    /// Holder `i`'s file calls fail with `ENOSPC` for the world's fail window (its host's view of
+    /// the volume is full or unreachable while other hosts' is not).
     Fail(usize),
     /// Process `i`'s wall clock jumps by this many ms.
     Jump(usize, i64),
@@ -89,8 +90,33 @@ thread_local! {
     /// open bug of the core (a shared base carries no identity, so `release_as` removes it for a
     /// caller whose pid it names, readers of others holding; see `tests.rs`).
     static STRAY_RELEASE_IN_SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How often the cross-host rule acted, over the runs of this thread ([`Tally`]).
+    static TALLY: std::cell::Cell<Tally> = const { std::cell::Cell::new(Tally { silence_losses: 0, remote_breaks: 0 }) };
     /// The trace of a replay ([`replay_traced`]): each file change, grant and scheduling choice.
     static TRACE: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+/// How often the cross-host rule acted (so a seed budget shows it exercised the rule).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Holders that counted their lock lost to a silent heartbeat (`HolderProgress`).
+    pub silence_losses: u64,
+    /// Lock files of a holder on another host broken by a waiter (evidence unchanged for
+    /// `remote_bound`).
+    pub remote_breaks: u64,
+}
+
+/// The tally so far on this thread.
+pub fn tally() -> Tally {
+    TALLY.with(|t| t.get())
+}
+
+fn count(f: impl FnOnce(&mut Tally)) {
+    TALLY.with(|t| {
+        let mut x = t.get();
+        f(&mut x);
+        t.set(x);
+    });
 }
 
 /// Adds a line to the trace when one is being taken.
@@ -171,6 +197,7 @@ impl FilesWorld {
                 life: Life::Running,
                 wall_offset_ms: 0,
                 failing_until: 0,
+                first_seen: Default::default(),
                 wake_at: Some(now),
                 watch: state::Watch::Nothing,
                 event: false,
@@ -350,12 +377,11 @@ impl FilesWorld {
 }
 
 /// Whether the lock is free for waiter `w`: no file of another live process, and none of a dead
-/// one that is not reclaimable yet (a shared base: by its readers; another namespace's: when its
-/// evidence stayed the same for `remote_bound` since the waiter could first see it, the later of
-/// its last write and the request's start). With [`FREE_BOUND_POLLS`] this bounds the reclaim of
-/// a SIGKILLed holder on another host: `REMOTE_BEATS` evidence periods + 5 retry intervals.
+/// one that is not reclaimable yet (a shared base: by its readers; another namespace's: when the
+/// waiter first saw its last write `remote_bound` ago). With [`FREE_BOUND_POLLS`] this bounds the
+/// reclaim of a SIGKILLed holder on another host: `REMOTE_BEATS` evidence periods (or the stale
+/// timeout before its first beat) from the waiter's first look + 5 retry intervals.
 fn free_for(st: &State, w: usize) -> bool {
-    let since = st.procs[w].waiting.map_or(st.now, |x| x.since);
     st.fs.files().all(|(name, inode)| {
         if inode.writer == w {
             return true;
@@ -374,7 +400,10 @@ fn free_for(st: &State, w: usize) -> bool {
             .ok()
             .and_then(|i| i.heartbeat_ms);
         let bound = remote_bound(recorded, st.cfg.stale_timeout).as_millis() as u64;
-        st.now >= inode.written.max(since) + bound
+        st.procs[w]
+            .first_seen
+            .get(&inode.id)
+            .is_some_and(|&(write, at)| write == inode.written && st.now >= at + bound)
     })
 }
 
@@ -415,7 +444,7 @@ impl World for FilesWorld {
             retry_ms: 1_000,
             heartbeat_ms: draw(rng, &[500, 1_000, 3_000]),
             fault_den: draw(rng, &[0, 0, 50, 200]),
-            presence: rng.chance(3, 4),
+            presence: rng.chance(1, 2),
         };
         let e_ms = evidence_period(Duration::from_millis(cfg.heartbeat_ms)).as_millis() as u64;
         // Stops shorter than two evidence periods: the rule's covered lateness (`stale::remote`:
@@ -483,8 +512,14 @@ impl World for FilesWorld {
         if self.stops_left > 0 && st.procs[i].life == Life::Running {
             out.push(Action::Stop(i));
         }
-        if self.fails_left > 0 {
-            out.push(Action::Fail(i));
+        // A failing volume matters to a holder (its heartbeat): offered for one, in turn.
+        let holders: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&h| st.procs[h].grant.is_some() && st.procs[h].failing_until <= st.now)
+            .collect();
+        if self.fails_left > 0 && !holders.is_empty() {
+            out.push(Action::Fail(holders[self.turn % holders.len()]));
         }
         if self.jumps_left > 0 {
             let ms = if st.procs[i].wall_offset_ms > 0 {

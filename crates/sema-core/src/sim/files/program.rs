@@ -32,7 +32,6 @@ pub(super) async fn run(cx: Cx, requests: Vec<Request>) {
             let p = &mut s.procs[me];
             p.started += 1;
             p.waiting = Some(Waiting {
-                since: s.now,
                 deadline,
                 free_since: None,
             });
@@ -131,6 +130,7 @@ async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
         let now = cx.with(|s, _| s.monotonic());
         if progress.after_tick(started, outcome, now) {
             trace(|| format!("p{} lost {} to silence", cx.me, held.name));
+            super::count(|t| t.silence_losses += 1);
             proto::abandon(cx, held);
             told_loss(cx);
             return false;

@@ -74,6 +74,11 @@ fn observe(s: &mut State, me: usize, name: &str) -> Observation {
             let ours = State::host_of(s.procs[me].ns);
             let unchanged = if info.host.as_deref().is_some_and(|h| h != ours) {
                 let (id, evidence, now) = (inode.id, inode.evidence(), s.monotonic());
+                let (write, at) = (inode.written, s.now);
+                let seen = s.procs[me].first_seen.entry(id).or_insert((write, at));
+                if seen.0 != write {
+                    *seen = (write, at);
+                }
                 s.memories[me].note(id, evidence, now)
             } else {
                 std::time::Duration::ZERO
@@ -216,7 +221,7 @@ pub fn examine_and_break<'a>(cx: &'a Cx, name: &'a str) -> Boxed<'a, Examined> {
             None
         };
         let out = cx
-            .call(|s, _| {
+            .call(|s, me| {
                 let Some(inode) = s.fs.get(name) else {
                     return Examined::Gone;
                 };
@@ -225,6 +230,9 @@ pub fn examine_and_break<'a>(cx: &'a Cx, name: &'a str) -> Boxed<'a, Examined> {
                 }
                 if inode.id != id || inode.bytes != bytes {
                     return Examined::Changed;
+                }
+                if s.procs[inode.writer].ns != s.procs[me].ns && !shared {
+                    super::count(|t| t.remote_breaks += 1);
                 }
                 let _ = s.fs.unlink(name);
                 s.file_event(name);

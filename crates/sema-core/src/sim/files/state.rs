@@ -43,8 +43,6 @@ pub enum Grant {
 /// A request being waited for (for the liveness invariants).
 #[derive(Debug, Clone, Copy)]
 pub struct Waiting {
-    /// When the request started (ms).
-    pub since: u64,
     pub deadline: Option<u64>,
     /// Since when the lock has been free for this waiter while it could run (ms).
     pub free_since: Option<u64>,
@@ -64,6 +62,9 @@ pub struct Proc {
     /// Every file call this process makes fails with `ENOSPC` until this time (ms): its host's
     /// view of the shared volume is full or unreachable while other hosts' is not.
     pub failing_until: u64,
+    /// For the liveness invariant, by inode of another host's file this process looked at: the
+    /// true time of the write it saw, and when it first saw that write (ms).
+    pub first_seen: std::collections::BTreeMap<u64, (u64, u64)>,
     /// Runnable from this simulated time (`None`: waits for an event only).
     pub wake_at: Option<u64>,
     /// The file names whose change wakes it while it sleeps (its watches).

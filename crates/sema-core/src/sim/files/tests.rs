@@ -18,7 +18,11 @@ fn explain(f: &crate::sim::Failure<Action>) -> String {
 fn every_invariant_holds_over_the_seed_budget() {
     let started = std::time::Instant::now();
     match run_seeds::<FilesWorld>(0, SEEDS, MAX_STEPS) {
-        Ok(steps) => println!("{SEEDS} seeds, {steps} steps in {:?}", started.elapsed()),
+        Ok(steps) => println!(
+            "{SEEDS} seeds, {steps} steps in {:?}, {:?}",
+            started.elapsed(),
+            tally()
+        ),
         Err(f) => panic!("{}", explain(&f)),
     }
 }

@@ -522,11 +522,24 @@ impl World for FilesWorld {
         if self.stops_left > 0 && st.procs[i].life == Life::Running {
             out.push(Action::Stop(i));
         }
-        // A failing volume matters to a holder (its heartbeat): offered for one, in turn.
+        // A failing volume matters to a holder (its heartbeat): offered for one, in turn; for one
+        // that has not beaten yet only every other step (a fault is offered at every step and
+        // would almost always land before the first beat, whose `heartbeat=` line gives a waiter
+        // on another host its `REMOTE_BEATS` bound instead of the stale timeout).
         let holders: Vec<usize> = live
             .iter()
             .copied()
-            .filter(|&h| st.procs[h].grant.is_some() && st.procs[h].failing_until <= st.now)
+            .filter(|&h| {
+                let p = &st.procs[h];
+                let beaten = p.grant.as_ref().is_some_and(|(_, name, id)| {
+                    st.fs.get(name).is_some_and(|f| {
+                        f.id == *id
+                            && parse_lock_info(&read_lock_bytes_lossy(&f.bytes))
+                                .is_ok_and(|i| i.heartbeat_ms.is_some())
+                    })
+                });
+                p.grant.is_some() && p.failing_until <= st.now && (beaten || self.turn % 2 == 1)
+            })
             .collect();
         if self.fails_left > 0 && !holders.is_empty() {
             out.push(Action::Fail(holders[self.turn % holders.len()]));

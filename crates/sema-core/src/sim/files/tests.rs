@@ -79,7 +79,7 @@ fn a_shared_base_is_never_released_by_path_under_its_readers() {
     }
 }
 
-/// Open bug of the core, found by this simulator (seed 610 with a 6 s stale timeout): a lock
+/// Open bug of the core, found by this simulator (seed 655 with a 6 s stale timeout): a lock
 /// file has no `heartbeat=` line until its holder's first beat, so a waiter on another host gives
 /// it `remote_bound(None, staleTimeout)` = `max(staleTimeout, 6 s)` from its first look, while the
 /// holder, whose beats fail from the start, counts its loss only at `HOLDER_LOSS_BEATS` of its

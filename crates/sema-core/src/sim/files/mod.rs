@@ -522,10 +522,13 @@ impl World for FilesWorld {
         if self.stops_left > 0 && st.procs[i].life == Life::Running {
             out.push(Action::Stop(i));
         }
-        // A failing volume matters to a holder (its heartbeat): offered for one, in turn; for one
-        // that has not beaten yet only every other step (a fault is offered at every step and
-        // would almost always land before the first beat, whose `heartbeat=` line gives a waiter
-        // on another host its `REMOTE_BEATS` bound instead of the stale timeout).
+        // A failing volume matters to a holder (its heartbeat): offered for one, in turn, that has
+        // beaten (its `heartbeat=` line gives a waiter on another host the `REMOTE_BEATS` bound).
+        // Offered before the first beat too it would land there almost always (a fault is offered
+        // at every step, and many run at time 0); there the waiter's bound is the stale timeout,
+        // 60 s against the holder's loss at 3 periods + 1 (at most 12 s), except in the worlds
+        // of `SHORT_STALE_TIMEOUT`, which offer it.
+        let pre_beat = SHORT_STALE_TIMEOUT.with(|c| c.get()) && self.turn % 2 == 1;
         let holders: Vec<usize> = live
             .iter()
             .copied()
@@ -538,7 +541,7 @@ impl World for FilesWorld {
                                 .is_ok_and(|i| i.heartbeat_ms.is_some())
                     })
                 });
-                p.grant.is_some() && p.failing_until <= st.now && (beaten || self.turn % 2 == 1)
+                p.grant.is_some() && p.failing_until <= st.now && (beaten || pre_beat)
             })
             .collect();
         if self.fails_left > 0 && !holders.is_empty() {

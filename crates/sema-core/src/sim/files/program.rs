@@ -60,7 +60,7 @@ pub(super) async fn run(cx: Cx, requests: Vec<Request>) {
             }
             match &got {
                 Ok((h, g)) => {
-                    trace(|| format!("p{me} granted {g:?} {} #{}", h.name, h.id));
+                    trace(|| format!("p{me} granted {g:?} {} #{} at {} ms", h.name, h.id, s.now));
                     let p = &mut s.procs[me];
                     p.grants += 1;
                     p.grant = Some((*g, h.name.clone(), h.id));
@@ -129,7 +129,14 @@ async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
         }
         let now = cx.with(|s, _| s.monotonic());
         if progress.after_tick(started, outcome, now) {
-            trace(|| format!("p{} lost {} to silence", cx.me, held.name));
+            trace(|| {
+                format!(
+                    "p{} lost {} to silence at {} ms",
+                    cx.me,
+                    held.name,
+                    cx.now()
+                )
+            });
             super::count(|t| t.silence_losses += 1);
             proto::abandon(cx, held);
             told_loss(cx);

@@ -1,8 +1,10 @@
 //! The file-lock world: simulated processes (pids in pid namespaces, reuse after death, SIGKILL
 //! at any step, SIGSTOP for a while, wall clocks that jump) taking the plain mutex, counting
 //! semaphores of mixed limits, or the shared lock (shared/exclusive) on one path of a simulated
-//! file system that fails calls with `EMFILE`/`ENOSPC`; the protocol steps (`proto`) call the
-//! core's own decisions.
+//! file system that fails calls with `EMFILE`/`ENOSPC` (once, or every call of a holder for a
+//! while); the protocol steps (`proto`) call the core's own decisions. The other namespace is
+//! another host: judged by its heartbeat's progress (`stale::remote`), each process with its own
+//! `ProgressMemory` on its monotonic clock, each holder counting its loss by `HolderProgress`.
 //!
 //! A process's program is ordinary `async` code (`proto`); every file call awaits a scheduling
 //! point, so one [`Action::Step`] runs exactly one call and a SIGKILL (dropping the program)
@@ -12,8 +14,8 @@
 //! Invariants after every step: never more believing holders than the kind allows (a holder
 //! counts until it is told of its loss, so a loss told after someone else's grant is caught);
 //! one believer per lock file; no waiter sleeps past its deadline, nor waits while the lock is
-//! free (no file of a live process, none of a dead one not yet reclaimable) for longer than
-//! [`FREE_BOUND_POLLS`] polls. At the end: every request settled, and no file left behind
+//! free (no file of a live process, none of a dead one not yet reclaimable, see `free_for`)
+//! for longer than [`FREE_BOUND_POLLS`] polls. At the end: every request settled, and no file left behind
 //! except by a killed process or a failed release, or a shared base whose group is dead.
 //!
 //! Not modelled (said in the report): the shared lock's FIFO tickets (no fairness invariant is

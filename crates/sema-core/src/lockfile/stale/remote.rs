@@ -108,8 +108,6 @@ pub struct Evidence {
 impl Evidence {
     /// The evidence of a file with `bytes` and `meta`.
     pub fn of(bytes: &[u8], meta: &std::fs::Metadata) -> Evidence {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut hasher);
         let nanos = |t: std::io::Result<std::time::SystemTime>| {
             t.ok()
                 .map(|m| match m.duration_since(std::time::UNIX_EPOCH) {
@@ -125,10 +123,18 @@ impl Evidence {
         };
         #[cfg(not(unix))]
         let changed_ns = 0;
+        Evidence::from_parts(bytes, nanos(meta.modified()), changed_ns)
+    }
+
+    /// The evidence of a file with `bytes` whose mtime and ctime are `modified_ns` and
+    /// `changed_ns` (the simulator's files have no `Metadata`).
+    pub fn from_parts(bytes: &[u8], modified_ns: i128, changed_ns: i128) -> Evidence {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut hasher);
         Evidence {
             content_hash: hasher.finish(),
             len: bytes.len() as u64,
-            modified_ns: nanos(meta.modified()),
+            modified_ns,
             changed_ns,
         }
     }

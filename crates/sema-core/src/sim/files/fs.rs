@@ -25,14 +25,39 @@ pub enum Errno {
 pub struct Inode {
     pub id: u64,
     pub bytes: Vec<u8>,
-    /// Wall-clock seconds of the last write, as the writer's clock said.
+    /// Wall-clock seconds of the last write, as the writer's clock said (a coarse mtime).
     pub mtime: i64,
+    /// The ctime of the last write in ns, as the writer's clock said (ms resolution).
+    pub changed_ns: i128,
     /// The simulated (true) time of the last write, in ms.
     pub written: u64,
     /// The process (index in the world) whose descriptor carries the holder's presence mark.
     pub mark: Option<usize>,
     /// The process that last wrote it (for the end-of-run "nothing left behind" check).
     pub writer: usize,
+    /// Its holder counted it lost to a silent heartbeat and closed it, leaving it in place (as
+    /// `HeldInner::lose_to_silence` does).
+    pub abandoned: bool,
+}
+
+impl Inode {
+    /// What a look shows of its holder's heartbeat (`Evidence::of` on a real file).
+    pub fn evidence(&self) -> crate::lockfile::stale::remote::Evidence {
+        crate::lockfile::stale::remote::Evidence::from_parts(
+            &self.bytes,
+            i128::from(self.mtime) * 1_000_000_000,
+            self.changed_ns,
+        )
+    }
+
+    /// A write in place by process `writer` at wall-clock `wall_ms` (true time `now`).
+    pub fn rewrite(&mut self, bytes: Vec<u8>, wall_ms: i64, now: u64, writer: usize) {
+        self.bytes = bytes;
+        self.mtime = wall_ms.div_euclid(1000);
+        self.changed_ns = i128::from(wall_ms) * 1_000_000;
+        self.written = now;
+        self.writer = writer;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -47,7 +72,7 @@ impl SimFs {
         &mut self,
         name: &str,
         bytes: Vec<u8>,
-        (mtime, written): (i64, u64),
+        (wall_ms, written): (i64, u64),
         mark: Option<usize>,
         writer: usize,
     ) -> Result<u64, Errno> {
@@ -67,10 +92,12 @@ impl SimFs {
             Inode {
                 id,
                 bytes,
-                mtime,
+                mtime: wall_ms.div_euclid(1000),
+                changed_ns: i128::from(wall_ms) * 1_000_000,
                 written,
                 mark,
                 writer,
+                abandoned: false,
             },
         );
         Ok(id)

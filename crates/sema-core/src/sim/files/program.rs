@@ -3,9 +3,12 @@
 //! released; every grant and every loss told is recorded for the invariants.
 
 use super::proto::{self, Held, BASE};
-use super::state::{Cx, Grant, Waiting, Watch};
+use std::time::Duration;
+
+use super::state::{Cx, Grant, State, Waiting, Watch};
 use super::{semaphore, shared, trace, Kind};
 use crate::lockfile::shared::policy::Mode;
+use crate::lockfile::stale::remote::{BeatOutcome, HolderProgress};
 
 /// One request of a program.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +60,7 @@ pub(super) async fn run(cx: Cx, requests: Vec<Request>) {
             }
             match &got {
                 Ok((h, g)) => {
-                    trace(|| format!("p{me} granted {g:?} {} #{}", h.name, h.id));
+                    trace(|| format!("p{me} granted {g:?} {} #{} at {} ms", h.name, h.id, s.now));
                     let p = &mut s.procs[me];
                     p.grants += 1;
                     p.grant = Some((*g, h.name.clone(), h.id));
@@ -87,23 +90,57 @@ fn told_loss(cx: &Cx) {
     });
 }
 
-/// Holds for `hold_ms` with the heartbeat (a reader's also refreshes its base). `false`: the
-/// heartbeat found the lock lost (told to the holder).
+/// `heartbeat::next_due` on process `me`'s wall clock: a whole number of seconds runs 50 ms
+/// after a wall-clock second, other periods every period.
+fn next_due(s: &State, me: usize, period_ms: u64) -> u64 {
+    let step = if period_ms >= 1_000 && period_ms.is_multiple_of(1_000) {
+        let into_second = s.wall_ms(me).rem_euclid(1_000) as u64;
+        (period_ms + 50).saturating_sub(into_second)
+    } else {
+        period_ms
+    };
+    s.now + step
+}
+
+/// Holds for `hold_ms` with the heartbeat (`heartbeat::run`: a tick at each due time, a reader's
+/// also refreshing its base, then `HolderProgress::after_tick`). `false`: the heartbeat found the
+/// lock lost (not ours any more, or no beat changed the file for `HOLDER_LOSS_BEATS` evidence
+/// periods), told to the holder.
 async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
     let until = cx.now() + hold_ms;
-    let beat = cx.with(|s, _| s.cfg.heartbeat_ms);
+    let period_ms = cx.with(|s, _| s.cfg.heartbeat_ms);
+    // `heartbeat::add`: the file was linked into place just before.
+    let mut progress =
+        cx.with(|s, _| HolderProgress::new(s.monotonic(), Duration::from_millis(period_ms)));
+    let mut due = cx.with(|s, me| next_due(s, me, period_ms));
     loop {
-        let next = until.min(cx.now() + beat);
-        cx.sleep(Some(next), Watch::Nothing).await;
+        cx.sleep(Some(until.min(due)), Watch::Nothing).await;
         if cx.now() >= until {
             return true;
         }
-        if !proto::heartbeat(cx, held).await {
+        due = cx.with(|s, me| next_due(s, me, period_ms));
+        let (outcome, started) = proto::heartbeat(cx, held, period_ms).await;
+        let Some(outcome) = outcome else {
             told_loss(cx);
             return false;
-        }
-        if grant == Grant::Reader {
+        };
+        if grant == Grant::Reader && outcome != BeatOutcome::Failed {
             shared::refresh_base(cx).await;
+        }
+        let now = cx.with(|s, _| s.monotonic());
+        if progress.after_tick(started, outcome, now) {
+            trace(|| {
+                format!(
+                    "p{} lost {} to silence at {} ms",
+                    cx.me,
+                    held.name,
+                    cx.now()
+                )
+            });
+            super::count(|t| t.silence_losses += 1);
+            proto::abandon(cx, held);
+            told_loss(cx);
+            return false;
         }
     }
 }

@@ -14,6 +14,7 @@ use super::fs::Errno;
 use super::state::{Cx, State, Watch};
 use crate::lockfile::format::is_shared_base;
 use crate::lockfile::shared::policy::group_alive;
+use crate::lockfile::stale::remote::BeatOutcome;
 use crate::lockfile::{
     judge, owns, parse_lock_info, read_lock_bytes_lossy, Claimant, HeldBecause, LockInfo,
     Observation, StaleJudgement,
@@ -60,18 +61,34 @@ fn build_info(s: &mut State, me: usize) -> Vec<u8> {
     info.serialize().into_bytes()
 }
 
-/// `LockFile::observe` (`observation_from`): parsed with the core's parser, aged by mtime.
-fn observe(s: &State, me: usize, name: &str) -> Observation {
+/// `LockFile::observe` (`observation_from`): parsed with the core's parser, aged by mtime; another
+/// host's file noted in this process's [`ProgressMemory`](crate::lockfile::stale::remote::ProgressMemory)
+/// (keyed by inode, on its monotonic clock), which says how long its evidence stayed unchanged.
+fn observe(s: &mut State, me: usize, name: &str) -> Observation {
     let Some(inode) = s.fs.get(name) else {
         return Observation::Missing;
     };
     let age = std::time::Duration::from_secs((s.wall_secs(me) - inode.mtime).max(0) as u64);
     match parse_lock_info(&read_lock_bytes_lossy(&inode.bytes)) {
-        Ok(info) => Observation::Parsed {
-            info,
-            age,
-            unchanged: std::time::Duration::ZERO,
-        },
+        Ok(info) => {
+            let ours = State::host_of(s.procs[me].ns);
+            let unchanged = if info.host.as_deref().is_some_and(|h| h != ours) {
+                let (id, evidence, now) = (inode.id, inode.evidence(), s.monotonic());
+                let (write, at) = (inode.written, s.now);
+                let seen = s.procs[me].first_seen.entry(id).or_insert((write, at));
+                if seen.0 != write {
+                    *seen = (write, at);
+                }
+                s.memories[me].note(id, evidence, now)
+            } else {
+                std::time::Duration::ZERO
+            };
+            Observation::Parsed {
+                info,
+                age,
+                unchanged,
+            }
+        }
         Err(error) => Observation::Unparseable { age, error },
     }
 }
@@ -204,7 +221,7 @@ pub fn examine_and_break<'a>(cx: &'a Cx, name: &'a str) -> Boxed<'a, Examined> {
             None
         };
         let out = cx
-            .call(|s, _| {
+            .call(|s, me| {
                 let Some(inode) = s.fs.get(name) else {
                     return Examined::Gone;
                 };
@@ -213,6 +230,9 @@ pub fn examine_and_break<'a>(cx: &'a Cx, name: &'a str) -> Boxed<'a, Examined> {
                 }
                 if inode.id != id || inode.bytes != bytes {
                     return Examined::Changed;
+                }
+                if s.procs[inode.writer].ns != s.procs[me].ns && !shared {
+                    super::count(|t| t.remote_breaks += 1);
                 }
                 let _ = s.fs.unlink(name);
                 s.file_event(name);
@@ -235,7 +255,7 @@ pub fn attempt<'a>(cx: &'a Cx, name: &'a str) -> Boxed<'a, Result<Held, Refused>
                 .call(|s, me| {
                     s.take_fault()?;
                     let bytes = build_info(s, me);
-                    let when = (s.wall_secs(me), s.now);
+                    let when = (s.wall_ms(me), s.now);
                     let id = s.fs.link_new(name, bytes.clone(), when, Some(me), me)?;
                     s.file_event(name);
                     Ok(Held {
@@ -280,34 +300,57 @@ pub async fn release_file(cx: &Cx, held: &Held) -> bool {
     .await
 }
 
-/// One heartbeat tick (`HeldLock::heartbeat_tick` → `rewrite_if_ours`): `false` when the file is
-/// not ours any more (the loss is reported). A failed write changes nothing.
-pub async fn heartbeat(cx: &Cx, held: &mut Held) -> bool {
-    cx.call(|s, me| {
+/// One heartbeat tick (`HeldInner::heartbeat_tick` → `rewrite_if_ours`) of period `period_ms`:
+/// the `heartbeat=` line and the timestamp written in place; `None` when the file is not ours
+/// any more (the loss is reported). A failed write changes nothing (`BeatOutcome::Failed`).
+/// With the outcome, the monotonic instant the tick started at (`heartbeat::run`'s `started`).
+pub async fn heartbeat(
+    cx: &Cx,
+    held: &mut Held,
+    period_ms: u64,
+) -> (Option<BeatOutcome>, std::time::Instant) {
+    cx.call(|s, me| (beat(s, me, held, period_ms), s.monotonic()))
+        .await
+}
+
+fn beat(s: &mut State, me: usize, held: &mut Held, period_ms: u64) -> Option<BeatOutcome> {
+    {
         if !ours(s, held) {
-            return false;
+            return None;
         }
         if s.take_fault().is_err() {
-            return true;
+            return Some(BeatOutcome::Failed);
         }
-        let mut info = match parse_lock_info(&read_lock_bytes_lossy(&held.bytes)) {
-            Ok(info) => info,
-            Err(_) => return true,
+        let Ok(mut info) = parse_lock_info(&read_lock_bytes_lossy(&held.bytes)) else {
+            return Some(BeatOutcome::Failed);
         };
+        info.heartbeat_ms = Some(period_ms);
         info.timestamp = s.wall_secs(me);
         let bytes = info.serialize().into_bytes();
-        let (mtime, now) = (s.wall_secs(me), s.now);
+        let (wall_ms, now) = (s.wall_ms(me), s.now);
         if let Some(inode) = s.fs.get_mut(&held.name) {
-            inode.bytes = bytes.clone();
-            inode.mtime = mtime;
-            inode.written = now;
-            inode.writer = me;
+            inode.rewrite(bytes.clone(), wall_ms, now, me);
         }
+        let changed = bytes != held.bytes;
         held.bytes = bytes;
         s.file_event(&held.name);
-        true
+        Some(if changed {
+            BeatOutcome::Changed
+        } else {
+            BeatOutcome::Same
+        })
+    }
+}
+
+/// `HeldInner::lose_to_silence`: the lock counts as lost and its descriptor is closed (the
+/// presence mark goes with it); the file stays where it is.
+pub fn abandon(cx: &Cx, held: &Held) {
+    cx.with(|s, _| {
+        if let Some(inode) = s.fs.get_mut(&held.name).filter(|i| i.id == held.id) {
+            inode.mark = None;
+            inode.abandoned = true;
+        }
     })
-    .await
 }
 
 // ─── the plain mutex ───

@@ -57,17 +57,15 @@ fn running(s: &State, me: usize, pid: i64) -> bool {
 
 /// `group::rewrite_base`: in place, only while P is a shared base.
 fn rewrite_base(s: &mut State, me: usize, pid: i64) -> Result<bool, Errno> {
-    let (mtime, now) = (s.wall_secs(me), s.now);
+    let (wall_ms, now) = (s.wall_ms(me), s.now);
     let Some(inode) = s.fs.get_mut(BASE) else {
         return Ok(false);
     };
     if !is_shared_base(&read_lock_bytes_lossy(&inode.bytes)) {
         return Ok(false);
     }
-    inode.bytes = serialize_shared_base(pid, mtime, None).into_bytes();
-    inode.mtime = mtime;
-    inode.written = now;
-    inode.writer = me;
+    let bytes = serialize_shared_base(pid, wall_ms.div_euclid(1000), None).into_bytes();
+    inode.rewrite(bytes, wall_ms, now, me);
     s.file_event(BASE);
     Ok(true)
 }
@@ -115,7 +113,7 @@ async fn join(cx: &Cx, scene: &Scene) -> Result<Option<Held>, Refused> {
             } else {
                 // `create_base`: a link, no presence mark (its descriptor is closed at once).
                 let bytes = serialize_shared_base(s.procs[me].pid, s.wall_secs(me), None);
-                let when = (s.wall_secs(me), s.now);
+                let when = (s.wall_ms(me), s.now);
                 match s.fs.link_new(BASE, bytes.into_bytes(), when, None, me) {
                     Ok(_) => {
                         s.file_event(BASE);

@@ -7,9 +7,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::fs::{Errno, SimFs};
+use crate::lockfile::stale::remote::ProgressMemory;
 use crate::lockfile::{Liveness, ProcessProbe, StaleContext};
 
 /// Unix seconds at simulated time 0.
@@ -58,6 +59,12 @@ pub struct Proc {
     pub life: Life,
     /// This process's wall clock minus the true time (ms): jumps move it.
     pub wall_offset_ms: i64,
+    /// Every file call this process makes fails with `ENOSPC` until this time (ms): its host's
+    /// view of the shared volume is full or unreachable while other hosts' is not.
+    pub failing_until: u64,
+    /// For the liveness invariant, by inode of another host's file this process looked at: the
+    /// true time of the write it saw, and when it first saw that write (ms).
+    pub first_seen: std::collections::BTreeMap<u64, (u64, u64)>,
     /// Runnable from this simulated time (`None`: waits for an event only).
     pub wake_at: Option<u64>,
     /// The file names whose change wakes it while it sleeps (its watches).
@@ -115,6 +122,7 @@ impl Watch {
 pub struct Config {
     pub stale_timeout: Duration,
     pub retry_ms: u64,
+    /// The heartbeat period (the real `heartbeat` option; whole seconds aligned as `next_due`).
     pub heartbeat_ms: u64,
     /// 1 in `fault_den` file calls fails with `EMFILE` or `ENOSPC` (0: none).
     pub fault_den: u32,
@@ -132,6 +140,11 @@ pub struct State {
     pub next_token: u64,
     /// The semaphore's cross-process line (`queue/`, key `<base>.slots`): process indexes.
     pub line: Vec<usize>,
+    /// Each process's memory of other hosts' heartbeat evidence (`remote::note_remote`'s), keyed
+    /// by inode, on its monotonic clock [`State::monotonic`].
+    pub memories: Vec<ProgressMemory<u64>>,
+    /// The monotonic clock's reading at simulated time 0 (any instant: only differences count).
+    pub monotonic_base: Instant,
 }
 
 impl State {
@@ -141,8 +154,18 @@ impl State {
 
     /// `now_unix_secs()` as process `me` reads it.
     pub fn wall_secs(&self, me: usize) -> i64 {
-        let ms = self.now as i64 + self.procs[me].wall_offset_ms;
-        EPOCH_SECS + ms.div_euclid(1000)
+        self.wall_ms(me).div_euclid(1000)
+    }
+
+    /// Process `me`'s wall clock in Unix ms.
+    pub fn wall_ms(&self, me: usize) -> i64 {
+        EPOCH_SECS * 1000 + self.now as i64 + self.procs[me].wall_offset_ms
+    }
+
+    /// `Instant::now()` in any process: monotonic clocks run at the true rate (a jump moves only
+    /// the wall clock; a stopped process's monotonic clock runs on).
+    pub fn monotonic(&self) -> Instant {
+        self.monotonic_base + Duration::from_millis(self.now)
     }
 
     /// The injected fault of this call, if any (each step makes one file call).

@@ -18,7 +18,11 @@ fn explain(f: &crate::sim::Failure<Action>) -> String {
 fn every_invariant_holds_over_the_seed_budget() {
     let started = std::time::Instant::now();
     match run_seeds::<FilesWorld>(0, SEEDS, MAX_STEPS) {
-        Ok(steps) => println!("{SEEDS} seeds, {steps} steps in {:?}", started.elapsed()),
+        Ok(steps) => println!(
+            "{SEEDS} seeds, {steps} steps in {:?}, {:?}",
+            started.elapsed(),
+            tally()
+        ),
         Err(f) => panic!("{}", explain(&f)),
     }
 }
@@ -42,11 +46,11 @@ fn regression_seeds_pass() {
 
 #[test]
 fn a_failing_schedule_replays_exactly() {
-    // With the open bug exposed (below), seed 295 fails; its shrunk schedule fails again on replay.
+    // With the open bug exposed (below), seed 119 fails; its shrunk schedule fails again on replay.
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
-    let failure = run_seed::<FilesWorld>(295, MAX_STEPS);
+    let failure = run_seed::<FilesWorld>(119, MAX_STEPS);
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
-    let failure = failure.expect_err("seed 295 finds the shared base released by path");
+    let failure = failure.expect_err("seed 119 finds the shared base released by path");
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
     let again = replay::<FilesWorld>(failure.seed, &failure.schedule);
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
@@ -70,6 +74,25 @@ fn a_shared_base_is_never_released_by_path_under_its_readers() {
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
     let r = run_seeds::<FilesWorld>(0, 2_000, MAX_STEPS).map_err(|f| explain(&f));
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
+    if let Err(why) = r {
+        panic!("{why}");
+    }
+}
+
+/// Open bug of the core, found by this simulator (seed 655 with a 6 s stale timeout): a lock
+/// file has no `heartbeat=` line until its holder's first beat, so a waiter on another host gives
+/// it `remote_bound(None, staleTimeout)` = `max(staleTimeout, 6 s)` from its first look, while the
+/// holder, whose beats fail from the start, counts its loss only at `HOLDER_LOSS_BEATS` of its
+/// own evidence periods (+ up to one period). With `heartbeat: 3000, staleTimeout: 6000` the
+/// waiter takes the lock at 6 s and the holder is told at 9 s: a writer beside a reader. Safe with
+/// the defaults (1 s heartbeat: told at 3 s; a 1 h stale timeout). Ignored until the core bounds
+/// this case (e.g. the `heartbeat=` line written at acquisition); then this test passes.
+#[test]
+#[ignore = "open bug of the core: before its first beat a remote holder is given max(staleTimeout, 6 s), not its own loss clock"]
+fn a_remote_holder_before_its_first_beat_is_told_before_it_is_taken() {
+    SHORT_STALE_TIMEOUT.with(|c| c.set(true));
+    let r = run_seeds::<FilesWorld>(0, SEEDS, MAX_STEPS).map_err(|f| explain(&f));
+    SHORT_STALE_TIMEOUT.with(|c| c.set(false));
     if let Err(why) = r {
         panic!("{why}");
     }

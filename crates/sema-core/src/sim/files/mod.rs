@@ -88,9 +88,9 @@ pub enum Action {
 type Program = Pin<Box<dyn Future<Output = ()>>>;
 
 thread_local! {
-    /// Whether shared-lock worlds make stray `release(path)` calls. Off by default: they find an
-    /// open bug of the core (a shared base carries no identity, so `release_as` removes it for a
-    /// caller whose pid it names, readers of others holding; see `tests.rs`).
+    /// Whether shared-lock worlds make stray `release(path)` calls. Off in the seed budget, on in
+    /// its own test (they found that `release_as` removed a shared base, which carries no
+    /// identity, for a caller whose pid it names, readers of others holding; fixed).
     static STRAY_RELEASE_IN_SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether worlds may draw a 6 s stale timeout. Off by default: it finds an open bug of the
     /// core (before its first beat a holder's file has no `heartbeat=` line, so a waiter on

@@ -395,7 +395,14 @@ pub async fn release_by_path(cx: &Cx) -> bool {
             host: &host,
             start_ticks: Some(p.start),
         };
-        if !owns(&info, &claimant, |_| false) {
+        // `release_as`: a shared base belongs to its readers' group, not to the pid it names
+        // (`LockFile::is_shared_base_info`): refused without force.
+        let shared_base = info.host.is_none()
+            && info.token.is_none()
+            && s.fs.get(BASE).is_some_and(|inode| {
+                crate::lockfile::format::is_shared_base(&read_lock_bytes_lossy(&inode.bytes))
+            });
+        if !owns(&info, &claimant, |_| false) || shared_base {
             return false;
         }
         let _ = s.fs.unlink(BASE);

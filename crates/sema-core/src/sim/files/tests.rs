@@ -46,18 +46,20 @@ fn regression_seeds_pass() {
 
 #[test]
 fn a_failing_schedule_replays_exactly() {
-    // With the open bug exposed (below), seed 119 fails; its shrunk schedule fails again on replay.
-    STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
-    let failure = run_seed::<FilesWorld>(119, MAX_STEPS);
-    STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
-    let failure = failure.expect_err("seed 119 finds the shared base released by path");
-    STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
-    let again = replay::<FilesWorld>(failure.seed, &failure.schedule);
-    STRAY_RELEASE_IN_SHARED.with(|c| c.set(false));
-    assert_eq!(again, Err(failure.violation.clone()), "{failure}");
+    // With the open bug below exposed (a 6 s stale timeout), seed 655 fails; its shrunk schedule
+    // fails again on replay.
+    SHORT_STALE_TIMEOUT.with(|c| c.set(true));
+    let failure = run_seed::<FilesWorld>(655, MAX_STEPS);
+    let again = failure
+        .as_ref()
+        .err()
+        .map(|f| replay::<FilesWorld>(f.seed, &f.schedule));
+    SHORT_STALE_TIMEOUT.with(|c| c.set(false));
+    let failure = failure.expect_err("seed 655 finds a remote holder taken before it is told");
+    assert_eq!(again, Some(Err(failure.violation.clone())), "{failure}");
 }
 
-/// Open bug of the core, found by this simulator (seed 295): `release(path)` without `force`
+/// A bug of the core, found by this simulator (seed 295), fixed: `release(path)` without `force`
 /// (`LockFile::release_as`, reached from JS `release(path)` when this thread holds no shared
 /// hold there, semats' `release()`, the CLI's `release`) removes a shared base whose named pid
 /// is the caller's, since the base carries no `host=`/`token=` and `owner::owns` decides such a
@@ -67,9 +69,10 @@ fn a_failing_schedule_replays_exactly() {
 /// granted beside the readers. Confirmed with real processes (the built addon, real pid
 /// namespaces): a reader as pid 1 of one namespace, `release(path)` from pid 1 of another
 /// resolved and removed the base, and a host process's `tryAcquire(path, { mode: 'exclusive' })`
-/// was granted while the reader held. Ignored until the core refuses it; then this test passes.
+/// was granted while the reader held. Fixed: `release_as` refuses a shared base without force
+/// (`lockfile_shared::release_by_path_never_removes_a_shared_base_under_its_readers`); this test
+/// failed before.
 #[test]
-#[ignore = "open bug of the core: a shared base is removed by release(path) of a pid it names"]
 fn a_shared_base_is_never_released_by_path_under_its_readers() {
     STRAY_RELEASE_IN_SHARED.with(|c| c.set(true));
     let r = run_seeds::<FilesWorld>(0, 2_000, MAX_STEPS).map_err(|f| explain(&f));

@@ -59,6 +59,7 @@ const SKIP = {
     // command line (`<execPath> SCRIPT ARGS`), which Deno's own CLI reads as a task name (measured: "Please specify a
     // [SCRIPT_ARG] or a task name"); Deno translates Node's command line only for children it spawns itself.
     'file-pidns.test.js': "its children run the runtime's binary with Node's command line through unshare, which Deno's CLI does not take",
+    'file-hosts.test.js': "its children (one per \"host\") run the runtime's binary with Node's command line through unshare, which Deno's CLI does not take",
     'file-threads.test.js': `${DENO_EVAL_ARGV}; and a terminated worker's locks are released after terminate() resolves, not before`,
   },
   bun: {

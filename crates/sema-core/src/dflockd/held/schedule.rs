@@ -19,20 +19,24 @@ use super::super::protocol::MAX_SECONDS;
 ///   assumed), at most `renew_max_interval` (the server's idle limit) and at most two thirds of
 ///   the validity, so a renew whose reply is lost still has a third of the lease in which the
 ///   reply could arrive;
-/// - holds the lease as valid until `loss_at = sent + min(lease, renew_max_interval) − guard`
-///   (the server also drops a connection idle for its read timeout, which `renew_max_interval`
-///   stays below), and if no renew is confirmed by then declares the lock lost at that instant,
+/// - holds the lease as valid until `loss_at = sent + min(lease, idle) − guard`, `idle` the
+///   server's idle limit (23 s, or `renew_max_interval` if larger: the server also drops a
+///   connection silent for its read timeout), and if no renew is confirmed by then declares the lock lost at that instant,
 ///   `guard` (a tenth of that, 250 ms .. 1 s) before the server could hand the key to anyone else.
 ///
 /// With the default ratio 0.5 that is one renew round trip per `lease / 2`, at most two thirds
-/// of the validity: 1 per second for a 2 s lease, 1 per 9.3 s for the server's default 33 s
-/// (validity 14 s under the default 15 s `renew_max_interval`).
+/// of the validity: 1 per second for a 2 s lease, 1 per 14.7 s for the server's default 33 s
+/// (validity 22 s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Schedule {
     lease: Duration,
     valid: Duration,
     interval: Duration,
 }
+
+/// The Go server's default `--read-timeout` (`internal/config/config.go`): a connection that sent
+/// no request this long is dropped and its keys freed.
+pub const SERVER_IDLE_LIMIT: Duration = Duration::from_secs(23);
 
 /// `t + d`, or a year later when that does not fit.
 pub(crate) fn after(t: Instant, d: Duration) -> Instant {
@@ -51,13 +55,14 @@ impl Schedule {
     pub fn with(renew_ratio: f64, renew_max_interval: Duration, lease_s: u64) -> Self {
         let lease = Duration::from_secs(lease_s.min(MAX_SECONDS));
         // The server also ends the lease when it drops the connection for idleness: `--read-timeout`
-        // (23 s by default) after the last request it received, and `renew_max_interval` is kept
-        // below that limit (its default 15 s; a server with a shorter read timeout needs a smaller
-        // one). A renew stuck in the network is a request the server never received, so the lease
-        // is proven only up to `min(lease, renew_max_interval)` after the last confirmed send.
-        // Before, a 33 s lease was trusted for 32 s while the server could drop the holder after
-        // 23 s (the dflockd simulator's strict world, seed 12872: two holders, the first untold).
-        let proven = lease.min(renew_max_interval.max(MIN_RENEW_INTERVAL));
+        // (23 s by default) after the last request it received. A renew stuck in the network is a
+        // request the server never received, so the lease is proven only up to the idle limit after
+        // the last confirmed send: the default server's 23 s, or `renew_max_interval` when that is
+        // set higher (it is kept below the server's limit). Before, a 33 s lease was trusted for
+        // 32 s while the server could drop the holder after 23 s (the dflockd simulator, seed
+        // 12872: two holders, the first untold). A server started with a --read-timeout below 23 s
+        // is not covered: the client cannot learn it.
+        let proven = lease.min(renew_max_interval.max(SERVER_IDLE_LIMIT));
         let guard = (proven / 10).clamp(LOSS_GUARD_MIN, LOSS_GUARD_MAX);
         let valid = proven.saturating_sub(guard);
         let by_ratio = Duration::try_from_secs_f64(lease.as_secs_f64() * renew_ratio)

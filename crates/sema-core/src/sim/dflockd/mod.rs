@@ -75,7 +75,7 @@ impl Step {
 /// The world (see the module comment). It counts every holder the server could have dropped
 /// for silence too: a holder whose renews are stuck in the network longer than the server's
 /// idle limit (`--read-timeout`, 23 s) was, before the lease clock bounded its validity by
-/// `renew_max_interval`, dropped and its key granted while its clock still proved the lease
+/// that limit, dropped and its key granted while its clock still proved the lease
 /// (seed 12872, now a regression seed).
 pub struct DflockdWorld {
     base: Instant,

@@ -11,7 +11,7 @@ pub const MAX_STEPS: usize = 5_000;
 /// Seeds found failing once, replayed on every run. 12872: a holder whose renews were stuck in
 /// the network past the server's idle limit (23 s) was dropped and its key granted while its
 /// lease clock (33 s lease − 1 s guard) still proved it; the clock now proves a lease only up to
-/// `min(lease, renew_max_interval)` after the last confirmed send.
+/// the server's idle limit (23 s) after the last confirmed send.
 const REGRESSION_SEEDS: &[u64] = &[12872];
 
 #[test]

@@ -204,7 +204,11 @@ async function until(predicate, { timeoutMs = 10000, intervalMs = 10, what = 'co
  * then kill('SIGKILL') left the child alive, the second call returned false).
  */
 function signalChild(child, signal = 'SIGKILL') {
-  if (child.exitCode === null && child.signalCode === null) signalPid(child.pid, signal)
+  if (child.exitCode !== null || child.signalCode !== null) return
+  // Windows has no signals: Node's child.kill() terminates the process and its 'exit' names the signal asked for;
+  // process.kill(pid) terminates it too, but the exit then names no signal (Wine: `signal` null, 4 file-stale tests).
+  if (process.platform === 'win32') child.kill(signal)
+  else signalPid(child.pid, signal)
 }
 
 /**

@@ -96,7 +96,9 @@ function ls(dir) {
 }
 
 /** /proc/locks exists (Linux): where a process stands in a lock's cross-process wait queue can be read. */
-const HAS_PROC_LOCKS = fs.existsSync('/proc/locks')
+// Linux only: Windows node.exe under Wine resolves '/proc/locks' on the Z: drive (the host's root) and sees the host's
+// flocks, whose owners are Linux pids, never its own (file-contention waited 10 s for its place there).
+const HAS_PROC_LOCKS = process.platform === 'linux' && fs.existsSync('/proc/locks')
 
 /**
  * Where `pid` stands in a cross-process wait queue, from /proc/locks: 'head' (it holds its queue file's flock,

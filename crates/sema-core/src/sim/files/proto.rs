@@ -384,7 +384,8 @@ pub async fn release_by_path(cx: &Cx) -> bool {
         if s.take_fault().is_err() {
             return false;
         }
-        let Observation::Parsed { info, .. } = observe(s, me, BASE) else {
+        let observation = observe(s, me, BASE);
+        let Observation::Parsed { info, .. } = &observation else {
             return false;
         };
         let p = &s.procs[me];
@@ -397,12 +398,7 @@ pub async fn release_by_path(cx: &Cx) -> bool {
         };
         // `release_as`: a shared base belongs to its readers' group, not to the pid it names
         // (`LockFile::is_shared_base_info`): refused without force.
-        let shared_base = info.host.is_none()
-            && info.token.is_none()
-            && s.fs.get(BASE).is_some_and(|inode| {
-                crate::lockfile::format::is_shared_base(&read_lock_bytes_lossy(&inode.bytes))
-            });
-        if !owns(&info, &claimant, |_| false) || shared_base {
+        if !owns(info, &claimant, |_| false) || shared_base_file(s, BASE, &observation) {
             return false;
         }
         let _ = s.fs.unlink(BASE);

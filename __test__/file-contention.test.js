@@ -45,15 +45,7 @@ async function mutexRun(t, mode, base = tmp.dir) {
   const rex = await u.waitExit(reader, 20000, 'reader')
   assert.equal(rex.code, 0, rex.stdout + rex.stderr)
   const seen = JSON.parse(rex.stdout.split('\n').find((l) => l.startsWith('result ')).slice(7))
-  const total = { acquired: 0, overlaps: 0, failedReleases: 0, wrongOwner: 0, errors: [] }
-  for (const e of exits) {
-    assert.equal(e.code, 0, `worker exit ${e.code}/${e.signal}: ${e.stdout} ${e.stderr}`)
-    const line = e.stdout.split('\n').find((l) => l.startsWith('result '))
-    assert.ok(line, `worker printed a result: ${e.stdout} ${e.stderr}`)
-    const r = JSON.parse(line.slice(7))
-    for (const k of ['acquired', 'overlaps', 'failedReleases', 'wrongOwner']) total[k] += r[k]
-    total.errors.push(...r.errors)
-  }
+  const total = u.workerTotals(exits)
   t.diagnostic(
     `${mode}: ${total.acquired} acquisitions by ${PROCS} processes in ${ms} ms (${Math.round((total.acquired * 1000) / ms)}/s); ` +
       `overlaps ${total.overlaps}, failed releases ${total.failedReleases}, wrong owner ${total.wrongOwner}, errors ${total.errors.length}`,

@@ -91,15 +91,7 @@ describe('lock files on FUSE (bindfs)', { skip: fuse.skip }, () => {
     for (const k of kids) k.stdin.end('go\n')
     const exits = await Promise.all(kids.map((k) => u.waitExit(k, 240000, 'mutex worker on FUSE')))
     const ms = Date.now() - t0
-    const total = { acquired: 0, overlaps: 0, failedReleases: 0, wrongOwner: 0, errors: [] }
-    for (const e of exits) {
-      assert.equal(e.code, 0, `worker exit ${e.code}/${e.signal}: ${e.stdout} ${e.stderr}`)
-      const line = e.stdout.split('\n').find((l) => l.startsWith('result '))
-      assert.ok(line, `worker printed a result: ${e.stdout} ${e.stderr}`)
-      const r = JSON.parse(line.slice(7))
-      for (const k of ['acquired', 'overlaps', 'failedReleases', 'wrongOwner']) total[k] += r[k]
-      total.errors.push(...r.errors)
-    }
+    const total = u.workerTotals(exits)
     t.diagnostic(`FUSE: ${total.acquired} acquisitions by ${PROCS} processes in ${ms} ms; overlaps ${total.overlaps}`)
     assert.deepEqual(total.errors, [], 'no acquire/release errors')
     assert.equal(total.overlaps, 0, 'no two holders inside the critical section at once')

@@ -386,7 +386,25 @@ const underWine =
   fs.existsSync(path.join(process.env.SystemRoot || 'C:\\windows', 'system32', 'winecfg.exe'))
 const WINE_DELETE = underWine && 'Wine keeps a deleted name while the holder’s handle is open (Windows 10+ removes it at once)'
 
+/**
+ * The `result {...}` lines of exited mutex workers (helpers/file-mutex-worker.js) summed: asserts that each exited 0
+ * and printed one. `{ acquired, overlaps, failedReleases, wrongOwner, errors }`.
+ */
+function workerTotals(exits) {
+  const total = { acquired: 0, overlaps: 0, failedReleases: 0, wrongOwner: 0, errors: [] }
+  for (const e of exits) {
+    assert.equal(e.code, 0, `worker exit ${e.code}/${e.signal}: ${e.stdout} ${e.stderr}`)
+    const line = e.stdout.split('\n').find((l) => l.startsWith('result '))
+    assert.ok(line, `worker printed a result: ${e.stdout} ${e.stderr}`)
+    const r = JSON.parse(line.slice(7))
+    for (const k of ['acquired', 'overlaps', 'failedReleases', 'wrongOwner']) total[k] += r[k]
+    total.errors.push(...r.errors)
+  }
+  return total
+}
+
 module.exports = {
+  workerTotals,
   ...children,
   NOBODY,
   asNobody,

@@ -3,8 +3,10 @@
 //! `error` a stopping server answers blocked waits with — connects again with backoff (50 ms
 //! doubling to 1 s) and enqueues again with what is left of its timeout, until its end; then
 //! it reports the last failure. Holders never rejoin (their lease is gone with the
-//! connection); a try (no timeout) and a first connect that fails (a wrong address is likelier
-//! than a restart) report at once. Sans-IO: the driver says what failed and when, and gets
+//! connection); a try (no timeout), a first connect that fails (a wrong address is likelier
+//! than a restart) and a bare `error` to a request the server answers at once (`e`/`se`: the
+//! Go server's enqueue has no stop path, and the Python 0.5.0 server answers `error` to the
+//! semaphore commands it lacks) report at once. Sans-IO: the driver says what failed and when, and gets
 //! back when to try again and with which timeout, or the failure to report.
 
 use std::time::Duration;
@@ -18,13 +20,23 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// Longest pause between a waiter's reconnection attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Whether a waiter that got `e` after reaching the server may connect again and re-enqueue:
-/// the connection was dropped or refused (a restart), timed out connecting, or a stopping
-/// server answered the blocked wait with a bare `error`.
-pub fn rejoinable(e: &DflockdError) -> bool {
+/// Which request a failure answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailedOn {
+    /// A request the server may block on (`l`/`sl` with a timeout, `w`/`sw`), or the
+    /// connection: a bare `error` there is what a stopping server answers.
+    Wait,
+    /// `e`/`se`, which the server answers at once: a bare `error` there is a refusal.
+    Enqueue,
+}
+
+/// Whether a waiter that got `e` on `on` after reaching the server may connect again and
+/// re-enqueue: the connection was dropped or refused (a restart), timed out connecting, or a
+/// stopping server answered a blocked wait with a bare `error`.
+pub fn rejoinable(e: &DflockdError, on: FailedOn) -> bool {
     match e.code() {
         ErrorCode::ConnectionError | ErrorCode::Timeout => true,
-        ErrorCode::ServerError => e.reply() == Some("error"),
+        ErrorCode::ServerError => on == FailedOn::Wait && e.reply() == Some("error"),
         _ => false,
     }
 }
@@ -69,16 +81,16 @@ impl Rejoin {
         left.as_secs() + u64::from(left.subsec_nanos() > 0)
     }
 
-    /// An attempt failed at `now` with `e`; `reached`: a connection to the server was open
-    /// before (a refused connect of a waiter never reached is reported).
-    pub fn failed(&mut self, now: Instant, e: DflockdError, reached: bool) -> Next {
+    /// An attempt failed at `now` with `e`, the answer to `on`; `reached`: a connection to
+    /// the server was open before (a refused connect of a waiter never reached is reported).
+    pub fn failed(&mut self, now: Instant, e: DflockdError, on: FailedOn, reached: bool) -> Next {
         if self.aborted {
             return Next::Fail(DflockdError::aborted());
         }
         let Some(end) = self.end else {
             return Next::Fail(e);
         };
-        if !reached || !rejoinable(&e) || now + self.backoff >= end {
+        if !reached || !rejoinable(&e, on) || now + self.backoff >= end {
             return Next::Fail(e);
         }
         let at = now + self.backoff;

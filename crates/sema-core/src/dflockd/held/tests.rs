@@ -1,7 +1,7 @@
 //! The held-lock machine's decisions, driven by hand: no socket, no real time (every instant is
 //! a fixed base plus a chosen offset).
 
-use super::rejoin::{Next, Rejoin};
+use super::rejoin::{FailedOn::Enqueue, FailedOn::Wait, Next, Rejoin};
 use super::*;
 use crate::dflockd::connection::ConnectOptions;
 
@@ -328,7 +328,9 @@ fn abort_while_waiting_ends_the_rejoins() {
     let mut w = Rejoin::new(Some(t0 + 10 * S));
     w.abort();
     let gone = DflockdError::new(ErrorCode::ConnectionError, "reset");
-    assert!(matches!(w.failed(t0, gone, true), Next::Fail(e) if e.code() == ErrorCode::Aborted));
+    assert!(
+        matches!(w.failed(t0, gone, Wait, true), Next::Fail(e) if e.code() == ErrorCode::Aborted)
+    );
 }
 
 #[test]
@@ -339,14 +341,14 @@ fn reconnect_while_waiting_backs_off_and_re_enqueues_with_what_is_left() {
     // A stopping server's bare `error` to a blocked wait counts as a restart too.
     let stopping = DflockdError::new(ErrorCode::ServerError, "wait: error").with_reply("error");
     assert_eq!(
-        w.failed(t0, stopping, true),
+        w.failed(t0, stopping, Wait, true),
         Next::Retry {
             at: t0 + ms(50),
             timeout_s: 3
         }
     );
     assert_eq!(
-        w.failed(t0 + S, gone(), true),
+        w.failed(t0 + S, gone(), Wait, true),
         Next::Retry {
             at: t0 + S + ms(100),
             timeout_s: 2
@@ -354,22 +356,47 @@ fn reconnect_while_waiting_backs_off_and_re_enqueues_with_what_is_left() {
     );
     // Past the end with the next pause: the failure is reported.
     assert!(matches!(
-        w.failed(t0 + 2 * S + ms(900), gone(), true),
+        w.failed(t0 + 2 * S + ms(900), gone(), Wait, true),
         Next::Fail(_)
     ));
     // Never reached (a wrong address), a try, or a refusal: reported at once.
     assert!(matches!(
-        Rejoin::new(Some(t0 + 3 * S)).failed(t0, gone(), false),
+        Rejoin::new(Some(t0 + 3 * S)).failed(t0, gone(), Wait, false),
         Next::Fail(_)
     ));
     assert!(matches!(
-        Rejoin::new(None).failed(t0, gone(), true),
+        Rejoin::new(None).failed(t0, gone(), Wait, true),
         Next::Fail(_)
     ));
     let refused = DflockdError::new(ErrorCode::ServerError, "x").with_reply("error_max_waiters");
     assert!(matches!(
-        Rejoin::new(Some(t0 + 3 * S)).failed(t0, refused, true),
+        Rejoin::new(Some(t0 + 3 * S)).failed(t0, refused, Wait, true),
         Next::Fail(_)
+    ));
+}
+
+/// A bare `error` to `e`/`se` is a refusal, not a stop (the Go server's enqueue has no stop
+/// path; the Python 0.5.0 server answers `error` to `se`, which it lacks): reported at once,
+/// where it used to be retried until the timeout's end and, when the retries crossed the
+/// acquire deadline under load, reported as a timeout (CI's Deno run, 10 s).
+#[test]
+fn a_bare_error_to_an_enqueue_is_reported_at_once() {
+    let t0 = Instant::now();
+    let bare = || DflockdError::new(ErrorCode::ServerError, "x").with_reply("error");
+    assert!(matches!(
+        Rejoin::new(Some(t0 + 10 * S)).failed(t0, bare(), Enqueue, true),
+        Next::Fail(e) if e.reply() == Some("error")
+    ));
+    // The same reply to a blocked request is a stopping server's: rejoined.
+    assert!(matches!(
+        Rejoin::new(Some(t0 + 10 * S)).failed(t0, bare(), Wait, true),
+        Next::Retry { .. }
+    ));
+    // A dropped connection after an enqueue is still a restart.
+    let gone = DflockdError::new(ErrorCode::ConnectionError, "connection reset");
+    assert!(matches!(
+        Rejoin::new(Some(t0 + 10 * S)).failed(t0, gone, Enqueue, true),
+        Next::Retry { .. }
     ));
 }
 

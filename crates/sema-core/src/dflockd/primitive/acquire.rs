@@ -3,7 +3,7 @@
 //! late grant by a renew, and ride out a server restart while the timeout lasts.
 
 use super::*;
-use crate::dflockd::held::rejoin::{Next, Rejoin};
+use crate::dflockd::held::rejoin::{FailedOn, Next, Rejoin};
 use crate::dflockd::shared;
 
 /// A grant: its connection, the grant, when its lease clock started, and a shared lock's parts
@@ -155,14 +155,22 @@ impl Primitive {
         let mut rejoin = Rejoin::new(end);
         let mut timeout_s = self.opts.acquire_timeout_s;
         loop {
+            let mut on = FailedOn::Wait;
             let e = match self
-                .acquire_once(kept.take(), timeout_s, end, place.take(), &mut reached)
+                .acquire_once(
+                    kept.take(),
+                    timeout_s,
+                    end,
+                    place.take(),
+                    &mut reached,
+                    &mut on,
+                )
                 .await
             {
                 Err(e) => e,
                 r => return r,
             };
-            match rejoin.failed(Instant::now(), e, reached) {
+            match rejoin.failed(Instant::now(), e, on, reached) {
                 Next::Fail(e) => return Err(e),
                 Next::Retry { at, .. } => {
                     tokio::time::sleep_until(at).await;
@@ -173,7 +181,7 @@ impl Primitive {
     }
 
     /// One connection's attempt of [`Primitive::acquire_until`]. `reached` turns true once a
-    /// connection to the server was open.
+    /// connection to the server was open; `on` tells which request a failure answered.
     async fn acquire_once(
         &self,
         kept: Option<Connection>,
@@ -181,6 +189,7 @@ impl Primitive {
         end: Option<Instant>,
         place: Option<Place>,
         reached: &mut bool,
+        on: &mut FailedOn,
     ) -> Result<Option<Got>> {
         let o = &self.opts;
         let (mut conn, reused) = self.open(kept).await?;
@@ -201,7 +210,7 @@ impl Primitive {
         // when others came a few µs later (1 run in 20 with 9 semaphore waiters). A try (no
         // place) sends `l`/`sl` with timeout 0.
         if let Some(p) = place {
-            return self.acquire_in_order(conn, reused, end, p).await;
+            return self.acquire_in_order(conn, reused, end, p, on).await;
         }
         let mut reply = conn
             .acquire_any(&o.key, timeout_s, o.limit, o.lease_ttl_s)
@@ -234,6 +243,7 @@ impl Primitive {
         reused: bool,
         end: Option<Instant>,
         mut place: Place,
+        on: &mut FailedOn,
     ) -> Result<Option<Got>> {
         let o = &self.opts;
         place
@@ -247,6 +257,9 @@ impl Primitive {
         // Answered (or failed): the next waiter may send its own.
         drop(place);
         let sent = conn.last_sent().unwrap_or_else(Instant::now);
+        if reply.is_err() {
+            *on = FailedOn::Enqueue;
+        }
         match reply? {
             EnqueueReply::Acquired(g) => {
                 let (g, sent) = self.confirm_grant(&mut conn, g, sent, false).await?;

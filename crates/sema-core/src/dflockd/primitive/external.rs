@@ -7,7 +7,7 @@
 //! one timer it names.
 
 use super::*;
-use crate::dflockd::held::rejoin::{Next, Rejoin};
+use crate::dflockd::held::rejoin::{FailedOn, Next, Rejoin};
 use crate::dflockd::held::{Action, HeldMachine};
 use crate::dflockd::protocol::{self, Request};
 
@@ -288,7 +288,7 @@ impl Primitive {
             };
             // As `acquire_until` after a dropped waiter: connect again with backoff and
             // enqueue with what is left of the timeout.
-            match Rejoin::new(end).failed(Instant::now(), e, true) {
+            match Rejoin::new(end).failed(Instant::now(), e, FailedOn::Wait, true) {
                 Next::Fail(e) => Err(e),
                 Next::Retry { at, .. } => {
                     tokio::time::sleep_until(at).await;

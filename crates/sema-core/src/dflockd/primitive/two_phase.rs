@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{busy, join_stopped, lock, EnqueueOutcome, Phase, Primitive, Ticket};
 use crate::dflockd::connection::Connection;
 use crate::dflockd::error::{DflockdError, ErrorCode, Result};
-use crate::dflockd::held::rejoin::{Next, Rejoin};
+use crate::dflockd::held::rejoin::{FailedOn, Next, Rejoin};
 use crate::dflockd::protocol::{self, AcquireReply, EnqueueReply, Grant, MAX_SECONDS};
 
 impl Primitive {
@@ -164,23 +164,24 @@ impl Primitive {
                 Err(e) => e,
                 r => return r,
             };
+            let mut on = FailedOn::Wait;
             // The server dropped the queued waiter (restarted or stopping): connect again and
             // enqueue again while the timeout lasts, as `acquire` does.
             loop {
-                match rejoin.failed(Instant::now(), failed, true) {
+                match rejoin.failed(Instant::now(), failed, on, true) {
                     Next::Fail(e) => return Err(e),
                     Next::Retry { at, .. } => {
                         tokio::time::sleep_until(at).await;
                         timeout_s = rejoin.timeout_s(Instant::now());
                     }
                 }
-                failed = match self.rejoin(&mut conn).await {
+                (failed, on) = match self.rejoin(&mut conn).await {
                     Ok(Some(held)) => return Ok(Some(held)),
                     Ok(None) => match self.wait_once(&mut conn, timeout_s).await {
-                        Err(e) => e,
+                        Err(e) => (e, FailedOn::Wait),
                         r => return r,
                     },
-                    Err(e) => e,
+                    Err(e) => (e, FailedOn::Enqueue),
                 };
             }
         };

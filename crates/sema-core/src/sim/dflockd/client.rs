@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::super::SimRng;
 use super::net::Net;
-use crate::dflockd::held::rejoin::{Next, Rejoin};
+use crate::dflockd::held::rejoin::{FailedOn, Next, Rejoin};
 use crate::dflockd::held::{Action, HeldMachine};
 use crate::dflockd::protocol::{
     parse_acquire_reply, parse_release_reply, parse_renew_reply, reply_limit, AcquireReply, Request,
@@ -284,7 +284,8 @@ impl Client {
         let now = self.clock(cx.base, cx.now);
         let reached = self.reached;
         let next = match &mut self.rejoin {
-            Some(r) => r.failed(now, e, reached),
+            // The model's client sends a blocking `l` (a try has no Rejoin end).
+            Some(r) => r.failed(now, e, FailedOn::Wait, reached),
             None => Next::Fail(e),
         };
         match next {

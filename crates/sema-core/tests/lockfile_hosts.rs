@@ -62,8 +62,17 @@ fn evidence_of(info: &LockInfo) -> Evidence {
 
 /// Host B's verdict on `info` after `unchanged`, with B's wall clock at `b_now`.
 fn verdict(info: &LockInfo, unchanged: Duration, b_now: i64) -> StaleJudgement {
+    verdict_with(info, unchanged, b_now, HOUR)
+}
+
+fn verdict_with(
+    info: &LockInfo,
+    unchanged: Duration,
+    b_now: i64,
+    stale_timeout: Duration,
+) -> StaleJudgement {
     let ctx = StaleContext {
-        stale_timeout: Some(HOUR),
+        stale_timeout: Some(stale_timeout),
         pending_write_grace: Duration::from_secs(2),
         our_host: "host-b:boot-b:4026531836",
         now_unix_secs: b_now,
@@ -294,6 +303,46 @@ fn run_failing_holder(beat: Duration, delay: Duration, fail_at: Duration) -> (Du
             return (lost, t);
         }
         t += LOOK;
+    }
+}
+
+/// Before its first beat a holder's file has no `heartbeat=` line, and a waiter on another host
+/// gives it `max(staleTimeout, 6 s)` from its first look; a holder whose writes fail from its
+/// acquisition on is told first whatever its own period, because it beats and counts by 1 s
+/// periods until a beat has changed the file. Failed before that rule with a 3 s heartbeat and a
+/// 6 s stale timeout: told at 9 s, taken at 6 s (the simulator's seed 655).
+#[test]
+fn a_holder_failing_before_its_first_beat_is_told_before_a_short_stale_timeout_takes_it() {
+    let wall0: i64 = 1_700_000_000;
+    for beat_ms in [100u64, 1000, 3000, 10_000] {
+        // Each beat late by `delay` (the heartbeat plans the next from when it ran).
+        for delay in [ms(0), ms(900), ms(1900)] {
+            let base = Instant::now();
+            let mut progress = HolderProgress::new(base, ms(beat_ms));
+            let mut t = Duration::ZERO;
+            let lost = loop {
+                t += progress.beat_period() + delay;
+                if progress.after_tick(base + t, BeatOutcome::Failed, base + t + ms(1)) {
+                    break t + ms(1);
+                }
+                assert!(t < HOUR, "never lost");
+            };
+            // The waiter looks from the acquisition on at the file as linked.
+            let file = remote_info(wall0, None);
+            let mut memory = ProgressMemory::default();
+            let mut w = Duration::ZERO;
+            let taken = loop {
+                let unchanged = memory.note((), evidence_of(&file), base + w);
+                if verdict_with(&file, unchanged, wall0 + 7, ms(6000)).is_stale() {
+                    break w;
+                }
+                w += LOOK;
+            };
+            assert!(
+                lost < taken,
+                "heartbeat {beat_ms} ms, delay {delay:?}: lost at {lost:?}, taken at {taken:?}"
+            );
+        }
     }
 }
 

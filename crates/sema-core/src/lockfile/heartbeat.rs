@@ -8,8 +8,9 @@
 //!
 //! Each beat also writes the period (`heartbeat=` ms) and keeps the lock's [`HolderProgress`]:
 //! a lock whose file no beat could change for `HOLDER_LOSS_BEATS` periods (3 s with the default
-//! 1 s) is lost, before a waiter on another host may take it (`REMOTE_BEATS`, 6 s): the rule and
-//! its numbers are in `stale::remote`.
+//! 1 s) is lost, before a waiter on another host may take it (`REMOTE_BEATS`, 6 s); until its
+//! first beat has changed the file a lock beats every 1 s at most (its file has no `heartbeat=`
+//! line yet): the rule and its numbers are in `stale::remote`.
 
 use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -145,15 +146,16 @@ pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
 pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
     let shared = &*SHARED;
     let now = Instant::now();
-    let due = next_due(now, period);
+    // The file was linked into place just before (the lock was acquired).
+    let progress = HolderProgress::new(now, period);
+    let due = next_due(now, progress.beat_period());
     let mut st = unpoisoned(&shared.state);
     st.entries.push(Entry {
         id,
         due,
         period,
         held,
-        // The file was linked into place just before (the lock was acquired).
-        progress: HolderProgress::new(now, period),
+        progress,
     });
     if !st.started {
         st.started = true;
@@ -175,10 +177,13 @@ pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
 fn note_beat(id: u64, started: Instant, outcome: BeatOutcome) -> Option<Duration> {
     let mut st = unpoisoned(&SHARED.state);
     let entry = st.entries.iter_mut().find(|e| e.id == id)?;
-    entry
-        .progress
-        .after_tick(started, outcome, Instant::now())
-        .then(|| entry.progress.loss_after())
+    let before = entry.progress.beat_period();
+    let lost = entry.progress.after_tick(started, outcome, Instant::now());
+    if entry.progress.beat_period() != before {
+        // The first beat that changed the file: from now on at the heartbeat's own period.
+        entry.due = next_due(Instant::now(), entry.progress.beat_period());
+    }
+    lost.then(|| entry.progress.loss_after())
 }
 
 pub(super) fn remove(id: u64) {
@@ -198,7 +203,7 @@ pub(super) fn run() {
         for e in st.entries.iter_mut() {
             if e.due <= now {
                 due_now.push((e.id, e.period, e.held.clone()));
-                e.due = next_due(now, e.period);
+                e.due = next_due(now, e.progress.beat_period());
             }
         }
         if !due_now.is_empty() {

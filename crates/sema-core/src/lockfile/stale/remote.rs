@@ -16,7 +16,9 @@
 //!   [`remote_bound`] (`REMOTE_BEATS` = 6 *evidence periods*, see below) the holder is dead and
 //!   the engine's normal safe breaking takes the lock. A file without `heartbeat=` (the holder's
 //!   heartbeat is off, has not beaten yet, or an older version wrote it) is given the whole
-//!   `staleTimeout` instead (at least 6 s), still measured locally.
+//!   `staleTimeout` instead (at least 6 s), still measured locally; until its first beat has
+//!   changed the file a holder therefore beats, and counts its loss, by 1 s periods whatever its
+//!   own period ([`HolderProgress::beat_period`]), so the argument below holds with `E` = 1 s.
 //! - **Holder.** The heartbeat notes the instant *before* each write that changed the file's
 //!   content ([`HolderProgress`]). When no write has changed it for [`holder_loss_after`]
 //!   (`HOLDER_LOSS_BEATS` = 3 evidence periods) the holder counts the lock as lost: `signal`
@@ -82,8 +84,9 @@ pub fn remote_bound(heartbeat_ms: Option<u64>, stale_timeout: Duration) -> Durat
     match heartbeat_ms {
         Some(ms) => evidence_period(Duration::from_millis(ms)).saturating_mul(REMOTE_BEATS),
         // Before its first beat a holder's file has no `heartbeat=` line: never less than what
-        // a default (1 s) heartbeat is given, so a tiny stale timeout cannot beat the holder's
-        // own loss clock, which runs from its acquisition.
+        // a 1 s heartbeat is given, so a tiny stale timeout cannot beat the holder's own loss
+        // clock, which runs from its acquisition by 1 s periods until that beat
+        // (`HolderProgress::beat_period`).
         None => stale_timeout.max(MIN_EVIDENCE_PERIOD.saturating_mul(REMOTE_BEATS)),
     }
 }
@@ -229,12 +232,13 @@ pub enum BeatOutcome {
     Failed,
 }
 
-/// The holder's side of the rule: the instant before its last content-changing write. Pure: the
-/// caller passes the instants.
+/// The holder's side of the rule: the instant before its last content-changing write, and
+/// whether a beat has changed the file yet. Pure: the caller passes the instants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HolderProgress {
     last_progress: Instant,
-    loss_after: Duration,
+    period: Duration,
+    beaten: bool,
 }
 
 impl HolderProgress {
@@ -242,21 +246,38 @@ impl HolderProgress {
     pub fn new(written: Instant, period: Duration) -> Self {
         HolderProgress {
             last_progress: written,
-            loss_after: holder_loss_after(period),
+            period,
+            beaten: false,
+        }
+    }
+
+    /// The period to the next beat: the heartbeat's, but at most 1 s until a beat has changed the
+    /// file. Before that beat the file has no `heartbeat=` line, so a waiter on another host
+    /// gives it `remote_bound(None, staleTimeout)`, as little as `REMOTE_BEATS` × 1 s (6 s) with a
+    /// short stale timeout: the holder beats and counts its loss by 1 s periods until then (told
+    /// after 3–4 s), whatever its own period (a 3 s heartbeat was told only after 9 s, and a
+    /// waiter with a 6 s stale timeout took the lock at 6 s: the simulator's seed 655).
+    pub fn beat_period(&self) -> Duration {
+        if self.beaten {
+            self.period
+        } else {
+            self.period.min(MIN_EVIDENCE_PERIOD)
         }
     }
 
     /// A tick that started its write at `started` ended with `outcome`, seen at `now`: `true`
-    /// when the lock must now count as lost (no progress for [`holder_loss_after`]).
+    /// when the lock must now count as lost (no progress for [`HolderProgress::loss_after`]).
     pub fn after_tick(&mut self, started: Instant, outcome: BeatOutcome, now: Instant) -> bool {
         if outcome == BeatOutcome::Changed {
             self.last_progress = self.last_progress.max(started);
+            self.beaten = true;
         }
-        now.saturating_duration_since(self.last_progress) >= self.loss_after
+        now.saturating_duration_since(self.last_progress) >= self.loss_after()
     }
 
-    /// How long the holder goes without progress before it counts the lock as lost.
+    /// How long the holder goes without progress before it counts the lock as lost:
+    /// [`holder_loss_after`] of [`HolderProgress::beat_period`].
     pub fn loss_after(&self) -> Duration {
-        self.loss_after
+        holder_loss_after(self.beat_period())
     }
 }

@@ -112,13 +112,15 @@ async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
     // `heartbeat::add`: the file was linked into place just before.
     let mut progress =
         cx.with(|s, _| HolderProgress::new(s.monotonic(), Duration::from_millis(period_ms)));
-    let mut due = cx.with(|s, me| next_due(s, me, period_ms));
+    let beat_ms = |p: &HolderProgress| p.beat_period().as_millis() as u64;
+    let mut due = cx.with(|s, me| next_due(s, me, beat_ms(&progress)));
     loop {
         cx.sleep(Some(until.min(due)), Watch::Nothing).await;
         if cx.now() >= until {
             return true;
         }
-        due = cx.with(|s, me| next_due(s, me, period_ms));
+        due = cx.with(|s, me| next_due(s, me, beat_ms(&progress)));
+        let before = progress.beat_period();
         let (outcome, started) = proto::heartbeat(cx, held, period_ms).await;
         let Some(outcome) = outcome else {
             told_loss(cx);
@@ -128,7 +130,15 @@ async fn hold(cx: &Cx, held: &mut Held, grant: Grant, hold_ms: u64) -> bool {
             shared::refresh_base(cx).await;
         }
         let now = cx.with(|s, _| s.monotonic());
-        if progress.after_tick(started, outcome, now) {
+        let lost = progress.after_tick(started, outcome, now);
+        if progress.beat_period() != before {
+            // `heartbeat::note_beat`: after the first beat that changed the file, the own period.
+            due = cx.with(|s, me| next_due(s, me, beat_ms(&progress)));
+        }
+        if lost && super::HOLDER_IGNORES_SILENCE.with(|c| c.get()) {
+            continue;
+        }
+        if lost {
             trace(|| {
                 format!(
                     "p{} lost {} to silence at {} ms",

@@ -19,7 +19,9 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
 
 const stats = { acquired: 0, overlaps: 0, failedReleases: 0, wrongOwner: 0, errors: [], ms: 0 }
 
-function critical(expectToken) {
+/** `holdMs`: how long to stay inside between reading and writing the counter ('nolock' only: a critical section of a
+ * few µs let Bun's 4 workers, started a few ms apart on a loaded machine, run one after another with no overlap). */
+function critical(expectToken, holdMs = 0) {
   let fd
   try {
     fd = fs.openSync(marker, 'wx')
@@ -36,6 +38,7 @@ function critical(expectToken) {
     stats.wrongOwner++
   }
   const c = Number(fs.readFileSync(counter, 'utf8'))
+  if (holdMs > 0) Atomics.wait(sleeper, 0, 0, holdMs) // widens the window the self-check must catch
   fs.writeFileSync(counter, String(c + 1))
   if (fd !== undefined) {
     fs.closeSync(fd)
@@ -86,7 +89,7 @@ async function runNoLock() {
   for (let i = 0; i < iterations; i++) {
     stats.acquired++
     fs.writeFileSync(file, `pid=${process.pid}\n`)
-    critical(null)
+    critical(null, 1)
     if (i % 16 === 0) await new Promise((r) => setImmediate(r))
   }
 }

@@ -519,7 +519,8 @@ export interface FileLockStatus extends LockStatusBase {
    *   its file unchanged, as this process saw it on its own monotonic clock, for 6 of its holder's heartbeat periods
    *   (at least 1 s each: 6 s by default), or `staleTimeout` (at least 6 s) when it records no heartbeat; never by
    *   comparing clocks across machines. `reclaimableAt` is when that runs out if nothing changes (this host's clock);
-   *   a holder whose heartbeat cannot write for 3 periods learns it lost the lock first (`LOCK_LOST`);
+   *   a holder whose heartbeat cannot write for 3 periods (1 s periods until its first beat) learns it lost the
+   *   lock first (`LOCK_LOST`);
    * - `'unparseable-age'`: a file that cannot be parsed: its modification time older than `staleTimeout`;
    * - `'never'`: `staleTimeout: null`, or a symbolic link at the path.
    */

@@ -51,6 +51,7 @@ const { Connection } = require('../dflockd/connection')
 const { LockError, AcquireTimeoutError, toLockError } = require('../errors')
 const { ErrorCode } = require('../codes')
 const { MAX_READERS, gateKey } = require('../dflockd/kinds')
+const native = require('../native')
 
 /** Lease of the mailbox's bell keys; renewed every RENEW_MS, which also keeps the holding connection under the
  * server's 23 s read timeout. Only the mailbox is renewed from JS: a mailbox that misses a renewal (a blocked event
@@ -62,7 +63,7 @@ const RENEW_MS = 10000
 const WATCH_S = 3600
 /** How long a stealer waits for the holder's answer. The answer takes 4 round trips after the ring (stats, 2 × l,
  * and the stealer's own stats poll), a few ms on a LAN; 2 s leaves room for a busy holder's event loop. */
-const ANSWER_MS = 2000
+const ANSWER_MS = native.DFLOCKD_STEAL_ANSWER_MS
 /** The stealer's poll of `stats` for the answer, during a steal only. */
 const POLL_MS = 25
 /** A client rung without an answer is rung again after this (a lost look at stats): at most 4 rings per steal. */
@@ -70,23 +71,14 @@ const RERING_MS = 500
 /** A client that has held nothing for this long closes its mailbox: it is not rung (each ring costs a key), and a
  * client taking locks more often than this keeps one mailbox (each re-open costs a key, the new token's name). */
 const MAILBOX_IDLE_MS = 10000
-/** The server's lease expiry sweep (1 s) and a margin: by how much the confirmation must end before the lock can. */
-const SWEEP_MARGIN_S = 1.5
-/** The shortest confirmation lease (s): its renewer needs room (a renew at half of it, one round trip). */
-const MIN_CONFIRM_S = 3
-
 /**
- * The confirmation's lease (s) for a lock `handle`, from the lock's own renew schedule: a killed holder's lock was
- * renewed at most `renewRatio` × L before (its renew interval, capped by renewMaxIntervalMs, is never longer), so it
- * lives ≥ (1 − renewRatio) × L after; the confirmation must end before that by more than the server's expiry sweep:
- * floor((1 − r) × L − 1.5). With the default r = 0.5: L = 9 → 3 s, L = 33 → 15 s. 0 when the lease leaves too little.
+ * The confirmation's lease (s) for a lock `handle`, from the lock's own renew schedule (the core's `confirm_lease`: a
+ * killed holder's lock lives ≥ (1 − renewRatio) × L after its last renewal, and the confirmation must end before that
+ * by more than the server's 1 s expiry sweep: floor((1 − r) × L − 1.5); L = 9 → 3 s, L = 33 → 15 s with r = 0.5). 0
+ * when the lease leaves too little.
  */
 function confirmLease(handle) {
-  const ratio = Number(handle.renewRatio)
-  const lease = Number(handle.lease)
-  if (!(ratio > 0 && ratio < 1) || !(lease > 0)) return 0
-  const s = Math.floor((1 - ratio) * lease - SWEEP_MARGIN_S)
-  return s >= MIN_CONFIRM_S ? s : 0
+  return native.dflockdConfirmLease(Number(handle.lease), Number(handle.renewRatio))
 }
 
 /** Whether a held lock's `handle` can be kept for a stealer: a native dflockd lock (its lease, renew ratio and token
@@ -365,42 +357,51 @@ class Steals {
     let handle = null
     let confirm = null
     let intentToken = null
+    // The decisions (surrender before the proof exists, the release order) are the core's (`steal::Answer`).
+    let answer = null
+    let step = { step: 'done' }
     try {
       q = await openConnection(this.server)
       // Only a lock that can be handed over is given up (checked again: the holder may have changed meanwhile).
       handle = this.owner.surrender(key, canHandOver)
       if (!handle) return
-      // Surrendered first, then proven: no proof exists while this client's request still holds `key`.
+      answer = new native.NativeStealAnswer(Number(handle.lease), Number(handle.renewRatio))
+      // Surrendered (above) first, then proven: no proof exists while this client's request still holds `key`.
+      if (answer.start().step !== 'surrender') return
+      step = answer.surrendered(true)
+      if (step.step !== 'hold-confirmation') return
       const mine = keyPair()
       const confirmKey = confirmKeyOf(this.prefix, intent, mine.pub, seal(handle.token, pad(mine.privateKey, intent.pub)))
       // Attached now, before any await: a loss of `key` from here on ends the hand-over (the confirmation goes, so
       // the stealer hears of it).
       const lost = aborted(handle.signal)
-      // The confirmation must end before `key` can: a holder killed on a server that keeps leases after a disconnect
-      // (--auto-release-on-disconnect=false) stops renewing both, and the stealer must hear of it (the confirmation
-      // expires) before the server can grant `key` to a waiter: its lease is confirmLease(handle), from the lock's
-      // own lease and renew ratio.
-      const c = await this.hold(confirmKey, confirmLease(handle))
-      if (!c.ok || handle.signal.aborted) {
-        if (c.ok) await c.value.release().catch(() => {})
-        return
-      }
-      confirm = c.value
+      // The confirmation must end before `key` can (its lease: the core's confirm_lease of the lock's own lease and
+      // renew ratio): a holder killed on a server that keeps leases after a disconnect stops renewing both, and the
+      // stealer must hear of it (the confirmation expires) before the server can grant `key` to a waiter.
+      const c = await this.hold(confirmKey, step.leaseS)
+      if (c.ok) confirm = c.value
+      step = answer.confirmationHeld(c.ok, handle.signal.aborted)
+      if (step.step !== 'keep') return
       // The lock is now the stealer's: this process stays alive while it holds it for them (the watch is ref'd).
       // Ends when the stealer releases its intent (or dies, or loses it), when `key` or the confirmation is lost, or
       // when the watch's connection fails: then too the lock and the confirmation are released.
       const done = watch(q, intentKey, true).then(
         (t) => {
           intentToken = t
+          return 'intent'
         },
-        () => {},
+        () => 'intent',
       )
-      await Promise.race([done, lost, aborted(confirm.signal)])
+      const end = await Promise.race([done, lost.then(() => 'lock'), aborted(confirm.signal).then(() => 'confirmation')])
+      step = answer.ended(handle.signal.aborted ? 'lock' : end)
     } finally {
-      // `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it is over, after
-      // `key` is free), and the intent LAST: while we hold it, no later steal by that client can reuse its name. A
-      // `key` already lost: the confirmation first, so the stealer hears of it without waiting for that release.
-      for (const x of handle?.signal.aborted ? [confirm, handle] : [handle, confirm]) await x?.release().catch(() => {})
+      // The core's order: `key` first, then the confirmation (the stealer's watch of it is granted: it learns that it
+      // is over, after `key` is free); a `key` already lost: the confirmation first, so the stealer hears of it without
+      // waiting for that release. The intent LAST: while we hold it, no later steal by that client can reuse its name.
+      // A hand-over that never got as far as its release step (a failure, or nothing given up) releases what it has in
+      // the same order.
+      const parts = step.step === 'release' ? step.parts : handle?.signal.aborted ? ['confirmation', 'lock'] : ['lock', 'confirmation']
+      for (const part of parts) await (part === 'lock' ? handle : confirm)?.release().catch(() => {})
       if (intentToken !== null) await q.release(intentKey, intentToken).catch(() => {})
       this.proxies.delete(intentKey)
       q?.close()
@@ -420,8 +421,6 @@ class Steals {
     const answers = new RegExp(
       `^${escape(confirmKeyOf(this.prefix, { h, stealer: this.clientId, pub: mine.pub }, '', ''))}(${B64}{43})~(${B64}{22})$`,
     )
-    /** Confirmations looked at that did not prove themselves (forged, or of a holder that lost the lock). */
-    const unproven = new Set()
     let confirmKey = null
     let w = null
     let watcher = null
@@ -433,33 +432,34 @@ class Steals {
       w = await openConnection(this.server)
       /** clientId → when it was last rung */
       const rung = new Map()
-      const deadline = Date.now() + ANSWER_MS
       const boxes = new RegExp(`^${escape(this.prefix)}wl~mbox~([0-9a-f-]{36})~(\\S+)$`)
+      // The decisions (which confirmation proves itself, take, refuse, wait) are the core's (`steal::Stealer`).
+      const stealer = new native.NativeStealer()
       for (;;) {
         if (intent.signal.aborted) throw intentLost(key, intent)
         const s = await w.stats()
         const held = heldKeys(s)
-        // Answered: a confirmation of THIS steal that proves itself (the token sealed in it renews `key`: only its
-        // holder knows it), and `key` still held (by the holder's side: we do not hold it).
         const exclusive = exclusiveHolder(s, key)
-        if (exclusive !== null) {
-          for (const k of held) {
-            const m = answers.exec(k)
-            if (!m || unproven.has(k)) continue
-            const token = unseal(m[2], pad(mine.privateKey, m[1]))
-            if (token !== null && (await renewed(w, exclusive, token, intent.lease))) {
-              confirmKey = k
-              break
-            }
-            unproven.add(k)
-          }
-          if (confirmKey !== null) break
+        const confirmations = []
+        for (const k of held) {
+          const m = answers.exec(k)
+          if (m) confirmations.push({ key: k, token: unseal(m[2], pad(mine.privateKey, m[1])) })
         }
-        const confirmKeys = [...held].filter((k) => answers.test(k))
         // A shared lock's readers (or a writer) hold slots of the key itself (lib/dflockd/kinds.js).
         const readers = s.semaphores.find((x) => x.key === key)
         const sharedHolders = exclusive === null ? Number(readers?.holders) || 0 : 0
-        if (exclusive === null && confirmKeys.length === 0 && sharedHolders === 0) {
+        let step = stealer.look(exclusive ?? undefined, confirmations, sharedHolders, confirmLease(intent) > 0)
+        // Answered: a confirmation of THIS steal that proves itself (the token sealed in it renews the lock: only its
+        // holder knows it), and the lock still held (by the holder's side: we do not hold it).
+        while (step.step === 'prove') {
+          if (stealer.proved(step.confirmation, await renewed(w, step.lock, step.token, intent.lease))) {
+            confirmKey = step.confirmation
+            break
+          }
+          step = stealer.look(exclusive ?? undefined, confirmations, sharedHolders, confirmLease(intent) > 0)
+        }
+        if (confirmKey !== null) break
+        if (step.step === 'take') {
           const r = await tryTake()
           if (r.ok || !r.unavailable) {
             await intent.release().catch(() => {})
@@ -467,24 +467,8 @@ class Steals {
             return r
           }
           // Taken meanwhile: looked at again after POLL_MS, within the same deadline.
-        }
-        if (exclusive === null && sharedHolders > 0) {
-          throw notSupported('it is held in shared mode by another process (steal breaks only an exclusive holder on dflockd)')
-        }
-        // The intent has the names' lease (the base's query): too short for any holder to hand the lock over.
-        if (exclusive !== null && confirmLease(intent) === 0) {
-          throw notSupported(
-            `the lease of its locks (${intent.lease} s, the base's leaseTtl) is too short for a hand-over that a ` +
-              `killed holder cannot break (renewed at ${intent.renewRatio} of it, a confirmation of at least ` +
-              `${MIN_CONFIRM_S} s must end ${SWEEP_MARGIN_S} s before it could); nothing was taken`,
-          )
-        }
-        if (Date.now() > deadline) {
-          throw notSupported(
-            `its holder did not answer within ${ANSWER_MS} ms with a proven hand-over (it is not a LockManager client of this base — e.g. a ` +
-              'DistributedLock or another dflockd client —, it holds the lock by a steal from another process, which ' +
-              'is not handed over again, or it is not responding); nothing was taken',
-          )
+        } else if (step.step === 'refuse') {
+          throw refusal(step.refusal, intent)
         }
         for (const k of held) {
           const m = boxes.exec(k)
@@ -564,6 +548,26 @@ function renewed(conn, key, token, ttlS) {
       if (e.code === ErrorCode.SERVER_ERROR || e.code === ErrorCode.LOCK_LOST || e.code === ErrorCode.INVALID_ARGUMENT) return false
       throw e
     },
+  )
+}
+
+/** The steal's refusal (the core's `StealRefusal`) as the NotSupportedError it rejects with; nothing was taken. */
+function refusal(why, intent) {
+  if (why === 'shared-holders') {
+    return notSupported('it is held in shared mode by another process (steal breaks only an exclusive holder on dflockd)')
+  }
+  if (why === 'lease-too-short') {
+    // The intent has the names' lease (the base's query): too short for any holder to hand the lock over.
+    return notSupported(
+      `the lease of its locks (${intent.lease} s, the base's leaseTtl) is too short for a hand-over that a ` +
+        `killed holder cannot break (renewed at ${intent.renewRatio} of it, a confirmation of at least ` +
+        `${native.DFLOCKD_STEAL_MIN_CONFIRM_S} s must end 1.5 s before it could); nothing was taken`,
+    )
+  }
+  return notSupported(
+    `its holder did not answer within ${ANSWER_MS} ms with a proven hand-over (it is not a LockManager client of this base — e.g. a ` +
+      'DistributedLock or another dflockd client —, it holds the lock by a steal from another process, which ' +
+      'is not handed over again, or it is not responding); nothing was taken',
   )
 }
 

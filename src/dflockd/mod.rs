@@ -30,6 +30,7 @@ mod on_tokio;
 mod ops;
 mod primitive;
 mod replies;
+mod steal;
 
 /// A dflockd server address (already chosen by sharding).
 #[napi(object)]

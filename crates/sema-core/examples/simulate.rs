@@ -1,4 +1,4 @@
-//! `npm run simulate -- --seeds N [--first S] [--world dflockd|files|all] [--replay SEED]`:
+//! `npm run simulate -- --seeds N [--first S] [--world dflockd|files|steal|all] [--replay SEED]`:
 //! runs the deterministic simulator's worlds over many seeds (release build), prints
 //! schedules per second, and for a failure its minimal schedule (which `--replay SEED` runs
 //! again; `SIM_TRACE=1` prints every step of a world that supports it). Exit code 1 on a
@@ -30,6 +30,7 @@ fn worlds() -> Vec<(&'static str, Runner)> {
     vec![
         ("dflockd", run::<sim::dflockd::DflockdWorld>),
         ("files", run::<sim::files::FilesWorld>),
+        ("steal", run::<sim::steal::StealWorld>),
     ]
 }
 

@@ -37,6 +37,7 @@ mod renewer;
 pub mod shard;
 pub mod shared;
 pub mod stats;
+pub mod steal;
 pub mod target;
 pub mod tls;
 pub mod watchdog;

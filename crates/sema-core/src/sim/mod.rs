@@ -15,6 +15,7 @@ use std::fmt::Debug;
 
 pub mod dflockd;
 pub mod files;
+pub mod steal;
 
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same schedule on every
 /// machine and build, which is all a simulation needs (it is not used for anything secret).

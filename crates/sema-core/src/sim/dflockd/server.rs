@@ -124,6 +124,13 @@ impl ServerModel {
             .collect()
     }
 
+    /// The holders of `key`: `(token, connection)`, in token order.
+    pub fn holders_of(&self, key: &str) -> Vec<(String, ConnId)> {
+        self.resources.get(key).map_or_else(Vec::new, |r| {
+            r.holders.iter().map(|(t, h)| (t.clone(), h.conn)).collect()
+        })
+    }
+
     /// Whether nothing is held or waited for.
     pub fn is_empty(&self) -> bool {
         self.resources

@@ -218,3 +218,53 @@ async fn release_all_held_by_releases_one_owner() {
     assert!(!d.path().join("theirs.lock").exists());
     assert!(a.release().unwrap());
 }
+
+/// A lock whose timestamp is of an earlier second than the one its heartbeat starts in (an
+/// acquisition that crossed a second boundary between writing the timestamp and the link: an
+/// fsync under load) is refreshed at once. Aligned to the next second's beat instead, its file
+/// read 2 s old for 50 ms before that beat, and the real `sema --stale 1` took the live
+/// holder's lock there (CI's interop-mixed, once in 4 runs). Failed before: the timestamp
+/// stayed the old second until the next second's beat, 850 ms or more after the start.
+#[test]
+fn a_timestamp_of_an_earlier_second_is_refreshed_when_the_heartbeat_starts() {
+    let d = dir();
+    let (path, lf) = lock_at(
+        &d,
+        "crossed.lock",
+        LockOptions {
+            heartbeat: Some(Duration::from_secs(1)),
+            ..opts()
+        },
+    );
+    let held = lf.try_acquire(&tagged("crossed")).unwrap();
+    let timestamp = |p: &std::path::Path| {
+        parse_lock_info(&std::fs::read_to_string(p).unwrap())
+            .unwrap()
+            .timestamp
+    };
+    let written = timestamp(&path);
+    let now_secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    // Into the next second, 100-150 ms past its start: the next aligned beat is >= 900 ms away.
+    loop {
+        let n = now_secs();
+        if n.as_secs() as i64 > written && n.subsec_millis() >= 100 && n.subsec_millis() < 150 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    held.start_heartbeat();
+    let started = std::time::Instant::now();
+    while timestamp(&path) == written {
+        assert!(
+            started.elapsed() < Duration::from_millis(600),
+            "the old second's timestamp stayed {:?} after the heartbeat started",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    held.release().unwrap();
+}

@@ -16,7 +16,6 @@ use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use super::held::{HeldInner, HeldLock};
-use super::process::now_unix_secs;
 use super::stale::remote::{BeatOutcome, HolderProgress};
 use super::unpoisoned;
 
@@ -51,20 +50,6 @@ pub(super) fn next_due(now: Instant, period: Duration) -> Instant {
         period
     };
     now.checked_add(step).unwrap_or(now + MAX_HEARTBEAT)
-}
-
-/// When the first beat of a lock runs, from `now` (`wall_secs`: the wall clock's second now),
-/// for a file whose timestamp is `written` (whole seconds): at once when that is an earlier
-/// second, else at [`next_due`]. An acquisition can cross a second boundary between writing its
-/// timestamp and linking the file (an fsync under load); aligned to the next second the first
-/// beat would then leave the file 2 s old for the 50 ms before it, and the real `sema --stale 1`
-/// took a live holder's lock there (CI, interop-mixed, once in 4 runs of the suite).
-pub(super) fn first_due(now: Instant, wall_secs: i64, written: i64, period: Duration) -> Instant {
-    if written < wall_secs {
-        now
-    } else {
-        next_due(now, period)
-    }
 }
 
 impl HeldInner {
@@ -121,12 +106,10 @@ impl HeldLock {
             return;
         }
         state.heartbeat_started = true;
-        let written = state.timestamp;
         add(
             self.inner.id,
             period.clamp(MIN_HEARTBEAT, MAX_HEARTBEAT),
             Arc::downgrade(&self.inner),
-            written,
         );
     }
 }
@@ -160,13 +143,12 @@ pub(super) static SHARED: LazyLock<Shared> = LazyLock::new(|| Shared {
 pub(super) const IDLE_TICK: Duration = Duration::from_secs(1);
 pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
 
-/// Adds a lock whose file records the timestamp `written` to the beating list.
-pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>, written: i64) {
+pub(super) fn add(id: u64, period: Duration, held: Weak<HeldInner>) {
     let shared = &*SHARED;
     let now = Instant::now();
     // The file was linked into place just before (the lock was acquired).
     let progress = HolderProgress::new(now, period);
-    let due = first_due(now, now_unix_secs(), written, progress.beat_period());
+    let due = next_due(now, progress.beat_period());
     let mut st = unpoisoned(&shared.state);
     st.entries.push(Entry {
         id,
@@ -304,30 +286,6 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(137));
         }
-    }
-
-    /// A file written in an earlier second than the one its heartbeat starts in is refreshed at
-    /// once (else it read 2 s old before the first aligned beat); one of this second waits for it.
-    #[test]
-    fn a_timestamp_of_an_earlier_second_is_refreshed_at_once() {
-        let now = Instant::now();
-        let second = Duration::from_secs(1);
-        assert_eq!(first_due(now, 1_700_000_001, 1_700_000_000, second), now);
-        let aligned = first_due(now, 1_700_000_001, 1_700_000_001, second);
-        assert!(
-            aligned > now && aligned <= now + second + AFTER_SECOND,
-            "{:?}",
-            aligned - now
-        );
-        assert_eq!(
-            first_due(
-                now,
-                1_700_000_001,
-                1_700_000_001,
-                Duration::from_millis(250)
-            ),
-            now + Duration::from_millis(250)
-        );
     }
 
     #[test]

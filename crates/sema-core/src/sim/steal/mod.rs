@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use super::dflockd::server::{Answer as Reply, ConnId, ServerConfig, ServerModel};
 use super::{SimRng, Violation, World};
+use crate::dflockd::protocol::{parse_acquire_reply, AcquireReply};
 use crate::dflockd::steal::{
     AnswerStep, KeepEnd, Part, StealLook, StealStep, Stealer, ANSWER_WITHIN,
 };
@@ -166,11 +167,16 @@ impl StealWorld {
     /// `ok <token> ...` → the token.
     fn granted(reply: &Reply) -> Option<String> {
         match reply {
-            Reply::Reply(line) => line
-                .strip_prefix("ok ")
-                .and_then(|r| r.split(' ').next())
-                .map(str::to_string),
+            Reply::Reply(line) => Self::token_of(line),
             Reply::Blocked => None,
+        }
+    }
+
+    /// The token of a grant line (`ok <token> <ttl>`), as the clients parse it.
+    fn token_of(line: &str) -> Option<String> {
+        match parse_acquire_reply(line, "acquire") {
+            Ok(AcquireReply::Granted(g)) => Some(g.token),
+            _ => None,
         }
     }
 
@@ -203,10 +209,7 @@ impl StealWorld {
 
     fn deliver_one(&mut self, conn: ConnId, line: &str) {
         self.trace.push(format!("  -> c{conn} {line}"));
-        let token = line
-            .strip_prefix("ok ")
-            .and_then(|r| r.split(' ').next())
-            .map(str::to_string);
+        let token = Self::token_of(line);
         match conn {
             H_WATCH if self.h.alive => {
                 self.h.watching = false;
@@ -246,200 +249,6 @@ impl StealWorld {
         for &c in conns {
             self.server.disconnect(c, self.now);
             self.deliver();
-        }
-    }
-
-    fn holder_step(&mut self) {
-        if let Some(part) = (!self.h.releasing.is_empty()).then(|| self.h.releasing.remove(0)) {
-            match part {
-                Part::Lock => {
-                    if let Some(t) = self.h.token.take() {
-                        self.send(H_LOCK, "r", KEY, &t);
-                    }
-                }
-                Part::Confirmation => {
-                    if let Some((c, t)) = self.h.confirmation.take() {
-                        self.send(H_CONFIRM, "r", &c, &t);
-                    }
-                }
-            }
-            if self.h.releasing.is_empty() {
-                if let Some(t) = self.h.intent_token.take() {
-                    self.send(H_WATCH, "r", INTENT, &t);
-                }
-                self.h.done = true;
-            }
-            self.deliver();
-            return;
-        }
-        let Some(step) = self.h.next.take() else {
-            // No answer under way: its own release.
-            if let Some(t) = self.h.token.take() {
-                self.h.running = false;
-                self.send(H_LOCK, "r", KEY, &t);
-                self.deliver();
-            }
-            self.h.done = true;
-            return;
-        };
-        let Some(a) = self.h.answer.as_mut() else {
-            return;
-        };
-        match step {
-            AnswerStep::Surrender => {
-                let given_up = self.h.running && self.h.token.is_some();
-                // Its request is aborted: the callback stops; the lock stays on its connection.
-                self.h.running = false;
-                self.h.next = Some(a.surrendered(given_up));
-            }
-            AnswerStep::HoldConfirmation { lease_s } => {
-                let token = self.h.token.clone().unwrap_or_default();
-                let name = format!("{CONFIRM_PREFIX}H~{token}");
-                let r = self.send(H_CONFIRM, "l", &name, &format!("0 {lease_s}"));
-                let held = Self::granted(&r);
-                let lock_lost = !self
-                    .server
-                    .holders_of(KEY)
-                    .iter()
-                    .any(|(t, _)| Some(t) == self.h.token.as_ref());
-                if let Some(t) = held.clone() {
-                    self.h.confirmation = Some((name, t));
-                }
-                if let Some(a) = self.h.answer.as_mut() {
-                    self.h.next = Some(a.confirmation_held(held.is_some(), lock_lost));
-                }
-            }
-            AnswerStep::Keep => {
-                let r = self.send(H_WATCH, "l", INTENT, &format!("{WATCH_S} 33"));
-                match Self::granted(&r) {
-                    Some(t) => {
-                        self.h.intent_token = Some(t);
-                        if let Some(a) = self.h.answer.as_mut() {
-                            self.h.next = Some(a.ended(KeepEnd::IntentEnded));
-                        }
-                    }
-                    None => self.h.watching = true,
-                }
-            }
-            AnswerStep::Release(parts) => {
-                self.h.releasing = parts;
-                if self.h.releasing.is_empty() {
-                    self.h.done = true;
-                }
-            }
-            AnswerStep::Done => self.h.done = !self.h.running,
-        }
-        self.deliver();
-    }
-
-    fn look(&self) -> StealLook {
-        let held = self.held_keys();
-        let exclusive = held.iter().any(|k| k == KEY).then(|| KEY.to_string());
-        let confirmations = held
-            .iter()
-            .filter_map(|k| {
-                let rest = k.strip_prefix(CONFIRM_PREFIX)?;
-                // `<who>~<token>`: the token it carries (a garbled one does not unseal).
-                let token = rest.split_once('~').map(|(_, t)| t.to_string());
-                Some((k.clone(), token.filter(|t| !t.is_empty())))
-            })
-            .collect();
-        StealLook {
-            exclusive,
-            confirmations,
-            shared_holders: 0,
-            lease_room: crate::dflockd::steal::confirm_lease(self.lease_s as f64, 0.5) > 0,
-        }
-    }
-
-    fn stealer_step(&mut self) {
-        let now = self.instant();
-        match std::mem::replace(&mut self.s.phase, Steal::Done) {
-            Steal::Start => {
-                let r = self.send(S_INTENT, "l", INTENT, &format!("0 {}", self.lease_s));
-                match Self::granted(&r) {
-                    Some(t) => {
-                        self.s.intent_token = Some(t);
-                        self.s.machine = Some(Stealer::new(now, ANSWER_WITHIN));
-                        self.s.phase = Steal::Looking;
-                    }
-                    None => self.s.phase = Steal::Done,
-                }
-            }
-            Steal::Looking => {
-                let look = self.look();
-                let step = match self.s.machine.as_mut() {
-                    Some(m) => m.look(now, &look),
-                    None => StealStep::Refuse(crate::dflockd::steal::StealRefusal::NoAnswer),
-                };
-                self.trace.push(format!("  S looks: {look:?} -> {step:?}"));
-                self.s.phase = match step {
-                    StealStep::Prove {
-                        confirmation,
-                        lock,
-                        token,
-                    } => Steal::Proving {
-                        confirmation,
-                        lock,
-                        token,
-                    },
-                    StealStep::Take => {
-                        let r = self.send(S_LOOK, "l", KEY, &format!("0 {}", self.lease_s));
-                        match Self::granted(&r) {
-                            Some(token) => Steal::Taken { token },
-                            None => Steal::Looking,
-                        }
-                    }
-                    StealStep::Wait => Steal::Looking,
-                    StealStep::Refuse(_) => {
-                        self.release_intent();
-                        Steal::Done
-                    }
-                };
-            }
-            Steal::Proving {
-                confirmation,
-                lock,
-                token,
-            } => {
-                let r = self.send(S_LOOK, "n", &lock, &format!("{token} {}", self.lease_s));
-                let renewed = matches!(&r, Reply::Reply(l) if l.starts_with("ok"));
-                let accepted = self
-                    .s
-                    .machine
-                    .as_mut()
-                    .is_some_and(|m| m.proved(&confirmation, renewed));
-                self.s.phase = if accepted {
-                    self.s.watch = Some(confirmation.clone());
-                    let r = self.send(S_WATCH, "l", &confirmation, &format!("{WATCH_S} 33"));
-                    if let Some(t) = Self::granted(&r) {
-                        // The confirmation went before the watch: told at once.
-                        self.send(S_WATCH, "r", &confirmation, &t);
-                        self.s.told = true;
-                    }
-                    Steal::Accepted { confirmation }
-                } else {
-                    Steal::Looking
-                };
-            }
-            Steal::Accepted { .. } => {
-                // Done (or told): it releases its intent; the holder lets go of the lock.
-                self.release_intent();
-                self.s.phase = Steal::Done;
-            }
-            Steal::Taken { token } => {
-                self.send(S_LOOK, "r", KEY, &token);
-                self.release_intent();
-                self.s.phase = Steal::Done;
-            }
-            Steal::Done => {}
-        }
-        self.deliver();
-    }
-
-    fn release_intent(&mut self) {
-        if let Some(t) = self.s.intent_token.take() {
-            self.send(S_INTENT, "r", INTENT, &t);
         }
     }
 
@@ -626,67 +435,7 @@ impl World for StealWorld {
     }
 }
 
+mod holder;
+mod stealer;
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sim::{run_seed, run_seeds};
-
-    const MAX_STEPS: usize = 400;
-
-    /// The CI budget: every invariant over 20 000 seeds (`SIM_SEEDS` overrides).
-    #[test]
-    fn the_ci_budget_of_seeds_holds_every_invariant() {
-        let seeds: u64 = std::env::var("SIM_SEEDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(20_000);
-        let started = std::time::Instant::now();
-        match run_seeds::<StealWorld>(0, seeds, MAX_STEPS) {
-            Ok(steps) => println!(
-                "steal sim: {seeds} seeds, {steps} steps in {:.1} s",
-                started.elapsed().as_secs_f64()
-            ),
-            Err(f) => panic!("{f}"),
-        }
-    }
-
-    /// The world reaches every outcome: a proven hand-over, a take of a free key, a refusal,
-    /// a forged confirmation looked at and ignored.
-    #[test]
-    fn the_seeds_reach_every_outcome() {
-        let (mut proven, mut taken, mut refused, mut forged_ignored) = (0, 0, 0, 0);
-        for seed in 0..2_000 {
-            let mut rng = SimRng::new(seed);
-            let mut w = StealWorld::new(&mut rng);
-            let mut choices = SimRng::new(seed ^ 0x5eed);
-            for _ in 0..MAX_STEPS {
-                let en = w.enabled();
-                if en.is_empty() {
-                    break;
-                }
-                let a = en[choices.below(en.len())].clone();
-                if w.apply(&a, &mut rng).is_err() {
-                    break;
-                }
-            }
-            let t = w.trace.join("\n");
-            proven += usize::from(t.contains("c13 l wl~stolen~k~S~H"));
-            taken += usize::from(t.contains("c12 l k 0"));
-            refused += usize::from(t.contains("Refuse("));
-            forged_ignored += usize::from(t.contains("n k ") && t.contains("-> Reply(\"error\")"));
-        }
-        println!("of 2 000 seeds: proven {proven}, taken {taken}, refused {refused}, forged ignored {forged_ignored}");
-        assert!(
-            proven > 0 && taken > 0 && refused > 0 && forged_ignored > 0,
-            "proven {proven}, taken {taken}, refused {refused}, forged ignored {forged_ignored}"
-        );
-    }
-
-    #[test]
-    fn a_seed_replays_to_the_same_outcome() {
-        assert_eq!(
-            run_seed::<StealWorld>(11, MAX_STEPS).ok(),
-            run_seed::<StealWorld>(11, MAX_STEPS).ok()
-        );
-    }
-}
+mod tests;

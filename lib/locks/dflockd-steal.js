@@ -358,14 +358,13 @@ class Steals {
     let confirm = null
     let intentToken = null
     // The decisions (surrender before the proof exists, the release order) are the core's (`steal::Answer`).
-    let answer = null
     let step = { step: 'done' }
     try {
       q = await openConnection(this.server)
       // Only a lock that can be handed over is given up (checked again: the holder may have changed meanwhile).
       handle = this.owner.surrender(key, canHandOver)
       if (!handle) return
-      answer = new native.NativeStealAnswer(Number(handle.lease), Number(handle.renewRatio))
+      const answer = new native.NativeStealAnswer(Number(handle.lease), Number(handle.renewRatio))
       // Surrendered (above) first, then proven: no proof exists while this client's request still holds `key`.
       if (answer.start().step !== 'surrender') return
       step = answer.surrendered(true)
@@ -399,8 +398,8 @@ class Steals {
       // is over, after `key` is free); a `key` already lost: the confirmation first, so the stealer hears of it without
       // waiting for that release. The intent LAST: while we hold it, no later steal by that client can reuse its name.
       // A hand-over that never got as far as its release step (a failure, or nothing given up) releases what it has in
-      // the same order.
-      const parts = step.step === 'release' ? step.parts : handle?.signal.aborted ? ['confirmation', 'lock'] : ['lock', 'confirmation']
+      // the same order (the core's release_order).
+      const parts = step.step === 'release' ? step.parts : native.dflockdStealReleaseOrder(confirm !== null, Boolean(handle?.signal.aborted))
       for (const part of parts) await (part === 'lock' ? handle : confirm)?.release().catch(() => {})
       if (intentToken !== null) await q.release(intentKey, intentToken).catch(() => {})
       this.proxies.delete(intentKey)
@@ -435,6 +434,9 @@ class Steals {
       const boxes = new RegExp(`^${escape(this.prefix)}wl~mbox~([0-9a-f-]{36})~(\\S+)$`)
       // The decisions (which confirmation proves itself, take, refuse, wait) are the core's (`steal::Stealer`).
       const stealer = new native.NativeStealer()
+      const leaseRoom = confirmLease(intent) > 0
+      /** confirmation key → the token unsealed from it (null: none), one X25519 agreement per key, not per poll. */
+      const unsealed = new Map()
       for (;;) {
         if (intent.signal.aborted) throw intentLost(key, intent)
         const s = await w.stats()
@@ -443,12 +445,15 @@ class Steals {
         const confirmations = []
         for (const k of held) {
           const m = answers.exec(k)
-          if (m) confirmations.push({ key: k, token: unseal(m[2], pad(mine.privateKey, m[1])) })
+          if (!m) continue
+          if (!unsealed.has(k)) unsealed.set(k, unseal(m[2], pad(mine.privateKey, m[1])))
+          confirmations.push({ key: k, token: unsealed.get(k) })
         }
         // A shared lock's readers (or a writer) hold slots of the key itself (lib/dflockd/kinds.js).
         const readers = s.semaphores.find((x) => x.key === key)
         const sharedHolders = exclusive === null ? Number(readers?.holders) || 0 : 0
-        let step = stealer.look(exclusive ?? undefined, confirmations, sharedHolders, confirmLease(intent) > 0)
+        const look = () => stealer.look(exclusive ?? undefined, confirmations, sharedHolders, leaseRoom)
+        let step = look()
         // Answered: a confirmation of THIS steal that proves itself (the token sealed in it renews the lock: only its
         // holder knows it), and the lock still held (by the holder's side: we do not hold it).
         while (step.step === 'prove') {
@@ -456,7 +461,7 @@ class Steals {
             confirmKey = step.confirmation
             break
           }
-          step = stealer.look(exclusive ?? undefined, confirmations, sharedHolders, confirmLease(intent) > 0)
+          step = look()
         }
         if (confirmKey !== null) break
         if (step.step === 'take') {

@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use sema_core::dflockd::steal::{
-    confirm_lease, Answer, AnswerStep, KeepEnd, Part, StealLook, StealRefusal, StealStep, Stealer,
-    ANSWER_WITHIN, MIN_CONFIRM_S,
+    confirm_lease, release_order, Answer, AnswerStep, KeepEnd, Part, StealLook, StealRefusal,
+    StealStep, Stealer, ANSWER_WITHIN, MIN_CONFIRM_S,
 };
 
 use super::*;
@@ -126,6 +126,26 @@ pub struct NativeAnswerStep {
     pub parts: Option<Vec<String>>,
 }
 
+fn part_names(parts: Vec<Part>) -> Vec<String> {
+    parts
+        .into_iter()
+        .map(|p| match p {
+            Part::Lock => "lock".to_string(),
+            Part::Confirmation => "confirmation".to_string(),
+        })
+        .collect()
+}
+
+/// What to release, in order, when an answer stops before its release step (the core's
+/// `release_order`): `'lock'` and `'confirmation'` (the latter only when `confirmationHeld`).
+#[napi(
+    js_name = "dflockdStealReleaseOrder",
+    ts_return_type = "Array<'lock' | 'confirmation'>"
+)]
+pub fn dflockd_steal_release_order(confirmation_held: bool, lock_lost: bool) -> Vec<String> {
+    part_names(release_order(confirmation_held, lock_lost))
+}
+
 fn answer_step(s: AnswerStep) -> NativeAnswerStep {
     let step = |s: &str| NativeAnswerStep {
         step: s.into(),
@@ -140,15 +160,7 @@ fn answer_step(s: AnswerStep) -> NativeAnswerStep {
         },
         AnswerStep::Keep => step("keep"),
         AnswerStep::Release(parts) => NativeAnswerStep {
-            parts: Some(
-                parts
-                    .into_iter()
-                    .map(|p| match p {
-                        Part::Lock => "lock".to_string(),
-                        Part::Confirmation => "confirmation".to_string(),
-                    })
-                    .collect(),
-            ),
+            parts: Some(part_names(parts)),
             ..step("release")
         },
         AnswerStep::Done => step("done"),

@@ -292,8 +292,9 @@ impl Answer {
 }
 
 /// The parts to release, in order (see the module docs): the lock first, the confirmation
-/// first when the lock was lost.
-fn release_order(confirmation_held: bool, lock_lost: bool) -> Vec<Part> {
+/// first when the lock was lost. Also what a driver releases when its answer stops before the
+/// release step (a failed request), by what it holds.
+pub fn release_order(confirmation_held: bool, lock_lost: bool) -> Vec<Part> {
     match (confirmation_held, lock_lost) {
         (true, true) => vec![Part::Confirmation, Part::Lock],
         (true, false) => vec![Part::Lock, Part::Confirmation],

@@ -36,20 +36,26 @@ const AFTER_SECOND: Duration = Duration::from_millis(50);
 /// `k + period + 0.95 s` (an unaligned 1 s period would let a reader at `k + 2.0 s` see 2 s when
 /// the beat at `k + 1.99 s` is a few ms late). Other periods run every `period`.
 pub(super) fn next_due(now: Instant, period: Duration) -> Instant {
+    let into_second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| Duration::from_nanos(u64::from(d.subsec_nanos())))
+        .unwrap_or(Duration::ZERO);
+    now.checked_add(step_to_due(period, into_second))
+        .unwrap_or(now + MAX_HEARTBEAT)
+}
+
+/// How long after a moment `into_second` into a wall-clock second the next beat of `period`
+/// runs (see [`next_due`]); the simulator calls it with each process's own wall clock.
+pub(crate) fn step_to_due(period: Duration, into_second: Duration) -> Duration {
     let whole_seconds = period >= Duration::from_secs(1) && period.subsec_nanos() == 0;
-    let step = if whole_seconds {
-        let into_second = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| Duration::from_nanos(u64::from(d.subsec_nanos())))
-            .unwrap_or(Duration::ZERO);
+    if whole_seconds {
         // The boundary `period` from the last one, then 50 ms into that second; when we are
         // still before this second's 50 ms mark, the beat is due at this second's mark plus
         // `period`, never more than `period` away from the previous beat's second.
         (period + AFTER_SECOND).saturating_sub(into_second)
     } else {
         period
-    };
-    now.checked_add(step).unwrap_or(now + MAX_HEARTBEAT)
+    }
 }
 
 impl HeldInner {

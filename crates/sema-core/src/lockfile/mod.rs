@@ -70,7 +70,7 @@ mod events;
 mod fifo;
 pub mod format;
 mod hand_over;
-mod heartbeat;
+pub(crate) mod heartbeat;
 mod held;
 pub mod listing;
 mod lock_file;

@@ -90,16 +90,12 @@ fn told_loss(cx: &Cx) {
     });
 }
 
-/// `heartbeat::next_due` on process `me`'s wall clock: a whole number of seconds runs 50 ms
-/// after a wall-clock second, other periods every period.
+/// `heartbeat::next_due` on process `me`'s wall clock (the core's `step_to_due`).
 fn next_due(s: &State, me: usize, period_ms: u64) -> u64 {
-    let step = if period_ms >= 1_000 && period_ms.is_multiple_of(1_000) {
-        let into_second = s.wall_ms(me).rem_euclid(1_000) as u64;
-        (period_ms + 50).saturating_sub(into_second)
-    } else {
-        period_ms
-    };
-    s.now + step
+    let into_second = Duration::from_millis(s.wall_ms(me).rem_euclid(1_000) as u64);
+    let step =
+        crate::lockfile::heartbeat::step_to_due(Duration::from_millis(period_ms), into_second);
+    s.now + step.as_millis() as u64
 }
 
 /// Holds for `hold_ms` with the heartbeat (`heartbeat::run`: a tick at each due time, a reader's
